@@ -1,0 +1,49 @@
+"""lessonbank: memory across runs for smolagents agents.
+
+Public API. Heavy pieces (Qdrant, embeddings, Celery) load on first use, so that importing
+``lessonbank`` -- which the recorder does inside the agent process -- stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from lessonbank.exceptions import (
+    ConfigurationError,
+    DistillError,
+    LessonbankError,
+    PermanentDistillError,
+    ServiceUnavailable,
+    StoreError,
+    TransientDistillError,
+)
+from lessonbank.models import Lesson, StepRecord
+from lessonbank.settings import Settings
+
+_LAZY = {
+    "StepRecorder": "recorder",
+}
+
+__all__ = [
+    "ConfigurationError",
+    "DistillError",
+    "Lesson",
+    "LessonbankError",
+    "PermanentDistillError",
+    "ServiceUnavailable",
+    "Settings",
+    "StepRecord",
+    "StepRecorder",
+    "StoreError",
+    "TransientDistillError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lessonbank' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,1 @@
+"""The ``lessonbank`` command line."""

@@ -1,0 +1,48 @@
+"""The whole Redis layout and every queue and task name, in one screen.
+
+Run state
+    ``lessonbank:run:{run_id}``            hash: bank, agent, task, state, outcome, started_at, updated_at, ...
+    ``lessonbank:run:{run_id}:steps``      hash: step sequence number -> step record JSON (HSETNX: replay-safe)
+    ``lessonbank:runs:open``               sorted set: run id -> last activity (unix seconds), for the sweeper
+
+Outcomes of distillation
+    ``lessonbank:dead-letters``            hash: run id -> dead letter JSON (bank, reason, attempts, at)
+
+Embedded-store proxy (agent-side reads served by the worker that owns the Qdrant path)
+    ``lessonbank:store:requests``          list of request JSON, BLPOP'd by the store owner
+    ``lessonbank:store:reply:{request_id}`` list holding one reply JSON, short TTL
+
+Celery
+    queue ``lessonbank`` (a Redis list of that name, kombu's layout); task names below.
+"""
+
+PREFIX = "lessonbank"
+
+RUN_KEY = PREFIX + ":run:{run_id}"
+RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
+OPEN_RUNS_KEY = PREFIX + ":runs:open"
+DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
+STORE_REQUESTS_KEY = PREFIX + ":store:requests"
+STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"
+
+DEFAULT_QUEUE = "lessonbank"
+DISTILL_TASK = "lessonbank.distill_run"
+SWEEP_TASK = "lessonbank.sweep_runs"
+
+# values of the ``state`` field of RUN_KEY
+RUN_OPEN = "open"
+RUN_CLOSED = "closed"
+RUN_DISTILLED = "distilled"
+RUN_DEAD = "dead"
+
+
+def run_key(run_id: str) -> str:
+    return RUN_KEY.format(run_id=run_id)
+
+
+def run_steps_key(run_id: str) -> str:
+    return RUN_STEPS_KEY.format(run_id=run_id)
+
+
+def store_reply_key(request_id: str) -> str:
+    return STORE_REPLY_KEY.format(request_id=request_id)

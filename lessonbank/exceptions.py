@@ -1,0 +1,38 @@
+"""Exception tree.
+
+LessonbankError
+├── ConfigurationError      settings that cannot work (bad URL, missing model files, ...)
+├── ServiceUnavailable      Redis, Qdrant or the store owner did not answer in time
+├── StoreError              the lesson store refused a read or write
+└── DistillError            distilling a run failed
+    ├── TransientDistillError   worth retrying (timeout, connection error, 429, 5xx)
+    └── PermanentDistillError   retrying will not help (4xx, output invalid after repair, no steps)
+"""
+
+
+class LessonbankError(Exception):
+    """Base class of every error lessonbank raises."""
+
+
+class ConfigurationError(LessonbankError):
+    """Settings or files that cannot work as given."""
+
+
+class ServiceUnavailable(LessonbankError):
+    """A service (Redis, Qdrant, the embedded-store owner) did not answer."""
+
+
+class StoreError(LessonbankError):
+    """The lesson store refused a read or a write."""
+
+
+class DistillError(LessonbankError):
+    """Distilling a run into lessons failed."""
+
+
+class TransientDistillError(DistillError):
+    """A failure that a later retry may not have (timeout, connection error, 429, 5xx)."""
+
+
+class PermanentDistillError(DistillError):
+    """A failure that retrying will not fix (4xx, invalid output after repair, no steps)."""
