@@ -7,6 +7,10 @@ Run state
 
 Outcomes of distillation
     ``lessonbank:dead-letters``            hash: run id -> dead letter JSON (bank, reason, attempts, at)
+    ``lessonbank:bank:{bank}:lock``        lock held while one worker consolidates into a bank
+
+Lessons handed in by agents (remember_lesson tool), waiting for a worker to consolidate them
+    ``lessonbank:lesson:pending:{pending_id}`` string: Lesson JSON, TTL = step_ttl
 
 Embedded-store proxy (agent-side reads served by the worker that owns the Qdrant path)
     ``lessonbank:store:requests``          list of request JSON, BLPOP'd by the store owner
@@ -22,12 +26,15 @@ RUN_KEY = PREFIX + ":run:{run_id}"
 RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
+PENDING_LESSON_KEY = PREFIX + ":lesson:pending:{pending_id}"
 STORE_REQUESTS_KEY = PREFIX + ":store:requests"
 STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"
+BANK_LOCK_KEY = PREFIX + ":bank:{bank}:lock"
 
 DEFAULT_QUEUE = "lessonbank"
 DISTILL_TASK = "lessonbank.distill_run"
 SWEEP_TASK = "lessonbank.sweep_runs"
+REMEMBER_TASK = "lessonbank.remember_lesson"
 
 # values of the ``state`` field of RUN_KEY
 RUN_OPEN = "open"
@@ -46,3 +53,11 @@ def run_steps_key(run_id: str) -> str:
 
 def store_reply_key(request_id: str) -> str:
     return STORE_REPLY_KEY.format(request_id=request_id)
+
+
+def pending_lesson_key(pending_id: str) -> str:
+    return PENDING_LESSON_KEY.format(pending_id=pending_id)
+
+
+def bank_lock_key(bank: str) -> str:
+    return BANK_LOCK_KEY.format(bank=bank)
