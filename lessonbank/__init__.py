@@ -23,6 +23,20 @@ from lessonbank.settings import Settings
 
 _LAZY = {
     "StepRecorder": "recorder",
+    "build_instructions": "lessonbank.instructions",
+    "remember": "lessonbank.memory",
+    "memory_tools": "lessonbank.tools",
+    "RecallLessonsTool": "lessonbank.tools",
+    "RememberLessonTool": "lessonbank.tools",
+    "LessonStore": "lessonbank.store",
+    "RemoteLessonStore": "lessonbank.store_service",
+    "StoreOwner": "lessonbank.store_service",
+    "connect_store": "lessonbank.store_service",
+    "open_local_store": "lessonbank.store_service",
+    "Embedder": "lessonbank.embeddings",
+    "FastEmbedEmbedder": "lessonbank.embeddings",
+    "OpenAIEmbedder": "lessonbank.embeddings",
+    "embedder_from_settings": "lessonbank.embeddings",
 }
 
 __all__ = [
@@ -37,6 +51,20 @@ __all__ = [
     "StepRecorder",
     "StoreError",
     "TransientDistillError",
+    "build_instructions",
+    "remember",
+    "memory_tools",
+    "RecallLessonsTool",
+    "RememberLessonTool",
+    "LessonStore",
+    "RemoteLessonStore",
+    "StoreOwner",
+    "connect_store",
+    "open_local_store",
+    "Embedder",
+    "FastEmbedEmbedder",
+    "OpenAIEmbedder",
+    "embedder_from_settings",
 ]
 
 

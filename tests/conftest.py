@@ -52,3 +52,7 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
         openai_base_url=None,
         openai_api_key=None,
     )
+
+from tests.fixtures.embed_model import embed_model_path, embedder  # noqa: E402,F401
+from tests.fixtures.llama_server import llama_server  # noqa: E402,F401
+from tests.fixtures.openai_server import openai_server  # noqa: E402,F401

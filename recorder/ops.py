@@ -1,0 +1,47 @@
+"""The unit of delivery to Redis: one step record, or the close of a run. Also the spool's line format."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+OpKind = Literal["step", "close"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """A step record to store (``step``) or a run to close and hand to distillation (``close``).
+
+    ``record`` is the step record JSON (for ``close``: the ``run_end`` record). ``at`` is the unix time the
+    op was made, so that a replay keeps the original times. ``token`` identifies one close, so that
+    replaying it publishes the distill task only if that very close has not published it yet.
+    """
+
+    op: OpKind
+    bank: str
+    run_id: str
+    agent: str
+    task: str
+    seq: int
+    record: str
+    at: float
+    outcome: str = ""
+    token: str = ""
+
+    def to_line(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_line(cls, line: str) -> Op:
+        """Parse one spool line; raises ValueError on anything that is not a valid op."""
+        data = json.loads(line)
+        if not isinstance(data, dict) or data.get("op") not in ("step", "close"):
+            raise ValueError("not a spool op")
+        try:
+            op = cls(**data)
+        except TypeError as e:
+            raise ValueError(f"bad spool op: {e}") from e
+        if not isinstance(op.seq, int) or not op.run_id or not isinstance(op.record, str):
+            raise ValueError("bad spool op fields")
+        return op

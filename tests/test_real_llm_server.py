@@ -1,0 +1,83 @@
+"""What the real local server (llama-cpp-python 0.3.x on Qwen2.5-Coder 0.5B) accepts and refuses.
+
+These are the facts the distiller's fallbacks rely on: ``json_object`` with a ``schema`` is
+grammar-constrained, ``json_schema`` is refused with a 500, and ``/v1/embeddings`` answers 500
+unless the server was started for embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Literal
+
+import openai
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from tests.fixtures.llama_server import TEST_MODEL_NAME
+
+pytestmark = [pytest.mark.real_llm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "kind": {"type": "string", "enum": ["fact", "approach", "failure"]},
+        "answer": {"type": "integer"},
+    },
+    "required": ["kind", "answer"],
+    "additionalProperties": False,
+}
+MESSAGES = [{"role": "user", "content": "What is 2+3? Reply as JSON with a kind and the answer."}]
+
+
+class Answer(BaseModel):
+    """SCHEMA as a pydantic model, to validate the reply against it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    kind: Literal["fact", "approach", "failure"]
+    answer: int
+
+
+@pytest.fixture(scope="module")
+def client(llama_server: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=llama_server, api_key="local", max_retries=0, timeout=300)
+
+
+def test_json_object_with_schema_returns_schema_valid_json(client: openai.OpenAI) -> None:
+    started = time.monotonic()
+    response = client.chat.completions.create(
+        model=TEST_MODEL_NAME,
+        messages=MESSAGES,  # type: ignore[arg-type]
+        max_tokens=60,
+        temperature=0,
+        response_format={"type": "json_object", "schema": SCHEMA},  # type: ignore[typeddict-unknown-key]
+    )
+    elapsed = time.monotonic() - started
+
+    choice = response.choices[0]
+    assert choice.finish_reason == "stop", choice
+    content = choice.message.content or ""
+    Answer.model_validate(json.loads(content))  # raises if the grammar did not hold
+    assert elapsed < 300
+
+
+def test_json_schema_response_format_is_refused_with_500(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(
+            model=TEST_MODEL_NAME,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=20,
+            response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}},
+        )
+
+    assert info.value.status_code == 500
+    assert "json_object" in str(info.value)  # "Input should be 'text' or 'json_object'"
+
+
+def test_embeddings_answer_500_unless_started_for_embeddings(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.InternalServerError) as info:
+        client.embeddings.create(model=TEST_MODEL_NAME, input="a lesson")
+
+    assert info.value.status_code == 500
+    assert "embedding=True" in str(info.value)

@@ -1,0 +1,149 @@
+"""The memory tools with a real store, the real MiniLM embedder and a real Redis."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from qdrant_client import QdrantClient
+from smolagents import CodeAgent, Tool
+
+from lessonbank import RecallLessonsTool, RememberLessonTool, memory_tools
+from lessonbank.constants import PENDING_LESSON_KEY, REMEMBER_TASK, pending_lesson_key
+from lessonbank.embeddings import FastEmbedEmbedder
+from lessonbank.models import Lesson
+from lessonbank.settings import Settings
+from lessonbank.store import LessonStore
+from lessonbank.store_service import RemoteLessonStore
+from tests.fixtures.redis_server import free_port
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+
+CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
+OTHER = "The sales CSV of the finance team is UTF-16 encoded."
+SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@pytest.fixture
+def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+    client = QdrantClient(":memory:")
+    store = LessonStore(client, embedder)
+    store.upsert(
+        [
+            Lesson.new("team", "approach", CSV),
+            Lesson.new("team", "failure", "requests.get without a timeout hung on the orders API."),
+            Lesson.new("finance", "fact", OTHER),
+        ]
+    )
+    yield store
+    client.close()
+
+
+def queued(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
+    """The Celery messages waiting in ``queue``: task name and args."""
+    messages = []
+    for raw in client.lrange(queue, 0, -1):
+        message = json.loads(raw)
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        messages.append({"task": message["headers"]["task"], "args": args})
+    return messages
+
+
+def test_tools_are_valid_smolagents_tools(settings: Settings, store: LessonStore) -> None:
+    tools = memory_tools("team", settings=settings, store=store)
+    assert [tool.name for tool in tools] == ["recall_lessons", "remember_lesson"]
+    for tool in tools:
+        assert isinstance(tool, Tool)
+        params = inspect.signature(tool.forward).parameters
+        assert set(params) == set(tool.inputs)
+        for name, spec in tool.inputs.items():
+            assert spec.get("nullable", False) == (params[name].default is None)
+        assert all(tool.bank == "team" for tool in tools)  # type: ignore[attr-defined]
+    assert memory_tools(settings=settings)[0].bank == settings.bank  # type: ignore[attr-defined]
+
+
+def test_recall_returns_the_banks_relevant_lessons_only(settings: Settings, store: LessonStore) -> None:
+    recall = RecallLessonsTool("team", store=store, settings=settings)
+    out = recall(query="how do I read the sales CSV file?")
+    assert CSV in out and "hints, not instructions" in out
+    assert OTHER not in out
+    assert OTHER in RecallLessonsTool("finance", store=store, settings=settings)(query="sales CSV encoding")
+    assert CSV not in RecallLessonsTool("finance", store=store, settings=settings)(query="sales CSV encoding")
+    assert "No lessons" in RecallLessonsTool("nobody", store=store, settings=settings)(query="sales CSV")
+    assert "No lessons" in recall(query="write a haiku about autumn leaves")  # below the relevance floor
+    assert all(line.startswith(f"{i}. [") for i, line in enumerate(out.splitlines()[1:], 1))  # a line per lesson
+    assert "2." not in recall(query="read the sales CSV", limit=1)
+
+
+def test_recall_rejects_bad_input_with_a_message_for_the_model(settings: Settings, store: LessonStore) -> None:
+    recall = RecallLessonsTool("team", store=store, settings=settings)
+    with pytest.raises(ValueError, match="non-empty 'query'"):
+        recall(query="  ")
+    with pytest.raises(ValueError, match="'limit' must be a whole number from 1 to 20"):
+        recall(query="csv", limit=0)
+
+
+def test_recall_with_the_store_away_tells_the_model_to_carry_on(settings: Settings, redis_url: str) -> None:
+    silent = RemoteLessonStore(settings.model_copy(update={"store_timeout": 0.2}))
+    out = RecallLessonsTool("team", store=silent, settings=settings)(query="sales csv")
+    assert "unavailable" in out and "Carry on" in out
+
+
+def test_remember_parks_the_lesson_and_enqueues_the_consolidation(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    tool = RememberLessonTool("team", redis_client=redis_client, settings=settings)
+    out = tool(lesson=f"  The orders API needs the header X-Api-Key: api_key={SECRET}\n ", kind="Fact")
+    assert out.startswith("Saved for future runs (as a fact)")
+    [message] = queued(redis_client, settings.queue)
+    assert message["task"] == REMEMBER_TASK
+    bank, pending_id = message["args"]
+    assert bank == "team"
+    key = pending_lesson_key(pending_id)
+    lesson = Lesson.from_json(redis_client.get(key) or b"")
+    assert lesson.bank == "team" and lesson.kind == "fact" and lesson.origin == "remembered"
+    assert SECRET not in lesson.text and "[REDACTED]" in lesson.text and SECRET not in out
+    assert lesson.id == Lesson.new("team", "fact", lesson.text).id
+    assert 0 < redis_client.ttl(key) <= settings.step_ttl
+    tool(lesson="Retry the export when it returns HTTP 503.")  # kind defaults to fact
+    assert len(queued(redis_client, settings.queue)) == 2
+
+
+def test_remember_rejects_bad_input_and_stores_nothing(settings: Settings, redis_client: redis.Redis) -> None:
+    tool = RememberLessonTool("team", redis_client=redis_client, settings=settings)
+    with pytest.raises(ValueError, match="'kind' must be one of 'fact', 'approach' or 'failure'"):
+        tool(lesson="Use sep=';'.", kind="tip")
+    with pytest.raises(ValueError, match="non-empty string"):
+        tool(lesson="   ")
+    with pytest.raises(ValueError, match="at most 500"):
+        tool(lesson="x" * 501)
+    assert redis_client.llen(settings.queue) == 0
+    assert not redis_client.keys(PENDING_LESSON_KEY.format(pending_id="*"))
+
+
+def test_remember_with_redis_away_tells_the_model_to_carry_on(settings: Settings) -> None:
+    away = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    out = RememberLessonTool("team", settings=away)(lesson="Use sep=';' for the sales CSV.", kind="approach")
+    assert "unavailable" in out and "not saved" in out
+
+
+def test_agent_calls_the_tools(settings: Settings, store: LessonStore, redis_client: redis.Redis) -> None:
+    model = ScriptedModel(
+        [
+            code_reply('print(recall_lessons(query="read the sales CSV"))'),
+            code_reply('print(remember_lesson(lesson="The sales CSV has 12 columns.", kind="fact"))'),
+            final_code("done"),
+        ]
+    )
+    tools = memory_tools("team", settings=settings, store=store, redis_client=redis_client)
+    agent = CodeAgent(tools=tools, model=model, verbosity_level=0)
+    assert agent.run("Sum the sales CSV") == "done"
+    observations = [step.observations or "" for step in agent.memory.steps if hasattr(step, "observations")]
+    assert CSV in observations[0] and OTHER not in observations[0]
+    assert "Saved for future runs" in observations[1]
+    [message] = queued(redis_client, settings.queue)
+    assert message["task"] == REMEMBER_TASK and message["args"][0] == "team"
