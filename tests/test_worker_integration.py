@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from lessonbank.constants import run_steps_key
+from lessonbank.constants import REMEMBER_TASK, pending_lesson_key, run_steps_key
+from lessonbank.models import Lesson
 from lessonbank.settings import Settings
 from lessonbank.store_service import RemoteLessonStore
 from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
@@ -238,6 +239,19 @@ def test_run_without_steps_is_dead_lettered(svc: Service) -> None:
     letter = deadletters.get(svc.client, run_id)
     assert letter is not None and "no step records" in letter.reason
     assert svc.llm.chat_requests() == []
+
+
+def test_remembered_lesson_is_consolidated(svc: Service) -> None:
+    b = bank()
+    lesson = Lesson.new(b, "approach", "Cache the orders API token for its 15 minute lifetime.", origin="remembered")
+    pending_id = uuid.uuid4().hex
+    svc.client.set(pending_lesson_key(pending_id), lesson.to_json(), ex=600)
+    svc.app.send_task(REMEMBER_TASK, args=[b, pending_id], queue=QUEUE)
+    deadline = time.monotonic() + 30
+    while svc.client.exists(pending_lesson_key(pending_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [stored] = svc.store.list(b)
+    assert stored.id == lesson.id and stored.origin == "remembered" and stored.evidence == 1
 
 
 def test_worker_logs_carry_no_step_content(svc: Service) -> None:

@@ -122,8 +122,10 @@ class Consolidator:
         thresholds: Thresholds | None = None,
         decide: Decider | None = None,
         scrubber: SecretScrubber | None = None,
+        origin: Literal["distilled", "remembered", "imported"] = "distilled",
     ) -> None:
         self.store = store
+        self.origin = origin
         self.bank = bank
         self.run_id = run_id
         self.thresholds = thresholds or Thresholds()
@@ -204,7 +206,8 @@ class Consolidator:
         self.stats.lesson_ids.append(lesson.id)
 
     def _add(self, draft: DraftLesson) -> None:
-        lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id)
+        lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
+                            origin=self.origin)
         self.store.upsert([lesson])
         self.stats.added += 1
         self.stats.lesson_ids.append(lesson.id)

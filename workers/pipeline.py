@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import LockError
 
-from lessonbank.constants import RUN_DISTILLED, bank_lock_key
+from lessonbank.constants import RUN_DISTILLED, bank_lock_key, pending_lesson_key
 from lessonbank.exceptions import PermanentDistillError, TransientDistillError
+from lessonbank.models import Lesson
 from lessonbank.settings import Settings
 from workers.consolidate import ConsolidationStats, Consolidator, LessonSink, Thresholds, llm_decider
-from workers.distiller import DistillOutput, distill
+from workers.distiller import DistillOutput, DraftLesson, distill
 from workers.llm import ChatLLM
 from workers.runs import (
     count_attempt,
@@ -125,4 +126,29 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         bank, run_id, time.monotonic() - started, stats.added, stats.reinforced, stats.merged, stats.skipped,
         stats.dropped_secret,
     )
+    return stats
+
+
+def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats | None:
+    """Consolidate a lesson an agent handed in (parked at ``pending_lesson_key``); None if already done."""
+    key = pending_lesson_key(pending_id)
+    raw = deps.redis.get(key)
+    if raw is None:
+        logger.info("bank %s: remembered lesson %s already consolidated or expired", bank, pending_id)
+        return None
+    try:
+        lesson = Lesson.from_json(raw)
+    except ValueError as e:
+        raise PermanentDistillError(f"remembered lesson {pending_id} is not a valid lesson") from e
+    if lesson.bank != bank:
+        raise PermanentDistillError(f"remembered lesson {pending_id} belongs to another bank")
+    draft = DraftLesson(kind=lesson.kind, text=lesson.text, tags=lesson.tags)
+    settings = deps.settings
+    thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
+    with bank_lock(deps.redis, bank, settings.distill_lock_timeout):
+        stats = Consolidator(deps.store, bank, f"remembered:{pending_id}", thresholds, decide=llm_decider(deps.llm),
+                             scrubber=deps.scrubber, origin="remembered").run([draft])
+    deps.redis.delete(key)
+    logger.info("bank %s: remembered lesson %s: %d added, %d reinforced, %d merged, %d skipped, %d dropped",
+                bank, pending_id, stats.added, stats.reinforced, stats.merged, stats.skipped, stats.dropped_secret)
     return stats

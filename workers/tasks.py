@@ -14,13 +14,13 @@ import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from lessonbank.constants import DISTILL_TASK, SWEEP_TASK
+from lessonbank.constants import DISTILL_TASK, REMEMBER_TASK, SWEEP_TASK
 from lessonbank.exceptions import ServiceUnavailable, StoreError, TransientDistillError
 from lessonbank.store_service import connect_store
 from workers import deadletters
 from workers.app import app
 from workers.llm import ChatLLM, make_client
-from workers.pipeline import Deps, distill_one
+from workers.pipeline import Deps, distill_one, remember_one
 from workers.runs import mark_dead
 from workers.scrub import SecretScrubber
 from workers.sweeper import sweep
@@ -103,3 +103,16 @@ def sweep_runs() -> None:
     """Close abandoned runs (and send them to distillation); expire data of finished runs."""
     sweep(deps().redis, settings, enqueue=lambda bank, run_id: distill_run.apply_async(
         args=[bank, run_id], queue=settings.queue))
+
+
+@app.task(
+    name=REMEMBER_TASK,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=settings.retry_backoff,
+    retry_backoff_max=settings.retry_backoff_max,
+    retry_jitter=True,
+    max_retries=settings.max_retries,
+)
+def remember_lesson(bank: str, pending_id: str) -> None:
+    """Consolidate one lesson an agent handed in with `remember_lesson` (idempotent)."""
+    remember_one(deps(), bank, pending_id)
