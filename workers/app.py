@@ -45,6 +45,9 @@ def celery_config(settings: Settings) -> dict[str, object]:
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A cold shutdown (SIGQUIT; SIGTERM under REMAP_SIGTERM=SIGQUIT) first lets the task in hand run
+        # this long, then requeues it, instead of leaving it to the broker's visibility timeout.
+        "worker_soft_shutdown_timeout": settings.soft_shutdown_timeout,
         "worker_hijack_root_logger": True,
         "beat_schedule_filename": str(settings.data_dir / "celerybeat-schedule"),
         "beat_schedule": {
