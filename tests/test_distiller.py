@@ -10,8 +10,8 @@ import pytest
 from lessonbank.exceptions import PermanentDistillError, TransientDistillError
 from tests.fixtures.openai_server import FakeOpenAI, Reply, error, lessons_json
 from tests.fixtures.redis_server import free_port
-from workers.distiller import build_messages, distill
-from workers.llm import ChatLLM, extract_json
+from workers.distiller import DistillOutput, build_messages, distill
+from workers.llm import ChatLLM, extract_json, strict_schema
 
 GOOD = lessons_json(
     ("fact", "The orders API paginates with a 'cursor' query parameter, not 'page'."),
@@ -83,6 +83,18 @@ def test_response_format_falls_back_like_llama_cpp_and_is_remembered(openai_serv
     assert formats[2]["type"] == "json_object"  # remembered: no second rejected request
 
 
+def test_llama_cpp_500_on_json_schema_falls_back_to_json_object(openai_server: FakeOpenAI) -> None:
+    # What llama-cpp-python's server really answers to response_format type json_schema.
+    openai_server.script(
+        error(500, "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                   "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"),
+        Reply(content=GOOD),
+    )
+    assert len(distill(llm_for(openai_server), "t", 5).output.lessons) == 2
+    formats = [r.get("response_format") for r in openai_server.chat_requests()]
+    assert [f["type"] for f in formats] == ["json_schema", "json_object"]
+
+
 def test_plain_text_when_no_structured_output_is_accepted(openai_server: FakeOpenAI) -> None:
     openai_server.script(error(400, "unknown field response_format"), error(422, "json_object schema unsupported"),
                          Reply(content=GOOD))
@@ -133,3 +145,12 @@ def test_extract_json_variants() -> None:
 def test_messages_tell_the_model_the_limit() -> None:
     messages = build_messages("T", 2)
     assert "at most 2 lessons" in messages[0]["content"] and messages[1]["role"] == "user"
+
+
+def test_schema_sent_to_the_llm_is_strict_and_has_no_length_bounds() -> None:
+    schema = strict_schema(DistillOutput)
+    text = json.dumps(schema)
+    # llama.cpp compiles maxLength into a grammar too large to parse; OpenAI strict mode rejects it.
+    assert "maxLength" not in text and "minLength" not in text
+    lesson = schema["$defs"]["DraftLesson"]
+    assert lesson["additionalProperties"] is False and set(lesson["required"]) == {"kind", "text", "tags"}

@@ -2,8 +2,9 @@
 
 Structured output is asked for in the strongest form the server accepts: ``json_schema`` (OpenAI,
 vLLM), then ``json_object`` carrying the schema (llama.cpp's server), then plain text; a server that
-rejects one form with a 400/422 about the response format is asked again in the next, and the form
-that worked is remembered. Any other 4xx (but 429) is permanent.
+rejects one form with a 400/422 about the response format (or, as llama.cpp's server does for
+``json_schema``, a 500 whose message names ``response_format``) is asked again in the next, and the
+form that worked is remembered. Any other 4xx (but 429) is permanent.
 Replies are parsed leniently (code fences and prose around the JSON object are stripped) and
 validated with pydantic.
 """
@@ -88,6 +89,14 @@ def _about_format(error: openai.APIStatusError) -> bool:
     return any(word in text for word in ("response_format", "json_schema", "schema", "json_object"))
 
 
+def _rejects_format(error: openai.APIStatusError) -> bool:
+    """Whether the server refused the structured-output form rather than failing for another reason."""
+    if error.status_code in (400, 422):
+        return _about_format(error)
+    # llama.cpp's server validates the request body with pydantic and answers 500 on an unknown form.
+    return error.status_code == 500 and "response_format" in f"{error.message} {error.body}"
+
+
 def response_format(mode: str, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
     if mode == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
@@ -116,8 +125,8 @@ class ChatLLM:
             started = time.monotonic()
             try:
                 response = self.client.chat.completions.create(**kwargs)
-            except (openai.BadRequestError, openai.UnprocessableEntityError) as e:
-                if self._mode_index + 1 < len(MODES) and _about_format(e):
+            except openai.APIStatusError as e:
+                if self._mode_index + 1 < len(MODES) and _rejects_format(e):
                     self._mode_index += 1
                     logger.info("LLM rejected response_format %s (%s); trying %s", mode, e.status_code,
                                 MODES[self._mode_index])
@@ -168,11 +177,19 @@ def parse_reply(text: str, model: type[T]) -> T:
         raise InvalidOutput(f"the JSON does not match the schema ({problems})") from e
 
 
+# Length bounds stay in the pydantic validation only: OpenAI's strict mode does not support them, and
+# llama.cpp turns a maxLength into a grammar too large to parse (the request then fails).
+UNSENT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems")
+
+
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """`model`'s JSON schema in the strict form OpenAI asks for: closed objects, every property required."""
+    """`model`'s JSON schema in the strict form OpenAI asks for: closed objects, every property required,
+    no length bounds."""
 
     def close(node: Any) -> None:
         if isinstance(node, dict):
+            for keyword in UNSENT_KEYWORDS:
+                node.pop(keyword, None)
             if node.get("type") == "object" and "properties" in node:
                 node["additionalProperties"] = False
                 node["required"] = list(node["properties"])
