@@ -37,6 +37,8 @@ _LAZY = {
     "FastEmbedEmbedder": "lessonbank.embeddings",
     "OpenAIEmbedder": "lessonbank.embeddings",
     "embedder_from_settings": "lessonbank.embeddings",
+    "LlamaServer": "lessonbank.local_llm",
+    "ensure_model": "lessonbank.local_llm",
 }
 
 __all__ = [
@@ -65,6 +67,8 @@ __all__ = [
     "FastEmbedEmbedder",
     "OpenAIEmbedder",
     "embedder_from_settings",
+    "LlamaServer",
+    "ensure_model",
 ]
 
 

@@ -343,7 +343,9 @@ class LlamaServer:
         logger.info("starting llama.cpp server: %s", " ".join(self.command()))
         try:
             # Own session: a Ctrl-C meant for the caller does not reach the server; the caller stops it.
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         finally:
             if self.log_path:
                 log.close()  # type: ignore[union-attr]

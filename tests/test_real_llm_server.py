@@ -13,6 +13,7 @@ from typing import Literal
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
 from tests.fixtures.llama_server import TEST_MODEL_NAME
@@ -28,7 +29,9 @@ SCHEMA = {
     "required": ["kind", "answer"],
     "additionalProperties": False,
 }
-MESSAGES = [{"role": "user", "content": "What is 2+3? Reply as JSON with a kind and the answer."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is 2+3? Reply as JSON with a kind and the answer."}
+]
 
 
 class Answer(BaseModel):
@@ -48,10 +51,11 @@ def test_json_object_with_schema_returns_schema_valid_json(client: openai.OpenAI
     started = time.monotonic()
     response = client.chat.completions.create(
         model=TEST_MODEL_NAME,
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         max_tokens=60,
         temperature=0,
-        response_format={"type": "json_object", "schema": SCHEMA},  # type: ignore[typeddict-unknown-key]
+        # llama-cpp-python's extension: a "schema" next to "json_object" (not in the OpenAI types).
+        response_format={"type": "json_object", "schema": SCHEMA},  # type: ignore[call-overload]
     )
     elapsed = time.monotonic() - started
 
@@ -66,7 +70,7 @@ def test_json_schema_response_format_is_refused_with_500(client: openai.OpenAI) 
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(
             model=TEST_MODEL_NAME,
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             max_tokens=20,
             response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}},
         )

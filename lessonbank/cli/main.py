@@ -55,3 +55,7 @@ cli.add_command(worker)
 from lessonbank.cli.dead_letters import dead_letters  # noqa: E402
 
 cli.add_command(dead_letters)
+
+from lessonbank.cli.demo import demo  # noqa: E402
+
+cli.add_command(demo)

