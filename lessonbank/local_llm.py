@@ -37,6 +37,9 @@ LLAMA_CPP_REQUIREMENT = "llama-cpp-python[server]>=0.3,<0.4"
 # The default native build emits instructions (AMX) that crash on some CPUs; build portable code.
 LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
 OK_MARKER_SUFFIX = ".sha256-ok"
+# llama.cpp's OpenMP threads spin while waiting; on a small, shared CPU (another server, a build)
+# that makes a 32-token completion take minutes instead of seconds. Passive waiting avoids it.
+SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 ProgressFn = Callable[[int], None]
 """Called with the number of bytes just added to the model file."""
@@ -344,7 +347,8 @@ class LlamaServer:
         try:
             # Own session: a Ctrl-C meant for the caller does not reach the server; the caller stops it.
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **SERVER_ENV},
             )
         finally:
             if self.log_path:

@@ -82,10 +82,12 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
 
 @llm.command("serve")
 @MODEL_OPTION
-@click.option("--port", type=int, default=None, help="Port on 127.0.0.1 (default: LESSONBANK_LOCAL_LLM_PORT).")
+@click.option("--port", type=int, default=None, help="Port (default: LESSONBANK_LOCAL_LLM_PORT).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; 0.0.0.0 only inside a container or a trusted network.")
 @click.option("--threads", type=int, default=None, help="CPU threads (default: LESSONBANK_LOCAL_LLM_THREADS).")
 @pass_cli
-def serve(obj: CliContext, model_key: str | None, port: int | None, threads: int | None) -> None:
+def serve(obj: CliContext, model_key: str | None, port: int | None, host: str, threads: int | None) -> None:
     """Run llama.cpp's OpenAI-compatible server in the foreground until Ctrl-C."""
     settings = obj.settings
     key = _model_key(obj, model_key)
@@ -100,6 +102,7 @@ def serve(obj: CliContext, model_key: str | None, port: int | None, threads: int
     server = local_llm.LlamaServer(
         path,
         port or settings.local_llm_port,
+        host=host,
         n_threads=threads or settings.local_llm_threads,
         n_ctx=settings.local_llm_ctx,
         alias=spec.alias,

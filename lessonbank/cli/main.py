@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import click
@@ -10,8 +11,36 @@ from pydantic import ValidationError
 from lessonbank.cli.context import CliContext
 from lessonbank.settings import Settings
 
+# command name -> "module:attribute"; a command's module is imported only when it is used (or listed).
+COMMANDS = {
+    "demo": "lessonbank.cli.demo:demo",
+    "worker": "lessonbank.cli.worker:worker",
+    "instructions": "lessonbank.cli.instructions:instructions",
+    "lessons": "lessonbank.cli.lessons:lessons",
+    "status": "lessonbank.cli.status:status",
+    "dead-letters": "lessonbank.cli.dead_letters:dead_letters",
+    "spool": "lessonbank.cli.spool:spool",
+    "llm": "lessonbank.cli.llm:llm",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A group whose subcommands load on first use, so `lessonbank status` does not import smolagents."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attribute = target.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("--redis-url", envvar="LESSONBANK_REDIS_URL", default=None, help="Redis URL (LESSONBANK_REDIS_URL).")
 @click.version_option(package_name="lessonbank")
@@ -27,35 +56,3 @@ def cli(ctx: click.Context, verbose: int, redis_url: str | None) -> None:
     except ValidationError as e:
         raise click.ClickException(f"invalid settings: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from e
     ctx.obj = CliContext(settings=settings)
-
-from lessonbank.cli.llm import llm  # noqa: E402
-
-cli.add_command(llm)
-
-from lessonbank.cli.lessons import lessons  # noqa: E402
-
-cli.add_command(lessons)
-
-from lessonbank.cli.instructions import instructions  # noqa: E402
-
-cli.add_command(instructions)
-
-from lessonbank.cli.status import status  # noqa: E402
-
-cli.add_command(status)
-
-from lessonbank.cli.spool import spool  # noqa: E402
-
-cli.add_command(spool)
-
-from lessonbank.cli.worker import worker  # noqa: E402
-
-cli.add_command(worker)
-
-from lessonbank.cli.dead_letters import dead_letters  # noqa: E402
-
-cli.add_command(dead_letters)
-
-from lessonbank.cli.demo import demo  # noqa: E402
-
-cli.add_command(demo)
