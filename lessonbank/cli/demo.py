@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import click
@@ -58,17 +59,19 @@ def _key_line(code: str) -> str:
 
 
 def _error_line(error: str) -> str:
-    """The gist of an agent error: the exception at its end."""
-    marker = error.rfind("due to: ")
-    return error[marker + len("due to: "):].splitlines()[0] if marker >= 0 else error.splitlines()[0]
+    """The gist of an agent error: the innermost exception named in its message."""
+    line = error[error.rfind("due to: ") + len("due to: "):] if "due to: " in error else error
+    line = line.splitlines()[0] if line else ""
+    exceptions = list(re.finditer(r"\b\w+(?:Error|Exception): ", line))
+    return line[exceptions[-1].start():] if exceptions else line
 
 
 def _printed(observation: str) -> str:
-    """What the step printed (smolagents' 'Execution logs'), else its last line."""
-    lines = [line for line in observation.strip().splitlines() if line.strip()]
-    if lines and lines[0].startswith("Execution logs:") and len(lines) > 1:
-        return lines[1]
-    return lines[-1] if lines else ""
+    """What the step printed (smolagents' 'Execution logs'), else the value its code ended with."""
+    logs, _, last = observation.partition("Last output from code snippet:")
+    text = logs.replace("Execution logs:", "").strip() or last.strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
 
 
 def _show_lessons(lessons: list[Lesson]) -> None:

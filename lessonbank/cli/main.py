@@ -56,3 +56,7 @@ def cli(ctx: click.Context, verbose: int, redis_url: str | None) -> None:
     except ValidationError as e:
         raise click.ClickException(f"invalid settings: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from e
     ctx.obj = CliContext(settings=settings)
+
+
+if __name__ == "__main__":
+    cli()

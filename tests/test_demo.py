@@ -1,0 +1,55 @@
+"""`lessonbank demo` end to end, with the OpenAI-protocol test server standing in for the LLM.
+
+(The demo on the real local model is what the README's first command runs; here the same command runs
+against the scripted server so that it is checked on every CI run in seconds.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
+
+pytestmark = pytest.mark.slow
+
+LESSON = "The sales CSV files use ';' as separator: read them with csv.DictReader(f, delimiter=';')."
+
+
+def test_demo_runs_twice_and_run_two_starts_with_the_lesson(
+    redis_url: str, openai_server: FakeOpenAI, embed_model_path: Path, tmp_path: Path
+) -> None:
+    openai_server.script(Reply(content=lessons_json(("fact", LESSON))), Reply(content=lessons_json(("fact", LESSON))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LESSONBANK_", "OPENAI_"))}
+    env.update({
+        "LESSONBANK_REDIS_URL": redis_url,
+        "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
+        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
+        "OPENAI_BASE_URL": openai_server.url,
+        "OPENAI_API_KEY": "test-key",
+        "LESSONBANK_DISTILL_MODEL": "fake-model",
+    })
+    result = subprocess.run(
+        [sys.executable, "-m", "lessonbank.cli.main", "demo", "--timeout", "120"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "Redis: reusing" in out and "SCRIPTED trajectory" in out
+
+    run_one, run_two = out.split("\nRun 1 ", 1)[1].split("\nRun 2 ", 1)
+    assert "started with no lessons" in run_one
+    assert "KeyError" in run_one and "steps: 4   errors: 1" in run_one
+    assert "## Lessons from earlier runs" in run_two and "delimiter=';'" in run_two
+    assert "steps: 2   errors: 0" in run_two
+    assert "[fact] evidence 2" in out.rsplit("after run 2:", 1)[1]  # run 2 reinforced the lesson
+    assert re.search(r"lessons at start\s+0\s+1", out)
+    assert len(openai_server.chat_requests()) == 2
+
+    worker_pid = int(re.search(r"Worker: celery -A workers worker \(pid (\d+)", out).group(1))  # type: ignore[union-attr]
+    assert not Path(f"/proc/{worker_pid}").exists()  # everything the demo started is stopped
