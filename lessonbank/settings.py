@@ -56,8 +56,8 @@ class Settings(BaseSettings):
     local_llm_ctx: int = Field(4096, description="Context window (tokens) of the local llama.cpp server.")
 
     # Workers
-    task_soft_time_limit: int = Field(300, description="Soft time limit of a distill task, seconds.")
-    task_time_limit: int = Field(360, description="Hard time limit of a distill task, seconds.")
+    task_soft_time_limit: int = Field(600, description="Soft time limit of a distill task, seconds.")
+    task_time_limit: int = Field(660, description="Hard time limit of a distill task, seconds.")
     max_retries: int = Field(5, description="Retries of a distill task on transient errors.")
     retry_backoff_max: int = Field(600, description="Longest retry backoff, seconds.")
     retry_backoff: int = Field(
@@ -81,7 +81,10 @@ class Settings(BaseSettings):
         description="Cosine similarity above which a lesson reinforces an existing one.",
     )
     related_similarity: float = Field(0.6, description="Cosine similarity above which the LLM decides add/merge/skip.")
-    distill_lock_timeout: int = Field(600, description="Seconds a worker may hold a bank while consolidating.")
+    distill_lock_timeout: int = Field(
+        150,
+        description="Seconds a worker may hold a bank while consolidating (a killed worker's lock expires after it).",
+    )
 
     # Lesson store and embeddings
     qdrant_url: str | None = Field(None, description="Qdrant server URL. Unset: embedded local mode at QDRANT_PATH.")

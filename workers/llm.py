@@ -134,6 +134,8 @@ class ChatLLM:
                 raise classify(e, self.timeout) from e
             except openai.OpenAIError as e:
                 raise classify(e, self.timeout) from e
+            except ValueError as e:  # a 200 whose body is not JSON: cut off on the way, worth another try
+                raise TransientDistillError(f"LLM response unreadable: {type(e).__name__}") from e
             latency = time.monotonic() - started
             text = ""
             if response.choices and response.choices[0].message.content:

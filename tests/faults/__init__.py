@@ -1,0 +1,1 @@
+"""Fault injection against the whole system: real processes, real signals, outcomes counted."""

@@ -1,0 +1,347 @@
+"""What the fault tests share: one worker service (Redis, fake LLM, Celery worker), waiting, counting.
+
+``Service`` starts a real redis-server (optionally with AOF, so the queue survives a kill), a real HTTP
+server speaking the OpenAI protocol (optionally behind a ``Relay`` that can refuse connections), and a
+real ``celery -A workers worker`` process owning the embedded lesson store. Timeouts and backoffs are
+small so that every fault resolves in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from smolagents import CodeAgent, Tool
+
+from lessonbank.constants import RUN_DEAD, RUN_DISTILLED, run_steps_key
+from lessonbank.models import Lesson, StepRecord
+from lessonbank.settings import Settings
+from lessonbank.store_service import RemoteLessonStore, connect_store
+from recorder import StepRecorder
+from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
+from tests.fixtures.openai_server import FakeOpenAI, Reply
+from tests.fixtures.recorded import run_records
+from tests.fixtures.redis_server import RedisServer, free_port
+from tests.fixtures.runs import run_state, write_run
+from tests.fixtures.scripted_model import Reply as ModelReply
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+from workers import deadletters
+
+FINISHED = (RUN_DISTILLED, RUN_DEAD)
+
+# Small limits for every fault worker (each can be overridden per module).
+FAST = {
+    "llm_timeout": 2,
+    "retry_backoff": 1,
+    "retry_backoff_max": 1,
+    "max_retries": 2,
+    "store_timeout": 3,
+    "task_soft_time_limit": 20,
+    "task_time_limit": 25,
+    "visibility_timeout": 30,
+    "distill_lock_timeout": 15,
+}
+
+
+class Relay:
+    """A TCP relay on a fixed loopback port in front of `target_port`; ``close()`` makes it refuse connections."""
+
+    def __init__(self, target_port: int, port: int | None = None) -> None:
+        self.target_port = target_port
+        self.port = port or free_port()
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def open(self) -> Relay:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        """Stop listening and cut every open connection: new connections are refused."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread and stops listening
+            except OSError:
+                pass
+            listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class Service:
+    """Redis + fake LLM + one worker, for one test module. Tests use banks of their own."""
+
+    def __init__(self, root: Path, embed_model_path: Path, queue: str, appendonly: bool = False,
+                 relay: bool = False, concurrency: int = 2, **overrides: str | int | float) -> None:
+        self.root = root
+        self.queue = queue
+        self.embed_model_path = embed_model_path
+        self.redis_server = RedisServer(root / "redis", appendonly=appendonly)
+        self.llm = FakeOpenAI()
+        self.relay: Relay | None = None
+        self.use_relay = relay
+        self.concurrency = concurrency
+        self.overrides: dict[str, str | int | float] = {**FAST, **overrides}
+        self.worker: CeleryWorker | None = None
+        self.workers_started = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> Service:
+        self.redis_server.start()
+        self.llm.start()
+        if self.use_relay:
+            self.relay = Relay(int(self.llm.url.split(":")[-1].split("/")[0])).open()
+        self.client = self.redis_server.client()
+        self.app: Celery = producer(self.redis_server.url)
+        self.start_worker()
+        return self
+
+    @property
+    def llm_url(self) -> str:
+        return f"http://127.0.0.1:{self.relay.port}/v1" if self.relay is not None else self.llm.url
+
+    def worker_env(self) -> dict[str, str]:
+        return worker_env(self.redis_server.url, self.queue, self.root / "data", self.llm_url, self.embed_model_path,
+                          **self.overrides)
+
+    def start_worker(self) -> CeleryWorker:
+        self.workers_started += 1
+        log = self.root / f"worker-{self.workers_started}.log"
+        self.worker = CeleryWorker(self.worker_env(), self.queue, log, concurrency=self.concurrency).start()
+        return self.worker
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        if self.relay is not None:
+            self.relay.close()
+        self.llm.stop()
+        self.redis_server.stop()
+
+    def restart_redis(self, down_for: float = 0.0) -> None:
+        """SIGKILL redis-server, wait `down_for` seconds, start it again on the same port (same AOF)."""
+        self.redis_server.kill()
+        time.sleep(down_for)
+        self.redis_server.start()
+
+    # -- the agent side -------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        """Settings of an agent process / CLI talking to this service (no Qdrant URL: through the worker)."""
+        return Settings(
+            _env_file=None, redis_url=self.redis_server.url, queue=self.queue, data_dir=self.root / "agent",
+            embed_model_path=self.embed_model_path, store_timeout=10, qdrant_url=None,
+            openai_base_url=None, openai_api_key=None,
+        )
+
+    def cli_env(self) -> dict[str, str | None]:
+        """Environment for ``CliRunner``: the same Redis and embedded store as the worker."""
+        return {
+            "LESSONBANK_REDIS_URL": self.redis_server.url,
+            "LESSONBANK_QUEUE": self.queue,
+            "LESSONBANK_DATA_DIR": str(self.root / "data"),
+            "LESSONBANK_EMBED_MODEL_PATH": str(self.embed_model_path),
+            "LESSONBANK_STORE_TIMEOUT": "10",
+            "LESSONBANK_QDRANT_URL": None,
+            "LESSONBANK_QDRANT_PATH": None,
+            "LESSONBANK_BANK": None,
+        }
+
+    def store(self) -> RemoteLessonStore:
+        store = connect_store(self.settings, self.redis_server.client())
+        assert isinstance(store, RemoteLessonStore)
+        return store
+
+    def lessons(self, bank: str, include_inactive: bool = False) -> list[Lesson]:
+        return self.store().list(bank, limit=1000, include_inactive=include_inactive)
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def submit(self, bank: str, queue: str | None = None, **kwargs: Any) -> str:
+        """A run written the way the recorder lays it out, and its distill task."""
+        run_id = write_run(self.client, bank, **kwargs)
+        enqueue(self.app, queue or self.queue, bank, run_id)
+        return run_id
+
+    def state(self, run_id: str) -> dict[str, str]:
+        return run_state(self.client, run_id)
+
+    def wait(self, run_id: str, states: tuple[str, ...] = FINISHED, timeout: float = 60) -> dict[str, str]:
+        return self.wait_all([run_id], states, timeout)[run_id]
+
+    def wait_all(self, run_ids: Iterable[str], states: tuple[str, ...] = FINISHED,
+                 timeout: float = 60) -> dict[str, dict[str, str]]:
+        pending = list(run_ids)
+        done: dict[str, dict[str, str]] = {}
+        deadline = time.monotonic() + timeout
+        while pending:
+            for run_id in list(pending):
+                state = run_state(self.client, run_id)
+                if state.get("state") in states:
+                    done[run_id] = state
+                    pending.remove(run_id)
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                log = self.worker.log()[-3000:] if self.worker else ""
+                raise AssertionError(f"{len(pending)} run(s) not {states} in {timeout}s, e.g. "
+                                     f"{pending[0]}: {run_state(self.client, pending[0])}\n{log}")
+            time.sleep(0.1)
+        return done
+
+    def dead_letter(self, run_id: str) -> deadletters.DeadLetter | None:
+        return deadletters.get(self.client, run_id)
+
+    def requests_for(self, marker: str) -> list[dict[str, Any]]:
+        """The chat requests whose messages mention `marker` (e.g. a task text unique to one run)."""
+        return [r for r in self.llm.chat_requests() if marker in json.dumps(r["messages"])]
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def seqs(client: redis.Redis, run_id: str) -> list[int]:
+    """Sequence numbers of the run's step records in Redis (each field holds exactly one record)."""
+    return [record.seq for record in run_records(client, run_id)]
+
+
+def records(client: redis.Redis, run_id: str) -> list[StepRecord]:
+    return run_records(client, run_id)
+
+
+def step_count(client: redis.Redis, run_id: str) -> int:
+    return int(client.hlen(run_steps_key(run_id)))
+
+
+def paced(reply: ModelReply, seconds: float, before: Callable[[], None] | None = None) -> ModelReply:
+    """A scripted model reply that takes `seconds` (like a real model) and may inject a fault first."""
+
+    def slow(_messages: list[Any]) -> ModelReply:
+        if before is not None:
+            before()
+        time.sleep(seconds)
+        return reply
+
+    return slow
+
+
+def by_task(replies: dict[str, list[Reply]], fallback: Reply | None = None) -> Callable[[dict[str, Any]], Reply]:
+    """A fake-LLM handler scripted per run: the key found in the request's messages picks its queue of replies.
+
+    The last reply of a queue repeats. Requests matching no key get `fallback` (an error if None).
+    """
+    lock = threading.Lock()
+    queues = {key: list(items) for key, items in replies.items()}
+
+    def handle(body: dict[str, Any]) -> Reply:
+        text = json.dumps(body["messages"])
+        with lock:
+            for key, items in queues.items():
+                if key in text:
+                    return items.pop(0) if len(items) > 1 else items[0]
+        return fallback or Reply(status=500, body={"error": {"message": "unexpected request"}})
+
+    return handle
+
+
+class FnTool(Tool):
+    """A smolagents tool without inputs that returns ``fn()`` as is (any Python object)."""
+
+    inputs: dict[str, dict[str, str | bool]] = {}
+    output_type = "any"
+    skip_forward_signature_validation = True
+
+    def __init__(self, name: str, fn: Callable[[], Any], description: str, output_type: str = "any") -> None:
+        self.name = name
+        self.description = description
+        self.output_type = output_type
+        self.fn = fn
+        super().__init__()
+
+    def forward(self) -> Any:  # type: ignore[override]
+        return self.fn()
+
+
+def tenant_run(bank: str, index: int, settings: Settings, pace: float = 0.02) -> str:
+    """One recorded run of agent `index` of `bank` (three code steps, each printing a marker of its own)."""
+    replies = [paced(code_reply(f"marker = 'agent-{index}-step-{k}'\nprint(marker)"), pace) for k in range(2)]
+    replies.append(paced(final_code(f"agent-{index}"), pace))
+    recorder = StepRecorder(bank=bank, settings=settings)
+    agent = CodeAgent(tools=[], model=ScriptedModel(replies), verbosity_level=0, max_steps=5)
+    assert recorder.run(agent, tenant_task(bank, index)) == f"agent-{index}"
+    run_id = recorder.run_id(agent)
+    recorder.close()
+    assert run_id
+    return run_id
+
+
+def tenant_task(bank: str, index: int) -> str:
+    return f"[{bank}] agent {index}: print two markers, then answer."
+
+
+if __name__ == "__main__":  # python -m tests.faults.helpers BANK INDEX REDIS_URL QUEUE DATA_DIR: one run, prints its id
+    bank_arg, index_arg, url, queue_arg, data = sys.argv[1:6]
+    process_settings = Settings(_env_file=None, redis_url=url, queue=queue_arg, data_dir=Path(data),
+                                openai_base_url=None, openai_api_key=None)
+    sys.stdout.write(tenant_run(bank_arg, int(index_arg), process_settings) + "\n")

@@ -1,0 +1,178 @@
+"""The distilling LLM and the lesson store failing under a real worker.
+
+Every LLM fault ends as lessons stored, a retry that then stores them, or a dead letter with a reason:
+never a run left without an outcome, never a secret in the bank. The worker reaches the fake LLM
+through a relay that can refuse connections. Retries are capped at 2 (3 attempts), backoff 1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import lessonbank
+from tests.faults.helpers import Service, by_task, wait_until
+from tests.fixtures.openai_server import Reply, error, lessons_json
+from workers import deadletters
+
+pytestmark = pytest.mark.slow
+
+QUEUE = "faults-distill"
+ATTEMPTS = 3  # max_retries 2
+GOOD = lessons_json(
+    ("fact", "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."),
+    ("failure", "pandas.read_csv with the default comma separator fails on sales.csv with a ParserError."),
+)
+SECRET = "sk-proj-Zq3vN8xW2mK7pL4tR9yB6cJ1"
+CLEAN = "Authenticate to the billing API with the key from the BILLING_KEY environment variable."
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory, embed_model_path: Path) -> Iterator[Service]:
+    service = Service(tmp_path_factory.mktemp("faults-distill"), embed_model_path, QUEUE, relay=True).start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def invalid(lessons: list[dict[str, object]]) -> Reply:
+    return Reply(content=json.dumps({"outcome": "success", "lessons": lessons}))
+
+
+@dataclass
+class Case:
+    """One LLM behaviour and the outcome it must lead to."""
+
+    replies: list[Reply]
+    state: str  # distilled | dead
+    lessons: int = 0
+    attempts: int = 1
+    requests: int = 1
+    reason: str = ""  # in the dead letter
+    dropped_secret: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+CASES: dict[str, Case] = {
+    "slow past the timeout": Case([Reply(content=GOOD, delay=4)], "dead", attempts=ATTEMPTS, requests=ATTEMPTS,
+                                  reason="timed out after 2s"),
+    "500s then an answer": Case([error(500, "overloaded"), error(502, "bad gateway"), Reply(content=GOOD)],
+                                "distilled", lessons=2, attempts=3, requests=3),
+    "500s for good": Case([error(500, "overloaded")], "dead", attempts=ATTEMPTS, requests=ATTEMPTS,
+                          reason="LLM answered 500: overloaded"),
+    "429 with Retry-After": Case([error(429, "rate limited", headers={"Retry-After": "1"}), Reply(content=GOOD)],
+                                 "distilled", lessons=2, attempts=2, requests=2),
+    "truncated JSON": Case([Reply(content=GOOD[:60])], "dead", requests=2, reason="invalid after one repair"),
+    "cut-off response body": Case([Reply(body=b'{"id": "chatcmpl-1", "object": "chat.comp'), Reply(content=GOOD)],
+                                  "distilled", lessons=2, attempts=2, requests=2),
+    "a 1 MB reply": Case([Reply(content=lessons_json(("fact", "sales " * 200_000))), Reply(content=GOOD)],
+                         "distilled", lessons=2, requests=2),
+    "wrong kinds": Case([invalid([{"kind": "tip", "text": "Use sep=';' for sales.csv files.", "tags": []}])],
+                        "dead", requests=2, reason="does not match the schema"),
+    "wrong kind, then repaired": Case(
+        [invalid([{"kind": "hint", "text": "Use sep=';' for sales.csv files.", "tags": []}]), Reply(content=GOOD)],
+        "distilled", lessons=2, requests=2),
+    "empty lesson text": Case([invalid([{"kind": "fact", "text": "", "tags": []}])], "dead", requests=2,
+                              reason="does not match the schema"),
+    "empty reply": Case([Reply(content="")], "dead", requests=2, reason="the reply is empty"),
+    "a secret in a lesson": Case(
+        [Reply(content=lessons_json(("fact", f"Call the billing API with the key {SECRET} in the header."),
+                                    ("approach", CLEAN)))],
+        "distilled", lessons=1, dropped_secret=1),
+}
+
+
+def test_llm_faults_end_stored_retried_or_dead_lettered(svc: Service) -> None:
+    tasks = {name: f"Sum the sales ({name})" for name in CASES}
+    svc.llm.reset()
+    svc.llm.handler = by_task({tasks[name]: case.replies for name, case in CASES.items()})
+    banks = {name: "llm-" + name.replace(" ", "-") for name in CASES}
+    runs = {name: svc.submit(banks[name], task=tasks[name]) for name in CASES}
+    states = svc.wait_all(runs.values(), timeout=90)
+
+    outcomes = {}
+    for name, case in CASES.items():
+        run_id, state = runs[name], states[runs[name]]
+        letter = svc.dead_letter(run_id)
+        lessons = svc.lessons(banks[name], include_inactive=True)
+        outcomes[name] = (state["state"], len(lessons), int(state.get("distill_attempts", 0)),
+                          len(svc.requests_for(tasks[name])))
+        assert outcomes[name] == (case.state, case.lessons, case.attempts, case.requests), (name, outcomes[name])
+        if case.state == "dead":
+            assert letter is not None and letter.bank == banks[name] and letter.attempts == case.attempts
+            assert case.reason in letter.reason, (name, letter.reason)
+        else:
+            counts = json.loads(state["lessons"])
+            assert letter is None
+            assert counts["added"] == case.lessons and counts["dropped_secret"] == case.dropped_secret, counts
+            assert all(lesson.source_run_ids == [run_id] for lesson in lessons)
+        assert all(SECRET not in lesson.text for lesson in lessons)
+
+    # what the worker sent back when asking for a repair of the 1 MB reply: a bounded excerpt, not 1 MB
+    repair = svc.requests_for(tasks["a 1 MB reply"])[1]
+    assert len(json.dumps(repair)) < 40_000
+    [stored] = svc.lessons(banks["a secret in a lesson"])
+    assert stored.text == CLEAN
+    assert svc.worker is not None and SECRET not in svc.worker.log() and "sales sales sales" not in svc.worker.log()
+
+
+def test_llm_connection_refused_dead_letters_then_retry_stores(svc: Service) -> None:
+    assert svc.relay is not None
+    task, bank = "Sum the sales (LLM refused)", "llm-refused"
+    svc.llm.reset()
+    svc.llm.handler = by_task({task: [Reply(content=GOOD)]})
+    svc.relay.close()
+    try:
+        run_id = svc.submit(bank, task=task)
+        assert svc.wait(run_id)["state"] == "dead"
+    finally:
+        svc.relay.open()
+    letter = svc.dead_letter(run_id)
+    assert letter is not None and letter.attempts == ATTEMPTS and "LLM unreachable" in letter.reason
+    assert svc.requests_for(task) == [] and svc.lessons(bank) == []
+
+    deadletters.retry(svc.client, run_id, lambda b, r: svc.app.send_task(
+        "lessonbank.distill_run", args=[b, r], queue=QUEUE))
+    assert svc.wait(run_id, states=("distilled",))["state"] == "distilled"
+    assert svc.dead_letter(run_id) is None
+    assert len(svc.requests_for(task)) == 1 and len(svc.lessons(bank)) == 2
+
+
+def test_store_owner_unavailable_task_retries_then_stores(svc: Service) -> None:
+    """The worker's main process (which owns the embedded store) is SIGSTOPped while a pool process
+    distills: the store calls time out, the task is retried, and after SIGCONT it stores the lessons
+    from the checkpointed LLM output. Meanwhile an agent starts with empty instructions, quickly."""
+    worker = svc.worker
+    assert worker is not None and worker.process is not None
+    task, bank = "Sum the sales (store away)", "store-away"
+    release = svc.llm.released_event()
+    svc.llm.reset()
+    svc.llm.handler = by_task({task: [Reply(content=GOOD, block=release)]})
+    run_id = svc.submit(bank, task=task)
+    svc.llm.wait_for_requests(1)
+    os.kill(worker.process.pid, signal.SIGSTOP)
+    try:
+        release.set()
+        # the pool process fails to reach the store (3 s) and publishes the retry; nobody consumes it yet
+        wait_until(lambda: svc.client.llen(QUEUE) >= 1, 20, "the retried task in the queue")
+        agent_settings = svc.settings.model_copy(update={"store_timeout": 1.0})
+        started = time.monotonic()
+        assert lessonbank.build_instructions(task, bank, settings=agent_settings) == ""
+        assert time.monotonic() - started < 3
+        assert svc.state(run_id)["state"] == "closed"
+    finally:
+        os.kill(worker.process.pid, signal.SIGCONT)
+    state = svc.wait(run_id)
+    assert state["state"] == "distilled" and state["distill_attempts"] == "2"
+    assert len(svc.requests_for(task)) == 1  # the retry reused the LLM's checkpointed output
+    lessons = svc.lessons(bank)
+    assert len(lessons) == 2 and all(lesson.evidence == 1 for lesson in lessons)
+    wait_until(lambda: "no lesson store owner answered" in worker.log(), 10, "the retry's reason in the log")
