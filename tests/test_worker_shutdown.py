@@ -62,7 +62,7 @@ def test_remapped_sigterm_requeues_after_soft_timeout(
     release = openai_server.released_event()
     openai_server.script(Reply(content=GOOD, block=release), Reply(content=GOOD))
     env = worker_env(redis_url, QUEUE, tmp_path / "data", openai_server.url, embed_model_path,
-                     soft_shutdown_timeout=1, llm_timeout=60)
+                     soft_shutdown_timeout=1, llm_timeout=20)
     env["REMAP_SIGTERM"] = "SIGQUIT"
     first = CeleryWorker(env, QUEUE, tmp_path / "first.log").start()
     try:

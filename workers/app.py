@@ -28,7 +28,10 @@ def celery_config(settings: Settings) -> dict[str, object]:
         raise ConfigurationError("task_soft_time_limit must be below task_time_limit")
     if settings.distill_lock_timeout + settings.llm_timeout > settings.task_soft_time_limit:
         # A redelivered run may first wait out the lock of a killed worker, then make its consolidation call.
-        raise ConfigurationError("distill_lock_timeout + llm_timeout must not exceed task_soft_time_limit")
+        raise ConfigurationError(
+            f"distill_lock_timeout ({settings.distill_lock_timeout}) + llm_timeout ({settings.llm_timeout:g}) must not "
+            f"exceed task_soft_time_limit ({settings.task_soft_time_limit})"
+        )
     if settings.visibility_timeout <= settings.task_time_limit + settings.retry_backoff_max:
         raise ConfigurationError("visibility_timeout must exceed task_time_limit + retry_backoff_max")
     return {
