@@ -72,7 +72,7 @@ class StepRecorder:
         enqueuer: DistillEnqueuer | None = None,
         celery_app: Any = None,
     ) -> None:
-        self.settings = settings if settings is not None else Settings(**{})
+        self.settings = settings if settings is not None else Settings()
         self.bank = bank or self.settings.bank
         self._own_client = redis_client is None
         self._client = redis_client
