@@ -23,6 +23,7 @@ from workers.consolidate import ConsolidationStats, Consolidator, LessonSink, Th
 from workers.distiller import DistillOutput, DraftLesson, distill
 from workers.llm import ChatLLM
 from workers.runs import (
+    Run,
     count_attempt,
     load_checkpoint,
     load_progress,
@@ -63,7 +64,7 @@ def bank_lock(client: redis.Redis, bank: str, timeout: int) -> Iterator[None]:
             logger.warning("bank %s: consolidation lock expired before release", bank)
 
 
-def _lessons_of(deps: Deps, bank: str, run_id: str) -> DistillOutput:
+def _lessons_of(deps: Deps, bank: str, run_id: str, run: Run) -> DistillOutput:
     """The LLM's lessons for the run: from the checkpoint of an earlier attempt, else one LLM call."""
     saved = load_checkpoint(deps.redis, run_id)
     if saved is not None:
@@ -73,7 +74,6 @@ def _lessons_of(deps: Deps, bank: str, run_id: str) -> DistillOutput:
             return output
         except ValueError:
             logger.warning("bank %s run %s: unreadable checkpoint, asking the LLM again", bank, run_id)
-    run = load_run(deps.redis, run_id)
     transcript = build_transcript(run.task, run.outcome, run.steps, deps.settings.transcript_budget_chars)
     result = distill(deps.llm, transcript, deps.settings.max_lessons)
     prompt_tokens, completion_tokens = result.tokens
@@ -105,7 +105,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         "bank %s run %s: attempt %d, %d step records read (%d malformed skipped), recorded outcome %s",
         bank, run_id, attempt, len(run.steps), run.malformed, run.outcome,
     )
-    output = _lessons_of(deps, bank, run_id)
+    output = _lessons_of(deps, bank, run_id, run)
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     with bank_lock(deps.redis, bank, settings.distill_lock_timeout):

@@ -63,6 +63,16 @@ def _reason(exc: BaseException, retries: int) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# Transient errors (LLM timeouts, 429/5xx, store unavailable) retry with exponential backoff and jitter.
+RETRY_TRANSIENT: dict[str, Any] = {
+    "autoretry_for": TRANSIENT_ERRORS,
+    "retry_backoff": settings.retry_backoff,
+    "retry_backoff_max": settings.retry_backoff_max,
+    "retry_jitter": True,
+    "max_retries": settings.max_retries,
+}
+
+
 class DistillTask(Task):
     """Dead-letters a run whose distillation failed for good."""
 
@@ -85,11 +95,7 @@ class DistillTask(Task):
     bind=True,
     base=DistillTask,
     name=DISTILL_TASK,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=settings.retry_backoff,
-    retry_backoff_max=settings.retry_backoff_max,
-    retry_jitter=True,
-    max_retries=settings.max_retries,
+    **RETRY_TRANSIENT,
 )
 def distill_run(self: Task, bank: str, run_id: str) -> None:
     """Distill one finished run of `bank` into lessons (idempotent)."""
@@ -107,11 +113,7 @@ def sweep_runs() -> None:
 
 @app.task(
     name=REMEMBER_TASK,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=settings.retry_backoff,
-    retry_backoff_max=settings.retry_backoff_max,
-    retry_jitter=True,
-    max_retries=settings.max_retries,
+    **RETRY_TRANSIENT,
 )
 def remember_lesson(bank: str, pending_id: str) -> None:
     """Consolidate one lesson an agent handed in with `remember_lesson` (idempotent)."""
