@@ -13,9 +13,7 @@ RUN useradd --create-home --uid 10001 lessonbank \
     && mkdir -p /data /opt/lessonbank/models \
     && chown lessonbank:lessonbank /data
 
-COPY pyproject.toml README.md ./
-COPY recorder ./recorder
-COPY workers ./workers
+COPY pyproject.toml README.md LICENSE ./
 COPY lessonbank ./lessonbank
 COPY scripts ./scripts
 # The project itself (its pyproject pins the dependency ranges), as the tests install it.
@@ -25,7 +23,7 @@ RUN python -m pip install ".[flower]" \
 
 USER 10001
 VOLUME ["/data"]
-CMD ["celery", "-A", "workers", "worker", "--loglevel", "INFO"]
+CMD ["celery", "-A", "lessonbank.workers", "worker", "--loglevel", "INFO"]
 
 # Optional local LLM (compose profile "local-llm"): llama.cpp's OpenAI-compatible server.
 FROM base AS llm

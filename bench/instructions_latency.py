@@ -37,11 +37,11 @@ from common import (
     write_result,
 )
 
-from lessonbank.embeddings import FastEmbedEmbedder
-from lessonbank.instructions import build_instructions, compose_instructions
-from lessonbank.models import Lesson
-from lessonbank.settings import Settings
-from lessonbank.store import DENSE, LessonStore
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.instructions import build_instructions, compose_instructions
+from lessonbank.core.models import Lesson
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.qdrant import DENSE, LessonStore
 
 BANK = "bench"
 TARGET_P50_MS_AT_10K = 20.0

@@ -43,8 +43,8 @@ def child(mode: str, steps: int, redis_url: str, data_dir: str) -> None:
     callbacks: Any = None
     recorder = None
     if mode == "recorder":
-        from lessonbank.settings import Settings
-        from recorder import StepRecorder
+        from lessonbank.core.settings import Settings
+        from lessonbank.recorder import StepRecorder
 
         recorder = StepRecorder(bank="bench-memory",
                                 settings=Settings(_env_file=None, redis_url=redis_url, data_dir=Path(data_dir)))

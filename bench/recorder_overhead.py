@@ -29,10 +29,10 @@ from common import RESULTS, free_port, plt_or_none, print_table, redis_server, r
 from smolagents import CodeAgent
 from smolagents.memory import ActionStep
 
-from lessonbank.settings import Settings
-from recorder import StepRecorder
-from recorder.ops import Op
-from recorder.spool import spool_files
+from lessonbank.core.settings import Settings
+from lessonbank.recorder import StepRecorder
+from lessonbank.recorder.ops import Op
+from lessonbank.recorder.spool import spool_files
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
 

@@ -26,10 +26,10 @@ from typing import Any
 from common import RESULTS, embed_model_path, print_table, ratio, row, write_result
 from qdrant_client import QdrantClient
 
-from lessonbank.embeddings import FastEmbedEmbedder
-from lessonbank.instructions import rank_lessons
-from lessonbank.models import Lesson
-from lessonbank.store import LessonStore
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.instructions import rank_lessons
+from lessonbank.core.models import Lesson
+from lessonbank.core.store.qdrant import LessonStore
 
 DATA = Path(__file__).resolve().parent / "data"
 BANK = "bench-quality"

@@ -2,7 +2,7 @@
 
     python bench/worker_throughput.py [--concurrency 1 2 4] [--runs 8] [--repeats 3] [--latency 0.2]
 
-A real ``celery -A workers worker --pool prefork -c N`` process per concurrency level (fresh data dir),
+A real ``celery -A lessonbank.workers worker --pool prefork -c N`` process per concurrency level (fresh data dir),
 a real redis-server, the real MiniLM model in the worker, and an HTTP server speaking OpenAI's
 protocol that answers every chat completion after a fixed ``--latency`` (200 ms): the distill call
 with two lessons per run (drawn from a few topics, so later runs of a bank hit related lessons and the
@@ -33,13 +33,13 @@ from typing import Any
 import redis
 from common import RESULTS, embed_model_path, print_table, ratio, redis_server, row, spread, write_result
 
-from lessonbank.models import StepRecord
-from lessonbank.settings import Settings
+from lessonbank.core.models import StepRecord
+from lessonbank.core.settings import Settings
+from lessonbank.workers.distiller import build_messages
+from lessonbank.workers.transcript import build_transcript
 from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.runs import make_steps, run_state, write_run
-from workers.distiller import build_messages
-from workers.transcript import build_transcript
 
 QUEUE = "lessonbank-bench"
 MARK = re.compile(r"job-[0-9a-f]{8}")

@@ -1,81 +1,61 @@
 """lessonbank: memory across runs for smolagents agents.
 
-Public API. Heavy pieces (Qdrant, embeddings, Celery) load on first use, so that importing
-``lessonbank`` -- which the recorder does inside the agent process -- stays cheap.
+The public API is what the README documents, and only that (``__all__``). The pieces load on first
+use, so ``import lessonbank`` stays cheap.
+
+Layers (each imports only what is below it; ``tests/test_layers.py`` checks it with import-linter):
+
+- face: this package's root modules (``agent``, ``tools``, ``cli``, ``demo``, ``local_llm``, ...);
+- ``lessonbank.recorder`` (inside the agent process) and ``lessonbank.workers`` (the Celery service);
+- ``lessonbank.core``: settings, models, the Redis layout, run state, the store, redaction.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from lessonbank.exceptions import (
-    ConfigurationError,
-    DistillError,
-    LessonbankError,
-    PermanentDistillError,
-    ServiceUnavailable,
-    StoreError,
-    TransientDistillError,
-)
-from lessonbank.models import Lesson, StepRecord
-from lessonbank.settings import Settings
+from lessonbank.core.exceptions import LessonbankError
+from lessonbank.core.models import Lesson, StepRecord
+from lessonbank.core.settings import Settings
 
-_LAZY = {
-    "StepRecorder": "recorder",
-    "build_instructions": "lessonbank.instructions",
-    "remember": "lessonbank.memory",
-    "memory_tools": "lessonbank.tools",
-    "RecallLessonsTool": "lessonbank.tools",
-    "RememberLessonTool": "lessonbank.tools",
-    "LessonStore": "lessonbank.store",
-    "RemoteLessonStore": "lessonbank.store_service",
-    "StoreOwner": "lessonbank.store_service",
-    "connect_store": "lessonbank.store_service",
-    "open_local_store": "lessonbank.store_service",
-    "Embedder": "lessonbank.embeddings",
-    "FastEmbedEmbedder": "lessonbank.embeddings",
-    "OpenAIEmbedder": "lessonbank.embeddings",
-    "embedder_from_settings": "lessonbank.embeddings",
-    "LlamaServer": "lessonbank.local_llm",
-    "ensure_model": "lessonbank.local_llm",
-}
+if TYPE_CHECKING:
+    from lessonbank.agent import build_instructions, remember
+    from lessonbank.recorder.callback import StepRecorder
+    from lessonbank.tools import memory_tools
+
+try:
+    __version__ = version("lessonbank")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
-    "ConfigurationError",
-    "DistillError",
     "Lesson",
     "LessonbankError",
-    "PermanentDistillError",
-    "ServiceUnavailable",
     "Settings",
     "StepRecord",
     "StepRecorder",
-    "StoreError",
-    "TransientDistillError",
     "build_instructions",
-    "remember",
     "memory_tools",
-    "RecallLessonsTool",
-    "RememberLessonTool",
-    "LessonStore",
-    "RemoteLessonStore",
-    "StoreOwner",
-    "connect_store",
-    "open_local_store",
-    "Embedder",
-    "FastEmbedEmbedder",
-    "OpenAIEmbedder",
-    "embedder_from_settings",
-    "LlamaServer",
-    "ensure_model",
+    "remember",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lessonbank' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    if name in ("remember", "build_instructions"):
+        from lessonbank import agent
+
+        return getattr(agent, name)
+    if name == "memory_tools":
+        from lessonbank.tools import memory_tools
+
+        return memory_tools
+    if name == "StepRecorder":
+        from lessonbank.recorder.callback import StepRecorder
+
+        return StepRecorder
+    raise AttributeError(f"module 'lessonbank' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

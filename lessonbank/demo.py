@@ -29,11 +29,12 @@ import redis
 from smolagents import ActionStep, ChatMessage, CodeAgent, MessageRole, Model, TokenUsage, tool
 
 from lessonbank import local_llm
-from lessonbank.constants import RUN_DEAD, RUN_DISTILLED, run_key
-from lessonbank.embeddings import default_model_dir
-from lessonbank.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.connections import create_redis, masked_url
+from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_key
+from lessonbank.core.embeddings import default_model_dir
+from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.settings import Settings
 from lessonbank.model_files import fetch as fetch_embed_model
-from lessonbank.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -203,8 +204,8 @@ def _stop(process: subprocess.Popen[bytes], name: str, timeout: float = 30.0) ->
 def _redis(settings: Settings, workdir: Path, say: Say) -> Iterator[str]:
     """The configured Redis if it answers, else a redis-server of the demo's own on a free port."""
     try:
-        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=2).ping()
-        say(f"Redis: reusing {settings.redis_url}")
+        create_redis(settings, "cli").ping()
+        say(f"Redis: reusing {masked_url(settings.redis_url)}")
         yield settings.redis_url
         return
     except redis.RedisError:
@@ -221,7 +222,7 @@ def _redis(settings: Settings, workdir: Path, say: Say) -> Iterator[str]:
     try:
         def answers() -> bool:
             try:
-                return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+                return bool(create_redis(settings.model_copy(update={"redis_url": url}), "cli").ping())
             except redis.RedisError:
                 return False
 
@@ -254,8 +255,13 @@ def _llm(settings: Settings, model_key: str, workdir: Path, say: Say) -> Iterato
         local_llm.ensure_model(settings.data_dir, model_key, progress=progress)
     if local_llm.llama_cpp_version() is None:
         log_path = settings.data_dir / "logs" / "llama-cpp-build.log"
-        say(f"LLM: building llama-cpp-python from source (about 6 min on 2 cores; log: {log_path})")
-        local_llm.install_llama_cpp(log_path, heartbeat=lambda s: say(f"  still building... {s:.0f} s"))
+        if local_llm.cached_llama_wheel(local_llm.wheel_dir(settings.data_dir)) is None:
+            say(f"LLM: building llama-cpp-python once per machine (about 6 min on 2 cores; log: {log_path})")
+        else:
+            say("LLM: installing llama-cpp-python from the wheel built earlier on this machine")
+        local_llm.install_llama_cpp(
+            log_path, settings.data_dir, heartbeat=lambda seconds: say(f"  still working... {seconds:.0f} s")
+        )
     server = local_llm.LlamaServer(
         path, _free_port(), n_threads=settings.local_llm_threads, n_ctx=settings.local_llm_ctx, alias=spec.alias,
         log_path=workdir / "llama-server.log",
@@ -283,7 +289,7 @@ def _worker(settings: Settings, env: dict[str, str], workdir: Path, say: Say) ->
     log = workdir / "worker.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "solo", "-Q", QUEUE,
+            [sys.executable, "-m", "celery", "-A", "lessonbank.workers", "worker", "--pool", "solo", "-Q", QUEUE,
              "-n", f"demo-{os.getpid()}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )
@@ -348,19 +354,12 @@ def make_agent(env: DemoEnvironment, real_agent: bool, csv_path: Path) -> CodeAg
 
 def run_once(agent: CodeAgent, task: str, recorder: Any) -> RunView:
     """Run the agent once (recorded, with the bank's lessons) and describe what it did."""
-    seen: dict[str, str] = {}
-
-    def capture(step: ActionStep, agent: Any = None) -> None:
-        seen.setdefault("instructions", getattr(agent, "instructions", "") or "")
-
-    agent.step_callbacks.register(ActionStep, capture)
     started = time.monotonic()
-    try:
-        answer = agent.run(task)
-    finally:
-        agent.step_callbacks._callbacks[ActionStep].remove(capture)
+    answer = agent.run(task)
     seconds = time.monotonic() - started
-    view = RunView(recorder.run_id(agent) or "", answer, seconds, _lessons_block(seen.get("instructions", "")))
+    # The system prompt the run started with (smolagents rebuilds it from the instructions at each run).
+    system_prompt = agent.memory.system_prompt.system_prompt if agent.memory.system_prompt else ""
+    view = RunView(recorder.run_id(agent) or "", answer, seconds, _lessons_block(system_prompt))
     for step in agent.memory.steps:
         if isinstance(step, ActionStep):
             error = f"{type(step.error).__name__}: {step.error}" if step.error else ""

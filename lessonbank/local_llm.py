@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 
 import httpx
 
-from lessonbank.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -243,37 +243,67 @@ def llama_cpp_version(python: str = sys.executable) -> str | None:
     return version if result.returncode == 0 and version else None
 
 
-def install_llama_cpp(log_path: Path, heartbeat: Callable[[float], None] | None = None, interval: float = 15.0) -> str:
-    """Build and install llama-cpp-python[server] 0.3.x from source, portable (no native CPU flags).
+def wheel_dir(data_dir: Path) -> Path:
+    """Where built wheels are kept for every later virtual environment: ``DATA_DIR/wheels``."""
+    return data_dir / "wheels"
 
-    ``--no-binary`` and ``--no-cache-dir`` make sure a previously built native wheel is never
-    reused. pip's output goes to ``log_path``; ``heartbeat(elapsed_seconds)`` is called every
-    ``interval`` seconds while it builds. Returns the installed version.
+
+def cached_llama_wheel(directory: Path) -> Path | None:
+    """The newest llama-cpp-python 0.3.x wheel built earlier on this machine, if any."""
+    wheels = sorted(directory.glob("llama_cpp_python-0.3.*.whl"), key=lambda path: path.stat().st_mtime)
+    return wheels[-1] if wheels else None
+
+
+def _run_logged(cmd: list[str], log: IO[str], env: dict[str, str], heartbeat: Callable[[float], None] | None,
+                interval: float, started: float) -> int:
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=interval)
+            except subprocess.TimeoutExpired:
+                if heartbeat is not None:
+                    heartbeat(time.monotonic() - started)
+    except BaseException:
+        proc.terminate()
+        proc.wait()
+        raise
+
+
+def install_llama_cpp(
+    log_path: Path,
+    data_dir: Path,
+    heartbeat: Callable[[float], None] | None = None,
+    interval: float = 15.0,
+) -> str:
+    """Install llama-cpp-python[server] 0.3.x into this Python, building it at most once per machine.
+
+    The first time, the wheel is built from source, portable (no native CPU flags, ``--no-binary``,
+    no pip cache), into ``DATA_DIR/wheels``; every later virtual environment installs that wheel in
+    seconds. pip's output goes to ``log_path``; ``heartbeat(elapsed_seconds)`` is called every
+    ``interval`` seconds while pip runs. Returns the installed version.
     """
-    cmd = [
-        sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-binary", "llama-cpp-python",
-        "--disable-pip-version-check", LLAMA_CPP_REQUIREMENT,
-    ]
+    wheels = wheel_dir(data_dir)
+    wheels.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CMAKE_ARGS=LLAMA_CPP_CMAKE_ARGS)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    logger.info("building llama-cpp-python (log: %s)", log_path)
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=interval)
-                    break
-                except subprocess.TimeoutExpired:
-                    if heartbeat is not None:
-                        heartbeat(time.monotonic() - started)
-        except BaseException:
-            proc.terminate()
-            proc.wait()
-            raise
-    if proc.returncode != 0:
-        raise ConfigurationError(f"building llama-cpp-python failed (exit {proc.returncode}); see {log_path}")
+        wheel = cached_llama_wheel(wheels)
+        if wheel is None:
+            logger.info("building llama-cpp-python into %s (log: %s)", wheels, log_path)
+            build = [*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(wheels),
+                     LLAMA_CPP_REQUIREMENT.replace("[server]", "")]
+            if _run_logged(build, log, env, heartbeat, interval, started) != 0:
+                raise ConfigurationError(f"building llama-cpp-python failed; see {log_path}")
+            wheel = cached_llama_wheel(wheels)
+            if wheel is None:
+                raise ConfigurationError(f"building llama-cpp-python left no wheel in {wheels}; see {log_path}")
+        else:
+            logger.info("installing llama-cpp-python from the wheel built earlier: %s", wheel)
+        if _run_logged([*pip, "install", f"{wheel}[server]"], log, env, heartbeat, interval, started) != 0:
+            raise ConfigurationError(f"installing {wheel.name} failed; see {log_path}")
     version = llama_cpp_version()
     if version is None:
         raise ConfigurationError(f"llama-cpp-python installed but its server does not import; see {log_path}")

@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from lessonbank.exceptions import ConfigurationError
+from lessonbank.core.exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

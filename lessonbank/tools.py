@@ -3,50 +3,33 @@
 ``recall_lessons`` searches the bank's active lessons (hybrid search, relevance floor on the dense
 similarity). ``remember_lesson`` hands a lesson to the worker service, which consolidates it with
 the bank's lessons exactly as it does distilled ones: the lesson (redacted, as ``Lesson`` JSON) is
-parked in Redis at ``pending_lesson_key(id)`` with a TTL, and the task ``REMEMBER_TASK`` is sent by
-name with ``[bank, pending_id]``. Nothing here imports the worker code.
+parked in Redis at ``pending_lesson_key(id)`` with a TTL, and the task ``REMEMBER_TASK`` is published by
+name with ``[bank, pending_id]``, in the same Redis transaction. Nothing here imports the worker code.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, cast
 
 import redis
-from kombu.exceptions import KombuError
 from smolagents import Tool
 
-from lessonbank.constants import REMEMBER_TASK, pending_lesson_key
-from lessonbank.instructions import KIND_TITLES, STORE_ERRORS
-from lessonbank.models import LESSON_KINDS, Lesson, LessonKind
-from lessonbank.settings import Settings
-
-if TYPE_CHECKING:
-    from celery import Celery
-
-    from recorder.redact import Redactor
+from lessonbank.core.connections import create_redis
+from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key
+from lessonbank.core.instructions import KIND_TITLES, STORE_ERRORS
+from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind
+from lessonbank.core.publish import publish
+from lessonbank.core.redact import Redactor
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.protocol import LessonStoreProtocol
 
 logger = logging.getLogger(__name__)
 
 MAX_LESSON_CHARS = 500
 DEFAULT_RECALL_LIMIT = 5
 MAX_RECALL_LIMIT = 20
-PRODUCER_TIMEOUT = 2.0
-
-
-class LessonSearch(Protocol):
-    """The store method ``recall_lessons`` uses (a ``LessonStore`` or its remote proxy)."""
-
-    def search(
-        self, bank: str, query: str, limit: int = 8, kinds: list[str] | None = None, min_similarity: float | None = None
-    ) -> list[tuple[Lesson, float]]: ...
-
-
-def _redactor(settings: Settings) -> Redactor:
-    from recorder.redact import Redactor
-
-    return Redactor(settings.redact_patterns)
 
 
 class RecallLessonsTool(Tool):
@@ -71,16 +54,16 @@ class RecallLessonsTool(Tool):
     }
     output_type = "string"
 
-    def __init__(self, bank: str, store: LessonSearch | None = None, settings: Settings | None = None) -> None:
+    def __init__(self, bank: str, store: LessonStoreProtocol | None = None, settings: Settings | None = None) -> None:
         super().__init__()
         self.bank = bank
         self.settings = settings or Settings()
         self._store = store
 
     @property
-    def store(self) -> LessonSearch:
+    def store(self) -> LessonStoreProtocol:
         if self._store is None:
-            from lessonbank.store_service import connect_store
+            from lessonbank.core.store.remote import connect_store
 
             self._store = connect_store(self.settings)
         return self._store
@@ -139,25 +122,13 @@ class RememberLessonTool(Tool):
         self.bank = bank
         self.settings = settings or Settings()
         self._redis = redis_client
-        self._celery: Celery | None = None
         self._redact: Redactor | None = None
 
     @property
     def redis(self) -> redis.Redis:
         if self._redis is None:
-            self._redis = redis.Redis.from_url(
-                self.settings.redis_url, socket_connect_timeout=PRODUCER_TIMEOUT, socket_timeout=PRODUCER_TIMEOUT
-            )
+            self._redis = create_redis(self.settings, "agent")
         return self._redis
-
-    @property
-    def celery(self) -> Celery:
-        """A producer-only Celery app (sends tasks by name, never imports the worker code)."""
-        if self._celery is None:
-            from recorder.enqueue import build_producer_app
-
-            self._celery = build_producer_app(self.settings)
-        return self._celery
 
     def validate(self, lesson: Any, kind: Any) -> tuple[str, LessonKind]:
         """The cleaned (text, kind), or ValueError with a message the model can act on."""
@@ -173,7 +144,7 @@ class RememberLessonTool(Tool):
                 "one or two sentences with the essential point."
             )
         if self._redact is None:
-            self._redact = _redactor(self.settings)
+            self._redact = Redactor(self.settings.redact_patterns)
         return self._redact.redact(text), cast(LessonKind, kind.strip().lower())
 
     def forward(self, lesson: str, kind: str | None = None) -> str:
@@ -182,31 +153,22 @@ class RememberLessonTool(Tool):
         pending_id = uuid.uuid4().hex
         key = pending_lesson_key(pending_id)
         try:
-            self.redis.set(key, record.to_json(), ex=self.settings.step_ttl)
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.set(key, record.to_json(), ex=self.settings.step_ttl)
+            publish(pipe, self.settings.queue, REMEMBER_TASK, [self.bank, pending_id])
+            pipe.execute()
         except redis.RedisError as e:
             logger.warning("remember_lesson: Redis unavailable: %s", e)
             return "The lesson memory is unavailable right now, so the lesson was not saved. Carry on with your task."
-        try:
-            self.celery.send_task(REMEMBER_TASK, args=[self.bank, pending_id], queue=self.settings.queue, retry=False)
-        except (KombuError, OSError, redis.RedisError) as e:
-            logger.warning("remember_lesson: could not enqueue lesson %s: %s", pending_id, e)
-            self._discard(key)
-            return "The lesson memory is unavailable right now, so the lesson was not saved. Carry on with your task."
         logger.info("remember_lesson: lesson %s queued for bank %s", record.id, self.bank)
         return f"Saved for future runs (as a {clean_kind}): {text}"
-
-    def _discard(self, key: str) -> None:
-        try:
-            self.redis.delete(key)
-        except redis.RedisError:
-            logger.debug("could not delete %s", key, exc_info=True)
 
 
 def memory_tools(
     bank: str | None = None,
     *,
     settings: Settings | None = None,
-    store: LessonSearch | None = None,
+    store: LessonStoreProtocol | None = None,
     redis_client: redis.Redis | None = None,
 ) -> list[Tool]:
     """``[recall_lessons, remember_lesson]`` bound to ``bank`` (default: ``settings.bank``)."""

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout, installed or not
 
+from lessonbank.core.settings import Settings  # noqa: E402
 from lessonbank.model_files import FetchError, fetch, is_complete  # noqa: E402
-from lessonbank.settings import Settings  # noqa: E402
 
 __all__ = ["FetchError", "fetch", "is_complete", "main"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from lessonbank.settings import Settings
+from lessonbank.core.settings import Settings
 from tests.fixtures.redis_server import RedisServer
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from lessonbank import local_llm
 from lessonbank.cli.main import cli
-from lessonbank.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 from lessonbank.local_llm import LlamaServer, ModelSpec
 from tests.fixtures.redis_server import free_port
 
@@ -253,3 +253,26 @@ def test_cli_setup_uses_the_cache_and_can_skip_the_build(tmp_path: Path, monkeyp
     assert result.exit_code == 0, result.output
     assert f"model 0.5b: already in {path}" in result.output
     assert "building" not in result.output
+
+
+def test_llama_cpp_is_built_once_per_machine_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first install builds the wheel into DATA_DIR/wheels; a later venv installs that wheel, no build."""
+    commands: list[list[str]] = []
+
+    def run(cmd: list[str], log, env, heartbeat, interval, started) -> int:  # type: ignore[no-untyped-def]
+        commands.append(cmd)
+        if "wheel" in cmd:
+            out = Path(cmd[cmd.index("-w") + 1])
+            (out / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"built")
+            assert env["CMAKE_ARGS"] == local_llm.LLAMA_CPP_CMAKE_ARGS
+        return 0
+
+    monkeypatch.setattr(local_llm, "_run_logged", run)
+    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: "0.3.36")
+    assert local_llm.install_llama_cpp(tmp_path / "build.log", tmp_path / "data") == "0.3.36"
+    wheel = tmp_path / "data" / "wheels" / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    assert [c[c.index("--disable-pip-version-check") + 1] for c in commands] == ["wheel", "install"]
+    assert "--no-binary" in commands[0] and commands[1][-1] == f"{wheel}[server]"
+    commands.clear()
+    local_llm.install_llama_cpp(tmp_path / "build2.log", tmp_path / "data")
+    assert len(commands) == 1 and commands[0][-1] == f"{wheel}[server]"

@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from lessonbank.settings import Settings
+from lessonbank.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -29,12 +29,20 @@ def test_two_setup_commands_at_the_top() -> None:
     assert len(commands) == 2
     demo, tests = commands
     assert demo.endswith("lessonbank demo") and "pip install -e ." in demo
-    assert tests.endswith("python3 -m pytest") and "'.[dev]'" in tests
+    assert tests.endswith("python -m pytest") and "'.[dev]'" in tests
+    for command in commands:  # PEP 668: both make and use a virtual environment, with what Debian must add
+        assert "python3 -m venv .venv && . .venv/bin/activate" in command
+        assert "python3-venv" in command and "redis-server" in command
+        assert "python3 -m pip" not in command
 
 
 def test_ci_runs_the_readme_test_command() -> None:
     script = (ROOT / ".ci" / "run").read_text()
-    extract = re.search(r"TEST_COMMAND=\$\((.+)\)$", script, re.M)
-    assert extract and 'eval "$TEST_COMMAND"' in script
-    command = subprocess.run(["bash", "-c", extract.group(1)], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    assert command == re.findall(r"^    \$ (.+)$", README, re.M)[1]
+    commands = re.findall(r"^    \$ (.+)$", README, re.M)[:2]
+    for name, expected in zip(("DEMO_COMMAND", "TEST_COMMAND"), commands, strict=True):
+        extract = re.search(rf"^{name}=\$\((.+)\)$", script, re.M)
+        assert extract, name
+        found = subprocess.run(["bash", "-c", extract.group(1)], cwd=ROOT, capture_output=True, text=True).stdout
+        assert found.strip() == expected
+    assert 'eval "$TEST_COMMAND"' in script and 'eval "$INSTALL_COMMAND"' in script
+    assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in script

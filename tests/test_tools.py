@@ -13,13 +13,14 @@ import redis
 from qdrant_client import QdrantClient
 from smolagents import CodeAgent, Tool
 
-from lessonbank import RecallLessonsTool, RememberLessonTool, memory_tools
-from lessonbank.constants import PENDING_LESSON_KEY, REMEMBER_TASK, pending_lesson_key
-from lessonbank.embeddings import FastEmbedEmbedder
-from lessonbank.models import Lesson
-from lessonbank.settings import Settings
-from lessonbank.store import LessonStore
-from lessonbank.store_service import RemoteLessonStore
+from lessonbank import memory_tools
+from lessonbank.core.constants import PENDING_LESSON_KEY, REMEMBER_TASK, pending_lesson_key
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.models import Lesson
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.core.store.remote import RemoteLessonStore
+from lessonbank.tools import RecallLessonsTool, RememberLessonTool
 from tests.fixtures.redis_server import free_port
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 

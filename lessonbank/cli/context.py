@@ -8,7 +8,9 @@ from typing import Any
 import click
 import redis
 
-from lessonbank.settings import Settings
+from lessonbank.core.connections import create_redis, masked_url
+from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.settings import Settings
 
 
 @dataclass
@@ -19,11 +21,13 @@ class CliContext:
     def redis(self) -> redis.Redis:
         """A Redis client that has answered a PING, or a one-line ClickException."""
         if self._redis is None:
-            client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=3, socket_timeout=10)
             try:
+                client = create_redis(self.settings, "cli")
                 client.ping()
+            except ConfigurationError as e:
+                raise click.ClickException(str(e)) from e
             except redis.RedisError as e:
-                raise click.ClickException(f"Redis at {self.settings.redis_url} is unreachable: {e}") from e
+                raise click.ClickException(f"Redis at {masked_url(self.settings.redis_url)} is unreachable: {e}") from e
             self._redis = client
         return self._redis
 

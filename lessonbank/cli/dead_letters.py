@@ -9,7 +9,6 @@ import click
 import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
-from lessonbank.constants import DISTILL_TASK
 
 
 @click.group("dead-letters")
@@ -22,7 +21,7 @@ def dead_letters() -> None:
 @pass_cli
 def list_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     """List dead-lettered runs, oldest first."""
-    from workers import deadletters
+    from lessonbank.workers import deadletters
 
     try:
         letters = deadletters.list_all(cli_ctx.redis())
@@ -44,31 +43,24 @@ def list_cmd(cli_ctx: CliContext, as_json: bool) -> None:
 @pass_cli
 def retry_cmd(cli_ctx: CliContext, run_id: str | None, retry_all: bool) -> None:
     """Send a dead-lettered run (or --all of them) to the workers again."""
-    from celery import Celery
-
-    from workers import deadletters
+    from lessonbank.workers import deadletters
 
     if bool(run_id) == retry_all:
         raise click.UsageError("name one RUN_ID or pass --all")
     client = cli_ctx.redis()
-    producer = Celery("lessonbank-cli", broker=cli_ctx.settings.redis_url, set_as_current=False)
     queue = cli_ctx.settings.queue
-
-    def enqueue(bank: str, rid: str) -> None:
-        producer.send_task(DISTILL_TASK, args=[bank, rid], queue=queue)
-
     run_ids = [run_id] if run_id else [letter.run_id for letter in deadletters.list_all(client)]
     failed = []
     for rid in run_ids:
         try:
-            deadletters.retry(client, rid, enqueue)
+            deadletters.retry(client, rid, queue)
         except KeyError:
             raise fail(f"no dead letter for run {rid}") from None
         except deadletters.StepsExpired:
             failed.append(rid)
             click.echo(f"{rid}: its steps have expired; cannot retry", err=True)
             continue
-        except (redis.RedisError, OSError) as e:
+        except redis.RedisError as e:
             raise fail(f"cannot send run {rid} to the workers", e) from e
         click.echo(f"{rid}: sent to the workers")
     if failed:

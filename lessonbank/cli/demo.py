@@ -9,8 +9,13 @@ import click
 import redis
 
 from lessonbank import local_llm
+from lessonbank.agent import remember
 from lessonbank.cli.context import CliContext, fail, pass_cli
-from lessonbank.constants import RUN_DISTILLED
+from lessonbank.core.connections import create_redis
+from lessonbank.core.constants import RUN_DISTILLED
+from lessonbank.core.exceptions import LessonbankError
+from lessonbank.core.models import Lesson
+from lessonbank.core.store.remote import connect_store
 from lessonbank.demo import (
     BANK,
     SALES_CSV,
@@ -22,10 +27,6 @@ from lessonbank.demo import (
     services,
     wait_distilled,
 )
-from lessonbank.exceptions import LessonbankError
-from lessonbank.memory import remember
-from lessonbank.models import Lesson
-from lessonbank.store_service import connect_store
 
 RULE = "─" * 78
 
@@ -86,7 +87,7 @@ def _distill(env: DemoEnvironment, client: redis.Redis, run_id: str, number: int
     click.echo(f"\nDistilling run {number} with {env.llm_label} (the worker makes one LLM call, more on CPU)...")
     state = wait_distilled(client, run_id, timeout, lambda s: click.echo(f"  ... {s:.0f} s"))
     if state != RUN_DISTILLED:
-        from workers import deadletters
+        from lessonbank.workers import deadletters
 
         letter = deadletters.get(client, run_id)
         reason = letter.reason if letter else f"state {state!r} after {timeout:.0f} s"
@@ -120,7 +121,7 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
             task = TASK.format(path=csv_path)
             agent = make_agent(env, agent_kind == "llm", csv_path)
             recorder = remember(agent, bank=BANK, settings=env.settings)
-            client = redis.Redis.from_url(env.settings.redis_url)
+            client = create_redis(env.settings, "cli")
             if agent_kind == "scripted":
                 click.secho(
                     "\nThe agent follows a SCRIPTED trajectory (no LLM calls of its own): it tries the default "

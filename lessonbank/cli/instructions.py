@@ -7,7 +7,7 @@ import click
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.lessons import bank_option
 from lessonbank.cli.store_access import cli_store
-from lessonbank.instructions import compose_instructions
+from lessonbank.core.instructions import compose_instructions
 
 
 @click.command("instructions")

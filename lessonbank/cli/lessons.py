@@ -13,10 +13,10 @@ from pydantic import ValidationError
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.models import Lesson, lesson_id
+from lessonbank.core.models import Lesson, lesson_id
 
 if TYPE_CHECKING:
-    from lessonbank.cli.store_access import AnyStore
+    from lessonbank.core.store.protocol import LessonStoreProtocol
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -158,7 +158,7 @@ def forget_cmd(
 
 
 def _forget_targets(
-    store: AnyStore, bank: str, lesson_ids: tuple[str, ...], query: str | None, limit: int, floor: float
+    store: LessonStoreProtocol, bank: str, lesson_ids: tuple[str, ...], query: str | None, limit: int, floor: float
 ) -> list[Lesson]:
     if lesson_ids:
         found = store.get(bank, list(lesson_ids))

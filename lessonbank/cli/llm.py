@@ -12,7 +12,7 @@ import click
 
 from lessonbank import local_llm
 from lessonbank.cli.context import CliContext, fail, pass_cli
-from lessonbank.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 
 MODEL_OPTION = click.option(
     "--model",
@@ -68,12 +68,16 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
             click.echo(f"llama-cpp-python {version}: already installed")
             return
         log_path = _logs_dir(obj) / "llama-cpp-build.log"
-        click.echo(f"building llama-cpp-python from source (several minutes; log: {log_path})")
+        cached = local_llm.cached_llama_wheel(local_llm.wheel_dir(obj.settings.data_dir))
+        if cached is not None:
+            click.echo(f"installing llama-cpp-python from the wheel built earlier on this machine: {cached}")
+        else:
+            click.echo(f"building llama-cpp-python from source, once per machine (several minutes; log: {log_path})")
 
         def heartbeat(elapsed: float) -> None:
-            click.echo(f"  still building... {elapsed:.0f} s", err=True)
+            click.echo(f"  still working... {elapsed:.0f} s", err=True)
 
-        version = local_llm.install_llama_cpp(log_path, heartbeat=heartbeat)
+        version = local_llm.install_llama_cpp(log_path, obj.settings.data_dir, heartbeat=heartbeat)
         click.echo(f"llama-cpp-python {version}: installed")
     except ConfigurationError as e:
         raise fail(str(e)) from e

@@ -9,7 +9,7 @@ import click
 from pydantic import ValidationError
 
 from lessonbank.cli.context import CliContext
-from lessonbank.settings import Settings
+from lessonbank.core.settings import Settings
 
 # command name -> "module:attribute"; a command's module is imported only when it is used (or listed).
 COMMANDS = {

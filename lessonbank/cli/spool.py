@@ -26,7 +26,7 @@ def spool() -> None:
 @pass_cli
 def list_spools(ctx: CliContext, directory: Path | None) -> None:
     """Show spool files: owner state (live/dead), records, runs, size and age."""
-    from recorder.spool import age, describe, spool_files
+    from lessonbank.recorder.spool import age, describe, spool_files
 
     path = _directory(ctx, directory)
     files = spool_files(path)
@@ -47,15 +47,13 @@ def list_spools(ctx: CliContext, directory: Path | None) -> None:
 @pass_cli
 def replay(ctx: CliContext, directory: Path | None) -> None:
     """Deliver spools of dead processes to Redis (in order, exactly once) and enqueue their finished runs."""
-    from recorder.enqueue import DistillEnqueuer
-    from recorder.spool import replay_directory
-    from recorder.transport import RedisSink
+    from lessonbank.recorder.spool import replay_directory
+    from lessonbank.recorder.transport import RedisSink
 
     path = _directory(ctx, directory)
-    sink = RedisSink(ctx.redis(), DistillEnqueuer(ctx.settings))
+    sink = RedisSink(ctx.redis(), ctx.settings.queue)
     started = time.monotonic()
     reports = replay_directory(path, lambda op: sink.apply(op, replay=True))
-    sink.enqueuer.close()
     if not reports:
         click.echo(f"no spool files in {path}")
         return

@@ -11,7 +11,8 @@ import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.constants import DEAD_LETTERS_KEY, OPEN_RUNS_KEY
+from lessonbank.core.connections import masked_url
+from lessonbank.core.constants import DEAD_LETTERS_KEY, OPEN_RUNS_KEY
 
 
 def spooled_records(spool_dir: Path) -> tuple[int, int]:
@@ -66,7 +67,7 @@ def status(cli: CliContext, as_json: bool) -> None:
     try:
         report: dict[str, Any] = {"queue": settings.queue, **redis_counts(cli.redis(), settings.queue)}
     except redis.RedisError as e:
-        raise fail(f"Redis at {settings.redis_url} is unreachable", e) from e
+        raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
     spooled, files = spooled_records(settings.resolved_spool_dir)
     report.update(spooled=spooled, spool_files=files, spool_dir=str(settings.resolved_spool_dir))
     error: click.ClickException | None = None

@@ -10,23 +10,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeAlias
 
 from lessonbank.cli.context import CliContext, fail
-from lessonbank.exceptions import LessonbankError, ServiceUnavailable
-
-if TYPE_CHECKING:
-    from lessonbank.store import LessonStore
-    from lessonbank.store_service import RemoteLessonStore
-
-    AnyStore: TypeAlias = LessonStore | RemoteLessonStore
+from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
+from lessonbank.core.store.protocol import LessonStoreProtocol
 
 logger = logging.getLogger(__name__)
 
 
-def open_store(cli: CliContext) -> AnyStore:
+def open_store(cli: CliContext) -> LessonStoreProtocol:
     """The store this command should use (see the module docstring); one-line ClickException on failure."""
-    from lessonbank.store_service import connect_store, open_local_store  # qdrant-client: slow to import
+    from lessonbank.core.store.owner import open_local_store
+    from lessonbank.core.store.remote import connect_store  # qdrant-client: slow to import
 
     settings = cli.settings
     try:
@@ -42,7 +37,7 @@ def open_store(cli: CliContext) -> AnyStore:
 
 
 @contextmanager
-def cli_store(cli: CliContext) -> Iterator[AnyStore]:
+def cli_store(cli: CliContext) -> Iterator[LessonStoreProtocol]:
     """The store for one command, closed when the command ends; store errors become ClickExceptions."""
     store = open_store(cli)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
-from lessonbank.exceptions import ConfigurationError
+from lessonbank.core.exceptions import ConfigurationError
 
 
 def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
@@ -25,11 +25,11 @@ def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
 def worker(cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
     """Run the worker service (`celery -A workers worker`); every option is Celery's (try --help)."""
     try:
-        from workers.app import app, configure
+        from lessonbank.workers.app import app, configure
 
         configure(app, cli_ctx.settings)
     except ConfigurationError as e:
         raise fail("invalid worker settings", e) from e
-    import workers  # noqa: F401  (connects the service's signal handlers)
+    import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
 
     app.worker_main(argv=worker_argv(cli_ctx.settings.queue, celery_args))

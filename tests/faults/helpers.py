@@ -21,11 +21,12 @@ import redis
 from celery import Celery
 from smolagents import CodeAgent, Tool
 
-from lessonbank.constants import RUN_DEAD, RUN_DISTILLED, run_steps_key
-from lessonbank.models import Lesson, StepRecord
-from lessonbank.settings import Settings
-from lessonbank.store_service import RemoteLessonStore, connect_store
-from recorder import StepRecorder
+from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_steps_key
+from lessonbank.core.models import Lesson, StepRecord
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.remote import RemoteLessonStore, connect_store
+from lessonbank.recorder import StepRecorder
+from lessonbank.workers import deadletters
 from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.recorded import run_records
@@ -33,7 +34,6 @@ from tests.fixtures.redis_server import RedisServer, free_port
 from tests.fixtures.runs import run_state, write_run
 from tests.fixtures.scripted_model import Reply as ModelReply
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
-from workers import deadletters
 
 FINISHED = (RUN_DISTILLED, RUN_DEAD)
 

@@ -18,10 +18,10 @@ from smolagents import CodeAgent, ToolCallingAgent
 
 import lessonbank
 from lessonbank.cli.main import cli
-from lessonbank.constants import run_key
-from lessonbank.models import StepRecord
+from lessonbank.core.constants import run_key
+from lessonbank.core.models import StepRecord
+from lessonbank.recorder import StepRecorder
 from lessonbank.tools import RecallLessonsTool
-from recorder import StepRecorder
 from tests.faults.helpers import FnTool, Service, by_task, records, seqs, tenant_run, tenant_task
 from tests.fixtures.celery_worker import REPO
 from tests.fixtures.openai_server import Reply, lessons_json

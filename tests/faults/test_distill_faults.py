@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import lessonbank
+from lessonbank.workers import deadletters
 from tests.faults.helpers import Service, by_task, wait_until
 from tests.fixtures.openai_server import Reply, error, lessons_json
-from workers import deadletters
 
 pytestmark = pytest.mark.slow
 
@@ -139,8 +139,7 @@ def test_llm_connection_refused_dead_letters_then_retry_stores(svc: Service) -> 
     assert letter is not None and letter.attempts == ATTEMPTS and "LLM unreachable" in letter.reason
     assert svc.requests_for(task) == [] and svc.lessons(bank) == []
 
-    deadletters.retry(svc.client, run_id, lambda b, r: svc.app.send_task(
-        "lessonbank.distill_run", args=[b, r], queue=QUEUE))
+    deadletters.retry(svc.client, run_id, QUEUE)
     assert svc.wait(run_id, states=("distilled",))["state"] == "distilled"
     assert svc.dead_letter(run_id) is None
     assert len(svc.requests_for(task)) == 1 and len(svc.lessons(bank)) == 2

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from smolagents import CodeAgent
 
-from lessonbank.settings import Settings
-from recorder import StepRecorder
-from recorder.spool import spool_files
+from lessonbank.core.settings import Settings
+from lessonbank.recorder import StepRecorder
+from lessonbank.recorder.spool import spool_files
 from tests.faults.helpers import Service, by_task, paced, records, seqs, step_count, wait_until
 from tests.fixtures.openai_server import Reply, lessons_json
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code

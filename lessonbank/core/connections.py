@@ -1,0 +1,74 @@
+"""The one Redis client factory: every process and role gets its timeouts and health checks from here.
+
+| role       | who                                   | connect | read       | retries | health check |
+|------------|---------------------------------------|---------|------------|---------|--------------|
+| recorder   | the step callback (agent process)     | short   | short      | none    | off          |
+| agent      | instructions, tools (agent process)   | short   | store wait | none    | off          |
+| service    | worker tasks, the store owner, sweeper| 5 s     | 30 s       | redis'  | 30 s         |
+| cli        | ``lessonbank`` commands               | 3 s     | 10 s       | redis'  | off          |
+
+"short" is ``settings.redis_timeout``; "store wait" is ``settings.store_timeout`` plus a margin, so a
+blocking wait for the store owner's reply is not cut by the socket's own timeout.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.settings import Settings
+
+Role = Literal["recorder", "agent", "service", "cli"]
+
+BLOCKING_MARGIN = 5.0
+
+
+def _options(settings: Settings, role: Role) -> dict[str, object]:
+    if role == "recorder":
+        return {
+            "socket_timeout": settings.redis_timeout,
+            "socket_connect_timeout": settings.redis_timeout,
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 0,
+        }
+    if role == "agent":
+        return {
+            "socket_timeout": settings.store_timeout + BLOCKING_MARGIN,
+            "socket_connect_timeout": max(settings.redis_timeout, 1.0),
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 0,
+        }
+    if role == "service":
+        return {"socket_timeout": 30.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
+    return {"socket_timeout": 10.0, "socket_connect_timeout": 3.0}
+
+
+def create_redis(settings: Settings, role: Role) -> redis.Redis:
+    """A Redis client for ``role`` (see the table above). No I/O until the first command."""
+    try:
+        return redis.Redis.from_url(settings.redis_url, **_options(settings, role))  # type: ignore[arg-type]
+    except ValueError as e:
+        raise ConfigurationError(
+            f"LESSONBANK_REDIS_URL is not a Redis URL ({e}); expected redis://[:password@]host:port/db"
+        ) from e
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password replaced by ``**`` (as Celery prints broker URLs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None and not parts.username:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    credentials = f"{user}:**" if parts.password is not None else user
+    return urlunsplit((parts.scheme, f"{credentials}@{host}", parts.path, parts.query, parts.fragment))

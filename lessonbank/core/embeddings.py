@@ -1,0 +1,221 @@
+"""Text embeddings: dense vectors from a real model, sparse lexical vectors from term counts.
+
+Dense vectors come from fastembed (default ``sentence-transformers/all-MiniLM-L6-v2``: mean pooling
+and L2 normalization, 384 dimensions) or from any OpenAI-compatible ``/v1/embeddings`` endpoint.
+Offline, fastembed loads a local folder (``model.onnx``, ``tokenizer.json``, ``tokenizer_config.json``,
+``config.json``, ``special_tokens_map.json``) through ``specific_model_path``.
+
+Sparse vectors are plain term frequencies over lowercased word tokens hashed to stable uint32
+indices; the collection's sparse vector applies Qdrant's IDF modifier on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from qdrant_client import models
+
+from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
+
+if TYPE_CHECKING:
+    from lessonbank.core.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+MODEL_FILES: tuple[str, ...] = (
+    "model.onnx",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "config.json",
+    "special_tokens_map.json",
+)
+
+_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+
+# Function words that carry no lexical signal (a compact English list in the spirit of the Glasgow
+# IR stop list); dropping them keeps sparse matches about content words.
+STOPWORDS = frozenset(
+    """a about above after again against all almost also am among an and any are as at be because been
+    before being below between both but by can could did do does doing done down during each either else
+    every few for from further had has have having he her here hers him his how however i if in into is it
+    its itself just least less let like may me might more most much must my neither no nor not now of off
+    often on once one only or other otherwise our ours out over own per perhaps quite rather same shall she
+    should since so some still such than that the their theirs them then there these they this those though
+    through thus to too under until up upon us very via was we well were what whatever when where whether
+    which while who whom whose why will with within without would yet you your yours""".split()
+)
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalized dense vectors of ``dim`` dimensions."""
+
+    @property
+    def dim(self) -> int:
+        """Number of dimensions of every vector."""
+        ...
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """One L2-normalized vector per text, in order."""
+        ...
+
+
+def _normalize(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector))
+    if norm == 0.0:
+        return vector
+    return [x / norm for x in vector]
+
+
+def missing_model_files(folder: Path) -> list[str]:
+    """Names of the model files that ``folder`` lacks (empty when it is complete)."""
+    return [name for name in MODEL_FILES if not (folder / name).is_file()]
+
+
+def default_model_dir(settings: Settings) -> Path:
+    """Where ``scripts/fetch_embed_model.py`` assembles the model by default: DATA_DIR/models/<name>."""
+    return settings.data_dir / "models" / settings.embed_model.rsplit("/", 1)[-1]
+
+
+class FastEmbedEmbedder:
+    """fastembed ``TextEmbedding``; the model loads on the first ``embed`` call, not in ``__init__``."""
+
+    def __init__(self, model_name: str, model_path: Path | str | None = None, cache_dir: Path | str | None = None):
+        self.model_name = model_name
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._model: Any = None
+        self._dim: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            from fastembed import TextEmbedding
+
+            try:
+                self._dim = int(TextEmbedding.get_embedding_size(self.model_name))
+            except ValueError as e:
+                raise ConfigurationError(f"fastembed does not know the model {self.model_name!r}") from e
+        return self._dim
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is not None:
+                return self._model
+            from fastembed import TextEmbedding
+
+            kwargs: dict[str, Any] = {}
+            if self.model_path is not None:
+                missing = missing_model_files(self.model_path)
+                if missing:
+                    raise ConfigurationError(
+                        f"embedding model folder {self.model_path} lacks {', '.join(missing)} "
+                        "(run scripts/fetch_embed_model.py --dest DIR to assemble it)"
+                    )
+                kwargs["specific_model_path"] = str(self.model_path)
+            if self.cache_dir is not None:
+                self.cache_dir.mkdir(parents=True, exist_ok=True)
+                kwargs["cache_dir"] = str(self.cache_dir)
+            logger.info("loading embedding model %s from %s", self.model_name, self.model_path or "fastembed's cache")
+            try:
+                self._model = TextEmbedding(model_name=self.model_name, **kwargs)
+            except ValueError as e:
+                raise ConfigurationError(f"cannot load embedding model {self.model_name!r}: {e}") from e
+            except Exception as e:  # fastembed/onnxruntime/huggingface_hub raise many types
+                raise ConfigurationError(
+                    f"cannot load embedding model {self.model_name!r} "
+                    f"({type(e).__name__}: {e}); offline, set LESSONBANK_EMBED_MODEL_PATH"
+                ) from e
+            return self._model
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = self._load()
+        return [_normalize([float(x) for x in vector]) for vector in model.embed(list(texts))]
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint, through an injected ``openai.OpenAI`` client."""
+
+    def __init__(self, client: Any, model: str, dim: int | None = None) -> None:
+        self.client = client
+        self.model = model
+        self._dim = dim
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = len(self.embed(["dimension probe"])[0])
+        return self._dim
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        import openai
+
+        try:
+            response = self.client.embeddings.create(model=self.model, input=list(texts))
+        except (openai.APIConnectionError, openai.APITimeoutError) as e:
+            raise ServiceUnavailable(f"embedding endpoint unreachable: {e}") from e
+        except openai.APIStatusError as e:
+            if e.status_code == 429 or e.status_code >= 500:
+                raise ServiceUnavailable(f"embedding endpoint failed ({e.status_code}): {e}") from e
+            raise ConfigurationError(f"embedding endpoint refused the request ({e.status_code}): {e}") from e
+        data = sorted(response.data, key=lambda item: item.index)
+        if len(data) != len(texts):
+            raise ServiceUnavailable(f"embedding endpoint returned {len(data)} vectors for {len(texts)} texts")
+        vectors = [_normalize([float(x) for x in item.embedding]) for item in data]
+        if self._dim is None:
+            self._dim = len(vectors[0])
+        return vectors
+
+
+def embedder_from_settings(settings: Settings) -> Embedder:
+    """The embedder the settings describe (no I/O until the first ``embed``).
+
+    ``embed_base_url`` set: an OpenAI-compatible endpoint serving ``embed_model``. Otherwise fastembed,
+    from ``embed_model_path``, else from the default assembled folder if it is complete, else by name
+    (fastembed downloads it into DATA_DIR/fastembed).
+    """
+    if settings.embed_base_url:
+        import openai
+
+        api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
+        client = openai.OpenAI(base_url=settings.embed_base_url, api_key=api_key, timeout=settings.llm_timeout)
+        return OpenAIEmbedder(client, settings.embed_model)
+    model_path = settings.embed_model_path
+    if model_path is None:
+        candidate = default_model_dir(settings)
+        if candidate.is_dir() and not missing_model_files(candidate):
+            model_path = candidate
+    return FastEmbedEmbedder(settings.embed_model, model_path=model_path, cache_dir=settings.data_dir / "fastembed")
+
+
+def tokens(text: str) -> list[str]:
+    """Lowercased word tokens of ``text`` without stopwords; ``read_csv`` also yields ``read`` and ``csv``."""
+    found: list[str] = []
+    for token in _TOKEN_RE.findall(text.lower()):
+        found.append(token)
+        if "_" in token.strip("_"):
+            found.extend(part for part in token.split("_") if part)
+    return [token for token in found if token not in STOPWORDS]
+
+
+def token_index(token: str) -> int:
+    """Stable uint32 index of a token (crc32, the same on every machine and run)."""
+    return zlib.crc32(token.encode("utf-8")) & 0xFFFFFFFF
+
+
+def sparse_vector(text: str) -> models.SparseVector:
+    """Term frequencies of ``text`` as a Qdrant sparse vector (pair it with ``Modifier.IDF``)."""
+    counts: Counter[int] = Counter(token_index(token) for token in tokens(text))
+    indices = sorted(counts)
+    return models.SparseVector(indices=indices, values=[float(counts[i]) for i in indices])

@@ -1,0 +1,159 @@
+"""The owner of the embedded (local-path) Qdrant store: it opens the path and serves the other processes.
+
+qdrant-client's local mode lets one process open a path. The worker service's main process owns it:
+a ``StoreOwner`` serves the calls that other processes (pool children, the agent process, the CLI)
+send as requests over Redis (the wire format is in ``remote``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+from qdrant_client import QdrantClient
+
+from lessonbank.core.connections import create_redis
+from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.embeddings import embedder_from_settings
+from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.protocol import codec
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.core.store.remote import REPLY_TTL
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+
+
+def open_local_store(settings: Settings) -> LessonStore:
+    """A direct store on the embedded Qdrant path of ``settings``.
+
+    Raises ServiceUnavailable when another process (normally a worker) holds the path.
+    """
+    path = settings.resolved_qdrant_path
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        client = QdrantClient(path=str(path))
+    except RuntimeError as e:
+        if "already accessed" not in str(e):
+            raise
+        raise ServiceUnavailable(
+            f"the embedded lesson store at {path} is held by another process (a running worker?); "
+            "go through the worker (connect_store) or set LESSONBANK_QDRANT_URL to a Qdrant server"
+        ) from e
+    return LessonStore(client, embedder_from_settings(settings), settings.collection)
+
+
+class StoreOwner:
+    """Holds the embedded Qdrant path and serves ``LessonStore`` calls sent over Redis.
+
+    ``start()`` opens the path (unless a ``store`` was injected) and serves in a daemon thread.
+    """
+
+    def __init__(
+        self, settings: Settings, redis_client: redis.Redis | None = None, store: LessonStore | None = None
+    ) -> None:
+        self.settings = settings
+        self._redis = redis_client
+        self.store = store
+        self._owns_store = store is None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> bool:
+        """Open the store and serve requests in a daemon thread; False if another process holds the path."""
+        if self.running:
+            return True
+        if self.store is None:
+            try:
+                self.store = open_local_store(self.settings)
+            except ServiceUnavailable as e:
+                logger.warning("not serving the lesson store: %s", e)
+                return False
+        if self._redis is None:
+            self._redis = create_redis(self.settings, "service")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, name="lessonbank-store-owner", daemon=True)
+        self._thread.start()
+        logger.info("serving the lesson store at %s over Redis", self.settings.resolved_qdrant_path)
+        return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving and, if this owner opened the store, close it (releasing the path)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if self._owns_store and self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _serve(self) -> None:
+        assert self.store is not None and self._redis is not None
+        try:
+            self.store.ensure_collection()
+            self.store.embedder.embed(["warm up"])
+        except LessonbankError:
+            logger.exception("lesson store warm-up failed; requests will report the error")
+        while not self._stop.is_set():
+            try:
+                item = self._redis.blpop([STORE_REQUESTS_KEY], timeout=POLL_SECONDS)
+            except redis.RedisError as e:
+                logger.warning("store owner cannot reach Redis (%s); retrying", e)
+                self._stop.wait(POLL_SECONDS)
+                continue
+            if item is not None:
+                self.handle(item[1])
+
+    def handle(self, raw: bytes | str) -> dict[str, Any] | None:
+        """Run one request and push its reply; returns the reply (None when dropped)."""
+        try:
+            request = json.loads(raw)
+            request_id = str(request["id"])
+            method = str(request["method"])
+            args = dict(request.get("args") or {})
+            deadline = float(request.get("deadline", 0))
+        except (ValueError, KeyError, TypeError) as e:
+            logger.warning("dropping a malformed store request (%s)", e)
+            return None
+        if deadline and time.time() > deadline:
+            logger.info("dropping store request %s (%s): its caller gave up", request_id, method)
+            return None
+        reply = self._call(method, args)
+        assert self._redis is not None
+        key = store_reply_key(request_id)
+        try:
+            pipe = self._redis.pipeline()
+            pipe.rpush(key, json.dumps(reply))
+            pipe.expire(key, REPLY_TTL)
+            pipe.execute()
+        except redis.RedisError as e:
+            logger.warning("cannot send the reply to store request %s: %s", request_id, e)
+        return reply
+
+    def _call(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            wire = codec(method)
+        except KeyError:
+            return {"ok": False, "error": {"type": "StoreError", "message": f"unknown store method {method!r}"}}
+        assert self.store is not None
+        try:
+            result = wire.dump_result(getattr(self.store, method)(**wire.load_args(args)))
+        except LessonbankError as e:
+            logger.warning("store call %s failed: %s", method, e)
+            return {"ok": False, "error": {"type": type(e).__name__, "message": str(e)}}
+        except (TypeError, ValueError) as e:  # bad arguments from the caller
+            return {"ok": False, "error": {"type": "StoreError", "message": f"bad arguments to {method}: {e}"}}
+        except Exception as e:  # qdrant-client and fastembed internals: report, keep serving
+            logger.exception("store call %s crashed", method)
+            return {"ok": False, "error": {"type": "StoreError", "message": f"{type(e).__name__}: {e}"}}
+        return {"ok": True, "result": result}

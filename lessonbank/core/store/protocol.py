@@ -1,0 +1,132 @@
+"""The one description of the lesson store. ``LessonStore`` (Qdrant) implements it; the proxy that
+forwards calls to the embedded store's owner (``remote.RemoteLessonStore``) is derived from it.
+
+Every method but ``ensure_collection``, ``banks`` and ``close`` names exactly one bank. Arguments and
+results are plain data or ``Lesson`` models, so a call can cross a process boundary as JSON.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from lessonbank.core.models import Lesson
+
+
+@runtime_checkable
+class LessonStoreProtocol(Protocol):
+    """What every lesson store does."""
+
+    def ensure_collection(self) -> None:
+        """Create the collection and its indexes if missing (idempotent)."""
+        ...
+
+    def upsert(self, lessons: builtins.list[Lesson]) -> None:
+        """Write lessons (point id = lesson id, so repeating a write never duplicates)."""
+        ...
+
+    def get(self, bank: str, lesson_ids: builtins.list[str]) -> builtins.list[Lesson]:
+        """The lessons of ``bank`` with these ids (any status), in the order asked; others are left out."""
+        ...
+
+    def similar(self, bank: str, text: str, limit: int = 5) -> builtins.list[tuple[Lesson, float]]:
+        """Active lessons of ``bank`` by dense cosine similarity to ``text``, best first."""
+        ...
+
+    def search(
+        self,
+        bank: str,
+        query: str,
+        limit: int = 8,
+        kinds: builtins.list[str] | None = None,
+        min_similarity: float | None = None,
+    ) -> builtins.list[tuple[Lesson, float]]:
+        """Hybrid search (dense + lexical, fused) of the active lessons of ``bank``."""
+        ...
+
+    def list(self, bank: str, limit: int = 100, include_inactive: bool = False) -> builtins.list[Lesson]:
+        """Lessons of ``bank``, most recently seen first (active only unless ``include_inactive``)."""
+        ...
+
+    def banks(self) -> dict[str, int]:
+        """Active lesson count per bank."""
+        ...
+
+    def set_status(
+        self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None
+    ) -> int:
+        """Set the status of those lessons of ``bank``; returns how many were changed."""
+        ...
+
+    def record_injection(self, bank: str, lesson_ids: builtins.list[str], run_id: str | None) -> None:
+        """Count that these lessons were handed to a run."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds (a client, a file lock)."""
+        ...
+
+
+# The methods that can be called across processes (``close`` is local to each side).
+REMOTE_METHODS: tuple[str, ...] = tuple(
+    name for name, member in vars(LessonStoreProtocol).items()
+    if inspect.isfunction(member) and not name.startswith("_") and name != "close"
+)
+
+
+def method_signature(name: str) -> inspect.Signature:
+    """The protocol's signature of ``name`` (without ``self``), annotations resolved."""
+    function: Callable[..., Any] = getattr(LessonStoreProtocol, name)
+    hints = typing.get_type_hints(function)
+    signature = inspect.signature(function)
+    parameters = [
+        parameter.replace(annotation=hints.get(parameter.name, Any))
+        for parameter in list(signature.parameters.values())[1:]
+    ]
+    return signature.replace(parameters=parameters, return_annotation=hints.get("return", Any))
+
+
+class WireCodec:
+    """Arguments and results of one protocol method as JSON-ready data, and back (pydantic adapters
+    built from the protocol's own annotations, so the wire format cannot drift from the signatures)."""
+
+    def __init__(self, name: str) -> None:
+        from pydantic import TypeAdapter
+
+        self.name = name
+        self.signature = method_signature(name)
+        self._params = {p.name: TypeAdapter(p.annotation) for p in self.signature.parameters.values()}
+        self._result = TypeAdapter(self.signature.return_annotation)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Call arguments as a JSON-ready dict by parameter name; TypeError as a direct call would raise."""
+        bound = self.signature.bind(*args, **kwargs)
+        return {name: self._params[name].dump_python(value, mode="json") for name, value in bound.arguments.items()}
+
+    def load_args(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Validated call arguments from the wire; TypeError or pydantic's ValidationError when they do not fit."""
+        unknown = set(data) - set(self._params)
+        if unknown:
+            raise TypeError(f"{self.name}() got unexpected arguments {sorted(unknown)}")
+        return {name: self._params[name].validate_python(value) for name, value in data.items()}
+
+    def dump_result(self, value: Any) -> Any:
+        return self._result.dump_python(value, mode="json")
+
+    def load_result(self, data: Any) -> Any:
+        return self._result.validate_python(data)
+
+
+CODECS: dict[str, WireCodec] = {}
+
+
+def codec(name: str) -> WireCodec:
+    """The (cached) codec of remote method ``name``; KeyError for a name that is not a remote method."""
+    if name not in REMOTE_METHODS:
+        raise KeyError(name)
+    if name not in CODECS:
+        CODECS[name] = WireCodec(name)
+    return CODECS[name]

@@ -1,0 +1,123 @@
+"""Reaching the lesson store from any process: a Qdrant server directly, or the embedded store through
+the process that owns it (``owner.StoreOwner``, in the worker service) over Redis:
+
+- a request is JSON ``{"id", "method", "args", "deadline"}`` RPUSHed to ``STORE_REQUESTS_KEY``;
+- the owner BLPOPs it, drops it if its deadline has passed, runs the call and RPUSHes the reply
+  ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "message"}}`` to
+  ``store_reply_key(id)``, which expires after ``REPLY_TTL`` seconds;
+- the caller BLPOPs its reply key for at most ``settings.store_timeout`` seconds and raises
+  ``ServiceUnavailable`` when nothing came.
+
+``RemoteLessonStore`` has no method of its own: each method of ``LessonStoreProtocol`` is forwarded,
+its arguments and result encoded with the protocol's own annotations (``protocol.codec``). This
+module imports neither qdrant-client nor an embedding model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, cast
+
+import redis
+
+from lessonbank.core import exceptions
+from lessonbank.core.connections import create_redis
+from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec
+
+logger = logging.getLogger(__name__)
+
+REPLY_TTL = 30
+
+
+def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -> LessonStoreProtocol:
+    """The store a process other than the embedded store's owner should use.
+
+    ``settings.qdrant_url`` set: a direct ``LessonStore`` on the server. Otherwise a
+    ``RemoteLessonStore`` that forwards calls to the worker owning the embedded path.
+    """
+    if settings.qdrant_url:
+        from qdrant_client import QdrantClient
+
+        from lessonbank.core.embeddings import embedder_from_settings
+        from lessonbank.core.store.qdrant import LessonStore
+
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        client = QdrantClient(url=settings.qdrant_url, api_key=api_key, check_compatibility=False)
+        return LessonStore(client, embedder_from_settings(settings), settings.collection)
+    # The proxy's methods are attached below, from the protocol itself: the type checker cannot see them.
+    return cast(LessonStoreProtocol, RemoteLessonStore(settings, redis_client))
+
+
+def _raise_remote(error: dict[str, Any]) -> None:
+    """Re-raise an error reply as the lessonbank exception it was (StoreError otherwise)."""
+    name = str(error.get("type", ""))
+    message = str(error.get("message", "the lesson store owner failed"))
+    cls = getattr(exceptions, name, None)
+    if isinstance(cls, type) and issubclass(cls, LessonbankError):
+        raise cls(message)
+    raise StoreError(f"{name}: {message}" if name else message)
+
+
+class RemoteLessonStore:
+    """Every method of ``LessonStoreProtocol``, forwarded over Redis to the process that owns the embedded path."""
+
+    def __init__(self, settings: Settings, redis_client: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self.timeout = settings.store_timeout
+        self._redis = redis_client
+
+    @property
+    def redis(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = create_redis(self.settings, "agent")
+        return self._redis
+
+    def call(self, method: str, args: dict[str, Any]) -> Any:
+        """Send one request and wait for its reply (the wire-form result); raises ServiceUnavailable or
+        the error the owner reported."""
+        request_id = uuid.uuid4().hex
+        request = {"id": request_id, "method": method, "args": args, "deadline": time.time() + self.timeout}
+        key = store_reply_key(request_id)
+        payload = json.dumps(request)
+        try:
+            self.redis.rpush(STORE_REQUESTS_KEY, payload)
+            item = self.redis.blpop([key], timeout=self.timeout)
+            if item is None:  # nobody took it: do not leave it queued for a later owner
+                self.redis.lrem(STORE_REQUESTS_KEY, 1, payload)
+        except redis.RedisError as e:
+            raise ServiceUnavailable(f"Redis unreachable for lesson store requests: {e}") from e
+        if item is None:
+            raise ServiceUnavailable(
+                f"no lesson store owner answered within {self.timeout:g}s; is a worker running?"
+            )
+        reply = json.loads(item[1])
+        if not reply.get("ok"):
+            _raise_remote(reply.get("error") or {})
+        return reply.get("result")
+
+    def close(self) -> None:
+        """Nothing to release (the Redis client is shared or closed with the process)."""
+
+
+def _forwarder(name: str) -> Callable[..., Any]:
+    def forward(self: RemoteLessonStore, *args: Any, **kwargs: Any) -> Any:
+        wire = codec(name)  # built on first use: pydantic adapters cost a few ms each
+        return wire.load_result(self.call(name, wire.bind(args, kwargs)))
+
+    protocol_method = getattr(LessonStoreProtocol, name)
+    forward.__name__ = forward.__qualname__ = name
+    forward.__doc__ = protocol_method.__doc__
+    forward.__signature__ = inspect.signature(protocol_method)  # type: ignore[attr-defined]
+    return forward
+
+
+for _name in REMOTE_METHODS:
+    setattr(RemoteLessonStore, _name, _forwarder(_name))

@@ -1,0 +1,223 @@
+"""Local spool: what Redis could not take, appended and fsync'd to one JSONL file per process.
+
+The owning process holds an exclusive ``flock`` on its file for as long as it has one, so a replay
+from another process (``lessonbank spool replay``) only ever touches files of processes that died.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from lessonbank.recorder.ops import Op
+
+logger = logging.getLogger(__name__)
+
+SPOOL_GLOB = "spool-*.jsonl"
+REJECTED_SUFFIX = ".rejected"
+
+
+class Spool:
+    """This process's spool file plus the in-memory queue of ops not yet delivered, oldest first."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.path: Path | None = None
+        self._file: IO[str] | None = None
+        self._pid = os.getpid()
+        self._pending: deque[Op] = deque()
+
+    def __len__(self) -> int:
+        self._check_fork()
+        return len(self._pending)
+
+    def append(self, op: Op) -> None:
+        """Write ``op`` durably (write, flush, fsync) and queue it. Raises OSError if the disk refuses."""
+        self._check_fork()
+        handle = self._open()
+        handle.write(op.to_line() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+        self._pending.append(op)
+
+    def peek(self) -> Op | None:
+        """The oldest undelivered op, or None."""
+        self._check_fork()
+        return self._pending[0] if self._pending else None
+
+    def delivered(self) -> None:
+        """The op returned by ``peek`` reached Redis. The file goes away with the last one."""
+        self._pending.popleft()
+        if not self._pending:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the (fully delivered) spool file and release its lock."""
+        if self._file is not None:
+            if self.path is not None:
+                self.path.unlink(missing_ok=True)
+            self._file.close()
+        self._file = None
+        self.path = None
+
+    def release(self) -> None:
+        """Close the file but keep it on disk (undelivered ops stay there for ``lessonbank spool replay``)."""
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        if self._pending and self.path is not None:
+            logger.warning("%d step records remain in %s", len(self._pending), self.path)
+        self._pending.clear()
+        self.path = None
+
+    def _open(self) -> IO[str]:
+        if self._file is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"spool-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+            handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the process's lifetime
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _fsync_dir(self.directory)
+            self._file, self.path = handle, path
+        return self._file
+
+    def _check_fork(self) -> None:
+        """A forked child starts its own spool: the parent's file and queue remain the parent's."""
+        if os.getpid() != self._pid:
+            self._pid = os.getpid()
+            self._file, self.path = None, None
+            self._pending = deque()
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class SpoolFileInfo:
+    """One spool file as ``lessonbank spool list`` shows it."""
+
+    path: Path
+    live: bool
+    ops: int
+    runs: int
+    bytes: int
+    modified: float
+
+
+@dataclass
+class ReplayReport:
+    """What replaying one spool file did."""
+
+    path: Path
+    delivered: int = 0
+    closes: int = 0
+    rejected: int = 0
+    skipped_live: bool = False
+    error: str = ""
+    runs: set[str] = field(default_factory=set)
+
+    @property
+    def complete(self) -> bool:
+        return not self.skipped_live and not self.error
+
+
+def spool_files(directory: Path) -> list[Path]:
+    """Spool files in ``directory``, oldest first."""
+    if not Path(directory).is_dir():
+        return []
+    return sorted(Path(directory).glob(SPOOL_GLOB), key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _read_ops(handle: IO[str]) -> tuple[list[Op], list[str]]:
+    ops: list[Op] = []
+    bad: list[str] = []
+    for line in handle:
+        if not line.strip():
+            continue
+        try:
+            ops.append(Op.from_line(line))
+        except ValueError:
+            bad.append(line if line.endswith("\n") else line + "\n")
+    return ops, bad
+
+
+def describe(path: Path) -> SpoolFileInfo:
+    """Size, op count and liveness (is its owner still holding the lock?) of one spool file."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        live = not _try_lock(handle)
+        ops, _ = _read_ops(handle)
+    stat = path.stat()
+    return SpoolFileInfo(path, live, len(ops), len({op.run_id for op in ops}), stat.st_size, stat.st_mtime)
+
+
+def replay_file(path: Path, apply: Callable[[Op], None]) -> ReplayReport:
+    """Deliver every op of a dead process's spool file in order; delete the file once all went through.
+
+    ``apply(op)`` must be idempotent (it is: records are written with HSETNX, closes carry a token).
+    Lines that do not parse are moved to ``<file>.rejected`` rather than dropped. On the first
+    delivery error the file is kept whole and the error reported; a later replay starts again.
+    """
+    report = ReplayReport(path)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        if not _try_lock(handle):
+            report.skipped_live = True
+            return report
+        ops, bad = _read_ops(handle)
+        for op in ops:
+            try:
+                apply(op)
+            except Exception as e:  # the caller's delivery (Redis, Celery) may fail in many ways
+                report.error = f"{type(e).__name__}: {e}"
+                return report
+            report.delivered += 1
+            report.closes += op.op == "close"
+            report.runs.add(op.run_id)
+        if bad:
+            rejected = path.with_name(path.name + REJECTED_SUFFIX)
+            with open(rejected, "a", encoding="utf-8") as out:
+                out.writelines(bad)
+                out.flush()
+                os.fsync(out.fileno())
+            report.rejected = len(bad)
+            logger.warning("%d unreadable lines of %s kept in %s", len(bad), path, rejected)
+        path.unlink(missing_ok=True)
+    return report
+
+
+def replay_directory(directory: Path, apply: Callable[[Op], None]) -> list[ReplayReport]:
+    """Replay every spool file in ``directory`` whose owner is gone, oldest first."""
+    reports = []
+    for path in spool_files(directory):
+        reports.append(replay_file(path, apply))
+        if reports[-1].error:
+            break
+    return reports
+
+
+def age(info: SpoolFileInfo) -> float:
+    return max(time.time() - info.modified, 0.0)

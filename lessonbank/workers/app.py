@@ -1,0 +1,84 @@
+"""The Celery application of the worker service and its configuration, built from `Settings`.
+
+Configured for at-least-once delivery without loss: late acks, redelivery when a pool process dies,
+one message prefetched per process, and a broker visibility timeout longer than the hard time
+limit plus the longest retry backoff (so a slow task is never handed to a second worker).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import Celery
+
+from lessonbank.core.constants import SWEEP_TASK
+from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.settings import Settings
+
+
+class LessonbankCelery(Celery):
+    """A Celery app that carries the `Settings` it was built from."""
+
+    settings: Settings
+
+
+def celery_config(settings: Settings) -> dict[str, object]:
+    """The Celery configuration for `settings`; raises ConfigurationError for limits that cannot work."""
+    if settings.task_soft_time_limit >= settings.task_time_limit:
+        raise ConfigurationError("task_soft_time_limit must be below task_time_limit")
+    if settings.distill_lock_timeout + settings.llm_timeout > settings.task_soft_time_limit:
+        # A redelivered run may first wait out the lock of a killed worker, then make its consolidation call.
+        raise ConfigurationError(
+            f"distill_lock_timeout ({settings.distill_lock_timeout}) + llm_timeout ({settings.llm_timeout:g}) must not "
+            f"exceed task_soft_time_limit ({settings.task_soft_time_limit})"
+        )
+    if settings.visibility_timeout <= settings.task_time_limit + settings.retry_backoff_max:
+        raise ConfigurationError("visibility_timeout must exceed task_time_limit + retry_backoff_max")
+    return {
+        "broker_url": settings.redis_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_soft_time_limit": settings.task_soft_time_limit,
+        "task_time_limit": settings.task_time_limit,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_default_queue": settings.queue,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A cold shutdown (SIGQUIT; SIGTERM under REMAP_SIGTERM=SIGQUIT) first lets the task in hand run
+        # this long, then requeues it, instead of leaving it to the broker's visibility timeout.
+        "worker_soft_shutdown_timeout": settings.soft_shutdown_timeout,
+        "worker_hijack_root_logger": True,
+        "beat_schedule_filename": str(settings.data_dir / "celerybeat-schedule"),
+        "beat_schedule": {
+            "sweep-runs": {
+                "task": SWEEP_TASK,
+                "schedule": timedelta(seconds=settings.sweep_interval),
+                "options": {"queue": settings.queue, "expires": settings.sweep_interval},
+            },
+        },
+    }
+
+
+def create_app(settings: Settings | None = None) -> LessonbankCelery:
+    """A Celery app configured from `settings` (default: the environment)."""
+    settings = settings or Settings()  # type: ignore[call-arg]  # every field has a default
+    app = LessonbankCelery("lessonbank", include=["lessonbank.workers.tasks"])
+    configure(app, settings)
+    return app
+
+
+def configure(app: LessonbankCelery, settings: Settings) -> None:
+    """(Re)apply `settings` to `app`."""
+    config = celery_config(settings)
+    app.settings = settings
+    app.conf.update(config)
+
+
+app = create_app()

@@ -1,0 +1,187 @@
+"""``lessonbank lessons ...`` and ``lessonbank instructions`` on a real embedded store, through CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from qdrant_client import QdrantClient
+
+from lessonbank.cli.main import cli
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.models import Lesson
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.owner import StoreOwner
+from lessonbank.core.store.qdrant import LessonStore
+from tests.fixtures.redis_server import free_port
+
+CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
+TIMEOUT = "Calling requests.get on the orders API without a timeout hung the run; pass timeout=10."
+YAML = "The project configuration lives in config/settings.yaml and is YAML, not JSON."
+SECRET_CSV = "The finance team's sales CSV files are UTF-16 encoded; read them with encoding='utf-16'."
+
+TEAM = [Lesson.new("team", "approach", CSV), Lesson.new("team", "failure", TIMEOUT), Lesson.new("team", "fact", YAML)]
+FINANCE = Lesson.new("finance", "fact", SECRET_CSV)
+
+
+@pytest.fixture
+def env(settings: Settings, tmp_path: Path, embed_model_path: Path) -> dict[str, str | None]:
+    return {
+        "LESSONBANK_REDIS_URL": settings.redis_url,
+        "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
+        "LESSONBANK_QDRANT_PATH": str(tmp_path / "qdrant"),
+        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
+        "LESSONBANK_QDRANT_URL": None,
+        "LESSONBANK_BANK": None,
+    }
+
+
+@pytest.fixture
+def seeded(env: dict[str, str | None], embedder: FastEmbedEmbedder) -> dict[str, str | None]:
+    client = QdrantClient(path=str(env["LESSONBANK_QDRANT_PATH"]))
+    LessonStore(client, embedder).upsert([*TEAM, FINANCE])
+    client.close()
+    return env
+
+
+def run(env: dict[str, str | None], *args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env, input=input)
+
+
+def ok(env: dict[str, str | None], *args: str, input: str | None = None) -> Result:
+    result = run(env, *args, input=input)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def failed(env: dict[str, str | None], *args: str, match: str) -> Result:
+    result = run(env, *args)
+    assert result.exit_code != 0
+    assert result.stderr.startswith("Error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert match in result.stderr
+    return result
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["lessons"], ["lessons", "list"], ["lessons", "search"], ["lessons", "show"], ["lessons", "forget"],
+     ["lessons", "export"], ["lessons", "import"], ["instructions"]],
+)
+def test_every_command_has_help(command: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*command, "--help"])
+    assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_list_and_search_stay_in_their_bank(seeded: dict[str, str | None]) -> None:
+    listed = ok(seeded, "lessons", "list", "--bank", "team").stdout
+    assert all(lesson.id in listed and lesson.text in listed for lesson in TEAM)
+    assert FINANCE.id not in listed and SECRET_CSV not in listed
+    as_json = json.loads(ok(seeded, "lessons", "list", "--bank", "finance", "--json").stdout)
+    assert [item["id"] for item in as_json] == [FINANCE.id]
+
+    found = ok(seeded, "lessons", "search", "--bank", "team", "read the sales CSV files encoded in UTF-16").stdout
+    assert CSV in found.splitlines()[0] and SECRET_CSV not in found
+    hits = json.loads(ok(seeded, "lessons", "search", "-b", "team", "--json", "-n", "1", "sales CSV").stdout)
+    assert len(hits) == 1 and hits[0]["text"] == CSV and hits[0]["score"] > 0
+    assert "No lessons." in ok(seeded, "lessons", "list", "--bank", "empty").stderr
+
+
+def test_show_finds_only_the_banks_lessons(seeded: dict[str, str | None]) -> None:
+    shown = ok(seeded, "lessons", "show", "--bank", "team", TEAM[0].id).stdout
+    assert f"text: {CSV}" in shown and "kind: approach" in shown and "evidence: 1" in shown
+    shown_json = json.loads(ok(seeded, "lessons", "show", "-b", "finance", "--json", FINANCE.id).stdout)
+    assert shown_json[0]["bank"] == "finance"
+    failed(seeded, "lessons", "show", "--bank", "team", FINANCE.id, match=f"no lesson {FINANCE.id} in bank 'team'")
+    failed(seeded, "lessons", "show", "--bank", "team", "not-an-id", match="no lesson not-an-id")
+
+
+def test_export_and_import_round_trip(seeded: dict[str, str | None], tmp_path: Path) -> None:
+    exported = ok(seeded, "lessons", "export", "--bank", "team").stdout
+    lessons = [Lesson.from_json(line) for line in exported.splitlines()]
+    assert sorted(lesson.id for lesson in lessons) == sorted(lesson.id for lesson in TEAM)
+    assert SECRET_CSV not in exported
+
+    dump = tmp_path / "team.jsonl"
+    ok(seeded, "lessons", "export", "--bank", "team", "--output", str(dump))
+    assert dump.read_text() == exported
+    for _ in range(2):  # importing twice never duplicates
+        imported = ok(seeded, "lessons", "import", "--bank", "copy", str(dump)).stdout
+        assert "Imported 3 lesson(s) into bank 'copy'" in imported
+    copies = json.loads(ok(seeded, "lessons", "list", "--bank", "copy", "--json").stdout)
+    assert sorted(item["text"] for item in copies) == sorted(lesson.text for lesson in TEAM)
+    assert {item["bank"] for item in copies} == {"copy"} and {item["origin"] for item in copies} == {"imported"}
+    assert not {item["id"] for item in copies} & {lesson.id for lesson in TEAM}
+    assert len(json.loads(ok(seeded, "lessons", "list", "--bank", "team", "--json").stdout)) == 3  # untouched
+
+
+def test_import_rejects_bad_lines_and_writes_nothing(seeded: dict[str, str | None], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(Lesson.new("x", "fact", "A good line.").to_json() + "\n" + '{"id": "1", "kind": "tip"}\n')
+    failed(seeded, "lessons", "import", "--bank", "fresh", str(bad), match="line 2 is not a lesson")
+    bad.write_text("not json\n")
+    failed(seeded, "lessons", "import", "--bank", "fresh", str(bad), match="line 1 is not a lesson")
+    missing = run(seeded, "lessons", "import", "--bank", "fresh", str(tmp_path / "missing.jsonl"))
+    assert missing.exit_code == 2 and "No such file or directory" in missing.stderr  # click's usage error
+    assert "No lessons." in ok(seeded, "lessons", "list", "--bank", "fresh").stderr
+
+
+def test_forget_by_id_and_by_query(seeded: dict[str, str | None]) -> None:
+    failed(seeded, "lessons", "forget", "--bank", "team", match="exactly one of them")
+    failed(seeded, "lessons", "forget", "--bank", "team", FINANCE.id, "--yes", match="no lesson")
+    out = ok(seeded, "lessons", "forget", "--bank", "team", TEAM[1].id, "--yes").stdout
+    assert "Forgot 1 lesson(s)." in out
+    listed = ok(seeded, "lessons", "list", "--bank", "team").stdout
+    assert TIMEOUT not in listed and CSV in listed
+    assert "[forgotten]" in ok(seeded, "lessons", "list", "--bank", "team", "--all").stdout
+    assert TIMEOUT in ok(seeded, "lessons", "export", "--bank", "team", "--all").stdout
+
+    declined = run(seeded, "lessons", "forget", "--bank", "team", "--query", "reading the sales CSV", input="n\n")
+    assert declined.exit_code != 0 and CSV in declined.stdout
+    assert CSV in ok(seeded, "lessons", "list", "--bank", "team").stdout  # nothing changed
+    ok(seeded, "lessons", "forget", "--bank", "team", "-q", "reading the sales CSV", "-n", "1", input="y\n")
+    assert CSV not in ok(seeded, "lessons", "list", "--bank", "team").stdout
+    assert SECRET_CSV in ok(seeded, "lessons", "list", "--bank", "finance").stdout  # the other bank is untouched
+    nothing = ok(seeded, "lessons", "forget", "--bank", "team", "-q", "a haiku about autumn leaves", "--yes")
+    assert "nothing forgotten" in nothing.stdout
+
+
+def test_instructions_command(seeded: dict[str, str | None]) -> None:
+    out = ok(seeded, "instructions", "--bank", "team", "Load data/sales.csv and sum the revenue per region").stdout
+    assert "## Lessons from earlier runs" in out and CSV in out and SECRET_CSV not in out
+    unrelated = ok(seeded, "instructions", "--bank", "team", "Write a haiku about autumn leaves")
+    assert unrelated.stdout == "" and "No lessons of bank 'team'" in unrelated.stderr
+    assert ok(seeded, "instructions", "--bank", "other", "Load data/sales.csv").stdout == ""
+    failed(seeded, "instructions", "--bank", "team", " ", match="TASK must not be empty")
+    # a preview: nothing counted as given
+    assert json.loads(ok(seeded, "lessons", "list", "-b", "team", "--json").stdout)[0]["injected"] == 0
+
+
+def test_goes_through_the_worker_when_it_holds_the_path(seeded: dict[str, str | None]) -> None:
+    owner_settings = Settings(
+        _env_file=None,
+        redis_url=str(seeded["LESSONBANK_REDIS_URL"]),
+        qdrant_path=Path(str(seeded["LESSONBANK_QDRANT_PATH"])),
+        embed_model_path=Path(str(seeded["LESSONBANK_EMBED_MODEL_PATH"])),
+    )
+    owner = StoreOwner(owner_settings)
+    assert owner.start()
+    try:
+        listed = ok(seeded, "lessons", "list", "--bank", "team").stdout
+        assert CSV in listed and SECRET_CSV not in listed
+        assert CSV in ok(seeded, "lessons", "search", "--bank", "team", "sales CSV").stdout
+    finally:
+        owner.stop()
+    held_no_redis = {**seeded, "LESSONBANK_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    owner.start()
+    try:
+        failed(held_no_redis, "lessons", "list", "--bank", "team", match="unreachable")
+    finally:
+        owner.stop()
+
+
+def test_unreachable_qdrant_server_is_a_one_line_error(env: dict[str, str | None]) -> None:
+    remote = {**env, "LESSONBANK_QDRANT_URL": f"http://127.0.0.1:{free_port()}"}
+    failed(remote, "lessons", "list", "--bank", "team", match="Qdrant did not answer")
+    failed(remote, "instructions", "--bank", "team", "read the csv", match="Qdrant did not answer")

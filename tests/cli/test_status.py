@@ -1,0 +1,96 @@
+"""``lessonbank status`` against a real Redis and a real embedded store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from qdrant_client import QdrantClient
+
+from lessonbank.cli.main import cli
+from lessonbank.core.constants import DEAD_LETTERS_KEY, OPEN_RUNS_KEY
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.models import Lesson
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.qdrant import LessonStore
+from tests.fixtures.redis_server import free_port
+
+
+@pytest.fixture
+def env(settings: Settings, tmp_path: Path, embed_model_path: Path) -> dict[str, str | None]:
+    return {
+        "LESSONBANK_REDIS_URL": settings.redis_url,
+        "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
+        "LESSONBANK_QDRANT_PATH": str(tmp_path / "qdrant"),
+        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
+        "LESSONBANK_QDRANT_URL": None,
+        "LESSONBANK_QUEUE": "lessonbank-test",
+    }
+
+
+def status(env: dict[str, str | None], *args: str) -> Result:
+    return CliRunner().invoke(cli, ["status", *args], env=env)
+
+
+def test_status_counts_everything(
+    env: dict[str, str | None], redis_client: redis.Redis, embedder: FastEmbedEmbedder, tmp_path: Path
+) -> None:
+    redis_client.rpush("lessonbank-test", "m1", "m2", "m3")
+    redis_client.rpush("lessonbank", "not this queue")
+    redis_client.zadd(OPEN_RUNS_KEY, {"run-a": 1.0, "run-b": 2.0})
+    redis_client.hset(DEAD_LETTERS_KEY, "run-c", "{}")
+    spool = tmp_path / "data" / "spool"
+    spool.mkdir(parents=True)
+    (spool / "spool-1-aa.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    (spool / "spool-2-bb.jsonl").write_text('{"a": 3}\n')
+    (spool / "notes.txt").write_text("ignored\n")
+    client = QdrantClient(path=env["LESSONBANK_QDRANT_PATH"])
+    store = LessonStore(client, embedder)
+    store.upsert([Lesson.new("team", "fact", "One."), Lesson.new("team", "fact", "Two.")])
+    store.upsert([Lesson.new("ops", "fact", "3")])
+    store.set_status("ops", [Lesson.new("ops", "fact", "3").id], "forgotten")
+    store.upsert([Lesson.new("ops", "approach", "Four.")])
+    client.close()
+
+    result = status(env, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["queue"] == "lessonbank-test" and report["queued"] == 3
+    assert report["runs_in_progress"] == 2 and report["dead_letters"] == 1
+    assert report["spooled"] == 3 and report["spool_files"] == 2
+    assert report["lessons"] == {"team": 2, "ops": 1}
+
+    text = status(env).stdout
+    assert "queue 'lessonbank-test': 3 task(s) waiting" in text
+    assert "runs in progress: 2" in text and "dead letters: 1" in text
+    assert "spool: 3 record(s) in 2 file(s)" in text
+    assert "  ops: 1" in text and "  team: 2" in text
+
+
+def test_status_of_an_empty_install(env: dict[str, str | None]) -> None:
+    result = status(env, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["queued"] == report["runs_in_progress"] == report["dead_letters"] == report["spooled"] == 0
+    assert report["lessons"] == {}
+    assert "lessons: none yet" in status(env).stdout
+
+
+def test_status_with_services_away(env: dict[str, str | None]) -> None:
+    no_redis = status({**env, "LESSONBANK_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    assert no_redis.exit_code == 1 and no_redis.stdout == ""
+    assert no_redis.stderr.startswith("Error: Redis at redis://127.0.0.1:") and len(no_redis.stderr.splitlines()) == 1
+
+    no_qdrant = status({**env, "LESSONBANK_QDRANT_URL": f"http://127.0.0.1:{free_port()}"}, "--json")
+    assert no_qdrant.exit_code == 1
+    report = json.loads(no_qdrant.stdout)  # what could be counted is still shown
+    assert report["lessons"] is None and "Qdrant did not answer" in report["store_error"]
+    assert len(no_qdrant.stderr.splitlines()) == 1 and "Qdrant did not answer" in no_qdrant.stderr
+
+
+def test_status_help() -> None:
+    result = CliRunner().invoke(cli, ["status", "--help"])
+    assert result.exit_code == 0 and "--json" in result.output

@@ -1,0 +1,40 @@
+"""The one Redis client factory and URL masking."""
+
+from __future__ import annotations
+
+import pytest
+
+from lessonbank.core.connections import create_redis, masked_url
+from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:s3cret@redis:6379/0", "redis://:**@redis:6379/0"),
+        ("redis://user:s3cret@redis:6379/0", "redis://user:**@redis:6379/0"),
+        ("rediss://default:p%40ss@host/1", "rediss://default:**@host/1"),
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("redis://user@host/0", "redis://user@host/0"),
+    ],
+)
+def test_masked_url_hides_the_password(url: str, masked: str) -> None:
+    assert masked_url(url) == masked
+
+
+@pytest.mark.parametrize(
+    ("role", "socket_timeout", "connect_timeout", "retries"),
+    [("recorder", 0.25, 0.25, 0), ("agent", 8.0, 1.0, 0), ("service", 30.0, 5.0, None), ("cli", 10.0, 3.0, None)],
+)
+def test_roles_get_their_timeouts(role, socket_timeout, connect_timeout, retries) -> None:
+    client = create_redis(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0"), role)
+    kwargs = client.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == socket_timeout and kwargs["socket_connect_timeout"] == connect_timeout
+    if retries is not None:
+        assert kwargs["retry"].get_retries() == retries
+
+
+def test_a_url_without_a_scheme_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="LESSONBANK_REDIS_URL"):
+        create_redis(Settings(_env_file=None, redis_url="localhost:6379"), "cli")

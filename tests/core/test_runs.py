@@ -1,0 +1,76 @@
+"""The run state machine in Redis: open -> closed (with one distill task) -> distilled | dead -> closed."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from lessonbank.core import runs
+from lessonbank.core.constants import OPEN_RUNS_KEY, RUN_CLOSED, RUN_DEAD, RUN_DISTILLED, run_key, run_steps_key
+from lessonbank.core.models import StepRecord
+from tests.fixtures.recorded import distill_args
+from tests.fixtures.runs import run_state
+
+REF = runs.RunRef("bank", "run-1", "agent", "task")
+
+
+def record(seq: int, kind: str = "action") -> str:
+    return StepRecord(id=f"run-1:{seq}", bank="bank", run_id="run-1", kind=kind, seq=seq).to_json()  # type: ignore[arg-type]
+
+
+def test_steps_open_the_run_and_a_close_queues_it_once(redis_client: redis.Redis) -> None:
+    runs.record_step(redis_client, REF, 0, record(0), 100.0)
+    state = run_state(redis_client, "run-1")
+    assert state["state"] == "open" and state["started_at"] == "100.0"
+    assert redis_client.zscore(OPEN_RUNS_KEY, "run-1") == 100.0
+    assert runs.close_run(redis_client, REF, 1, record(1, "run_end"), "success", 101.0, "q") is True
+    assert runs.close_run(redis_client, REF, 1, record(1, "run_end"), "error", 102.0, "q") is False
+    state = run_state(redis_client, "run-1")
+    assert state["state"] == RUN_CLOSED and state["outcome"] == "success" and state["enqueued"] == "1"
+    assert redis_client.zscore(OPEN_RUNS_KEY, "run-1") is None
+    assert distill_args(redis_client, "q") == [["bank", "run-1"]]
+    assert redis_client.hlen(run_steps_key("run-1")) == 2
+
+
+def test_a_replayed_step_does_not_reopen_a_closed_run(redis_client: redis.Redis) -> None:
+    runs.close_run(redis_client, REF, 3, record(3, "run_end"), "success", 101.0, "q")
+    runs.replay_step(redis_client, REF, 2, record(2), 99.0)
+    assert run_state(redis_client, "run-1")["state"] == RUN_CLOSED
+    assert redis_client.hexists(run_steps_key("run-1"), "2")
+
+
+def test_abandoned_close_rechecks_activity_and_publishes_once(redis_client: redis.Redis) -> None:
+    runs.record_step(redis_client, REF, 0, record(0), 100.0)
+    assert runs.close_abandoned(redis_client, "bank", "run-1", now=200.0, cutoff=50.0, queue="q") is False
+    assert run_state(redis_client, "run-1")["state"] == "open"  # active after the cutoff: left alone
+    assert runs.close_abandoned(redis_client, "bank", "run-1", now=200.0, cutoff=150.0, queue="q") is True
+    assert run_state(redis_client, "run-1")["outcome"] == "abandoned"
+    assert runs.close_abandoned(redis_client, "bank", "run-1", now=300.0, cutoff=250.0, queue="q") is False
+    # the recorder's own close arriving late changes nothing and publishes nothing more
+    assert runs.close_run(redis_client, REF, 1, record(1, "run_end"), "success", 301.0, "q") is False
+    assert distill_args(redis_client, "q") == [["bank", "run-1"]]
+
+
+def test_distilled_dead_and_retry(redis_client: redis.Redis) -> None:
+    runs.close_run(redis_client, REF, 0, record(0, "run_end"), "success", time.time(), "q")
+    runs.save_checkpoint(redis_client, "run-1", "{}")
+    runs.mark_dead(redis_client, "run-1", ttl=60)
+    assert run_state(redis_client, "run-1")["state"] == RUN_DEAD and 0 < redis_client.ttl(run_key("run-1")) <= 60
+    assert runs.load_checkpoint(redis_client, "run-1") is None
+    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q") is True
+    assert run_state(redis_client, "run-1")["state"] == RUN_CLOSED and redis_client.ttl(run_key("run-1")) == -1
+    assert distill_args(redis_client, "q") == [["bank", "run-1"], ["bank", "run-1"]]
+    runs.mark_distilled(redis_client, "run-1", ttl=60, stats={"added": 2})
+    assert run_state(redis_client, "run-1")["state"] == RUN_DISTILLED
+    redis_client.delete(run_steps_key("run-1"))
+    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q") is False
+
+
+def test_load_run_skips_malformed_and_foreign_records(redis_client: redis.Redis) -> None:
+    runs.record_step(redis_client, REF, 0, record(0), 100.0)
+    redis_client.hset(run_steps_key("run-1"), "1", "not json")
+    other = StepRecord(id="x:2", bank="bank", run_id="other", kind="action", seq=2).to_json()
+    redis_client.hset(run_steps_key("run-1"), "2", other)
+    run = runs.load_run(redis_client, "run-1")
+    assert [s.seq for s in run.steps] == [0] and run.malformed == 2 and run.task == "task"

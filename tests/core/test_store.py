@@ -1,0 +1,185 @@
+"""LessonStore on qdrant-client's in-memory and local-path modes, with the real MiniLM embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from qdrant_client import QdrantClient, models
+
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable, StoreError
+from lessonbank.core.models import Lesson
+from lessonbank.core.store.qdrant import DENSE, LEXICAL, LessonStore
+from tests.fixtures.redis_server import free_port
+
+CSV = "Read semicolon separated CSV files with pandas.read_csv(sep=';')."
+TIMEOUT = "Always pass a timeout to requests.get, the billing API hangs otherwise."
+DATES = "The sales API returns dates as ISO 8601 strings in UTC."
+
+
+@pytest.fixture
+def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+    client = QdrantClient(":memory:")
+    yield LessonStore(client, embedder, collection="lessons")
+    client.close()
+
+
+def lesson(bank: str, kind: str, text: str, **fields: object) -> Lesson:
+    return Lesson.new(bank, kind, text).model_copy(update=fields)  # type: ignore[arg-type]
+
+
+def test_constructor_does_no_io_and_errors_map_to_lessonbank(embedder: FastEmbedEmbedder) -> None:
+    client = QdrantClient(url=f"http://127.0.0.1:{free_port()}", check_compatibility=False, timeout=2)
+    store = LessonStore(client, embedder)  # nothing listens there: only a call may fail
+    assert not store.is_local
+    with pytest.raises(ServiceUnavailable, match="Qdrant did not answer"):
+        store.list("bank")
+
+
+def test_ensure_collection_is_idempotent_and_shaped(store: LessonStore) -> None:
+    store.ensure_collection()
+    store.ensure_collection()
+    info = store.client.get_collection("lessons")
+    vectors = info.config.params.vectors
+    assert isinstance(vectors, dict)
+    assert vectors[DENSE].size == 384 and vectors[DENSE].distance == models.Distance.COSINE
+    sparse = info.config.params.sparse_vectors
+    assert sparse is not None and sparse[LEXICAL].modifier == models.Modifier.IDF
+
+
+def test_ensure_collection_rejects_another_dimension(embedder: FastEmbedEmbedder) -> None:
+    client = QdrantClient(":memory:")
+    small = models.VectorParams(size=8, distance=models.Distance.COSINE)
+    client.create_collection("lessons", vectors_config={DENSE: small})
+    with pytest.raises(ConfigurationError, match="8-d vectors"):
+        LessonStore(client, embedder).ensure_collection()
+
+
+def test_upsert_is_idempotent_and_overwrites(store: LessonStore) -> None:
+    first = lesson("a", "approach", CSV)
+    store.upsert([first])
+    store.upsert([first])
+    assert store.client.count("lessons").count == 1
+    store.upsert([first.model_copy(update={"evidence": 3, "tags": ["csv"]})])
+    (stored,) = store.get("a", [first.id])
+    assert stored.evidence == 3 and stored.tags == ["csv"]
+    assert stored == first.model_copy(update={"evidence": 3, "tags": ["csv"]})
+    store.upsert([])
+
+
+def test_upsert_rejects_a_non_uuid_id(store: LessonStore) -> None:
+    with pytest.raises(StoreError, match="not a uuid"):
+        store.upsert([lesson("a", "fact", DATES, id="lesson-1")])
+
+
+def test_get_keeps_order_skips_other_banks_and_bad_ids(store: LessonStore) -> None:
+    a1, a2, b1 = lesson("a", "approach", CSV), lesson("a", "fact", DATES), lesson("b", "approach", CSV)
+    store.upsert([a1, a2, b1])
+    store.set_status("a", [a2.id], "forgotten")
+    got = store.get("a", [a2.id, b1.id, "not-a-uuid", a1.id, a2.id])
+    assert [x.id for x in got] == [a2.id, a1.id]
+    assert got[0].status == "forgotten"  # get returns any status
+    assert store.get("a", []) == []
+
+
+def test_similar_returns_real_cosine_best_first_active_only(store: LessonStore, embedder: FastEmbedEmbedder) -> None:
+    csv, timeout, dates = lesson("a", "approach", CSV), lesson("a", "failure", TIMEOUT), lesson("a", "fact", DATES)
+    store.upsert([csv, timeout, dates])
+    query = "load a csv file whose columns are separated by semicolons"
+    results = store.similar("a", query, limit=3)
+    assert [x.id for x, _ in results][0] == csv.id
+    scores = [score for _, score in results]
+    assert scores == sorted(scores, reverse=True)
+    q, v = embedder.embed([query, CSV])
+    assert scores[0] == pytest.approx(sum(x * y for x, y in zip(q, v, strict=True)), abs=1e-4)
+    store.set_status("a", [csv.id], "superseded", superseded_by=timeout.id)
+    assert csv.id not in [x.id for x, _ in store.similar("a", query)]
+    assert len(store.similar("a", query, limit=1)) == 1
+
+
+def test_search_is_hybrid_filtered_by_kind_and_status(store: LessonStore) -> None:
+    csv, timeout, dates = lesson("a", "approach", CSV), lesson("a", "failure", TIMEOUT), lesson("a", "fact", DATES)
+    store.upsert([csv, timeout, dates])
+    top = store.search("a", "the billing API request never returns")
+    assert top[0][0].id == timeout.id
+    assert [score for _, score in top] == sorted((score for _, score in top), reverse=True)
+    facts = store.search("a", "the billing API request never returns", kinds=["fact"])
+    assert [x.id for x, _ in facts] == [dates.id]
+    assert len(store.search("a", "anything", limit=2)) == 2
+    store.set_status("a", [timeout.id], "forgotten")
+    assert timeout.id not in [x.id for x, _ in store.search("a", "billing API timeout")]
+
+
+def test_search_lexical_match_survives_a_dense_threshold(store: LessonStore) -> None:
+    csv, dates = lesson("a", "approach", CSV), lesson("a", "fact", DATES)
+    store.upsert([csv, dates])
+    # "read_csv" is a rare term only the CSV lesson has; the dense side alone is weak for this query
+    found = store.search("a", "read_csv", min_similarity=0.95)
+    assert [x.id for x, _ in found] == [csv.id]
+    assert store.search("a", "completely unrelated gardening advice", min_similarity=0.95) == []
+
+
+def test_list_orders_by_recency_and_hides_inactive(store: LessonStore) -> None:
+    old = lesson("a", "fact", DATES, last_seen=100.0)
+    new = lesson("a", "approach", CSV, last_seen=300.0)
+    gone = lesson("a", "failure", TIMEOUT, last_seen=200.0, status="forgotten")
+    store.upsert([old, new, gone, lesson("b", "fact", DATES)])
+    assert [x.id for x in store.list("a")] == [new.id, old.id]
+    assert [x.id for x in store.list("a", include_inactive=True)] == [new.id, gone.id, old.id]
+    assert [x.id for x in store.list("a", limit=1)] == [new.id]
+    assert store.list("nobody") == []
+
+
+def test_list_pages_through_many_lessons(store: LessonStore) -> None:
+    many = [lesson("big", "fact", f"Fact number {i} about the warehouse.", last_seen=float(i)) for i in range(300)]
+    store.upsert(many)
+    listed = store.list("big", limit=1000)
+    assert len(listed) == 300
+    assert listed[0].last_seen == 299.0
+
+
+def test_banks_counts_active_lessons(store: LessonStore) -> None:
+    assert store.banks() == {}
+    store.upsert([lesson("a", "fact", DATES), lesson("a", "approach", CSV), lesson("b", "approach", CSV)])
+    store.upsert([lesson("c", "fact", DATES, status="forgotten")])
+    assert store.banks() == {"a": 2, "b": 1}
+
+
+def test_set_status_touches_only_the_named_bank(store: LessonStore) -> None:
+    a1, b1 = lesson("a", "approach", CSV), lesson("b", "approach", CSV)
+    store.upsert([a1, b1])
+    assert store.set_status("a", [a1.id, b1.id], "superseded", superseded_by="x") == 1
+    assert store.get("a", [a1.id])[0].status == "superseded"
+    assert store.get("a", [a1.id])[0].superseded_by == "x"
+    assert store.get("b", [b1.id])[0].status == "active"
+    assert store.set_status("a", [a1.id], "active") == 1
+    assert store.get("a", [a1.id])[0].superseded_by is None
+    with pytest.raises(StoreError, match="unknown lesson status"):
+        store.set_status("a", [a1.id], "deleted")
+
+
+def test_record_injection_counts_and_remembers_runs(store: LessonStore) -> None:
+    a1, b1 = lesson("a", "approach", CSV), lesson("b", "approach", CSV)
+    store.upsert([a1, b1])
+    store.record_injection("a", [a1.id, b1.id], "run-1")
+    store.record_injection("a", [a1.id], None)
+    assert store.get("a", [a1.id])[0].injected == 2
+    assert store.get("b", [b1.id])[0].injected == 0
+    (point,) = store.client.retrieve("lessons", [a1.id], with_payload=True)
+    assert point.payload is not None and point.payload["injected_run_ids"] == ["run-1"]
+
+
+def test_local_path_store_persists(tmp_path: Path, embedder: FastEmbedEmbedder) -> None:
+    saved = lesson("a", "approach", CSV)
+    first = LessonStore(QdrantClient(path=str(tmp_path / "qdrant")), embedder)
+    assert first.is_local
+    first.upsert([saved])
+    first.close()
+    second = LessonStore(QdrantClient(path=str(tmp_path / "qdrant")), embedder)
+    try:
+        assert second.get("a", [saved.id]) == [saved]
+        assert second.search("a", "semicolon csv")[0][0].id == saved.id
+    finally:
+        second.close()

@@ -1,0 +1,43 @@
+"""One store protocol: the Qdrant store implements it, the remote proxy is derived from it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec, method_signature
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.core.store.remote import RemoteLessonStore
+
+
+def public_methods(cls: type) -> set[str]:
+    return {name for name, member in vars(cls).items() if callable(member) and not name.startswith("_")}
+
+
+def test_every_protocol_method_is_implemented_with_the_same_signature() -> None:
+    protocol = public_methods(LessonStoreProtocol)
+    assert set(REMOTE_METHODS) == protocol - {"close"}
+    for name in protocol:
+        expected = inspect.signature(getattr(LessonStoreProtocol, name))
+        assert str(inspect.signature(getattr(LessonStore, name))) == str(expected), name
+        assert str(inspect.signature(getattr(RemoteLessonStore, name))) == str(expected), name
+
+
+def test_instances_satisfy_the_runtime_protocol() -> None:
+    remote = RemoteLessonStore(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0"))
+    assert isinstance(remote, LessonStoreProtocol)
+    assert LessonStore.__init__ is not None and issubclass(LessonStore, LessonStoreProtocol)
+
+
+def test_the_codec_binds_like_a_direct_call() -> None:
+    wire = codec("search")
+    assert wire.bind(("b", "q"), {"limit": 3}) == {"bank": "b", "query": "q", "limit": 3}
+    with pytest.raises(TypeError):
+        wire.bind(("b",), {"nope": 1})
+    with pytest.raises(TypeError):
+        wire.load_args({"bank": "b", "query": "q", "evil": 1})
+    assert method_signature("get").return_annotation is not inspect.Signature.empty
+    with pytest.raises(KeyError):
+        codec("close")

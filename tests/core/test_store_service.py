@@ -1,0 +1,181 @@
+"""The embedded store shared over Redis: a real owner subprocess, remote calls, timeouts, the path lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from qdrant_client import QdrantClient
+
+from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.exceptions import ServiceUnavailable, StoreError
+from lessonbank.core.models import Lesson
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.owner import StoreOwner, open_local_store
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.core.store.remote import REPLY_TTL, RemoteLessonStore, connect_store
+from tests.fixtures.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CSV = "Read semicolon separated CSV files with pandas.read_csv(sep=';')."
+TIMEOUT = "Always pass a timeout to requests.get, the billing API hangs otherwise."
+
+OWNER_SCRIPT = """
+import logging, signal, sys, threading
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.owner import StoreOwner
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+owner = StoreOwner(Settings())
+if not owner.start():
+    print("refused", flush=True)
+    sys.exit(3)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *args: stop.set())
+print("serving", flush=True)
+stop.wait()
+owner.stop()
+print("stopped", flush=True)
+"""
+
+
+@pytest.fixture
+def shared_settings(settings: Settings, embed_model_path: Path) -> Settings:
+    return settings.model_copy(update={"embed_model_path": embed_model_path, "store_timeout": 20.0})
+
+
+@pytest.fixture
+def owner_process(shared_settings: Settings) -> Iterator[subprocess.Popen[str]]:
+    """A real second process owning the embedded Qdrant path and serving it over Redis."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "LESSONBANK_REDIS_URL": shared_settings.redis_url,
+        "LESSONBANK_DATA_DIR": str(shared_settings.data_dir),
+        "LESSONBANK_EMBED_MODEL_PATH": str(shared_settings.embed_model_path),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-c", OWNER_SCRIPT], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "serving"
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def stop_owner(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=20)
+    assert process.returncode == 0 and "stopped" in out
+
+
+def test_two_processes_share_the_embedded_store(
+    shared_settings: Settings, owner_process: subprocess.Popen[str]
+) -> None:
+    remote = connect_store(shared_settings)
+    assert isinstance(remote, RemoteLessonStore)
+    csv, timeout, other = Lesson.new("a", "approach", CSV), Lesson.new("a", "failure", TIMEOUT), Lesson.new(
+        "b", "approach", CSV
+    )
+    remote.upsert([csv, timeout, other])
+
+    found = remote.search("a", "load a semicolon separated csv file", limit=2)
+    assert [x.id for x, _ in found] == [csv.id, timeout.id]
+    assert found[0][0] == csv
+    similar = remote.similar("a", "load a semicolon separated csv file", limit=1)
+    assert similar[0][0].id == csv.id and 0.5 < similar[0][1] <= 1.0
+    assert [x.id for x, _ in remote.search("a", "billing API", kinds=["failure"])] == [timeout.id]
+    assert remote.get("a", [other.id, csv.id]) == [csv]
+    assert {x.id for x in remote.list("a")} == {csv.id, timeout.id}
+    assert remote.banks() == {"a": 2, "b": 1}
+    remote.record_injection("a", [csv.id], "run-1")
+    assert remote.set_status("a", [timeout.id, other.id], "forgotten") == 1
+    assert [x.id for x in remote.list("a")] == [csv.id]
+    with pytest.raises(StoreError, match="unknown lesson status"):  # the owner's error crosses back
+        remote.set_status("a", [csv.id], "bogus")
+
+    # the path is held: a direct open fails clearly, a second owner declines
+    with pytest.raises(ServiceUnavailable, match="held by another process"):
+        open_local_store(shared_settings)
+    assert StoreOwner(shared_settings).start() is False
+
+    stop_owner(owner_process)  # releases the path; what it wrote is on disk
+    direct = open_local_store(shared_settings)
+    try:
+        (stored,) = direct.get("a", [csv.id])
+        assert stored.injected == 1
+        assert direct.banks() == {"a": 1, "b": 1}
+    finally:
+        direct.close()
+
+
+def test_no_owner_means_service_unavailable_within_the_timeout(settings: Settings, redis_client: redis.Redis) -> None:
+    remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 0.5}))
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable, match=r"no lesson store owner answered within 0.5s; is a worker running\?"):
+        remote.search("a", "anything")
+    assert 0.4 < time.monotonic() - started < 3
+    assert redis_client.llen(STORE_REQUESTS_KEY) == 0  # the unanswered request does not linger
+
+
+def test_unreachable_redis_is_service_unavailable(settings: Settings) -> None:
+    remote = RemoteLessonStore(settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"}))
+    with pytest.raises(ServiceUnavailable, match="Redis unreachable"):
+        remote.banks()
+
+
+def test_connect_store_talks_to_a_server_directly(settings: Settings) -> None:
+    direct = connect_store(settings.model_copy(update={"qdrant_url": f"http://127.0.0.1:{free_port()}"}))
+    assert isinstance(direct, LessonStore) and not direct.is_local
+    assert direct.collection == settings.collection
+    direct.close()
+
+
+@pytest.fixture
+def memory_owner(settings: Settings, redis_client: redis.Redis, embedder: FastEmbedEmbedder) -> Iterator[StoreOwner]:
+    client = QdrantClient(":memory:")
+    owner = StoreOwner(settings, redis_client=redis_client, store=LessonStore(client, embedder))
+    yield owner
+    owner.stop()
+    client.close()
+
+
+def test_owner_serves_in_a_thread_and_stops_promptly(memory_owner: StoreOwner, settings: Settings) -> None:
+    assert memory_owner.start() is True and memory_owner.running
+    remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 10.0}))
+    remote.upsert([Lesson.new("a", "fact", CSV)])
+    assert remote.banks() == {"a": 1}
+    started = time.monotonic()
+    memory_owner.stop()
+    assert not memory_owner.running and time.monotonic() - started < 2.5
+    assert memory_owner.store is not None  # an injected store stays open for its owner
+
+
+def test_owner_drops_expired_and_malformed_requests(memory_owner: StoreOwner, redis_client: redis.Redis) -> None:
+    expired = {"id": "r1", "method": "banks", "args": {}, "deadline": time.time() - 1}
+    assert memory_owner.handle(json.dumps(expired)) is None
+    assert not redis_client.exists(store_reply_key("r1"))
+    assert memory_owner.handle(b"{not json") is None
+    assert memory_owner.handle(json.dumps({"method": "banks"})) is None
+
+
+def test_owner_replies_with_errors_and_a_short_ttl(memory_owner: StoreOwner, redis_client: redis.Redis) -> None:
+    reply = memory_owner.handle(json.dumps({"id": "r2", "method": "drop_everything", "args": {}}))
+    assert reply == {"ok": False, "error": {"type": "StoreError", "message": "unknown store method 'drop_everything'"}}
+    bad_args = memory_owner.handle(json.dumps({"id": "r3", "method": "list", "args": {"bank": "a", "nope": 1}}))
+    assert bad_args is not None and bad_args["ok"] is False and "bad arguments to list" in bad_args["error"]["message"]
+    ok = memory_owner.handle(json.dumps({"id": "r4", "method": "banks", "args": {}, "deadline": time.time() + 5}))
+    assert ok == {"ok": True, "result": {}}
+    assert json.loads(redis_client.lpop(store_reply_key("r4")) or b"") == ok  # type: ignore[arg-type]
+    assert 0 < redis_client.ttl(store_reply_key("r2")) <= REPLY_TTL

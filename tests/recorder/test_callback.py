@@ -1,0 +1,368 @@
+"""Real smolagents agents, driven by scripted models, recorded into the real redis-server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from PIL import Image
+from smolagents import CodeAgent, ToolCallingAgent, tool
+from smolagents.memory import ActionStep, FinalAnswerStep, PlanningStep
+
+from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY
+from lessonbank.core.settings import Settings
+from lessonbank.recorder import StepRecorder
+from tests.fixtures.recorded import distill_args, queued_tasks, run_hash, run_records
+from tests.fixtures.scripted_model import (
+    ScriptedModel,
+    code_reply,
+    final_code,
+    final_tool_call,
+    tool_call_reply,
+)
+
+BANK = "team-a"
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up in the table.
+
+    Args:
+        key: Name of the entry.
+    """
+    return json.dumps({"key": key, "value": 7})
+
+
+@pytest.fixture
+def recorder(settings: Settings) -> Iterator[StepRecorder]:
+    rec = StepRecorder(bank=BANK, settings=settings)
+    yield rec
+    rec.close(interrupt_open_runs=False)
+
+
+def code_agent(recorder: StepRecorder, replies: list, **kwargs) -> CodeAgent:
+    return CodeAgent(tools=[], model=ScriptedModel(replies), step_callbacks=recorder.step_callbacks,
+                     verbosity_level=0, **kwargs)
+
+
+def test_code_agent_run_records_every_step_and_enqueues_one_distill(recorder, redis_client):
+    agent = code_agent(recorder, [
+        code_reply("ratio = 10 / 0", "Thought: divide first."),
+        code_reply("ratio = 10 / 2\nprint('ratio is', ratio)", "Thought: fix the divisor."),
+        final_code(5.0),
+    ])
+    assert agent.run("Compute the ratio of 10 and 2.") == 5.0
+    run_id = recorder.run_id(agent)
+    assert run_id and len(run_id) == 32
+
+    records = run_records(redis_client, run_id)
+    assert [r.kind for r in records] == ["action", "action", "action", "final", "run_end"]
+    assert [r.seq for r in records] == [0, 1, 2, 3, 4]
+    assert all(r.id == f"{run_id}:{r.seq}" and r.run_id == run_id and r.bank == BANK for r in records)
+    assert all(r.task == "Compute the ratio of 10 and 2." and r.agent == "CodeAgent" and r.v == 1 for r in records)
+    first, fix, last, final, end = records
+    assert [first.step_number, fix.step_number, last.step_number] == [1, 2, 3]
+    assert first.error_type == "AgentExecutionError" and "ZeroDivisionError" in first.error_message
+    assert first.code == "ratio = 10 / 0" and "divide first" in first.model_output
+    assert fix.error_type == "" and fix.code.startswith("ratio = 10 / 2") and "ratio is 5.0" in fix.observations
+    assert last.is_final and last.action_output == "5.0"
+    assert final.is_final and final.action_output == "5.0"
+    assert end.outcome == "success" and end.error_type == ""
+    assert first.token_usage is not None and first.token_usage.input_tokens == 10
+    assert first.duration is not None and first.duration >= 0
+
+    raw = redis_client.hget(f"lessonbank:run:{run_id}:steps", "0").decode()
+    assert "model_input_messages" not in raw and "New task" not in raw
+
+    state = run_hash(redis_client, run_id)
+    assert state["state"] == "closed" and state["outcome"] == "success" and state["bank"] == BANK
+    assert state["enqueued"] == "1" and float(state["closed_at"]) >= float(state["started_at"])
+    assert redis_client.zscore(OPEN_RUNS_KEY, run_id) is None
+    assert queued_tasks(redis_client) == [(DISTILL_TASK, [BANK, run_id])]
+
+
+def test_tool_calling_agent_run(recorder, redis_client):
+    agent = ToolCallingAgent(tools=[lookup], model=ScriptedModel([
+        tool_call_reply("lookup", {"key": "alpha"}), final_tool_call("seven"),
+    ]), verbosity_level=0)
+    recorder.attach(agent)
+    assert agent.run("Find alpha.") == "seven"
+    run_id = recorder.run_id(agent)
+    records = run_records(redis_client, run_id)
+    assert [r.kind for r in records] == ["action", "action", "final", "run_end"]
+    call = records[0].tool_calls[0]
+    assert call.name == "lookup" and call.arguments == '{"key": "alpha"}'
+    assert records[0].observations == '{"key": "alpha", "value": 7}'  # JSON-looking text stays text
+    assert records[1].tool_calls[0].name == "final_answer" and records[1].is_final
+    assert records[2].action_output == "seven" and records[3].outcome == "success"
+    assert all(r.agent == "ToolCallingAgent" for r in records)
+    assert distill_args(redis_client) == [[BANK, run_id]]
+
+
+def test_two_consecutive_runs_and_reset_false_get_their_own_run_ids(recorder, redis_client):
+    agent = code_agent(recorder, [final_code("one"), final_code("two"), final_code("three")])
+    ids = []
+    for task, reset in (("first", True), ("second", True), ("third", False)):
+        agent.run(task, reset=reset)
+        ids.append(recorder.run_id(agent))
+    assert len(set(ids)) == 3
+    for run_id, task in zip(ids, ("first", "second", "third"), strict=True):
+        records = run_records(redis_client, run_id)
+        assert [r.kind for r in records] == ["action", "final", "run_end"]
+        assert {r.task for r in records} == {task}
+    assert distill_args(redis_client) == [[BANK, run_id] for run_id in ids]
+
+
+def test_agents_in_threads_never_share_a_run(recorder, redis_client):
+    def slow(code: str):
+        def reply(_messages):
+            time.sleep(0.01)
+            return code_reply(code)
+        return reply
+
+    agents = [code_agent(recorder, [slow(f"x = {i}\nprint(x)") for _ in range(5)] + [final_code(i)], max_steps=10)
+              for i in range(2)]
+    results: dict[int, str | None] = {}
+
+    def work(i: int) -> None:
+        agents[i].run(f"task {i}")
+        results[i] = recorder.run_id(agents[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results[0] and results[1] and results[0] != results[1]
+    for i in range(2):
+        records = run_records(redis_client, results[i])
+        assert [r.seq for r in records] == list(range(8))
+        assert {r.task for r in records} == {f"task {i}"}
+        assert all(f"x = {i}" in r.code for r in records[:5])
+    assert sorted(map(tuple, distill_args(redis_client))) == sorted((BANK, results[i]) for i in range(2))
+
+
+def test_max_steps_run_is_closed_with_outcome_max_steps(recorder, redis_client):
+    agent = code_agent(recorder, [code_reply("x = 1"), code_reply("x = 2"), "The answer is probably 2."],
+                       max_steps=2)
+    agent.run("Never finishes.")
+    records = run_records(redis_client, recorder.run_id(agent))
+    assert [r.kind for r in records] == ["action", "action", "action", "final", "run_end"]
+    assert records[2].error_type == "AgentMaxStepsError"
+    assert records[3].action_output == "The answer is probably 2."
+    assert records[4].outcome == "max_steps"
+    assert run_hash(redis_client, records[0].run_id)["outcome"] == "max_steps"
+    assert len(distill_args(redis_client)) == 1
+
+
+def test_run_helper_closes_a_raising_run_with_outcome_error(recorder, redis_client):
+    agent = code_agent(recorder, [code_reply("x = 1")])  # the second model call finds the script exhausted
+    with pytest.raises(Exception, match="scripted model has only 1 replies"):
+        recorder.run(agent, "Fails on step two.")
+    run_id = recorder.run_id(agent)
+    records = run_records(redis_client, run_id)
+    assert [r.kind for r in records] == ["action", "action", "run_end"]
+    assert records[1].step_number == 2 and records[1].model_output == ""  # smolagents re-raises, no step error
+    assert records[2].outcome == "error" and records[2].error_type == "AgentGenerationError"
+    assert "scripted model has only 1 replies" in records[2].error_message
+    assert run_hash(redis_client, run_id)["outcome"] == "error"
+    assert distill_args(redis_client) == [[BANK, run_id]]
+
+
+def test_recording_block_that_raises_before_any_run_closes_nothing(recorder, redis_client):
+    agent = code_agent(recorder, [final_code(1)])
+    with pytest.raises(KeyError), recorder.recording(agent):
+        raise KeyError("before run")
+    assert recorder.run_id(agent) is None
+    assert redis_client.keys("lessonbank:run:*") == []
+
+
+def test_open_run_is_closed_as_interrupted_when_the_agent_starts_its_next_run(recorder, redis_client):
+    agent = code_agent(recorder, [code_reply("x = 1"), ConnectionError("model server went away"), final_code("ok")])
+    with pytest.raises(Exception, match="model server went away"):
+        agent.run("Dies without the helper.")
+    first = recorder.run_id(agent)
+    assert run_hash(redis_client, first)["state"] == "open"
+    assert redis_client.zscore(OPEN_RUNS_KEY, first) is not None
+    assert distill_args(redis_client) == []
+
+    agent.run("Next run.")
+    second = recorder.run_id(agent)
+    assert second != first
+    assert run_records(redis_client, first)[-1].outcome == "interrupted"
+    assert run_hash(redis_client, first)["state"] == "closed"
+    assert distill_args(redis_client) == [[BANK, first], [BANK, second]]
+
+
+def test_managed_sub_agent_gets_its_own_run(recorder, redis_client):
+    helper = ToolCallingAgent(tools=[lookup], model=ScriptedModel([
+        tool_call_reply("lookup", {"key": "beta"}), final_tool_call("beta is 7"),
+    ]), name="finder", description="Finds values of keys.", verbosity_level=0)
+    manager = code_agent(recorder, [
+        code_reply("found = finder(task='find beta')\nprint(found)"), final_code("done"),
+    ], managed_agents=[helper])
+    recorder.attach(helper)
+    manager.run("Ask the finder for beta.")
+    manager_run, helper_run = recorder.run_id(manager), recorder.run_id(helper)
+    assert manager_run != helper_run
+    helper_records = run_records(redis_client, helper_run)
+    assert {r.agent for r in helper_records} == {"finder"} and "find beta" in helper_records[0].task
+    assert helper_records[-1].outcome == "success"
+    assert "beta is 7" in run_records(redis_client, manager_run)[0].observations
+    assert distill_args(redis_client) == [[BANK, helper_run], [BANK, manager_run]]
+
+
+def test_planning_steps_are_recorded(recorder, redis_client):
+    agent = code_agent(recorder, ["1. Print.\n2. Answer.\n<end_plan>", final_code(3)], planning_interval=5)
+    agent.run("Plan then answer.")
+    records = run_records(redis_client, recorder.run_id(agent))
+    assert [r.kind for r in records] == ["planning", "action", "final", "run_end"]
+    assert "1. Print." in records[0].plan and records[0].step_number == 1
+
+
+def test_run_id_is_known_inside_the_run(settings, redis_client):
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    seen: list[str | None] = []
+
+    @tool
+    def whoami() -> str:
+        """Report the current run id."""
+        seen.append(recorder.run_id(agent))
+        return "ok"
+
+    agent = ToolCallingAgent(tools=[whoami], model=ScriptedModel([
+        tool_call_reply("whoami", {}), final_tool_call("done"),
+    ]), verbosity_level=0)
+    recorder.attach(agent)
+    agent.run("Who am I?")
+    assert seen == [recorder.run_id(agent)]
+    assert run_records(redis_client, seen[0])[0].tool_calls[0].name == "whoami"
+    recorder.close()
+
+
+def test_attach_is_idempotent_and_step_callbacks_cover_the_three_step_types(recorder, redis_client):
+    assert set(recorder.step_callbacks) == {ActionStep, PlanningStep, FinalAnswerStep}
+    agent = code_agent(recorder, [final_code(1)])
+    recorder.attach(agent)
+    recorder.attach(agent)
+    agent.run("Once.")
+    assert [r.seq for r in run_records(redis_client, recorder.run_id(agent))] == [0, 1, 2]
+
+
+def test_ten_megabyte_observation_is_capped(settings, redis_client):
+    @tool
+    def dump() -> str:
+        """Return a huge text."""
+        return "A" * 10_000_000 + " api_key=sk-proj-abcdefghijklmnopqrstuvwx1234"
+
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = ToolCallingAgent(tools=[dump], model=ScriptedModel([tool_call_reply("dump", {}), final_tool_call("ok")]),
+                             verbosity_level=0)
+    recorder.attach(agent)
+    started = time.monotonic()
+    agent.run("Dump it.")
+    assert time.monotonic() - started < 10
+    run_id = recorder.run_id(agent)
+    raw = redis_client.hget(f"lessonbank:run:{run_id}:steps", "0")
+    assert len(raw) <= settings.max_record_bytes
+    record = run_records(redis_client, run_id)[0]
+    assert len(record.observations) <= settings.max_field_chars
+    assert "chars cut]" in record.observations and "observations" in record.truncated
+    assert "sk-proj" not in raw.decode()
+    recorder.close()
+
+
+def test_bytes_and_image_outputs(recorder, redis_client):
+    @tool
+    def snapshot() -> Image.Image:
+        """Take a small picture."""
+        return Image.new("RGB", (8, 6), "red")
+
+    picture = Image.new("RGB", (4, 4), "blue")
+    agent = CodeAgent(tools=[snapshot], model=ScriptedModel([
+        code_reply("final_answer(b'ok \\xff\\xfe end')"),
+        code_reply("final_answer(snapshot())"),
+    ]), verbosity_level=0)
+    recorder.attach(agent)
+    assert agent.run("Bytes.", images=[picture]) == b"ok \xff\xfe end"
+    records = run_records(redis_client, recorder.run_id(agent))
+    assert records[0].images == 1  # the task image, shown to the model at every step
+    assert records[0].action_output == "ok \ufffd\ufffd end" and records[1].action_output == "ok \ufffd\ufffd end"
+
+    agent.run("Image.", reset=False)
+    records = run_records(redis_client, recorder.run_id(agent))
+    assert records[1].kind == "final" and records[1].images == 1
+    assert records[1].action_output == "<image 8x6 RGB>"
+
+
+def test_importing_the_recorder_stays_light():
+    code = (
+        "import sys, lessonbank.recorder\n"
+        "from lessonbank.recorder import StepRecorder\n"
+        "heavy = ('qdrant_client', 'fastembed', 'celery', 'kombu', 'lessonbank.workers', 'lessonbank.cli', 'openai')\n"
+        "heavy = [m for m in heavy if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "StepRecorder(bank='b')\n"
+        "assert 'celery' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_constructor_does_no_io(tmp_path):
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path / "none")
+    StepRecorder(settings=settings)
+    assert not (tmp_path / "none").exists()
+
+
+def test_callback_never_raises(recorder, redis_client, caplog, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("serializer bug")
+
+    monkeypatch.setattr(recorder.serializer, "action", broken)
+    agent = code_agent(recorder, [code_reply("x = 1"), final_code(2)])
+    assert agent.run("Still answers.") == 2
+    warnings = [r for r in caplog.records if "recording a step failed" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].exc_info is not None
+    assert [r.kind for r in run_records(redis_client, recorder.run_id(agent))] == ["final", "run_end"]
+
+
+def test_injected_redis_client_is_used(settings, redis_url):
+    client = redis.Redis.from_url(redis_url.replace("/0", "/1"))
+    recorder = StepRecorder(bank="other", settings=settings, redis_client=client)
+    agent = code_agent(recorder, [final_code(1)])
+    agent.run("Injected.")
+    run_id = recorder.run_id(agent)
+    assert [r.bank for r in run_records(client, run_id)] == ["other"] * 3
+    assert redis.Redis.from_url(redis_url).exists(f"lessonbank:run:{run_id}") == 0
+    recorder.close()
+    assert client.ping()  # an injected client is not closed by the recorder
+
+
+def test_close_interrupts_runs_still_open(settings, redis_client):
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = code_agent(recorder, [code_reply("x = 1"), ValueError("model crashed")])
+    with pytest.raises(Exception, match="model crashed"):
+        agent.run("Left open.")
+    run_id = recorder.run_id(agent)
+    recorder.close()
+    assert run_records(redis_client, run_id)[-1].outcome == "interrupted"
+    assert distill_args(redis_client) == [[BANK, run_id]]
+
+
+def test_spool_write_failure_is_logged_once_and_the_run_goes_on(tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the spool directory should be")
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path, spool_dir=blocker)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = code_agent(recorder, [code_reply("x = 1"), code_reply("x = 2"), final_code(3)])
+    assert agent.run("Nowhere to write.") == 3
+    assert len([r for r in caplog.records if "could not write the spool" in r.getMessage()]) == 1
+    recorder.close()

@@ -1,0 +1,153 @@
+"""The recorder when Redis is down, frozen (SIGSTOP), or the broker refuses the distill task."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from smolagents import CodeAgent
+
+from lessonbank.core.settings import Settings
+from lessonbank.recorder import StepRecorder
+from lessonbank.recorder.ops import Op
+from lessonbank.recorder.spool import spool_files
+from lessonbank.recorder.transport import RedisSink
+from tests.fixtures.recorded import distill_args, run_hash, run_records
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+
+BANK = "faults"
+
+
+def settings_for(server: RedisServer, tmp_path: Path, **overrides) -> Settings:
+    return Settings(_env_file=None, redis_url=server.url, data_dir=tmp_path / "data", **overrides)
+
+
+def five_step_agent(recorder: StepRecorder) -> CodeAgent:
+    replies = [code_reply(f"x = {i}\nprint(x)") for i in range(4)] + [final_code("done")]
+    return CodeAgent(tools=[], model=ScriptedModel(replies), step_callbacks=recorder.step_callbacks,
+                     verbosity_level=0, max_steps=10)
+
+
+def spool_lines(settings: Settings) -> int:
+    return sum(len(path.read_text().splitlines()) for path in spool_files(settings.resolved_spool_dir))
+
+
+@pytest.mark.slow
+def test_redis_stopped_before_the_run(own_redis, tmp_path, caplog):
+    settings = settings_for(own_redis, tmp_path)
+    own_redis.stop()
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = five_step_agent(recorder)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="lessonbank.recorder"):
+        assert agent.run("Count to four.") == "done"
+    assert time.monotonic() - started < 5
+    outage_logs = [r for r in caplog.records if "spooling" in r.getMessage()]
+    assert len(outage_logs) == 1  # one warning per outage, not per step
+    assert spool_lines(settings) == 7  # 5 actions, the final answer, the close
+
+    own_redis.start()  # same port
+    assert recorder.flush()
+    assert spool_files(settings.resolved_spool_dir) == []
+    client = own_redis.client()
+    run_id = recorder.run_id(agent)
+    records = run_records(client, run_id)
+    assert [r.seq for r in records] == list(range(7)) and records[-1].outcome == "success"
+    assert run_hash(client, run_id)["state"] == "closed"
+    assert distill_args(client) == [[BANK, run_id]]
+
+    assert recorder.flush()  # nothing left: no second delivery, no second enqueue
+    assert client.hlen(f"lessonbank:run:{run_id}:steps") == 7 and len(distill_args(client)) == 1
+    recorder.close()
+
+
+@pytest.mark.slow
+def test_next_successful_push_flushes_the_spool_first(own_redis, tmp_path):
+    settings = settings_for(own_redis, tmp_path, breaker_cooldown=0.2)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1"), final_code(1), final_code(2)]),
+                      step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    own_redis.kill()
+    agent.run("While Redis is away.")
+    first = recorder.run_id(agent)
+    own_redis.start()
+    time.sleep(0.25)  # past the cooldown: the next step probes, succeeds, and flushes first
+    agent.run("After it came back.")
+    second = recorder.run_id(agent)
+    client = own_redis.client()
+    assert [r.kind for r in run_records(client, first)] == ["action", "action", "final", "run_end"]
+    assert [r.kind for r in run_records(client, second)] == ["action", "final", "run_end"]
+    assert distill_args(client) == [[BANK, first], [BANK, second]]  # the spooled close went out first
+    assert spool_files(settings.resolved_spool_dir) == []
+    recorder.close()
+
+
+@pytest.mark.slow
+def test_redis_dies_mid_run(own_redis, tmp_path):
+    settings = settings_for(own_redis, tmp_path, breaker_cooldown=60)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+
+    def die(_messages):
+        own_redis.kill()
+        return code_reply("y = 2")
+
+    agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1"), die, final_code(3)]),
+                      step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    agent.run("Redis dies at step two.")
+    run_id = recorder.run_id(agent)
+    own_redis.start()
+    client = own_redis.client()
+    assert client.hlen(f"lessonbank:run:{run_id}:steps") == 0  # the restarted server lost step 0 (no AOF)
+    assert recorder.flush()
+    assert [r.seq for r in run_records(client, run_id)] == [1, 2, 3, 4]
+    assert distill_args(client) == [[BANK, run_id]]
+    recorder.close()
+
+
+@pytest.mark.slow
+def test_redis_frozen_costs_bounded_time(own_redis, tmp_path):
+    settings = settings_for(own_redis, tmp_path)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    warm = five_step_agent(recorder)
+    warm.run("Warm up the connections.")
+    agent = five_step_agent(recorder)
+    own_redis.freeze()
+    try:
+        started = time.monotonic()
+        assert agent.run("Count while Redis is frozen.") == "done"
+        elapsed = time.monotonic() - started
+    finally:
+        own_redis.thaw()
+    assert elapsed < 5, elapsed
+    assert elapsed < 2 * settings.redis_timeout + 1.0  # one timeout for the steps, at most one for the close
+    run_id = recorder.run_id(agent)
+    assert recorder.flush()
+    client = own_redis.client()
+    assert [r.seq for r in run_records(client, run_id)] == list(range(7))
+    assert distill_args(client) == [[BANK, recorder.run_id(warm)], [BANK, run_id]]
+    recorder.close()
+
+
+def test_a_close_delivered_twice_publishes_once(settings, redis_client):
+    """A close that reached Redis although its caller saw a timeout is replayed from the spool: the run is
+    closed and its distill task queued by the same Lua script, so the replay queues nothing more."""
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = CodeAgent(tools=[], model=ScriptedModel([final_code(1)]), step_callbacks=recorder.step_callbacks,
+                      verbosity_level=0)
+    agent.run("Close twice.")
+    run_id = recorder.run_id(agent)
+    assert distill_args(redis_client) == [[BANK, run_id]]
+    sink = RedisSink(redis_client, settings.queue)
+    for record in run_records(redis_client, run_id):
+        if record.kind == "run_end":
+            close = Op("close", BANK, run_id, record.agent, record.task, record.seq, record.to_json(), time.time(),
+                       "success", "another-token")
+            sink.apply(close, replay=True)
+            sink.apply(close, replay=True)
+    assert distill_args(redis_client) == [[BANK, run_id]]
+    assert run_hash(redis_client, run_id)["enqueued"] == "1"
+    assert redis_client.hlen(f"lessonbank:run:{run_id}:steps") == 3
+    recorder.close()

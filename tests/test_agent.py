@@ -1,0 +1,156 @@
+"""``remember(agent)``: a real CodeAgent with a scripted model, a real store and a real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from qdrant_client import QdrantClient
+from smolagents import CodeAgent
+from smolagents.memory import FinalAnswerStep
+
+from lessonbank import remember
+from lessonbank.core.constants import run_key, run_steps_key
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.models import Lesson
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.core.store.remote import RemoteLessonStore
+from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
+USER = "Always answer in French."
+HEADER = "## Lessons from earlier runs"
+CSV_TASK = "Load data/sales.csv and compute the total revenue per region"
+
+
+@pytest.fixture
+def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+    client = QdrantClient(":memory:")
+    store = LessonStore(client, embedder)
+    store.upsert([Lesson.new("team", "approach", CSV)])
+    yield store
+    client.close()
+
+
+class Probe:
+    """Scripted model replies that note what the agent looked like while it ran."""
+
+    def __init__(self, agent_ref: list[Any]) -> None:
+        self.agent_ref = agent_ref
+        self.instructions: list[str | None] = []
+
+    def __call__(self, messages: list[Any]) -> str:
+        self.instructions.append(self.agent_ref[0].instructions)
+        return final_code("ok")
+
+
+def system_prompt(model: ScriptedModel, call: int) -> str:
+    first = model.calls[call]["messages"][0]
+    content = first.content if hasattr(first, "content") else first["content"]
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content)
+    return str(content)
+
+
+def make_agent(settings: Settings, store: Any) -> tuple[CodeAgent, ScriptedModel, Probe]:
+    ref: list[Any] = []
+    probe = Probe(ref)
+    model = ScriptedModel([], then=probe)
+    agent = CodeAgent(tools=[], model=model, instructions=USER, verbosity_level=0)
+    ref.append(agent)
+    return agent, model, probe
+
+
+def test_run_gets_lessons_in_instructions_and_system_prompt(
+    settings: Settings, store: LessonStore, redis_client: redis.Redis
+) -> None:
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store)
+    try:
+        assert agent.run(CSV_TASK) == "ok"
+        during = probe.instructions[0]
+        assert during is not None and during.startswith(USER) and CSV in during and HEADER in during
+        assert CSV in system_prompt(model, 0) and USER in system_prompt(model, 0)
+        assert agent.instructions == USER  # the user's own instructions are back after the run
+
+        run_id = recorder.run_id(agent)
+        assert run_id and redis_client.hlen(run_steps_key(run_id)) >= 1  # the run was recorded
+        point = store.client.retrieve("lessons", ids=[Lesson.new("team", "approach", CSV).id], with_payload=True)[0]
+        assert point.payload is not None
+        assert point.payload["injected"] == 1 and point.payload["injected_run_ids"] == [run_id]
+    finally:
+        recorder.close()
+
+
+def test_unrelated_task_and_other_bank_get_no_lessons(settings: Settings, store: LessonStore) -> None:
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store)
+    other, other_model, other_probe = make_agent(settings, store)
+    other_recorder = remember(other, bank="elsewhere", settings=settings, store=store)
+    try:
+        agent.run("Write a haiku about autumn leaves.")
+        assert probe.instructions[0] == USER and HEADER not in system_prompt(model, 0)
+        other.run(CSV_TASK)
+        assert other_probe.instructions[0] == USER and CSV not in system_prompt(other_model, 0)
+    finally:
+        recorder.close()
+        other_recorder.close()
+
+
+def test_remember_is_idempotent_and_follows_user_changes(settings: Settings, store: LessonStore) -> None:
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store)
+    try:
+        assert remember(agent, bank="team", settings=settings, store=store) is recorder
+        assert remember(agent) is recorder
+        with pytest.raises(ValueError, match="already remembers into bank 'team'"):
+            remember(agent, bank="another")
+        agent.run(CSV_TASK)
+        assert probe.instructions[0] is not None and probe.instructions[0].count(CSV) == 1
+        assert len(agent.step_callbacks._callbacks[FinalAnswerStep]) == len(
+            {id(cb) for cb in agent.step_callbacks._callbacks[FinalAnswerStep]}
+        )
+        agent.instructions = "Answer in German."
+        agent.run(CSV_TASK)
+        assert probe.instructions[1] is not None
+        assert probe.instructions[1].startswith("Answer in German.") and USER not in probe.instructions[1]
+        assert agent.instructions == "Answer in German."
+    finally:
+        recorder.close()
+
+
+def test_instructions_restored_after_a_failing_run_and_a_stream(
+    settings: Settings, store: LessonStore, redis_client: redis.Redis
+) -> None:
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store)
+    try:
+        model.then = None  # the script is empty: the model call raises
+        with pytest.raises(Exception, match="scripted model has only 0 replies"):
+            agent.run(CSV_TASK)
+        assert agent.instructions == USER
+        failed = recorder.run_id(agent)
+        assert failed and redis_client.hget(run_key(failed), "outcome") == b"error"  # closed as failed
+        model.then = probe
+        steps = agent.run(CSV_TASK, stream=True)
+        assert CSV in str(agent.instructions)  # the streamed run is still going
+        outputs = list(steps)
+        assert isinstance(outputs[-1], FinalAnswerStep) and outputs[-1].output == "ok"
+        assert CSV in system_prompt(model, len(model.calls) - 1)
+        assert agent.instructions == USER
+    finally:
+        recorder.close()
+
+
+def test_unavailable_store_never_breaks_the_run(settings: Settings) -> None:
+    silent = RemoteLessonStore(settings.model_copy(update={"store_timeout": 0.2}))  # no worker serves it
+    agent, model, probe = make_agent(settings, silent)
+    recorder = remember(agent, bank="team", settings=settings, store=silent)
+    try:
+        assert agent.run(CSV_TASK) == "ok"
+        assert probe.instructions == [USER]
+    finally:
+        recorder.close()

@@ -1,0 +1,157 @@
+"""Consolidation against a real Qdrant collection (qdrant-client in-memory) and the real MiniLM model."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import openai
+import pytest
+from qdrant_client import QdrantClient
+
+from lessonbank.core.models import Lesson, lesson_id
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.workers.consolidate import Consolidator, Decision, Thresholds, llm_decider
+from lessonbank.workers.distiller import DraftLesson
+from lessonbank.workers.llm import ChatLLM
+from tests.fixtures.openai_server import FakeOpenAI, Reply
+
+SEMI = "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."
+SEMI_REWORDED = "Read sales.csv with pandas.read_csv(path, sep=';') because its fields are separated by semicolons."
+SEMI_RELATED = "The delimiter in sales.csv is a semicolon: load it using pd.read_csv(path, sep=';')."
+KELVIN = "The weather API returns temperatures in Kelvin; subtract 273.15 before reporting Celsius."
+
+
+@pytest.fixture
+def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
+    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
+    s.ensure_collection()
+    yield s
+    s.close()
+
+
+def draft(text: str, kind: str = "fact") -> DraftLesson:
+    return DraftLesson(kind=kind, text=text, tags=["csv"])  # type: ignore[arg-type]
+
+
+def run(store: LessonStore, run_id: str, *texts: str, decide=None, bank: str = "b"):  # type: ignore[no-untyped-def]
+    return Consolidator(store, bank, run_id, Thresholds(0.9, 0.6), decide=decide).run([draft(t) for t in texts])
+
+
+def test_new_lessons_are_added_with_their_run(store: LessonStore) -> None:
+    stats = run(store, "r1", SEMI, KELVIN)
+    assert stats.added == 2
+    lessons = store.list("b")
+    assert sorted(lesson.text for lesson in lessons) == sorted([SEMI, KELVIN])
+    assert all(lesson.source_run_ids == ["r1"] and lesson.evidence == 1 for lesson in lessons)
+    assert {lesson.id for lesson in lessons} == {lesson_id("b", SEMI), lesson_id("b", KELVIN)}
+
+
+def test_same_run_twice_changes_nothing(store: LessonStore) -> None:
+    run(store, "r1", SEMI, KELVIN)
+    before = {lesson.id: lesson.model_dump() for lesson in store.list("b")}
+    stats = run(store, "r1", SEMI, KELVIN)
+    assert stats.added == stats.reinforced == 0 and stats.skipped == 2
+    assert {lesson.id: lesson.model_dump() for lesson in store.list("b")} == before
+
+
+def test_near_duplicate_reinforces_instead_of_adding(store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    stats = run(store, "r2", SEMI_REWORDED)
+    assert stats.reinforced == 1 and stats.added == 0
+    [lesson] = store.list("b")
+    assert lesson.text == SEMI and lesson.evidence == 2 and lesson.source_run_ids == ["r1", "r2"]
+    run(store, "r2", SEMI_REWORDED)  # redelivery of r2
+    assert store.list("b")[0].evidence == 2
+
+
+def test_exact_text_of_another_run_reinforces(store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    assert run(store, "r2", SEMI.upper() + "  ").reinforced == 1
+    assert store.list("b")[0].evidence == 2
+
+
+def test_related_lessons_go_to_one_decision_with_small_ids(store: LessonStore) -> None:
+    run(store, "r1", SEMI, KELVIN)
+    calls: list[tuple[list[str], list[str]]] = []
+
+    def decide(drafts: list[DraftLesson], existing: list[Lesson]) -> list[Decision]:
+        calls.append(([d.text for d in drafts], [e.text for e in existing]))
+        merged = "sales.csv is semicolon-delimited: use pandas.read_csv(path, sep=';') to load it."
+        return [Decision(new=1, action="merge", existing=1, text=merged)]
+
+    stats = run(store, "r2", SEMI_RELATED, decide=decide)
+    assert len(calls) == 1 and calls[0] == ([SEMI_RELATED], [SEMI])
+    assert stats.merged == 1
+    active = {lesson.text: lesson for lesson in store.list("b")}
+    merged = active["sales.csv is semicolon-delimited: use pandas.read_csv(path, sep=';') to load it."]
+    assert merged.evidence == 2 and merged.source_run_ids == ["r1", "r2"] and SEMI not in active
+    [old] = store.get("b", [lesson_id("b", SEMI)])
+    assert old.status == "superseded" and old.superseded_by == merged.id  # kept, with a pointer
+    # the old text again follows the pointer to the merged lesson
+    assert run(store, "r3", SEMI).reinforced == 1
+    assert store.get("b", [merged.id])[0].evidence == 3
+
+
+def test_decision_add_and_skip(store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+
+    def add(drafts: list[DraftLesson], existing: list[Lesson]) -> list[Decision]:
+        return [Decision(new=1, action="add", existing=None, text="")]
+
+    def skip(drafts: list[DraftLesson], existing: list[Lesson]) -> list[Decision]:
+        return [Decision(new=1, action="skip", existing=None, text="")]
+
+    assert run(store, "r2", SEMI_RELATED, decide=skip).skipped == 1
+    assert len(store.list("b")) == 1
+    assert run(store, "r3", SEMI_RELATED, decide=add).added == 1
+    assert len(store.list("b")) == 2
+
+
+def test_lessons_with_secrets_are_dropped(store: LessonStore) -> None:
+    stats = run(store, "r1", "Authenticate with api_key=sk-proj-abcdefghijklmnopqrstuvwxyz123456 on the API.",
+                "Log in to the database at postgres://admin:hunter22@db.local:5432/app before querying.", KELVIN)
+    assert stats.dropped_secret == 2 and stats.added == 1
+    assert [lesson.text for lesson in store.list("b")] == [KELVIN]
+
+
+def test_banks_stay_apart(store: LessonStore) -> None:
+    run(store, "r1", SEMI, bank="a")
+    assert run(store, "r2", SEMI, bank="b").added == 1
+    assert store.list("a")[0].evidence == 1 and store.list("b")[0].evidence == 1
+
+
+def test_progress_skips_lessons_already_written(store: LessonStore) -> None:
+    seen: list[list[int]] = []
+    Consolidator(store, "b", "r1").run([draft(SEMI), draft(KELVIN)], done={0}, on_done=seen.append)
+    assert [lesson.text for lesson in store.list("b")] == [KELVIN] and seen == [[1]]
+
+
+def test_llm_decider_shows_integer_ids_not_uuids(openai_server: FakeOpenAI, store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    openai_server.script(Reply(content=json.dumps(
+        {"decisions": [{"new": 1, "action": "merge", "existing": 1, "text": ""}]})))
+    llm = ChatLLM(openai.OpenAI(base_url=openai_server.url, api_key="k", max_retries=0), "m")
+    stats = run(store, "r2", SEMI_RELATED, decide=llm_decider(llm))
+    assert stats.reinforced == 1
+    user = openai_server.chat_requests()[0]["messages"][1]["content"]
+    assert f"1. (fact) {SEMI}" in user and f"1. (fact) {SEMI_RELATED}" in user
+    assert lesson_id("b", SEMI) not in user
+
+
+def test_invalid_decision_adds_the_lesson(openai_server: FakeOpenAI, store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    openai_server.script(Reply(content="merge it"), Reply(content="really, merge it"))
+    llm = ChatLLM(openai.OpenAI(base_url=openai_server.url, api_key="k", max_retries=0), "m")
+    assert run(store, "r2", SEMI_RELATED, decide=llm_decider(llm)).added == 1
+
+
+def test_settings_patterns_also_drop_lessons(store: LessonStore) -> None:
+    from lessonbank.core.redact import Redactor
+
+    scrubber = Redactor(["ACME-[0-9]{6}"])
+    stats = Consolidator(store, "b", "r1", scrubber=scrubber).run(
+        [draft("Internal builds are tagged ACME-123456 by the release job."), draft(KELVIN)]
+    )
+    assert stats.dropped_secret == 1 and [lesson.text for lesson in store.list("b")] == [KELVIN]

@@ -1,0 +1,92 @@
+"""The sweeper: abandoned runs are closed and distilled; finished runs get a TTL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from lessonbank.core.constants import OPEN_RUNS_KEY, run_key, run_steps_key
+from lessonbank.core.settings import Settings
+from lessonbank.workers.sweeper import sweep
+from tests.fixtures.celery_worker import CeleryWorker, worker_env
+from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
+from tests.fixtures.recorded import distill_args
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.runs import run_state, write_run
+
+
+def sent(client: redis.Redis, settings: Settings) -> list[tuple[str, str]]:
+    """(bank, run id) of every distill task the sweeper queued."""
+    return [(bank, run_id) for bank, run_id in distill_args(client, settings.queue)]
+
+
+def test_abandoned_run_is_closed_and_sent(redis_client: redis.Redis, settings: Settings) -> None:
+    old = write_run(redis_client, "b", state="open", last_activity=time.time() - settings.idle_timeout - 5)
+    fresh = write_run(redis_client, "b", state="open")
+    report = sweep(redis_client, settings)
+    assert report.abandoned == 1 and sent(redis_client, settings) == [("b", old)]
+    state = run_state(redis_client, old)
+    assert state["state"] == "closed" and state["outcome"] == "abandoned" and "closed_at" in state
+    assert redis_client.zscore(OPEN_RUNS_KEY, old) is None
+    assert run_state(redis_client, fresh)["state"] == "open" and redis_client.zscore(OPEN_RUNS_KEY, fresh)
+    assert sweep(redis_client, settings).abandoned == 0
+    assert sent(redis_client, settings) == [("b", old)]
+
+
+def test_run_closed_by_its_recorder_is_left_alone(redis_client: redis.Redis, settings: Settings) -> None:
+    run_id = write_run(redis_client, "b", state="closed")
+    redis_client.zadd(OPEN_RUNS_KEY, {run_id: 1.0})
+    assert sweep(redis_client, settings).abandoned == 0
+    assert sent(redis_client, settings) == [] and run_state(redis_client, run_id)["outcome"] == "success"
+    assert redis_client.zscore(OPEN_RUNS_KEY, run_id) is None
+
+
+def test_bank_comes_from_the_steps_without_metadata(redis_client: redis.Redis, settings: Settings) -> None:
+    run_id = write_run(redis_client, "steps-bank", state="open", last_activity=1.0)
+    redis_client.delete(run_key(run_id))
+    sweep(redis_client, settings)
+    assert sent(redis_client, settings) == [("steps-bank", run_id)]
+
+
+def test_finished_runs_get_a_ttl(redis_client: redis.Redis, settings: Settings) -> None:
+    distilled = write_run(redis_client, "b", state="distilled")
+    dead = write_run(redis_client, "b", state="dead")
+    closed = write_run(redis_client, "b", state="closed")
+    report = sweep(redis_client, settings)
+    assert report.expired == 2
+    for run_id in (distilled, dead):
+        assert 0 < redis_client.ttl(run_steps_key(run_id)) <= settings.step_ttl
+        assert 0 < redis_client.ttl(run_key(run_id)) <= settings.step_ttl
+    assert redis_client.ttl(run_steps_key(closed)) == -1
+
+
+@pytest.mark.slow
+def test_worker_with_embedded_beat_distills_an_abandoned_run(tmp_path: Path, embed_model_path: Path,
+                                                             openai_server: FakeOpenAI) -> None:
+    """`celery -A lessonbank.workers worker -B` on one node: the beat's sweeper finds the run, the pool distills it."""
+    server = RedisServer(tmp_path / "redis").start()
+    queue = f"sweep-{uuid.uuid4().hex[:6]}"
+    env = worker_env(server.url, queue, tmp_path / "data", openai_server.url, embed_model_path,
+                     sweep_interval=1, idle_timeout=2)
+    lesson = ("failure", "The export job dies silently when the disk is full.")
+    openai_server.script(Reply(content=lessons_json(lesson)))
+    client = server.client()
+    run_id = write_run(client, "b", state="open", last_activity=time.time() - 60)
+    worker = CeleryWorker(env, queue, tmp_path / "worker.log", extra=["-B"])
+    try:
+        worker.start()
+        deadline = time.monotonic() + 30
+        while run_state(client, run_id).get("state") != "distilled" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        state = run_state(client, run_id)
+        assert state["state"] == "distilled", worker.log()[-3000:]
+        assert state["outcome"] == "abandoned"
+        prompt = openai_server.chat_requests()[0]["messages"][1]["content"]
+        assert "Recorded outcome: abandoned" in prompt
+    finally:
+        worker.stop()
+        server.stop()
