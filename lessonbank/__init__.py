@@ -20,7 +20,7 @@ from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.settings import Settings
 
 if TYPE_CHECKING:
-    from lessonbank.agent import build_instructions, remember
+    from lessonbank.agent import build_instructions, feedback, remember
     from lessonbank.recorder.callback import StepRecorder
     from lessonbank.tools import memory_tools
 
@@ -36,13 +36,14 @@ __all__ = [
     "StepRecord",
     "StepRecorder",
     "build_instructions",
+    "feedback",
     "memory_tools",
     "remember",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("remember", "build_instructions"):
+    if name in ("remember", "build_instructions", "feedback"):
         from lessonbank import agent
 
         return getattr(agent, name)

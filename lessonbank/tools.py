@@ -18,7 +18,7 @@ from smolagents import Tool
 
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key
-from lessonbank.core.instructions import KIND_TITLES, STORE_ERRORS
+from lessonbank.core.instructions import KIND_TITLES, STORE_ERRORS, eligible, format_recipe
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind
 from lessonbank.core.publish import publish
 from lessonbank.core.redact import Redactor
@@ -80,11 +80,14 @@ class RecallLessonsTool(Tool):
         except STORE_ERRORS as e:
             logger.warning("recall_lessons: lesson store unavailable: %s", e)
             return "The lesson memory is unavailable right now, so no lessons can be recalled. Carry on without it."
-        lessons = [lesson for lesson, _ in found if lesson.bank == self.bank]
+        lessons = [lesson for lesson, _ in found if lesson.bank == self.bank and eligible(lesson)]
         if not lessons:
             return f"No lessons about {query.strip()!r} yet. Carry on with your own approach."
         lines = [f"Lessons from earlier runs about {query.strip()!r} (hints, not instructions):"]
         for i, lesson in enumerate(lessons, 1):
+            if lesson.recipe is not None:
+                lines.append(f"{i}. [recipe] {format_recipe(lesson)}")
+                continue
             runs = "run" if lesson.evidence == 1 else "runs"
             text = " ".join(lesson.text.split())
             lines.append(f"{i}. [{KIND_TITLES[lesson.kind].lower()}] {text} (seen in {lesson.evidence} {runs})")

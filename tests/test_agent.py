@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
+from tests.fixtures.recorded import distill_args, run_hash, run_records
 from tests.fixtures.scripted_model import ScriptedModel, final_code
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
@@ -30,7 +32,7 @@ CSV_TASK = "Load data/sales.csv and compute the total revenue per region"
 def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
     client = QdrantClient(":memory:")
     store = LessonStore(client, embedder)
-    store.upsert([Lesson.new("team", "approach", CSV)])
+    store.upsert([Lesson.new("team", "approach", CSV).model_copy(update={"verified": True})])
     yield store
     client.close()
 
@@ -78,9 +80,9 @@ def test_run_gets_lessons_in_instructions_and_system_prompt(
 
         run_id = recorder.run_id(agent)
         assert run_id and redis_client.hlen(run_steps_key(run_id)) >= 1  # the run was recorded
-        point = store.client.retrieve("lessons", ids=[Lesson.new("team", "approach", CSV).id], with_payload=True)[0]
-        assert point.payload is not None
-        assert point.payload["injected"] == 1 and point.payload["injected_run_ids"] == [run_id]
+        state = run_hash(redis_client, run_id)
+        assert state["arm"] == "lessons" and json.loads(state["given"]) == [Lesson.new("team", "approach", CSV).id]
+        assert "check" not in state  # no check= was given
     finally:
         recorder.close()
 
@@ -110,9 +112,8 @@ def test_remember_is_idempotent_and_follows_user_changes(settings: Settings, sto
             remember(agent, bank="another")
         agent.run(CSV_TASK)
         assert probe.instructions[0] is not None and probe.instructions[0].count(CSV) == 1
-        assert len(agent.step_callbacks._callbacks[FinalAnswerStep]) == len(
-            {id(cb) for cb in agent.step_callbacks._callbacks[FinalAnswerStep]}
-        )
+        records = run_records(redis.Redis.from_url(settings.redis_url), recorder.run_id(agent) or "")
+        assert [r.kind for r in records] == ["action", "final", "run_end"]  # each step recorded once
         agent.instructions = "Answer in German."
         agent.run(CSV_TASK)
         assert probe.instructions[1] is not None
@@ -154,3 +155,79 @@ def test_unavailable_store_never_breaks_the_run(settings: Settings) -> None:
         assert probe.instructions == [USER]
     finally:
         recorder.close()
+
+
+def test_check_records_the_verdict_with_the_run(settings: Settings, store: LessonStore,
+                                               redis_client: redis.Redis) -> None:
+    answers: list[Any] = []
+
+    def check(answer: Any) -> bool:
+        answers.append(answer)
+        return answer == "right"
+
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store, check=check)
+    try:
+        agent.run(CSV_TASK)  # the probe answers "ok"
+        state = run_hash(redis_client, recorder.run_id(agent) or "")
+        assert answers == ["ok"] and (state["verdict"], state["verdict_source"]) == ("failure", "check")
+        assert "check" not in state and distill_args(redis_client, settings.queue) != []
+        model.then = lambda messages: final_code("right")
+        agent.run(CSV_TASK)
+        assert run_hash(redis_client, recorder.run_id(agent) or "")["verdict"] == "success"
+    finally:
+        recorder.close()
+
+
+def test_a_raising_check_leaves_no_verdict_and_never_breaks_the_run(settings: Settings, store: LessonStore,
+                                                                   redis_client: redis.Redis) -> None:
+    def broken(answer: Any) -> bool:
+        raise RuntimeError("the user's check has a bug")
+
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store, check=broken)
+    try:
+        assert agent.run(CSV_TASK) == "ok"
+        state = run_hash(redis_client, recorder.run_id(agent) or "")
+        assert "verdict" not in state and "check" not in state
+    finally:
+        recorder.close()
+
+
+def test_holdout_runs_get_no_lessons_and_are_recorded_as_control(settings: Settings, store: LessonStore,
+                                                                  redis_client: redis.Redis) -> None:
+    agent, model, probe = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store, holdout=0.5, seed=7)
+    arms = []
+    try:
+        for index in range(12):
+            agent.run(CSV_TASK)
+            state = run_hash(redis_client, recorder.run_id(agent) or "")
+            arms.append(state["arm"])
+            given = json.loads(state["given"])
+            assert (CSV in str(probe.instructions[index])) == (state["arm"] == "lessons") == bool(given)
+        assert 2 <= arms.count("control") <= 10
+    finally:
+        recorder.close()
+    again, _, _ = make_agent(settings, store)
+    replay = remember(again, bank="team", settings=settings, store=store, holdout=0.5, seed=7)
+    try:
+        replayed = []
+        for _ in range(12):
+            again.run(CSV_TASK)
+            replayed.append(run_hash(redis_client, replay.run_id(again) or "")["arm"])
+        assert replayed == arms  # seeded: the same runs are held out
+    finally:
+        replay.close()
+
+
+@pytest.mark.parametrize("holdout", [-0.1, 1.0, 3])
+def test_bad_holdout_and_bank_names_are_refused(settings: Settings, holdout: float) -> None:
+    from lessonbank.core.exceptions import ConfigurationError
+
+    agent, _, _ = make_agent(settings, None)
+    with pytest.raises(ConfigurationError, match="holdout"):
+        remember(agent, bank="team", settings=settings, holdout=holdout)
+    for bad in ("", " team", "team "):
+        with pytest.raises(ConfigurationError, match="bank name"):
+            remember(agent, bank=bad, settings=settings)

@@ -29,15 +29,20 @@ OTHER = "The sales CSV of the finance team is UTF-16 encoded."
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
 
 
+HELD_BACK = "The sales CSV header line is date;region;amount, said a page the agent read."
+
+
 @pytest.fixture
 def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
     client = QdrantClient(":memory:")
     store = LessonStore(client, embedder)
     store.upsert(
         [
-            Lesson.new("team", "approach", CSV),
-            Lesson.new("team", "failure", "requests.get without a timeout hung on the orders API."),
-            Lesson.new("finance", "fact", OTHER),
+            Lesson.new("team", "approach", CSV).model_copy(update={"evidence": 2}),
+            Lesson.new("team", "failure", "requests.get without a timeout hung on the orders API.").model_copy(
+                update={"verified": True}),
+            Lesson.new("finance", "fact", OTHER).model_copy(update={"verified": True}),
+            Lesson.new("team", "fact", HELD_BACK),  # one unverified run: not handed out yet
         ]
     )
     yield store
@@ -78,6 +83,7 @@ def test_recall_returns_the_banks_relevant_lessons_only(settings: Settings, stor
     assert "No lessons" in recall(query="write a haiku about autumn leaves")  # below the relevance floor
     assert all(line.startswith(f"{i}. [") for i, line in enumerate(out.splitlines()[1:], 1))  # a line per lesson
     assert "2." not in recall(query="read the sales CSV", limit=1)
+    assert HELD_BACK not in recall(query="the sales CSV header line", limit=10)
 
 
 def test_recall_rejects_bad_input_with_a_message_for_the_model(settings: Settings, store: LessonStore) -> None:

@@ -105,18 +105,40 @@ def search_cmd(cli: CliContext, bank: str | None, query: str, limit: int, as_jso
 @json_option
 @pass_cli
 def show_cmd(cli: CliContext, bank: str | None, lesson_ids: tuple[str, ...], as_json: bool) -> None:
-    """Every field of the lessons with these ids."""
+    """Every field of the lessons with these ids (or unique id prefixes), the runs and steps each rests
+    on (with short excerpts while the runs' steps are kept in Redis), and a recipe's code."""
+    from lessonbank.cli.provenance import lesson_sources, print_lesson
+
     bank = _bank(cli, bank)
     with cli_store(cli) as store:
-        found = store.get(bank, list(lesson_ids))
-    _require_all(found, lesson_ids, bank)
+        found = _find_by_prefix(store, bank, lesson_ids)
+    sources = lesson_sources(cli, found)
     if as_json:
-        _print_lessons(found, as_json=True)
+        items = [lesson.model_dump(mode="json") | {"sources": sources[lesson.id]} for lesson in found]
+        click.echo(json.dumps(items, indent=2, ensure_ascii=False))
         return
     for lesson in found:
-        for name, value in lesson.model_dump(mode="json").items():
-            click.echo(f"{name}: {value}")
+        print_lesson(lesson, sources[lesson.id])
         click.echo("")
+
+
+def _find_by_prefix(store: LessonStoreProtocol, bank: str, lesson_ids: tuple[str, ...]) -> list[Lesson]:
+    """The lessons named by full ids or unique prefixes, in the order asked; one-line error otherwise."""
+    full = [i for i in lesson_ids if _is_uuid(i)]
+    by_id = {lesson.id: lesson for lesson in store.get(bank, full)} if full else {}
+    every = store.list(bank, limit=1_000_000, include_inactive=True) if len(full) < len(lesson_ids) else []
+    found: list[Lesson] = []
+    for wanted in lesson_ids:
+        matches = [by_id[wanted]] if wanted in by_id else []
+        if not _is_uuid(wanted):
+            prefix = wanted.strip().lower()
+            matches = [lesson for lesson in every if prefix and lesson.id.startswith(prefix)]
+        if not matches:
+            raise fail(f"no lesson {wanted} in bank {bank!r}")
+        if len(matches) > 1:
+            raise fail(f"lesson id prefix {wanted!r} is ambiguous in bank {bank!r}: {len(matches)} lessons match")
+        found.append(matches[0])
+    return found
 
 
 def _require_all(found: list[Lesson], lesson_ids: Iterable[str], bank: str) -> None:

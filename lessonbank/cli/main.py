@@ -6,9 +6,9 @@ import importlib
 import logging
 
 import click
-from pydantic import ValidationError
 
 from lessonbank.cli.context import CliContext
+from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 
 # command name -> "module:attribute"; a command's module is imported only when it is used (or listed).
@@ -21,6 +21,9 @@ COMMANDS = {
     "dead-letters": "lessonbank.cli.dead_letters:dead_letters",
     "spool": "lessonbank.cli.spool:spool",
     "llm": "lessonbank.cli.llm:llm",
+    "report": "lessonbank.cli.report:report",
+    "tools": "lessonbank.cli.tools:tools",
+    "feedback": "lessonbank.cli.feedback:feedback",
 }
 
 
@@ -50,11 +53,9 @@ def cli(ctx: click.Context, verbose: int, redis_url: str | None) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = Settings()
-        if redis_url:
-            settings = settings.model_copy(update={"redis_url": redis_url})
-    except ValidationError as e:
-        raise click.ClickException(f"invalid settings: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from e
+        settings = Settings(redis_url=redis_url) if redis_url else Settings()
+    except ConfigurationError as e:
+        raise click.ClickException(str(e)) from None
     ctx.obj = CliContext(settings=settings)
 
 

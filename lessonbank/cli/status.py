@@ -12,7 +12,7 @@ import redis
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.connections import masked_url
-from lessonbank.core.constants import DEAD_LETTERS_KEY, OPEN_RUNS_KEY
+from lessonbank.core.constants import DEAD_LETTERS_KEY, DROPPED_KEY, OPEN_RUNS_KEY
 
 
 def spooled_records(spool_dir: Path) -> tuple[int, int]:
@@ -30,14 +30,16 @@ def spooled_records(spool_dir: Path) -> tuple[int, int]:
     return records, files
 
 
-def redis_counts(client: redis.Redis, queue: str) -> dict[str, int]:
-    """Queue length, runs in progress and dead letters, from one Redis round trip."""
+def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
+    """Queue length, runs in progress, dead letters and the quality gate's drops, from one round trip."""
     pipe = client.pipeline(transaction=False)
     pipe.llen(queue)
     pipe.zcard(OPEN_RUNS_KEY)
     pipe.hlen(DEAD_LETTERS_KEY)
-    queued, open_runs, dead = pipe.execute()
-    return {"queued": int(queued), "runs_in_progress": int(open_runs), "dead_letters": int(dead)}
+    pipe.hgetall(DROPPED_KEY)
+    queued, open_runs, dead, dropped = pipe.execute()
+    return {"queued": int(queued), "runs_in_progress": int(open_runs), "dead_letters": int(dead),
+            "dropped_by_gate": {k.decode(): int(v) for k, v in sorted(dropped.items())}}
 
 
 def _text(report: dict[str, Any]) -> str:
@@ -47,6 +49,10 @@ def _text(report: dict[str, Any]) -> str:
         f"spool: {report['spooled']} record(s) in {report['spool_files']} file(s) at {report['spool_dir']}",
         f"dead letters: {report['dead_letters']}",
     ]
+    dropped = report.get("dropped_by_gate") or {}
+    if dropped:
+        lines.append(f"lessons dropped by the quality gate: {sum(dropped.values())} "
+                     f"({', '.join(f'{reason} {n}' for reason, n in dropped.items())})")
     banks = report.get("lessons")
     if banks is None:
         lines.append(f"lessons: unavailable ({report.get('store_error')})")

@@ -1,4 +1,8 @@
-"""``lessonbank worker``: the worker service, with Celery's own worker options passed through."""
+"""``lessonbank worker``: the worker service, with Celery's own worker options passed through.
+
+It logs at INFO unless told otherwise (each run's outcome and each retry), and refuses to start
+without an LLM to distill with or with limits that cannot work, in one line, before Celery starts.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,23 @@ import click
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.core.exceptions import ConfigurationError
 
+DEFAULT_LOGLEVEL = "INFO"
+
+
+def _names_option(celery_args: tuple[str, ...], short: str, long: str) -> bool:
+    return any(
+        arg in (short, long) or arg.startswith(f"{long}=") or (arg.startswith(short) and not arg.startswith("--"))
+        for arg in celery_args
+    )
+
 
 def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
-    """Celery's argv: the project's queue unless the caller names queues (-Q/--queues) themselves."""
+    """Celery's argv: the project's queue and INFO logging unless the caller chooses (-Q/--queues, -l/--loglevel)."""
     argv = ["worker", *celery_args]
-    if not any(arg in ("-Q", "--queues") or arg.startswith(("-Q", "--queues=")) for arg in celery_args):
+    if not _names_option(celery_args, "-Q", "--queues"):
         argv += ["-Q", queue]
+    if not _names_option(celery_args, "-l", "--loglevel"):
+        argv += ["--loglevel", DEFAULT_LOGLEVEL]
     return argv
 
 
@@ -24,12 +39,17 @@ def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
 @pass_cli
 def worker(cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
     """Run the worker service (`celery -A workers worker`); every option is Celery's (try --help)."""
+    settings = cli_ctx.settings
+    wants_help = any(arg in ("-h", "--help") for arg in celery_args)
     try:
+        settings.check_worker_limits()
+        if not wants_help:
+            settings.check_llm_endpoint()
         from lessonbank.workers.app import app, configure
 
-        configure(app, cli_ctx.settings)
+        configure(app, settings)
     except ConfigurationError as e:
-        raise fail("invalid worker settings", e) from e
+        raise fail(str(e)) from None
     import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
 
-    app.worker_main(argv=worker_argv(cli_ctx.settings.queue, celery_args))
+    app.worker_main(argv=worker_argv(settings.queue, celery_args))

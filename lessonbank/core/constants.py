@@ -1,12 +1,19 @@
 """The whole Redis layout and every queue and task name, in one screen.
 
-Run state
-    ``lessonbank:run:{run_id}``            hash: bank, agent, task, state, outcome, started_at, updated_at, ...
+Run state (written by ``lessonbank.core.runs`` only)
+    ``lessonbank:run:{run_id}``            hash: bank, agent, task, state, outcome, started_at, updated_at,
+                                           arm, given (JSON list of lesson ids), verdict, verdict_source,
+                                           verdict_note, enqueued, distill_attempts, lessons, credited, ...
     ``lessonbank:run:{run_id}:steps``      hash: step sequence number -> step record JSON (HSETNX: replay-safe)
     ``lessonbank:runs:open``               sorted set: run id -> last activity (unix seconds), for the sweeper
 
+Per bank, kept after a run's steps expire (what ``lessonbank report`` reads)
+    ``lessonbank:bank:{bank}:runs``        sorted set: run id -> started_at
+    ``lessonbank:bank:{bank}:summaries``   hash: run id -> RunSummary JSON
+
 Outcomes of distillation
     ``lessonbank:dead-letters``            hash: run id -> dead letter JSON (bank, reason, attempts, at)
+    ``lessonbank:stats:dropped``           hash: quality-gate reason -> lessons dropped for it
     ``lessonbank:bank:{bank}:lock``        lock held while one worker consolidates into a bank
 
 Lessons handed in by agents (remember_lesson tool), waiting for a worker to consolidate them
@@ -26,15 +33,19 @@ RUN_KEY = PREFIX + ":run:{run_id}"
 RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
+DROPPED_KEY = PREFIX + ":stats:dropped"
 PENDING_LESSON_KEY = PREFIX + ":lesson:pending:{pending_id}"
 STORE_REQUESTS_KEY = PREFIX + ":store:requests"
 STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"
 BANK_LOCK_KEY = PREFIX + ":bank:{bank}:lock"
+BANK_RUNS_KEY = PREFIX + ":bank:{bank}:runs"
+BANK_SUMMARIES_KEY = PREFIX + ":bank:{bank}:summaries"
 
 DEFAULT_QUEUE = "lessonbank"
 DISTILL_TASK = "lessonbank.distill_run"
 SWEEP_TASK = "lessonbank.sweep_runs"
 REMEMBER_TASK = "lessonbank.remember_lesson"
+CREDIT_TASK = "lessonbank.credit_run"
 
 # values of the ``state`` field of RUN_KEY
 RUN_OPEN = "open"
@@ -61,3 +72,11 @@ def pending_lesson_key(pending_id: str) -> str:
 
 def bank_lock_key(bank: str) -> str:
     return BANK_LOCK_KEY.format(bank=bank)
+
+
+def bank_runs_key(bank: str) -> str:
+    return BANK_RUNS_KEY.format(bank=bank)
+
+
+def bank_summaries_key(bank: str) -> str:
+    return BANK_SUMMARIES_KEY.format(bank=bank)

@@ -32,18 +32,34 @@ logger = logging.getLogger(__name__)
 
 KIND_TITLES = {"fact": "Facts", "approach": "What worked", "failure": "What to avoid"}
 
-# Weights of the ranking score (they sum to 1; relevance dominates).
-W_SIMILARITY = 0.55
-W_FUSED_RANK = 0.2
-W_EVIDENCE = 0.15
-W_RECENCY = 0.1
+# Weights of the ranking score (they sum to 1; relevance dominates, then what runs showed).
+W_SIMILARITY = 0.45
+W_UTILITY = 0.25
+W_FUSED_RANK = 0.15
+W_EVIDENCE = 0.1
+W_RECENCY = 0.05
 FUSED_RANK_K = 5  # rank r of the hybrid search counts (K + 1) / (K + 1 + r): 1 for the first, 0.5 for the 7th
 EVIDENCE_SATURATION = 10  # evidence beyond this adds nothing
 RECENCY_HALF_LIFE_DAYS = 30.0
 # How many candidates to look at per lesson handed out.
 CANDIDATE_FACTOR = 3
+# A recipe is given only for a task close to the one it solved, and takes at most this share of the block.
+RECIPE_MIN_SIMILARITY = 0.5
+RECIPE_SHARE = 0.7
+MAX_RECIPES = 1
+# Lessons anyone may write into a bank through a run; they wait for independent evidence.
+USER_ORIGINS = frozenset({"added", "imported"})
 
 STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, OSError)
+
+
+def eligible(lesson: Lesson) -> bool:
+    """Whether the lesson may be handed to runs: active, and either added by a user, or backed by
+    independent evidence (two runs), a run that ended well, or helpful credit."""
+    if lesson.status != "active":
+        return False
+    return (lesson.origin in USER_ORIGINS or lesson.recipe is not None or lesson.evidence >= 2
+            or lesson.verified or lesson.helpful > 0)
 
 
 def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> float:
@@ -51,31 +67,36 @@ def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> f
     evidence = min(math.log1p(max(lesson.evidence, 0)) / math.log1p(EVIDENCE_SATURATION), 1.0)
     age_days = max(now - lesson.last_seen, 0.0) / 86400.0
     recency = 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
-    return W_SIMILARITY * similarity + W_FUSED_RANK * fused + W_EVIDENCE * evidence + W_RECENCY * recency
+    return (W_SIMILARITY * similarity + W_UTILITY * lesson.utility + W_FUSED_RANK * fused
+            + W_EVIDENCE * evidence + W_RECENCY * recency)
+
+
+def rank_candidates(
+    store: LessonStoreProtocol, bank: str, task: str, depth: int, min_relevance: float
+) -> list[tuple[float, float, Lesson]]:
+    """(score, similarity, lesson) of the eligible lessons of ``bank`` relevant to ``task``, best first."""
+    now = time.time()
+    scored = [(_score(lesson, sim, rank, now), sim, lesson)
+              for lesson, sim, rank in store.rank(bank, task, limit=depth, min_similarity=min_relevance)
+              if eligible(lesson) and lesson.bank == bank]
+    return sorted(scored, key=lambda item: item[0], reverse=True)
 
 
 def rank_lessons(
     store: LessonStoreProtocol, bank: str, task: str, max_lessons: int = 8, min_relevance: float = 0.2
 ) -> list[Lesson]:
-    """Lessons of ``bank`` relevant to ``task``, best first, at most ``max_lessons``, kinds balanced.
+    """Lessons of ``bank`` relevant to ``task``, best first, at most ``max_lessons``: the best recipe for a
+    close enough task first, then prose lessons with kinds balanced.
 
     Raises the store's errors (``ServiceUnavailable``, ``StoreError``, ...).
     """
     if max_lessons <= 0 or not task.strip():
         return []
-    depth = max(max_lessons * CANDIDATE_FACTOR, 10)
-    similarities = {lesson.id: (lesson, sim) for lesson, sim in store.similar(bank, task, limit=depth)}
-    relevant = {lid: pair for lid, pair in similarities.items() if pair[1] >= min_relevance}
-    if not relevant:
-        return []
-    ranks = {lesson.id: i for i, (lesson, _) in enumerate(store.search(bank, task, limit=depth))}
-    now = time.time()
-    scored = sorted(
-        ((_score(lesson, sim, ranks.get(lid), now), lesson) for lid, (lesson, sim) in relevant.items()),
-        key=lambda pair: pair[0],
-        reverse=True,
-    )
-    return balance_kinds([lesson for _, lesson in scored if lesson.bank == bank], max_lessons)
+    ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance)
+    recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY]
+    prose = [lesson for _, _, lesson in ranked if lesson.recipe is None]
+    chosen = recipes[:MAX_RECIPES]
+    return chosen + balance_kinds(prose, max_lessons - len(chosen))
 
 
 def balance_kinds(ranked: Sequence[Lesson], max_lessons: int) -> list[Lesson]:
@@ -103,6 +124,24 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _seen(lesson: Lesson) -> str:
+    runs = "run" if lesson.evidence == 1 else "runs"
+    helped = f", helped {lesson.helpful}" if lesson.helpful else ""
+    return f"(seen in {lesson.evidence} {runs}{helped})"
+
+
+def format_recipe(lesson: Lesson) -> str:
+    """A recipe as a fenced code block with the task it solved and what to adapt."""
+    recipe = lesson.recipe
+    assert recipe is not None
+    verified = ", ".join(check.split(":", 1)[1] for check in recipe.checks if check.startswith("outcome:"))
+    adapt = ("; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)) if recipe.params else ""
+    head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
+            f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
+    fence = "python" if recipe.language == "python" else "json"
+    return f"{head}\n```{fence}\n{recipe.code.strip()}\n```"
+
+
 def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000) -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds.
 
@@ -115,10 +154,19 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000) 
         "you were given, and may be out of date, so check them against what you observe."
     )
     budget = max_chars - len(header)
+    recipe_blocks: list[str] = []
     sections: dict[str, list[str]] = {kind: [] for kind in LESSON_KINDS}
     given: list[Lesson] = []
     for lesson in lessons:
-        line = f"- {_one_line(lesson.text)}"
+        if lesson.recipe is not None:
+            block = format_recipe(lesson)
+            if len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(header))):
+                continue
+            budget -= len(block) + 2
+            recipe_blocks.append(block)
+            given.append(lesson)
+            continue
+        line = f"- {_one_line(lesson.text)} {_seen(lesson)}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
         if cost > budget:
             continue
@@ -127,7 +175,7 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000) 
         given.append(lesson)
     if not given:
         return "", []
-    parts = [header]
+    parts = [header] + [f"\n{block}" for block in recipe_blocks]
     for kind in LESSON_KINDS:
         if sections[kind]:
             parts.append(f"\n{KIND_TITLES[kind]}:\n" + "\n".join(sections[kind]))
@@ -148,11 +196,3 @@ def compose_instructions(
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance)
     return format_lessons(lessons, bank, max_chars=max_chars)
-
-
-def record_injection(store: LessonStoreProtocol, bank: str, lessons: Sequence[Lesson], run_id: str | None) -> None:
-    """Count that ``lessons`` were given to run ``run_id``; a store failure is logged, not raised."""
-    try:
-        store.record_injection(bank, [lesson.id for lesson in lessons], run_id)
-    except STORE_ERRORS as e:
-        logger.warning("could not record which lessons run %s was given: %s", run_id, e)

@@ -1,4 +1,4 @@
-"""The records that cross process boundaries: step records (Redis) and lessons (Qdrant).
+"""The records that cross process boundaries: step records and run summaries (Redis), lessons (Qdrant).
 
 Each has one serializer: ``to_json()`` / ``from_json()`` (pydantic's JSON mode).
 """
@@ -10,14 +10,25 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 STEP_RECORD_VERSION = 1
 
 StepKind = Literal["action", "planning", "final", "run_end"]
 LessonKind = Literal["fact", "approach", "failure"]
-LessonStatus = Literal["active", "superseded", "forgotten"]
+# active: handed to runs; superseded: replaced by a merged or newer lesson (superseded_by); retired: its
+# harmful evidence outweighed its helpful evidence (status_reason); quarantined: held back until a user
+# releases it (it carries URLs, e-mail addresses or instructions to send data somewhere); forgotten: hidden
+# by a user.
+LessonStatus = Literal["active", "superseded", "retired", "quarantined", "forgotten"]
+LessonOrigin = Literal["distilled", "recipe", "remembered", "imported", "added"]
+# How a run ended, as its recorder saw it.
 RunOutcome = Literal["success", "max_steps", "error", "interrupted", "abandoned", "unknown"]
+# Whether the run did its job, and who said so (most trusted first).
+Verdict = Literal["success", "failure", "unknown"]
+VerdictSource = Literal["user", "check", "signals", "llm", "none"]
+# Which arm of the comparison a run was in: given lessons, or held out as a control (no lessons).
+Arm = Literal["lessons", "control"]
 
 LESSON_KINDS: tuple[LessonKind, ...] = ("fact", "approach", "failure")
 
@@ -75,6 +86,20 @@ class StepRecord(BaseModel):
         return cls.model_validate_json(data)
 
 
+MAX_BANK_CHARS = 200
+
+
+def validate_bank(bank: str) -> str:
+    """``bank`` if it is a usable bank name, else ConfigurationError in one line (no silent default, no strip)."""
+    from lessonbank.core.exceptions import ConfigurationError
+
+    if not isinstance(bank, str) or not bank or bank != bank.strip() or len(bank) > MAX_BANK_CHARS:
+        raise ConfigurationError(
+            f"a bank name must be 1 to {MAX_BANK_CHARS} characters without surrounding spaces (got {bank!r})"
+        )
+    return bank
+
+
 def normalize_lesson_text(text: str) -> str:
     """Case, spacing and trailing punctuation do not make a different lesson."""
     return re.sub(r"\s+", " ", text).strip().rstrip(".!;:").strip().lower()
@@ -85,8 +110,39 @@ def lesson_id(bank: str, text: str) -> str:
     return str(uuid.uuid5(LESSON_NAMESPACE, f"{bank}\n{normalize_lesson_text(text)}"))
 
 
+def recipe_id(bank: str, fingerprint: str) -> str:
+    """Deterministic id of a recipe: uuid5 of bank + the fingerprint of its normalised code."""
+    return str(uuid.uuid5(LESSON_NAMESPACE, f"{bank}\nrecipe {fingerprint}"))
+
+
+class Provenance(BaseModel):
+    """Where a lesson comes from: one run and the step numbers (record ``seq``) it rests on."""
+
+    run_id: str
+    steps: list[int] = Field(default_factory=list)
+
+
+class Recipe(BaseModel):
+    """The working code (or tool-call sequence) of a run whose outcome verified it, extracted without an LLM."""
+
+    language: Literal["python", "tool_calls"] = "python"
+    code: str = Field(description="Python code, or a JSON list of {name, arguments} tool calls.")
+    task: str = Field("", description="The task the run solved (redacted, capped).")
+    title: str = ""
+    params: list[str] = Field(default_factory=list, description="Task-specific literals the next run must adapt.")
+    checks: list[str] = Field(default_factory=list, description="What it passed, e.g. 'syntax', 'outcome:user'.")
+    fingerprint: str = Field("", description="Hash of the normalised code: the same recipe from several runs.")
+
+
 class Lesson(BaseModel):
-    """A short, self-contained lesson learnt by one or more runs of a bank."""
+    """A short, self-contained lesson learnt by one or more runs of a bank.
+
+    Counts: ``given`` runs were handed it, ``applied`` of them used it (its distinctive names or
+    literals appear in the run's code or tool arguments), ``helpful`` / ``harmful`` of those ended well
+    / badly. ``evidence`` counts independent runs that taught it (never a run that was given it).
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     id: str
     bank: str
@@ -97,11 +153,27 @@ class Lesson(BaseModel):
     first_seen: float = Field(default_factory=time.time)
     last_seen: float = Field(default_factory=time.time)
     source_run_ids: list[str] = Field(default_factory=list)
+    provenance: list[Provenance] = Field(default_factory=list)
     status: LessonStatus = "active"
+    status_reason: str = ""
+    status_changed_at: float | None = None
     superseded_by: str | None = None
-    origin: Literal["distilled", "remembered", "imported"] = "distilled"
-    injected: int = 0
-    used: int = 0
+    origin: LessonOrigin = "distilled"
+    verified: bool = Field(False, description="A run that taught it was judged a success.")
+    given: int = Field(0, validation_alias=AliasChoices("given", "injected"))
+    applied: int = 0
+    helpful: int = 0
+    harmful: int = 0
+    recipe: Recipe | None = None
+
+    @property
+    def utility(self) -> float:
+        """Posterior mean of the chance that applying the lesson ends well: Beta(1 + helpful, 1 + harmful)."""
+        return (1 + self.helpful) / (2 + self.helpful + self.harmful)
+
+    @property
+    def is_recipe(self) -> bool:
+        return self.recipe is not None
 
     @classmethod
     def new(
@@ -111,7 +183,9 @@ class Lesson(BaseModel):
         text: str,
         tags: list[str] | None = None,
         run_id: str | None = None,
-        origin: Literal["distilled", "remembered", "imported"] = "distilled",
+        origin: LessonOrigin = "distilled",
+        steps: list[int] | None = None,
+        recipe: Recipe | None = None,
     ) -> Lesson:
         """A fresh lesson with its deterministic id and evidence 1."""
         now = time.time()
@@ -124,7 +198,9 @@ class Lesson(BaseModel):
             first_seen=now,
             last_seen=now,
             source_run_ids=[run_id] if run_id else [],
+            provenance=[Provenance(run_id=run_id, steps=sorted(set(steps or [])))] if run_id else [],
             origin=origin,
+            recipe=recipe,
         )
 
     def to_json(self) -> str:
@@ -132,4 +208,44 @@ class Lesson(BaseModel):
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Lesson:
+        return cls.model_validate_json(data)
+
+
+class ToolStats(BaseModel):
+    """Calls of one tool in one run (or summed over runs)."""
+
+    calls: int = 0
+    errors: int = 0
+    seconds: list[float] = Field(default_factory=list, description="Duration of the steps that called it.")
+    error_messages: list[str] = Field(default_factory=list, description="Normalised, capped, at most a few.")
+
+
+class RunSummary(BaseModel):
+    """What the report needs of one finished run, kept per bank after the run's steps expire."""
+
+    v: int = 1
+    run_id: str
+    bank: str
+    task: str = ""
+    agent: str = ""
+    arm: Arm = "lessons"
+    outcome: RunOutcome = "unknown"
+    verdict: Verdict = "unknown"
+    verdict_source: VerdictSource = "none"
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    wall_s: float = 0.0
+    steps: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    given: list[str] = Field(default_factory=list, description="Ids of the lessons the run was handed.")
+    applied: list[str] = Field(default_factory=list, description="Ids of the given lessons the run applied.")
+    tools: dict[str, ToolStats] = Field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> RunSummary:
         return cls.model_validate_json(data)

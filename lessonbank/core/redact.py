@@ -4,14 +4,35 @@ Used twice: by the recorder, on every text field of a step record before it leav
 (``Redactor.redact``), and by the workers, on every lesson before it is stored (``Redactor.has_secret``:
 a lesson that still looks like it carries a secret is dropped, or redacted when it is code).
 
-Patterns favour recall on things that are certainly secrets (provider key formats, PEM private keys,
-passwords in URLs, ``password=...`` style assignments) and leave ordinary code and prose alone.
+What is found: provider key formats, PEM and PuTTY private keys, JWTs, passwords in URLs, webhook URLs,
+``Authorization``/``Bearer`` values, ``name=value`` / ``name: value`` / ``"name": "value"`` assignments
+whose name ends in a secret word (password, passphrase, pwd, secret, token, api/access/private/... key,
+credentials, sig), ``--password value`` flags, and card numbers that pass the Luhn check. The formats
+follow the plugin patterns of Yelp's detect-secrets (``detect_secrets/plugins/*.py``, Apache-2.0), widened
+where a vendor's format has grown (``sk-proj-``, ``github_pat_``, ``xapp-``, ``glpat-``...).
+
+Deliberate trade-offs: no entropy heuristics, so hex digests, uuids and base64 data stay unless a secret
+name, a provider prefix or (for 40-character AWS secret keys) an AWS word nearby marks them; whatever
+follows a secret name is redacted even when it is not secret (``next_page_token``, ``token: the unit``);
+a 13-19 digit number starting with 2-6 that passes Luhn is redacted even when it is not a card (one in
+ten such numbers); type annotations, placeholders and references (``password: str``, ``"<your key>"``,
+``${TOKEN}``, ``self.token``) stay; a URL password that starts like a port (``:8080/``) or holds ``://``
+is read as a path, an unquoted value starting with ``=`` as a comparison.
+
+Every rule runs in time linear in the text (the recorder redacts up to 64 KB per field inside the agent's
+step callback, and Python's ``re`` backtracks). Where it can, a pattern starts with a literal (``sk-``,
+``://``, ``token``), so ``re`` finds its starts with a fast scan, and a look-behind right after that start
+refuses starts inside a run of token characters, so a long run starts one attempt, not one per character.
+A scan that can fail is bounded (``{3,128}``) or stops where the next start begins (a URL password never
+spans ``://``); an unbounded scan is possessive and can only succeed, so the text it covered is not scanned
+again. tests/core/test_redact.py times every rule on 64 KB inputs built against it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -21,103 +42,255 @@ logger = logging.getLogger(__name__)
 
 REDACTED = "[REDACTED]"
 
-# Names whose value is a secret in ``name=value`` / ``name: value`` / ``"name": "value"`` form.
-_SECRET_NAMES = (
-    r"passw(?:or)?d|passwd|pwd|secret|client[_-]?secret|secret[_-]?key|token|auth[_-]?token|access[_-]?token"
-    r"|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|aws_secret_access_key"
-)
+# ``keep(text, match)``: True when a match of the pattern is not a secret after all.
+Keep = Callable[[str, re.Match[str]], bool]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One redaction rule: a name (for tests and logs), a compiled pattern and its replacement."""
+    """One redaction rule: a name (for tests and logs) and a compiled pattern whose group ``group`` is the secret.
+
+    ``folded``: the pattern is written in lower case and runs on the lower-cased text. ``back``: characters
+    just before the match (checked by the pattern's look-behind) that belong to the secret. ``triggers``:
+    lower-case substrings one of which every match contains; the pattern runs only when the text has one.
+    """
 
     name: str
     pattern: re.Pattern[str]
-    replacement: str | Callable[[re.Match[str]], str] = REDACTED
-    # Lower-case substrings at least one of which every match contains; empty: always run the pattern.
+    group: int | str = 0
+    folded: bool = False
+    back: int = 0
     triggers: tuple[str, ...] = ()
+    keep: Keep | None = None
+
+    def spans(self, text: str, folded: str) -> list[tuple[int, int]]:
+        """The ``(start, end)`` of every secret this rule finds in ``text`` (``folded`` is its lower case)."""
+        if self.triggers and not any(trigger in folded for trigger in self.triggers):
+            return []
+        keep = self.keep
+        matches = self.pattern.finditer(folded if self.folded else text)
+        found = [match.span(self.group) for match in matches if keep is None or not keep(text, match)]
+        return [(start - self.back, end) for start, end in found if end > start >= 0]
 
 
-def _keep_group1(match: re.Match[str]) -> str:
-    return match.group(1) + REDACTED
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
-def _keep_name(match: re.Match[str]) -> str:
-    return match.group(1) + match.group(2) + REDACTED
+def fold(text: str) -> str:
+    """``text`` in lower case, one character for one character (so positions carry over to ``text``)."""
+    lower = text.lower()
+    return lower if len(lower) == len(text) else text.translate(_ASCII_LOWER)
 
 
-DEFAULT_RULES: tuple[Rule, ...] = (
+# ---------------------------------------------------------------------------------------------- tokens
+_TOKEN_CHARS = "A-Za-z0-9_-"
+
+
+def _prefixed(name: str, lead: str, rest: str, guard: str = _TOKEN_CHARS) -> Rule:
+    """A token that starts with the literal ``lead``, not inside a longer run of ``guard`` characters."""
+    start = re.escape(lead)
+    return Rule(name, re.compile(f"{start}(?<![{guard}]{start}){rest}"))
+
+
+_LUHN_DOUBLE = bytes.maketrans(b"0123456789", b"0246813579")  # 2d, less 9 past 9, as a digit
+
+
+def _luhn_fails(text: str, match: re.Match[str]) -> bool:
+    digits = text[match.start():match.end("rest")].encode().translate(None, b" -")[::-1]
+    return (sum(digits[::2]) + sum(digits[1::2].translate(_LUHN_DOUBLE)) - 48 * len(digits)) % 10 != 0
+
+
+_AWS_WINDOW = 200
+
+
+def _not_aws_secret(text: str, match: re.Match[str]) -> bool:
+    """A 40-character base64 run is an AWS secret key only if it is random-looking and AWS is named nearby."""
+    value = match.group(0)
+    if value.isupper() or value.islower() or not any(c in string.digits for c in value):
+        return True
+    start, end = match.span()
+    around = (text[max(start - _AWS_WINDOW, 0):start] + " " + text[end:end + _AWS_WINDOW]).lower()
+    return not any(word in around for word in ("aws", "akia", "asia"))
+
+
+_WORDLIKE = re.compile(r"[A-Za-z][a-z]*(?:[-.][a-z]+)*\.?|[A-Z]+|[0-9]+")
+
+
+def _word_after_scheme(text: str, match: re.Match[str]) -> bool:
+    """``Bearer internationalization`` in prose: a plain word is not a credential."""
+    return _WORDLIKE.fullmatch(text, *match.span("value")) is not None
+
+
+# Only the first digit is consumed, so a candidate that fails Luhn does not hide a card that starts inside it.
+_CARD = (
+    r"[2-6](?<![A-Za-z0-9_.+-][2-6])(?=(?P<rest>[0-9]{3}"
+    r"(?:[0-9]{9,15}|(?P<sep>[ -])[0-9]{4}(?P=sep)[0-9]{4}(?P=sep)[0-9]{1,4}"
+    r"|(?P<sep2>[ -])[0-9]{6}(?P=sep2)[0-9]{4,5})"
+    r"(?![A-Za-z0-9_-]|\.[0-9])))"
+)
+
+_TOKEN_RULES: tuple[Rule, ...] = (
     Rule(
         "pem_private_key",
         re.compile(
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
-            r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+            r"-----BEGIN (?:[A-Z0-9]{1,16}+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:[^-]++|-(?!----END ))*+(?:-----END (?:[A-Z0-9]{1,16}+ ){0,4}PRIVATE KEY(?: BLOCK)?-----)?"
         ),
-        triggers=("private key",),
     ),
-    Rule("openai_key", re.compile(r"(?<![A-Za-z0-9_-])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_-]{20,}"), triggers=("sk-",)),
-    Rule(
-        "stripe_key",
-        re.compile(r"(?<![A-Za-z0-9_])[rsp]k_(?:live|test)_[A-Za-z0-9]{16,}"),
-        triggers=("k_live_", "k_test_"),
-    ),
-    Rule(
-        "aws_access_key_id",
-        re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])"),
-        triggers=("akia", "asia", "abia", "acca"),
-    ),
-    Rule("github_token", re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
-         triggers=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
-    Rule("slack_token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"), triggers=("xox",)),
-    Rule("huggingface_token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}"), triggers=("hf_",)),
-    Rule("google_api_key", re.compile(r"(?<![A-Za-z0-9_])AIza[0-9A-Za-z_-]{35}"), triggers=("aiza",)),
-    Rule(
-        "jwt",
-        re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-        triggers=("eyj",),
-    ),
-    Rule(
-        "authorization_header",
-        re.compile(r"(?i)(\b(?:bearer|basic|token)\s+)[A-Za-z0-9\-._~+/]{16,}=*"),
-        _keep_group1,
-        triggers=("bearer", "basic", "token"),
-    ),
-    Rule(
-        "url_password",
-        re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s:/@'\"]*:)[^\s@/'\"]+(?=@)"),
-        _keep_group1,
-        triggers=("://",),
-    ),
-    Rule(
-        "secret_assignment",
-        re.compile(
-            r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_\-]*?(?:" + _SECRET_NAMES + r"))"
-            r"([\"']?\s*(?:=|:)\s*)"
-            r"(?!=)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;&()\[\]{}]{3,}(?![\w(\[.]))"
-        ),
-        _keep_name,
-        triggers=("passw", "pwd", "secret", "token", "apikey", "api_key", "api-key", "access_key", "access-key",
-                  "private_key", "private-key", "accesskey", "privatekey"),
-    ),
+    Rule("putty_private_key", re.compile(r"PuTTY-User-Key-File-[0-9]:(?:[^P]++|P(?!rivate-MAC:))*+"
+                                         r"(?:Private-MAC: [0-9a-f]{1,128}+)?")),
+    _prefixed("openai_key", "sk-", r"[A-Za-z0-9_-]{20,}+"),  # OpenAI, Anthropic (sk-ant-), OpenRouter (sk-or-)
+    Rule("stripe_key", re.compile(r"k_(?<=(?<![A-Za-z0-9_])[rsp]k_)(?:live|test)_[A-Za-z0-9]{16,}+"), back=1),
+    _prefixed("stripe_webhook_secret", "whsec_", r"[A-Za-z0-9]{24,}+"),
+    _prefixed("aws_access_key_id", "A", r"(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Z0-9])", "A-Z0-9"),
+    Rule("aws_secret_access_key", re.compile(r"[A-Za-z0-9/+](?<![A-Za-z0-9/+]{2})[A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])"),
+         triggers=("aws", "akia", "asia"), keep=_not_aws_secret),
+    _prefixed("github_token", "g", r"(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_[A-Za-z0-9_]{22,}+)"),
+    _prefixed("gitlab_token", "gl", r"(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[A-Za-z0-9_-]{20,}+"
+                                    r"(?:\.[A-Za-z0-9_-]{2,}+)*+"),
+    _prefixed("slack_token", "x", r"(?:ox[abposre]|app)-[A-Za-z0-9-]{10,}+"),
+    _prefixed("huggingface_token", "hf_", r"[A-Za-z0-9]{30,}+"),
+    _prefixed("google_api_key", "AIza", r"[A-Za-z0-9_-]{35,}+"),
+    _prefixed("google_oauth_secret", "GOCSPX-", r"[A-Za-z0-9_-]{24,}+"),
+    _prefixed("google_oauth_token", "ya29.", r"[A-Za-z0-9_-]{20,}+"),
+    _prefixed("npm_token", "npm_", r"[A-Za-z0-9]{36,}+"),
+    _prefixed("pypi_token", "pypi-AgE", r"[A-Za-z0-9_-]{50,}+"),
+    _prefixed("sendgrid_key", "SG.", r"[A-Za-z0-9_-]{16,32}+\.[A-Za-z0-9_-]{30,}+", "A-Za-z0-9_.-"),
+    _prefixed("mailgun_key", "key-", r"[A-Za-z0-9]{32}(?![A-Za-z0-9])"),
+    Rule("mailchimp_key", re.compile(r"-us(?<=(?<![0-9a-f])[0-9a-f]{32}-us)[0-9]{1,2}(?![0-9])"), back=32),
+    _prefixed("twilio_api_key", "SK", r"[0-9a-f]{32}(?![A-Za-z0-9])", "A-Za-z0-9"),
+    _prefixed("twilio_account_sid", "AC", r"[0-9a-f]{32}(?![A-Za-z0-9])", "A-Za-z0-9"),
+    Rule("azure_client_secret", re.compile(r"Q~(?<=(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}[0-9]Q~)"
+                                           r"[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"), back=4),
+    _prefixed("groq_key", "gsk_", r"[A-Za-z0-9]{32,}+"),
+    _prefixed("replicate_token", "r8_", r"[A-Za-z0-9]{30,}+"),
+    _prefixed("perplexity_key", "pplx-", r"[A-Za-z0-9]{32,}+"),
+    _prefixed("xai_key", "xai-", r"[A-Za-z0-9]{40,}+"),
+    _prefixed("tavily_key", "tvly-", r"[A-Za-z0-9-]{20,}+"),
+    _prefixed("nvidia_key", "nvapi-", r"[A-Za-z0-9_-]{40,}+"),
+    _prefixed("langsmith_key", "lsv2_", r"(?:pt|sk)_[A-Za-z0-9_]{32,}+"),
+    _prefixed("databricks_token", "dapi", r"[0-9a-f]{32}(?![A-Za-z0-9])"),
+    _prefixed("vault_token", "hv", r"[sbr]\.[A-Za-z0-9_-]{24,}+"),
+    _prefixed("shopify_token", "shp", r"(?:at|ss|ca|pa)_[0-9a-fA-F]{32}(?![A-Za-z0-9])"),
+    _prefixed("digitalocean_token", "do", r"[opr]_v1_[0-9a-f]{64}(?![A-Za-z0-9])"),
+    _prefixed("square_token", "sq0", r"(?:atp|csp)-[A-Za-z0-9_-]{22,}+"),
+    _prefixed("postman_key", "PMAK-", r"[A-Za-z0-9-]{30,}+"),
+    _prefixed("atlassian_token", "ATATT", r"[A-Za-z0-9_=-]{50,}+"),
+    _prefixed("jwt", "eyJ", r"[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"),
+    # user id . timestamp . HMAC: the match starts at the first dot (a fast literal start); the id stays
+    Rule("discord_bot_token", re.compile(
+        r"\.[A-Za-z0-9_-]{6}\.(?:" + "|".join(
+            rf"(?<=(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{{{n}}}\.[A-Za-z0-9_-]{{6}}\.)" for n in range(23, 28))
+        + r")[A-Za-z0-9_-]{27,38}(?![A-Za-z0-9_-])")),
+    Rule("telegram_bot_token", re.compile(
+        r":(?<=[0-9]{8}:)(?:(?<=(?<![0-9])[0-9]{8}:)|(?<=(?<![0-9])[0-9]{9}:)|(?<=(?<![0-9])[0-9]{10}:))"
+        r"(?P<value>[A-Za-z0-9_-]{35})(?![A-Za-z0-9_-])"), group="value"),
+    Rule("slack_webhook", re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<value>[a-z0-9_/-]{8,}+)"),
+         group="value", folded=True),
+    Rule("discord_webhook", re.compile(r"discord(?:app)?\.com/api/webhooks/(?P<value>[0-9]{5,}+/[a-z0-9_-]{20,}+)"),
+         group="value", folded=True),
+    Rule("card_number", re.compile(_CARD), group="rest", back=1, keep=_luhn_fails),
+)
+
+# ------------------------------------------------------------------------------------ context: url, header
+_URL_PASSWORD = (
+    r"://(?<=[A-Za-z0-9]://)[^\s:/?#@'\"<>]{0,128}+:"
+    r"(?![0-9]{1,5}+(?:[/?#\s'\"<>]|\Z))"  # host:port/path, not user:password
+    r"(?P<value>(?:[^\s'\"<>@:]++|:(?!//))*+(?:@(?:[^\s'\"<>@:]++|:(?!//))*+){0,3})"  # may hold '/' and '@'
+    r"(?=@[^\s'\"<>@/?#:]{1,253}+(?:[/?#:\s'\"<>]|\Z))"
+)
+
+_CONTEXT_RULES: tuple[Rule, ...] = (
+    Rule("url_password", re.compile(_URL_PASSWORD), group="value"),
+    Rule("bearer_token", re.compile(r"bearer(?<![a-z0-9_]bearer)[ \t]++(?P<value>[a-z0-9._~+/-]{8,}+=*+)"),
+         group="value", folded=True, keep=_word_after_scheme),
+    Rule("authorization_header", re.compile(
+        r"authorization(?:\\?[\"'])?\]?[ \t]*+[:=][ \t]*+(?:\\?[\"'])?"
+        r"(?:(?:bearer|basic|token|digest|negotiate|ntlm|apikey|api-key|key|sso-key|jwt|otp)[ \t]++)?"
+        r"(?P<value>[^\s\"'`,;\\\[\]<>{}]{6,}+)"), group="value", folded=True, keep=_word_after_scheme),
+)
+
+# ------------------------------------------------------------------------------------------- assignments
+# After a secret name: an optional closing quote/bracket, then '=', ':', ':=' or '=>' (not '==', '::').
+_GAP = r"(?:\\?[\"'`])?\]?[ \t]*+(?::=|=>|=(?!=|>|~[ \t])|:(?!:))[ \t]*+(?:[bfru]{0,2}(?:\\\"|[\"'`]))?"
+# Values that are not secrets: type annotations, template placeholders, masks. Checked where the value starts,
+# and only when the value ends right after it.
+_PLACEHOLDER = (
+    r"(?:s(?:tr(?:ing)?|ecretstr)|int|b(?:ool|ytes)|f(?:loat|alse)|n(?:one|ull|il)|true|undefined|any|optional"
+    r"|required"
+    r"|\$\{[^{}\n]{1,64}+\}|\{\{?[^{}\n]{0,64}+\}\}?|<[^<>\n]{0,64}+>|%\(?[a-z_]{0,64}+\)?s"
+    r"|\*{1,64}+|x{1,64}+|\.\.\.|\[redacted\]|your[_ -][a-z_ -]{0,64}+)"
+)
+# Unquoted, an attribute of a well-known object is a reference to a secret held elsewhere.
+_REFERENCE = (
+    r"(?:self|cls|this|args|kwargs|opts|options|config|settings|env|params|request|req|ctx|context|os\.environ)"
+    r"(?:\.[a-z_][a-z0-9_]{0,64}+)++"
+)
+_NOT_PLACEHOLDER_WORD = rf"(?!(?:{_PLACEHOLDER}|{_REFERENCE})(?:[\s,;)\]}}|]|\Z))"
+# The value: the inside of a quoted string, its closing quote kept (a string with no closing quote within 256
+# characters counts only when it is longer, or when the text ends); after ': ', the words to the end of the
+# line (YAML; a line that holds another ': ' is not one value); else an unquoted run that is not a call.
+
+
+def _quoted(opening: str, char: str, closing: str) -> str:
+    cut_short = rf"(?![\s),;\]}}+.]){char}{{1,256}}+\Z"  # not the code after a closed string: ("Password: ")
+    body = rf"(?:{char}{{1,256}}+(?={closing})|{cut_short}|{char}{{257,}}+)"
+    return rf"(?<={opening})(?!{_PLACEHOLDER}{closing}){body}"
+
+
+_BARE = r"[^\s\"'`,;&()\[\]{}<>\\]"
+_PLAIN = r"[^\r\n\f\v\"'`,;&()\[\]{}<>\\:]"  # a YAML plain scalar: words, no ': '
+_VALUE = "(?P<value>" + "|".join((
+    _quoted(r"\\\"", r"(?:[^\"\\\n]|\\[^\"\n])", r"\\\""),  # JSON inside a string: \"...\"
+    _quoted('"', r"(?:[^\"\\\n]|\\.)", '"'),
+    _quoted("'", r"(?:[^'\\\n]|\\.)", "'"),
+    _quoted("`", r"[^`\n]", "`"),
+    rf"(?<=: )(?!{_PLACEHOLDER}[ \t]*+(?:[=|]|\r?\n|\Z)){_BARE}(?:{_PLAIN}++|:(?! )){{1,256}}+(?=\r?\n|\Z)",
+    rf"(?<![\"'`]){_NOT_PLACEHOLDER_WORD}(?:{_BARE}{{129,}}+|{_BARE}{{3,128}}+(?![(\[]))",
+)) + ")"
+_KEY_QUALIFIERS = (
+    "api", "access", "secret", "private", "auth", "account", "client", "master", "encryption", "signing", "app",
+    "license", "subscription", "service", "db", "database",
 )
 
 
-# Second line for text an LLM wrote (lessons): looser thresholds than the redaction rules, detection only.
+def _assignment(name: str, secret_name: str) -> Rule:
+    return Rule(name, re.compile(secret_name + _GAP + _VALUE), group="value", folded=True)
+
+
+_ASSIGNMENT_RULES: tuple[Rule, ...] = (
+    _assignment("password_assignment", r"pass(?:w(?:or)?d|phrase|code|(?<![a-z]pass))"),
+    _assignment("pwd_assignment", r"pw(?:d(?![ \t]*+[=:][ \t]*+[\"']?[/~])|(?<![a-z]pw))"),  # not PWD=/home/x
+    _assignment("secret_assignment", r"secret"),
+    _assignment("token_assignment", r"token"),
+    _assignment("key_assignment", "key(?:" + "|".join(f"(?<={q}[_-]key)|(?<={q}key)" for q in _KEY_QUALIFIERS) + ")"),
+    _assignment("credential_assignment", r"credentials?"),
+    _assignment("signature_assignment", r"sig(?<![a-z]sig)"),  # Azure SAS ``&sig=``
+    Rule("secret_flag", re.compile(
+        r"--(?<![a-z0-9_-]--)[a-z0-9-]{0,32}(?:password|passwd|passphrase|token|secret|api-key|apikey)"
+        rf"[ \t]++[\"']?{_NOT_PLACEHOLDER_WORD}(?P<value>[^\s\"'`;&|<>()]{{3,}}+)"), group="value", folded=True),
+)
+
+DEFAULT_RULES: tuple[Rule, ...] = _TOKEN_RULES + _CONTEXT_RULES + _ASSIGNMENT_RULES
+_MAX_PASSES = 4
+_MARKS = re.compile(f"(?:{re.escape(REDACTED)}){{2,}}")
+
+# Second line for text an LLM wrote (lessons): looser than the redaction rules, detection only.
 DETECT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic keys
-    r"\bhf_[A-Za-z0-9]{20,}",  # Hugging Face tokens
-    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key ids
-    r"\bgh[pousr]_[A-Za-z0-9]{30,}",  # GitHub tokens
-    r"\bgithub_pat_[A-Za-z0-9_]{30,}",
-    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",  # Slack tokens
-    r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google API keys
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+",  # JWTs
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    r"\b[a-z][a-z0-9+.\-]*://[^\s/:@]+:[^\s/@]+@",  # credentials in URLs
-    r"(?i)\bbearer\s+[A-Za-z0-9_\-.=]{16,}",
-    r"(?i)\b(?:api[_-]?key|secret|token|password|passwd|pwd)\b\s*[:=]\s*['\"]?[^\s'\"]{8,}",
-    r"\[REDACTED[^\]]*\]",  # a redaction mark: the text was written around a secret
+    r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{12,}+",  # OpenAI / Anthropic keys, shortened
+    r"hf_(?<![A-Za-z0-9_-]hf_)[A-Za-z0-9]{16,}+",
+    r"gh[pousr]_(?<![A-Za-z0-9_-]gh._)[A-Za-z0-9]{20,}+",
+    r"github_pat_[A-Za-z0-9_]{16,}+",
+    r"glpat-[A-Za-z0-9_-]{12,}+",
+    r"xox[abposre]-[A-Za-z0-9-]{8,}+",
+    r"AIza[A-Za-z0-9_-]{20,}+",
+    r"(?:AKIA|ASIA)[A-Z0-9]{12,}+",
+    r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{10,}+\.",  # the head of a JWT
+    r"-----BEGIN [A-Z0-9 ]{0,40}?PRIVATE KEY",
+    r"://[^\s:/?#@]{0,64}+:[^\s/@]{1,128}+@",  # credentials in URLs
+    r"(?i)bearer[ \t]++[A-Za-z0-9_.=-]{16,}+",
+    r"(?i)pass(?:word|phrase|wd)[ \t]++(?:is|was)[ \t]++[\"'`]?(?=[^\s\"'`]{0,63}?[0-9])[^\s\"'`]{6,}+",
+    r"\[REDACTED",  # a redaction mark: the text was written around a secret
 ))
 
 
@@ -135,21 +308,46 @@ class Redactor:
             except re.error as e:
                 raise ConfigurationError(f"redact pattern {source!r} is not a valid regex: {e}") from e
         self.rules: tuple[Rule, ...] = tuple(rules)
-        triggers = sorted({t for rule in rules for t in rule.triggers})
-        self._any_trigger = re.compile("|".join(re.escape(t) for t in triggers))
-        self._untriggered = any(not rule.triggers for rule in rules)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The secrets in ``text``, as sorted, disjoint ``(start, end)`` ranges."""
+        folded = fold(text)
+        found: list[tuple[int, int]] = []
+        for rule in self.rules:
+            found += rule.spans(text, folded)
+        found.sort()
+        merged: list[tuple[int, int]] = []
+        for start, end in found:
+            if merged and start <= merged[-1][1]:
+                if end > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((start, end))
+        return merged
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret replaced; text without secrets comes back unchanged."""
-        if not text:
-            return text
-        lower = text.lower()
-        if not self._untriggered and self._any_trigger.search(lower) is None:
-            return text  # the common case: nothing that could be a secret, one C-level scan
-        for rule in self.rules:
-            if rule.triggers and not any(trigger in lower for trigger in rule.triggers):
-                continue
-            text = rule.pattern.sub(rule.replacement, text)
+        """``text`` with every secret replaced; text without secrets comes back unchanged.
+
+        Replacing a secret changes what its neighbours see (``4111 1111 1111 1111-`` is no card, but
+        ``4111 1111 1111 1111[REDACTED]`` is), so the text is redacted again until nothing more is found:
+        the result is one that redaction leaves as it is. Marks that end up side by side become one.
+        """
+        for _ in range(_MAX_PASSES):
+            spans = self.spans(text) if text else []
+            if not spans:
+                return text
+            pieces: list[str] = []
+            last = 0
+            for start, end in spans:
+                pieces += (text[last:start], REDACTED)
+                last = end
+            pieces.append(text[last:])
+            redacted = "".join(pieces)
+            if REDACTED + REDACTED in redacted:  # a secret next to a mark joins it
+                redacted = _MARKS.sub(REDACTED, redacted)
+            if redacted == text:
+                return text
+            text = redacted
         return text
 
     def has_secret(self, text: str) -> bool:
@@ -158,7 +356,7 @@ class Redactor:
         try:
             if any(pattern.search(text) for pattern in DETECT_PATTERNS):
                 return True
-            return self.redact(text) != text
+            return bool(text) and bool(self.spans(text))
         except Exception:  # a user-supplied pattern may fail in any way; fail closed
             logger.warning("secret detection failed; treating the text as secret", exc_info=True)
             return True

@@ -24,6 +24,7 @@ import redis
 from pydantic import ValidationError
 
 from lessonbank.core.constants import (
+    CREDIT_TASK,
     DISTILL_TASK,
     OPEN_RUNS_KEY,
     RUN_CLOSED,
@@ -40,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_FIELD = "distill_output"
 PROGRESS_FIELD = "consolidated"
+CREDIT_FIELD = "credited"
 
 
 @dataclass
@@ -69,15 +71,53 @@ class Run:
                 return step.outcome
         return self.meta.get("outcome") or "unknown"
 
+    @property
+    def bank(self) -> str:
+        return self.meta.get("bank", "")
+
+    @property
+    def arm(self) -> str:
+        return "control" if self.meta.get("arm") == "control" else "lessons"
+
+    @property
+    def given(self) -> list[str]:
+        """Ids of the lessons the run was handed (empty for a control run or unknown)."""
+        return json_list(self.meta.get("given"))
+
+    @property
+    def verdict(self) -> tuple[str, str]:
+        """(verdict, source) recorded by a user or a check, else ("unknown", "none")."""
+        verdict = self.meta.get("verdict", "")
+        if verdict in ("success", "failure"):
+            return verdict, self.meta.get("verdict_source", "user")
+        return "unknown", "none"
+
+    @property
+    def judged(self) -> dict[str, str]:
+        """What distillation went by: ``{"verdict", "source", "recipe"}`` (empty before distillation)."""
+        try:
+            value = json.loads(self.meta.get("judged") or "{}")
+        except ValueError:
+            return {}
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    @property
+    def check_pending(self) -> bool:
+        """True while the agent process is still running the user's check on the final answer."""
+        return self.meta.get("check") == "pending"
+
 
 _OPEN_STATES = (None, RUN_OPEN.encode())
 
 # KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, seq, run_end record, bank, agent, task,
-# outcome, at, task message.
+# outcome, at, task message, extra fields (JSON object).
 _CLOSE = """
 redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
 if (not state) or state == 'open' then
+  for name, value in pairs(cjson.decode(ARGV[10])) do
+    redis.call('HSET', KEYS[1], name, value)
+  end
   redis.call('HSET', KEYS[1], 'bank', ARGV[4], 'agent', ARGV[5], 'task', ARGV[6], 'state', 'closed',
              'outcome', ARGV[7], 'closed_at', ARGV[8], 'updated_at', ARGV[8])
   redis.call('HSETNX', KEYS[1], 'started_at', ARGV[8])
@@ -108,16 +148,18 @@ return 1
 
 @dataclass(frozen=True)
 class RunRef:
-    """What every write about one run names."""
+    """What every write about one run names. ``extra`` fields (e.g. ``arm``, ``given``, ``tools``) are
+    written into the run's hash with its records."""
 
     bank: str
     run_id: str
     agent: str = ""
     task: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
 
 
 def _run_fields(ref: RunRef, state: str, at: float) -> dict[Any, Any]:
-    return {"bank": ref.bank, "agent": ref.agent, "task": ref.task, "state": state, "updated_at": at}
+    return {**ref.extra, "bank": ref.bank, "agent": ref.agent, "task": ref.task, "state": state, "updated_at": at}
 
 
 def record_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float) -> None:
@@ -149,7 +191,9 @@ def close_run(client: redis.Redis, ref: RunRef, seq: int, record: str, outcome: 
     """
     message = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
     keys = [run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue]
-    args: list[str | int | float] = [ref.run_id, seq, record, ref.bank, ref.agent, ref.task, outcome, at, message]
+    args: list[str | int | float] = [
+        ref.run_id, seq, record, ref.bank, ref.agent, ref.task, outcome, at, message, json.dumps(ref.extra)
+    ]
     return bool(client.eval(_CLOSE, len(keys), *keys, *args))
 
 
@@ -161,6 +205,68 @@ def close_abandoned(client: redis.Redis, bank: str, run_id: str, now: float, cut
     message = task_message(DISTILL_TASK, [bank, run_id], queue)
     keys = [run_key(run_id), OPEN_RUNS_KEY, queue]
     return bool(client.eval(_CLOSE_ABANDONED, len(keys), *keys, run_id, now, cutoff, message))
+
+
+def json_list(raw: str | None) -> list[str]:
+    """A JSON list of strings from a run hash field ([] when absent or malformed)."""
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+# Who may overwrite whose verdict: a user's word beats a check, which beats nothing.
+VERDICT_TRUST = {"user": 3, "check": 2}
+
+# KEYS: run hash, queue. ARGV: verdict, source, note, trust of source, now, credit task message.
+# Returns 0 (ignored: a more trusted verdict is there), 1 (recorded), 2 (recorded, credit task queued).
+_SET_VERDICT = """
+local current = redis.call('HGET', KEYS[1], 'verdict_trust')
+if current and tonumber(current) > tonumber(ARGV[4]) then return 0 end
+redis.call('HSET', KEYS[1], 'verdict', ARGV[1], 'verdict_source', ARGV[2], 'verdict_note', ARGV[3],
+           'verdict_trust', ARGV[4], 'verdict_at', ARGV[5])
+redis.call('HDEL', KEYS[1], 'check')
+if redis.call('HGET', KEYS[1], 'state') == 'distilled' then
+  redis.call('LPUSH', KEYS[2], ARGV[6])
+  return 2
+end
+return 1
+"""
+
+
+def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
+                queue: str) -> int:
+    """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
+
+    A user's verdict is never overwritten by a check's. When the run is already distilled, a credit task
+    is queued so the lessons it applied are credited with the new verdict (atomically with the write).
+    Returns 0 when ignored, 1 when recorded, 2 when recorded and a credit task was queued.
+    """
+    message = task_message(CREDIT_TASK, [bank, run_id], queue)
+    verdict = "success" if success else "failure"
+    keys = [run_key(run_id), queue]
+    args: list[str | int | float] = [verdict, source, note[:500], VERDICT_TRUST.get(source, 1), time.time(), message]
+    return int(client.eval(_SET_VERDICT, len(keys), *keys, *args))
+
+
+def clear_check(client: redis.Redis, run_id: str) -> None:
+    """The check on the final answer will not report (it raised, or the run had no answer)."""
+    client.hdel(run_key(run_id), "check")
+
+
+def load_credit(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
+    """What an earlier credit of the run gave each lesson (``{"verdict", "lessons": {id: "helpful"}}``)."""
+    raw = client.hget(run_key(run_id), CREDIT_FIELD)
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def save_credit(client: redis.Redis, run_id: str, credit: dict[str, Any]) -> None:
+    client.hset(run_key(run_id), CREDIT_FIELD, json.dumps(credit))
 
 
 def _decode(value: bytes | str) -> str:
@@ -201,11 +307,14 @@ def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | 
     pipe.execute()
 
 
-def mark_distilled(client: redis.Redis, run_id: str, ttl: int, stats: dict[str, int]) -> None:
-    """Record that the run's lessons are in the bank; its data now expires after `ttl` seconds."""
+def mark_distilled(client: redis.Redis, run_id: str, ttl: int, stats: dict[str, int],
+                   judged: dict[str, str] | None = None) -> None:
+    """Record that the run's lessons are in the bank (and the verdict distillation went by, and the
+    recipe it kept); its data now expires after `ttl` seconds."""
     now = time.time()
     fields: dict[Any, str | float] = {"state": RUN_DISTILLED, "distilled_at": now, "updated_at": now}
     fields["lessons"] = json.dumps(stats)
+    fields["judged"] = json.dumps(judged or {})
     _finish(client, run_id, ttl, fields)
 
 

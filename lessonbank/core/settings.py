@@ -1,15 +1,43 @@
-"""Configuration: one `Settings` object, read from `LESSONBANK_*` environment variables.
+"""Configuration: one `Settings` object, read from `LESSONBANK_*` environment variables and ``./.env``.
 
 Entry points (the CLI group, the Celery app, the recorder's constructor defaults) build it once
 and pass it down; nothing else in the project reads the environment.
+
+A value that cannot work is refused when `Settings` is built, with a `ConfigurationError` of one
+line that names the environment variable and says what a valid value looks like. The worker's
+limits (task time limits, visibility timeout, bank lock) follow from ``LESSONBANK_LLM_TIMEOUT``
+unless they are set explicitly; `Settings.check_worker_limits` refuses explicit ones that cannot
+work together.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal, Self, get_args, get_origin
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from annotated_types import Ge, Gt, Le, Lt, MinLen
+from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+
+from lessonbank.core.exceptions import ConfigurationError
+
+ENV_PREFIX = "LESSONBANK_"
+# The keys of lessonbank.local_llm.MODELS (a literal: the core imports nothing above it).
+LocalModel = Literal["0.5b", "1.5b"]
+
+# How the worker's limits follow from the LLM timeout when they are not set (defaults at 120 s: 150, 600, 660, 3600).
+LOCK_MARGIN = 30  # bank lock: one consolidation LLM call, plus this for the store writes
+SOFT_LLM_CALLS = 4  # soft time limit: distill and consolidate, each with one repair round ...
+SOFT_MARGIN = 120  # ... plus this for reading the run, embedding and storing
+HARD_MARGIN = 60  # hard time limit: this long after the soft one
+VISIBILITY_MARGIN = 600  # visibility timeout: this long after hard time limit + longest retry backoff ...
+MIN_VISIBILITY = 3600  # ... and never below this
 
 
 def default_data_dir() -> Path:
@@ -17,93 +45,237 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "lessonbank"
 
 
-class Settings(BaseSettings):
-    """Every knob of lessonbank. Field ``foo`` is set by ``LESSONBANK_FOO``."""
+@dataclass(frozen=True)
+class Unit:
+    """The unit of a numeric setting, for error messages (``a whole number of seconds above 0``)."""
 
-    model_config = SettingsConfigDict(env_prefix="LESSONBANK_", extra="ignore", populate_by_name=True)
+    name: str
+
+
+def _url(schemes: tuple[str, ...], example: str) -> AfterValidator:
+    listed = ", ".join(f"{s}://" for s in schemes[:-1]) + f" or {schemes[-1]}://"
+    expected = f"a URL starting with {listed} (like {example})"
+
+    def check(value: str) -> str:
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            raise ValueError(expected) from None
+        if parts.scheme.lower() not in schemes or not (parts.netloc or (parts.scheme == "unix" and parts.path)):
+            raise ValueError(expected)
+        return value
+
+    return AfterValidator(check)
+
+
+def _regex_list(value: Any) -> Any:
+    """A JSON list of valid regexes (from the environment: its JSON text)."""
+    expected = 'a JSON list of regexes, like ["ACME-[0-9]{6}"]'
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(expected) from None
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ValueError(expected)
+    for source in value:
+        try:
+            re.compile(source)
+        except re.error as e:
+            raise ValueError(f"a JSON list of valid regexes ({source!r} is not one: {e})") from None
+    return list(value)
+
+
+Seconds = Annotated[float, Gt(0), Unit("seconds")]
+WholeSeconds = Annotated[int, Gt(0), Unit("seconds")]
+Similarity = Annotated[float, Ge(0), Le(1)]
+Name = Annotated[str, MinLen(1)]
+RedisUrl = Annotated[str, _url(("redis", "rediss", "unix"), "redis://localhost:6379/0")]
+HttpUrl = Annotated[str, _url(("http", "https"), "http://127.0.0.1:8080/v1")]
+QdrantUrl = Annotated[str, _url(("http", "https"), "http://localhost:6333")]
+RegexList = Annotated[list[str], NoDecode, BeforeValidator(_regex_list)]
+
+
+class Settings(BaseSettings):
+    """Every knob of lessonbank. Field ``foo`` is set by ``LESSONBANK_FOO``.
+
+    Raises ConfigurationError (one line naming the variable) for a value that cannot work.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
+        extra="ignore", populate_by_name=True,
+    )
 
     # Redis and the queue
-    redis_url: str = Field("redis://localhost:6379/0", description="Redis for step records, the queue and state.")
-    queue: str = Field("lessonbank", description="Celery queue the distill tasks go to.")
-    bank: str = Field("default", description="Bank used when none is named (agent, user or project).")
+    redis_url: RedisUrl = Field("redis://localhost:6379/0", description="Redis for step records, the queue and state.")
+    queue: Name = Field("lessonbank", description="Celery queue the distill tasks go to.")
+    bank: Name = Field("default", description="Bank used when none is named (agent, user or project).")
 
     # Recorder
-    max_field_chars: int = Field(4096, description="Cap on each text field of a step record.")
-    max_record_bytes: int = Field(32768, description="Cap on a whole step record, in bytes of JSON.")
-    redis_timeout: float = Field(0.25, description="Recorder's Redis connect/read timeout, seconds.")
-    breaker_cooldown: float = Field(5.0, description="Seconds the recorder spools before trying Redis again.")
+    max_field_chars: int = Field(4096, ge=1, le=1_000_000, description="Cap on each text field of a step record.")
+    max_record_bytes: int = Field(
+        32768, ge=1024, le=16 * 1024 * 1024, description="Cap on a whole step record, in bytes of JSON."
+    )
+    redis_timeout: Seconds = Field(0.25, description="Recorder's Redis connect/read timeout, seconds.")
+    breaker_cooldown: Seconds = Field(5.0, description="Seconds the recorder spools before trying Redis again.")
     data_dir: Path = Field(default_factory=default_data_dir, description="Where local state lives.")
     spool_dir: Path | None = Field(
         None,
         description="Local spool for records Redis could not take. Default: DATA_DIR/spool.",
     )
-    redact_patterns: list[str] = Field(default_factory=list, description="Extra regexes to redact (JSON list).")
+    redact_patterns: RegexList = Field(default_factory=list, description="Extra regexes to redact (JSON list).")
 
     # LLM (the standard OpenAI variables, no prefix)
-    openai_base_url: str | None = Field(
+    openai_base_url: HttpUrl | None = Field(
         None, validation_alias=AliasChoices("OPENAI_BASE_URL", "LESSONBANK_OPENAI_BASE_URL")
     )
     openai_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("OPENAI_API_KEY", "LESSONBANK_OPENAI_API_KEY")
     )
-    distill_model: str = Field("gpt-4o-mini", description="Chat model that distills runs into lessons.")
-    llm_timeout: float = Field(120.0, description="Seconds one LLM call may take.")
-    max_lessons: int = Field(5, description="At most this many lessons per run.")
-    transcript_budget_chars: int = Field(12000, description="Input budget for the run transcript sent to the LLM.")
-    local_llm_model: str = Field("1.5b", description="Local model `lessonbank llm` sets up and serves: 0.5b or 1.5b.")
-    local_llm_port: int = Field(8765, description="Port of the local llama.cpp server on 127.0.0.1.")
-    local_llm_threads: int = Field(2, description="CPU threads of the local llama.cpp server.")
-    local_llm_ctx: int = Field(4096, description="Context window (tokens) of the local llama.cpp server.")
+    distill_model: Name = Field("gpt-4o-mini", description="Chat model that distills runs into lessons.")
+    llm_timeout: Seconds = Field(120.0, description="Seconds one LLM call may take.")
+    max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
+    transcript_budget_chars: int = Field(
+        12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
+    )
+    local_llm_model: LocalModel = Field("1.5b", description="Local model `lessonbank llm` sets up and serves.")
+    local_llm_port: int = Field(8765, ge=1, le=65535, description="Port of the local llama.cpp server on 127.0.0.1.")
+    local_llm_threads: int = Field(2, ge=1, le=256, description="CPU threads of the local llama.cpp server.")
+    local_llm_ctx: int = Field(
+        4096, ge=512, le=131072, description="Context window (tokens) of the local llama.cpp server."
+    )
 
-    # Workers
-    task_soft_time_limit: int = Field(600, description="Soft time limit of a distill task, seconds.")
-    task_time_limit: int = Field(660, description="Hard time limit of a distill task, seconds.")
-    max_retries: int = Field(5, description="Retries of a distill task on transient errors.")
-    retry_backoff_max: int = Field(600, description="Longest retry backoff, seconds.")
-    retry_backoff: int = Field(
+    # Workers (the four limits follow from llm_timeout unless set: see `_derive_worker_limits`)
+    task_soft_time_limit: WholeSeconds = Field(600, description="Soft time limit of a distill task, seconds.")
+    task_time_limit: WholeSeconds = Field(660, description="Hard time limit of a distill task, seconds.")
+    max_retries: int = Field(5, ge=0, le=100, description="Retries of a distill task on transient errors.")
+    retry_backoff_max: WholeSeconds = Field(600, description="Longest retry backoff, seconds.")
+    retry_backoff: WholeSeconds = Field(
         2,
         description="Base of the exponential retry backoff (doubles per retry, jittered), seconds.",
     )
-    visibility_timeout: int = Field(3600, description="Broker visibility timeout; above time limit + backoff.")
-    soft_shutdown_timeout: float = Field(
+    visibility_timeout: WholeSeconds = Field(3600, description="Broker visibility timeout; above time limit + backoff.")
+    soft_shutdown_timeout: Annotated[float, Ge(0), Unit("seconds")] = Field(
         0.0,
         description="On a cold shutdown (SIGQUIT, or SIGTERM with REMAP_SIGTERM=SIGQUIT), "
         "seconds the task in hand may finish before it is requeued.",
     )
-    step_ttl: int = Field(
+    step_ttl: WholeSeconds = Field(
         7 * 24 * 3600,
         description="Seconds a run's steps are kept after it is distilled or dead-lettered.",
     )
-    idle_timeout: int = Field(1800, description="Seconds without a step before an open run counts as abandoned.")
-    sweep_interval: int = Field(60, description="Seconds between sweeper passes.")
-    duplicate_similarity: float = Field(
+    idle_timeout: WholeSeconds = Field(
+        1800, description="Seconds without a step before an open run counts as abandoned."
+    )
+    sweep_interval: WholeSeconds = Field(60, description="Seconds between sweeper passes.")
+    duplicate_similarity: Similarity = Field(
         0.9,
         description="Cosine similarity above which a lesson reinforces an existing one.",
     )
-    related_similarity: float = Field(0.6, description="Cosine similarity above which the LLM decides add/merge/skip.")
-    distill_lock_timeout: int = Field(
+    related_similarity: Similarity = Field(
+        0.6, description="Cosine similarity above which the LLM decides add/merge/skip."
+    )
+    distill_lock_timeout: WholeSeconds = Field(
         150,
         description="Seconds a worker may hold a bank while consolidating (a killed worker's lock expires after it).",
     )
 
     # Lesson store and embeddings
-    qdrant_url: str | None = Field(None, description="Qdrant server URL. Unset: embedded local mode at QDRANT_PATH.")
+    qdrant_url: QdrantUrl | None = Field(
+        None, description="Qdrant server URL. Unset: embedded local mode at QDRANT_PATH."
+    )
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server.")
     qdrant_path: Path | None = Field(None, description="Embedded Qdrant directory. Default: DATA_DIR/qdrant.")
-    collection: str = Field("lessons", description="Qdrant collection holding every bank's lessons.")
-    embed_model: str = Field("sentence-transformers/all-MiniLM-L6-v2", description="fastembed model name.")
+    collection: Name = Field("lessons", description="Qdrant collection holding every bank's lessons.")
+    embed_model: Name = Field("sentence-transformers/all-MiniLM-L6-v2", description="fastembed model name.")
     embed_model_path: Path | None = Field(None, description="Local folder with the embedding model files (offline).")
-    embed_base_url: str | None = Field(
+    embed_base_url: HttpUrl | None = Field(
         None,
         description="OpenAI-compatible /v1/embeddings endpoint instead of fastembed.",
     )
-    store_timeout: float = Field(3.0, description="Seconds an agent-side store request waits for the worker.")
+    store_timeout: Seconds = Field(3.0, description="Seconds an agent-side store request waits for the worker.")
 
     # Instructions handed to runs
-    min_relevance: float = Field(
+    min_relevance: Similarity = Field(
         0.2,
         description="Dense cosine similarity a lesson needs with the task to be handed to a run or recalled.",
     )
+    holdout: Annotated[float, Ge(0), Lt(1)] = Field(
+        0.0,
+        description="Fraction of runs that get no lessons (control arm), chosen at random per run; 0 disables.",
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise ConfigurationError(explain(e)) from None
+        except SettingsError as e:  # a source could not parse a value; no field fails this way today
+            raise ConfigurationError(f"invalid settings: {e}") from None
+
+    @model_validator(mode="after")
+    def _derive_worker_limits(self) -> Self:
+        """Limits the user did not set follow from llm_timeout (written past `model_fields_set`, which keeps
+        naming only what was set explicitly)."""
+        explicit = self.model_fields_set
+        llm = math.ceil(self.llm_timeout)
+
+        def derive(name: str, value: int) -> int:
+            if name not in explicit:
+                self.__dict__[name] = max(1, value)
+            return int(getattr(self, name))
+
+        lock = self.distill_lock_timeout if "distill_lock_timeout" in explicit else llm + LOCK_MARGIN
+        soft = max(SOFT_LLM_CALLS * llm + SOFT_MARGIN, lock + llm)
+        if "task_time_limit" in explicit:
+            soft = min(soft, self.task_time_limit - HARD_MARGIN)
+        soft = derive("task_soft_time_limit", soft)
+        room = soft - llm  # the lock fits into an explicit soft limit when it can
+        derive("distill_lock_timeout", llm + LOCK_MARGIN if room < 1 else min(llm + LOCK_MARGIN, room))
+        hard = derive("task_time_limit", soft + HARD_MARGIN)
+        derive("visibility_timeout", max(MIN_VISIBILITY, hard + self.retry_backoff_max + VISIBILITY_MARGIN))
+        return self
+
+    def check_worker_limits(self) -> None:
+        """ConfigurationError (one line naming the variables) for worker limits that cannot work together."""
+        soft, hard = self.task_soft_time_limit, self.task_time_limit
+        if soft >= hard:
+            raise ConfigurationError(
+                f"{self.shown('task_soft_time_limit')} must be below {self.shown('task_time_limit')}"
+            )
+        # A redelivered run may first wait out the bank lock of a killed worker, then make its consolidation call.
+        if self.distill_lock_timeout + self.llm_timeout > soft:
+            raise ConfigurationError(
+                f"{self.shown('distill_lock_timeout')} + {self.shown('llm_timeout')} must not exceed "
+                f"{self.shown('task_soft_time_limit')}"
+            )
+        # A slow task, or one waiting out its retry backoff, must not be handed to a second worker.
+        if self.visibility_timeout <= hard + self.retry_backoff_max:
+            raise ConfigurationError(
+                f"{self.shown('visibility_timeout')} must exceed {self.shown('task_time_limit')} + "
+                f"{self.shown('retry_backoff_max')}"
+            )
+
+    def check_llm_endpoint(self) -> None:
+        """ConfigurationError unless the distilling LLM is named explicitly (the worker needs it)."""
+        key = self.openai_api_key.get_secret_value() if self.openai_api_key else ""
+        if self.openai_base_url is None and not key:
+            raise ConfigurationError(
+                "no LLM to distill with: set OPENAI_BASE_URL to a local or OpenAI-compatible server "
+                "(like http://127.0.0.1:8080/v1), or OPENAI_API_KEY to use api.openai.com"
+            )
+        host = urlsplit(self.openai_base_url or "").hostname or ""
+        if not key and host.lower() == "api.openai.com":
+            raise ConfigurationError("OPENAI_API_KEY must be set to use api.openai.com (where OPENAI_BASE_URL points)")
+
+    def shown(self, name: str) -> str:
+        """``LESSONBANK_X (value)``, saying when the value was derived rather than set."""
+        value = getattr(self, name)
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        if name in DERIVED and name not in self.model_fields_set:
+            text += ", derived from LESSONBANK_LLM_TIMEOUT"
+        return f"{env_var(name)} ({text})"
 
     @property
     def resolved_spool_dir(self) -> Path:
@@ -112,3 +284,82 @@ class Settings(BaseSettings):
     @property
     def resolved_qdrant_path(self) -> Path:
         return self.qdrant_path or self.data_dir / "qdrant"
+
+
+DERIVED = frozenset({"task_soft_time_limit", "task_time_limit", "visibility_timeout", "distill_lock_timeout"})
+_SECRET = frozenset({"openai_api_key", "qdrant_api_key"})
+_URL = frozenset({"redis_url", "openai_base_url", "qdrant_url", "embed_base_url"})
+
+
+def env_var(name: str) -> str:
+    """The environment variable of field `name` (its first alias, else ``LESSONBANK_<NAME>``)."""
+    alias = Settings.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return f"{ENV_PREFIX}{name.upper()}"
+
+
+def _field_of(loc: str) -> str | None:
+    """The field an error location names: a field name, or one of its aliases (any case)."""
+    if loc in Settings.model_fields:
+        return loc
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices) and any(str(c).upper() == loc.upper() for c in alias.choices):
+            return name
+    return None
+
+
+def expected(name: str) -> str | None:
+    """What a valid value of field `name` looks like, from its type and bounds (None: nothing to say)."""
+    info = Settings.model_fields[name]
+    if get_origin(info.annotation) is Literal:
+        return "one of " + ", ".join(get_args(info.annotation))
+    bounds = {kind.__name__.lower(): getattr(m, kind.__name__.lower())
+              for m in info.metadata for kind in (Ge, Gt, Le, Lt) if isinstance(m, kind)}
+    unit = next((f" of {m.name}" for m in info.metadata if isinstance(m, Unit)), "")
+    kind = ("a whole number" if info.annotation is int else "a number") + unit
+    low = bounds.get("ge", bounds.get("gt"))
+    if "le" in bounds:
+        return f"{kind} from {low:g} to {bounds['le']:g}"
+    if "lt" in bounds:
+        return f"{kind} from {low:g} up to (not including) {bounds['lt']:g}"
+    if "gt" in bounds:
+        return f"{kind} above {bounds['gt']:g}"
+    if "ge" in bounds:
+        return f"{kind} of at least {bounds['ge']:g}"
+    if any(isinstance(m, MinLen) for m in info.metadata):
+        return "a non-empty string"
+    return None
+
+
+def _got(name: str, value: Any) -> str:
+    if name in _SECRET:
+        return ""
+    text = value if isinstance(value, str) else repr(value)
+    if name in _URL:
+        text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)?[^@/]*@", lambda m: (m.group(1) or "") + "**@", text)
+    shown = repr(text) if isinstance(value, str) else text
+    return f" (got {shown[:80] + '...' if len(shown) > 80 else shown})"
+
+
+def _line(error: ErrorDetails) -> tuple[str, str]:
+    loc = str(error["loc"][0]) if error["loc"] else ""
+    name = _field_of(loc)
+    if name is None:
+        return loc, error["msg"]
+    cause = error.get("ctx", {}).get("error") if error["type"] == "value_error" else None
+    want = str(cause) if cause is not None else expected(name)
+    got = _got(name, error["input"])
+    if want is None:
+        return name, f"{env_var(name)} is not valid: {error['msg'][:1].lower()}{error['msg'][1:]}{got}"
+    return name, f"{env_var(name)} must be {want}{got}"
+
+
+def explain(error: ValidationError) -> str:
+    """One line for the operator: each bad setting by its environment variable, and what would be valid."""
+    lines: dict[str, str] = {}
+    for detail in error.errors():
+        key, line = _line(detail)
+        lines.setdefault(key, line)
+    return "; ".join(lines.values())

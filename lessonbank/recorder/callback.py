@@ -1,20 +1,20 @@
 """``StepRecorder``: the smolagents step callback that sends every step of every run to Redis.
 
-smolagents has no run id. A run starts when ``agent.run()`` appends a ``TaskStep`` to
-``agent.memory.steps`` (with ``reset=False`` too), so a run is identified by that TaskStep object;
-the recorder mints a uuid4 run id for it on the first step it sees.
+The callback costs a snapshot of the step (its values as text) handed to a background writer thread,
+which redacts, caps and serializes the records and delivers them in batches (``writer.py``). A run's
+close waits (at most about one Redis timeout) until the writer has delivered or spooled every record
+of the run, so that when ``agent.run`` returns its run is in Redis (or in the spool).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
+import os
 import time
-import uuid
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -25,33 +25,17 @@ from lessonbank.core.connections import create_redis
 from lessonbank.core.models import RunOutcome
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
-from lessonbank.recorder.ops import Op
-from lessonbank.recorder.serialize import RunInfo, StepSerializer
+from lessonbank.recorder import snapshot
+from lessonbank.recorder.serialize import StepSerializer
+from lessonbank.recorder.snapshot import Snapshot
 from lessonbank.recorder.spool import Spool
-from lessonbank.recorder.transport import RedisSink, Transport
+from lessonbank.recorder.tracking import AgentState, Run, RunTracker, check_fields
+from lessonbank.recorder.transport import Transport
+from lessonbank.recorder.writer import Writer
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class _Run:
-    info: RunInfo
-    task_step: TaskStep  # strong reference: the object's id must not be reused while the run is open
-    seq: int = 0
-    closed: bool = False
-    max_steps_reached: bool = False
-
-
-@dataclass
-class _AgentState:
-    """What the recorder knows about one agent: where it last looked in its memory, and its current run."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    steps: list[Any] | None = None  # the agent.memory.steps list last scanned (reset() replaces it)
-    scanned: int = 0
-    task_step: TaskStep | None = None
-    run: _Run | None = None
-    last_step: Any = None  # the memory step recorded last: a callback registered twice records it once
+_RECORDERS: weakref.WeakSet[StepRecorder] = weakref.WeakSet()
 
 
 class StepRecorder:
@@ -61,8 +45,11 @@ class StepRecorder:
     with an exception produce no final step: use ``recorder.run(agent, task)`` or
     ``with recorder.recording(agent): agent.run(task)`` to close them with outcome ``error``.
 
-    The callback never raises and never blocks for long: when Redis is away, records go to a local spool
-    and are delivered, in order and exactly once, when Redis answers again.
+    The callback never raises and costs a snapshot of the step: a background writer thread redacts,
+    serializes and delivers the records (durability: see ``lessonbank.recorder``). When Redis is away,
+    records go to a local spool and are delivered, in order and exactly once, when Redis answers again.
+    ``prepare_run`` mints the id of an agent's next run before it starts; every run's hash carries the
+    names of the agent's tools (``tools``).
     """
 
     def __init__(
@@ -73,17 +60,18 @@ class StepRecorder:
     ) -> None:
         self.settings = settings if settings is not None else Settings()
         self.bank = bank or self.settings.bank
-        self._own_client = redis_client is None
-        self._client = redis_client
         self.serializer = StepSerializer(
             Redactor(self.settings.redact_patterns), self.settings.max_field_chars, self.settings.max_record_bytes
         )
-        self.transport = Transport(
-            self._make_sink, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown
-        )
-        self._states: weakref.WeakKeyDictionary[Any, _AgentState] = weakref.WeakKeyDictionary()
-        self._pinned: dict[int, tuple[Any, _AgentState]] = {}
-        self._states_lock = threading.Lock()
+        if redis_client is None:
+            factory = functools.partial(create_redis, self.settings, "recorder")
+        else:
+            factory = functools.partial(_same, redis_client)  # the writer never keeps the recorder alive
+        self.transport = Transport(factory, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown,
+                                   self.settings.redis_timeout, self.settings.queue, own_client=redis_client is None)
+        self._writer = Writer(self.serializer, self.transport)
+        self._close_wait = 2 * self.settings.redis_timeout + 0.5
+        self._tracker = RunTracker(self.bank)
         self._failure_logged = False
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
         self.step_callbacks: dict[type[MemoryStep], Any] = {
@@ -91,11 +79,9 @@ class StepRecorder:
             PlanningStep: self._on_step,
             FinalAnswerStep: self._on_step,
         }
-
-    def _make_sink(self) -> RedisSink:
-        if self._client is None:
-            self._client = create_redis(self.settings, "recorder")
-        return RedisSink(self._client, self.settings.queue)
+        finalizer = weakref.finalize(self, self._writer.retire)
+        finalizer.atexit = False  # at exit, every writer is closed (flushed) instead
+        _RECORDERS.add(self)
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -124,9 +110,9 @@ class StepRecorder:
     def recording(self, agent: Any) -> Iterator[StepRecorder]:
         """Attach to ``agent``; a run started inside the block that raises is closed with outcome ``error``."""
         self.attach(agent)
-        state = self._state(agent)
+        state = self._tracker.state(agent)
         with state.lock:
-            before = self._latest_task_step(agent, state)
+            before = self._tracker.latest_task_step(agent, state)
         try:
             yield self
         except BaseException as e:
@@ -136,30 +122,40 @@ class StepRecorder:
     def run_id(self, agent: Any) -> str | None:
         """The id of the agent's current run (minted now if its run has started), else None."""
         try:
-            state = self._state(agent)
+            state = self._tracker.state(agent)
             with state.lock:
-                run = self._current_run(agent, state)
+                run = self._resolve(agent, state)
             return run.info.run_id if run is not None else None
         except Exception:  # foreign agent objects may lack memory and so on
             self._log_failure("could not determine the run id")
             return None
 
-    def flush(self) -> bool:
-        """Deliver the spool now (ignoring the breaker's cooldown). True when nothing is left to deliver."""
-        return self.transport.flush()
+    def prepare_run(self, agent: Any, **fields: str) -> str:
+        """Mint now the id of the agent's next run (the run whose TaskStep appears next) and remember
+        ``fields`` (e.g. ``arm="control"``, ``given='["id1"]'``) to be written into that run's hash with its
+        records and its close. Called again before that run starts: same id, the new fields replace the old.
+
+        Raises ValueError/TypeError for a field that is not a str, too long, or a run state field.
+        """
+        checked = check_fields(fields, self.settings.max_field_chars)
+        state = self._tracker.state(agent)
+        with state.lock:
+            self._resolve(agent, state)
+            return self._tracker.prepare(state, checked)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Deliver what is queued and the spool now (ignoring the breaker's cooldown). True when nothing is
+        left to deliver."""
+        return self._writer.flush(timeout)
 
     def close(self, interrupt_open_runs: bool = True) -> None:
         """Close still-open runs as ``interrupted`` (default), flush, and release the spool and clients."""
         if interrupt_open_runs:
-            with self._states_lock:
-                states = list(self._states.values()) + [state for _, state in self._pinned.values()]
-            for state in states:
+            for state in self._tracker.states():
                 with state.lock:
                     if state.run is not None and not state.run.closed:
                         self._close_run(state.run, "interrupted")
-        self.transport.close()
-        if self._own_client and self._client is not None:
-            self._client.close()
+        self._writer.close(self._close_wait)
 
     # -- the callback ----------------------------------------------------------------------------
 
@@ -168,11 +164,11 @@ class StepRecorder:
             if agent is None:
                 self._log_failure("step callback called without the agent; step not recorded")
                 return
-            state = self._state(agent)
+            state = self._tracker.state(agent)
             with state.lock:
                 if memory_step is state.last_step:
                     return  # the same callback registered twice (constructor and attach)
-                run = self._current_run(agent, state)
+                run = self._resolve(agent, state)
                 if run is None or run.closed:
                     return
                 state.last_step = memory_step
@@ -180,88 +176,66 @@ class StepRecorder:
         except Exception:  # a raising step callback would abort the user's run
             self._log_failure("recording a step failed")
 
-    def _record(self, memory_step: MemoryStep, agent: Any, run: _Run) -> None:
-        seq = run.seq
+    def _record(self, memory_step: MemoryStep, agent: Any, run: Run) -> None:
         if isinstance(memory_step, ActionStep):
             if isinstance(memory_step.error, AgentMaxStepsError):
                 run.max_steps_reached = True
-            record = self.serializer.action(memory_step, run.info, seq)
+            kind, fields = "action", snapshot.action_fields(memory_step)
         elif isinstance(memory_step, PlanningStep):
-            record = self.serializer.planning(memory_step, run.info, seq, getattr(agent, "step_number", None))
+            kind, fields = "planning", snapshot.planning_fields(memory_step, getattr(agent, "step_number", None))
         elif isinstance(memory_step, FinalAnswerStep):
-            record = self.serializer.final(memory_step, run.info, seq)
+            kind, fields = "final", snapshot.final_fields(memory_step)
         else:
             return
+        seq = run.seq
         run.seq += 1
-        self.transport.deliver(self._op("step", run, seq, record))
-        if isinstance(memory_step, FinalAnswerStep):
-            self._close_run(run, "max_steps" if run.max_steps_reached else "success")
+        self._writer.put(Snapshot(run.info, seq, kind, fields, time.time()))
+        if kind == "final":
+            self._close_run(run, "max_steps" if run.max_steps_reached else "success", wait=True)
 
     # -- runs ------------------------------------------------------------------------------------
 
-    def _state(self, agent: Any) -> _AgentState:
-        with self._states_lock:
-            try:
-                state = self._states.get(agent)
-                if state is None:
-                    state = self._states[agent] = _AgentState()
-            except TypeError:  # an agent object that cannot be weakly referenced: kept alive by the recorder
-                state = self._pinned.setdefault(id(agent), (agent, _AgentState()))[1]
-            return state
+    def _resolve(self, agent: Any, state: AgentState) -> Run | None:
+        run, superseded = self._tracker.resolve(agent, state)
+        if superseded is not None:
+            self._close_run(superseded, "interrupted")
+        return run
 
-    def _latest_task_step(self, agent: Any, state: _AgentState) -> TaskStep | None:
-        """The newest TaskStep in the agent's memory; scans only what was appended since the last call."""
-        steps = agent.memory.steps
-        if state.steps is None or steps is not state.steps or len(steps) < state.scanned:
-            state.steps, state.scanned, state.task_step = steps, 0, None
-        for index in range(state.scanned, len(steps)):
-            if isinstance(steps[index], TaskStep):
-                state.task_step = steps[index]
-        state.scanned = len(steps)
-        return state.task_step
-
-    def _current_run(self, agent: Any, state: _AgentState) -> _Run | None:
-        """The run of the agent's newest TaskStep; a new one closes the previous run as ``interrupted``."""
-        task_step = self._latest_task_step(agent, state)
-        if task_step is None:
-            return None
-        if state.run is not None and state.run.task_step is task_step:
-            return state.run
-        if state.run is not None and not state.run.closed:
-            self._close_run(state.run, "interrupted")
-        state.run = self._new_run(agent, task_step)
-        return state.run
-
-    def _new_run(self, agent: Any, task_step: TaskStep) -> _Run:
-        task = getattr(agent, "task", None) or task_step.task
-        name = getattr(agent, "name", None) or type(agent).__name__
-        info = RunInfo(self.bank, uuid.uuid4().hex, str(name), self.serializer.task_text(task))
-        return _Run(info=info, task_step=task_step)
-
-    def _close_on_error(self, agent: Any, state: _AgentState, before: TaskStep | None, error: BaseException) -> None:
+    def _close_on_error(self, agent: Any, state: AgentState, before: TaskStep | None, error: BaseException) -> None:
         try:
             with state.lock:
-                if self._latest_task_step(agent, state) is before:
+                if self._tracker.latest_task_step(agent, state) is before:
                     return  # the block raised before a new run started
-                run = self._current_run(agent, state)
+                run = self._resolve(agent, state)
                 if run is not None and not run.closed:
                     outcome: RunOutcome = "error" if isinstance(error, Exception) else "interrupted"
-                    self._close_run(run, outcome, error)
+                    self._close_run(run, outcome, error, wait=True)
         except Exception:  # never mask the user's exception
             self._log_failure("closing a failed run")
 
-    def _close_run(self, run: _Run, outcome: RunOutcome, error: BaseException | None = None) -> None:
+    def _close_run(self, run: Run, outcome: RunOutcome, error: BaseException | None = None,
+                   wait: bool = False) -> None:
+        """Hand over the run's close; ``wait``: until it and the records before it are in Redis or spooled."""
         run.closed = True
         seq = run.seq
         run.seq += 1
-        record = self.serializer.run_end(run.info, seq, outcome, error)
-        self.transport.deliver(self._op("close", run, seq, record, outcome=outcome, token=uuid.uuid4().hex))
-
-    def _op(self, kind: Any, run: _Run, seq: int, record: str, outcome: str = "", token: str = "") -> Op:
-        info = run.info
-        return Op(kind, info.bank, info.run_id, info.agent, info.task, seq, record, time.time(), outcome, token)
+        self._writer.put(Snapshot(run.info, seq, "run_end", snapshot.end_fields(error), time.time(), outcome))
+        if wait:
+            self._writer.sync(self._close_wait)
 
     def _log_failure(self, what: str) -> None:
         if not self._failure_logged:
             self._failure_logged = True
             logger.warning("%s (logged once)", what, exc_info=True)
+
+
+def _same(client: redis.Redis) -> redis.Redis:
+    return client
+
+
+def _forget_runs_in_child() -> None:
+    for recorder in list(_RECORDERS):
+        recorder._tracker.reset()
+
+
+os.register_at_fork(after_in_child=_forget_runs_in_child)

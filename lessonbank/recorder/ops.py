@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 OpKind = Literal["step", "close"]
@@ -14,8 +14,8 @@ class Op:
     """A step record to store (``step``) or a run to close and hand to distillation (``close``).
 
     ``record`` is the step record JSON (for ``close``: the ``run_end`` record). ``at`` is the unix time the
-    op was made, so that a replay keeps the original times. ``token`` identifies one close, so that
-    replaying it publishes the distill task only if that very close has not published it yet.
+    op was made, so that a replay keeps the original times. ``token`` identifies one close. ``extra``
+    holds the fields written into the run's hash with the op (``tools``, and what ``prepare_run`` gave).
     """
 
     op: OpKind
@@ -28,6 +28,7 @@ class Op:
     at: float
     outcome: str = ""
     token: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
@@ -44,4 +45,6 @@ class Op:
             raise ValueError(f"bad spool op: {e}") from e
         if not isinstance(op.seq, int) or not op.run_id or not isinstance(op.record, str):
             raise ValueError("bad spool op fields")
+        if not isinstance(op.extra, dict) or not all(isinstance(v, str) for v in op.extra.values()):
+            raise ValueError("bad spool op extra fields")
         return op

@@ -26,12 +26,16 @@ REJECTED_SUFFIX = ".rejected"
 
 
 class Spool:
-    """This process's spool file plus the in-memory queue of ops not yet delivered, oldest first."""
+    """This process's spool file plus the in-memory queue of ops not yet delivered, oldest first.
+
+    Not thread-safe: the recorder's writer uses it under its own lock. A forked child starts a spool of
+    its own (the parent's file, lock and queue stay the parent's).
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.path: Path | None = None
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
         self._pid = os.getpid()
         self._pending: deque[Op] = deque()
 
@@ -40,59 +44,80 @@ class Spool:
         return len(self._pending)
 
     def append(self, op: Op) -> None:
-        """Write ``op`` durably (write, flush, fsync) and queue it. Raises OSError if the disk refuses."""
+        """Write ``op`` durably (write, fsync) and queue it. Raises OSError if the disk refuses."""
+        self.append_many([op])
+
+    def append_many(self, ops: list[Op]) -> None:
+        """Write ``ops`` durably with one fsync, then queue them. Raises OSError if the disk refuses."""
         self._check_fork()
-        handle = self._open()
-        handle.write(op.to_line() + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-        self._pending.append(op)
+        if not ops:
+            return
+        fd = self._open()
+        data = "".join(op.to_line() + "\n" for op in ops).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        self._pending.extend(ops)
 
     def peek(self) -> Op | None:
         """The oldest undelivered op, or None."""
         self._check_fork()
         return self._pending[0] if self._pending else None
 
-    def delivered(self) -> None:
-        """The op returned by ``peek`` reached Redis. The file goes away with the last one."""
-        self._pending.popleft()
+    def head(self, count: int) -> list[Op]:
+        """The ``count`` oldest undelivered ops."""
+        self._check_fork()
+        return [self._pending[i] for i in range(min(count, len(self._pending)))]
+
+    def delivered(self, count: int = 1) -> None:
+        """The ``count`` oldest ops reached Redis. The file goes away with the last one."""
+        for _ in range(min(count, len(self._pending))):
+            self._pending.popleft()
         if not self._pending:
             self.discard()
 
     def discard(self) -> None:
         """Remove the (fully delivered) spool file and release its lock."""
-        if self._file is not None:
+        if self._fd is not None:
             if self.path is not None:
                 self.path.unlink(missing_ok=True)
-            self._file.close()
-        self._file = None
+            os.close(self._fd)
+        self._fd = None
         self.path = None
 
     def release(self) -> None:
         """Close the file but keep it on disk (undelivered ops stay there for ``lessonbank spool replay``)."""
-        if self._file is not None:
-            self._file.close()
-        self._file = None
+        self._check_fork()
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
         if self._pending and self.path is not None:
             logger.warning("%d step records remain in %s", len(self._pending), self.path)
         self._pending.clear()
         self.path = None
 
-    def _open(self) -> IO[str]:
-        if self._file is None:
+    def _open(self) -> int:
+        if self._fd is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"spool-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-            handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the process's lifetime
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise
             _fsync_dir(self.directory)
-            self._file, self.path = handle, path
-        return self._file
+            self._fd, self.path = fd, path
+        return self._fd
 
     def _check_fork(self) -> None:
-        """A forked child starts its own spool: the parent's file and queue remain the parent's."""
+        """A forked child starts its own spool: the parent's file, lock and queue remain the parent's."""
         if os.getpid() != self._pid:
             self._pid = os.getpid()
-            self._file, self.path = None, None
+            if self._fd is not None:
+                os.close(self._fd)  # the child's copy only: the parent keeps its descriptor and its lock
+            self._fd, self.path = None, None
             self._pending = deque()
 
 

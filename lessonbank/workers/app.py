@@ -3,6 +3,9 @@
 Configured for at-least-once delivery without loss: late acks, redelivery when a pool process dies,
 one message prefetched per process, and a broker visibility timeout longer than the hard time
 limit plus the longest retry backoff (so a slow task is never handed to a second worker).
+
+The app is built from the environment at import; settings that cannot work end the import with one
+line naming the variable (``SystemExit``), which is all ``celery -A lessonbank.workers`` then prints.
 """
 
 from __future__ import annotations
@@ -24,16 +27,7 @@ class LessonbankCelery(Celery):
 
 def celery_config(settings: Settings) -> dict[str, object]:
     """The Celery configuration for `settings`; raises ConfigurationError for limits that cannot work."""
-    if settings.task_soft_time_limit >= settings.task_time_limit:
-        raise ConfigurationError("task_soft_time_limit must be below task_time_limit")
-    if settings.distill_lock_timeout + settings.llm_timeout > settings.task_soft_time_limit:
-        # A redelivered run may first wait out the lock of a killed worker, then make its consolidation call.
-        raise ConfigurationError(
-            f"distill_lock_timeout ({settings.distill_lock_timeout}) + llm_timeout ({settings.llm_timeout:g}) must not "
-            f"exceed task_soft_time_limit ({settings.task_soft_time_limit})"
-        )
-    if settings.visibility_timeout <= settings.task_time_limit + settings.retry_backoff_max:
-        raise ConfigurationError("visibility_timeout must exceed task_time_limit + retry_backoff_max")
+    settings.check_worker_limits()
     return {
         "broker_url": settings.redis_url,
         "broker_connection_retry_on_startup": True,
@@ -68,7 +62,7 @@ def celery_config(settings: Settings) -> dict[str, object]:
 
 def create_app(settings: Settings | None = None) -> LessonbankCelery:
     """A Celery app configured from `settings` (default: the environment)."""
-    settings = settings or Settings()  # type: ignore[call-arg]  # every field has a default
+    settings = settings or Settings()
     app = LessonbankCelery("lessonbank", include=["lessonbank.workers.tasks"])
     configure(app, settings)
     return app
@@ -81,4 +75,12 @@ def configure(app: LessonbankCelery, settings: Settings) -> None:
     app.conf.update(config)
 
 
-app = create_app()
+def _app_from_environment() -> LessonbankCelery:
+    try:
+        return create_app()
+    except ConfigurationError as e:
+        # One line instead of the traceback `celery -A lessonbank.workers` prints for any error raised by its import.
+        raise SystemExit(f"lessonbank: {e}") from None
+
+
+app = _app_from_environment()

@@ -1,4 +1,7 @@
-"""Worker service lifecycle: the main worker process owns the embedded lesson store.
+"""Worker service lifecycle: a worker refuses to start without an LLM; its main process owns the embedded store.
+
+A worker with no explicit LLM endpoint or key would send every run to api.openai.com with no key
+and dead-letter it; it stops at ``worker_init`` instead, with one line saying which variable to set.
 
 With no Qdrant server configured, qdrant-client's local mode allows one process per path, so the
 worker's main process opens it (``StoreOwner``) once the pool is up and serves the pool processes'
@@ -12,6 +15,7 @@ from typing import Any
 
 from celery import signals
 
+from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.workers.app import app
 
 logger = logging.getLogger(__name__)
@@ -22,6 +26,18 @@ _owner: list[Any] = []
 def _ours(sender: Any) -> bool:
     owner_app = getattr(sender, "app", None)
     return owner_app is app
+
+
+@signals.worker_init.connect
+def require_llm(sender: Any = None, **_: Any) -> None:
+    """Stop the worker before it takes any run when no LLM to distill with is configured."""
+    if not _ours(sender):
+        return
+    try:
+        app.settings.check_llm_endpoint()
+    except ConfigurationError as e:
+        # SystemExit, not an error: Celery logs and ignores errors raised by signal handlers.
+        raise SystemExit(f"lessonbank: {e}") from None
 
 
 @signals.worker_ready.connect

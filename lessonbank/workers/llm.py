@@ -15,6 +15,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -206,15 +207,31 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def structured(llm: ChatLLM, messages: list[dict[str, str]], name: str, model: type[T]) -> tuple[T, list[ChatReply]]:
-    """Ask for a `model`-shaped reply; one repair round if the first reply is invalid.
+def structured(
+    llm: ChatLLM,
+    messages: list[dict[str, str]],
+    name: str,
+    model: type[T],
+    schema_model: type[BaseModel] | None = None,
+    check: Callable[[T], None] | None = None,
+) -> tuple[T, list[ChatReply]]:
+    """Ask for a reply shaped like ``schema_model`` (default ``model``), validated with ``model``; one repair
+    round if the first reply is invalid (``check`` may raise InvalidOutput for a reply that parses but is
+    unusable).
 
     Raises PermanentDistillError if the reply is still invalid after the repair.
     """
-    schema = strict_schema(model)
+    schema = strict_schema(schema_model or model)
+
+    def parse(text: str) -> T:
+        result = parse_reply(text, model)
+        if check is not None:
+            check(result)
+        return result
+
     replies = [llm.complete(messages, name, schema)]
     try:
-        return parse_reply(replies[0].text, model), replies
+        return parse(replies[0].text), replies
     except InvalidOutput as first:
         logger.info("LLM output invalid (%s); asking once for a repair", first.problem)
         repair = messages + [
@@ -224,6 +241,6 @@ def structured(llm: ChatLLM, messages: list[dict[str, str]], name: str, model: t
         ]
         replies.append(llm.complete(repair, name, schema))
         try:
-            return parse_reply(replies[1].text, model), replies
+            return parse(replies[1].text), replies
         except InvalidOutput as second:
             raise PermanentDistillError(f"LLM output invalid after one repair: {second.problem}") from second

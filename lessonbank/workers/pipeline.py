@@ -1,13 +1,19 @@
-"""Distilling one run, start to finish, as a plain function the Celery task wraps.
+"""Distilling one run, start to finish, as plain functions the Celery tasks wrap.
 
-read steps -> transcript -> LLM (output checkpointed in Redis) -> consolidate under the bank's lock
--> mark the run distilled (its data then expires).
+read the run -> wait briefly for the user's check -> judge the outcome (user, check, the run's own
+signals; the LLM only when nobody else can) -> mine evidence -> ONE LLM call (output checkpointed in
+Redis) -> quality gate -> consolidate and keep the recipe of a run that ended well, under the bank's
+lock -> mark the run distilled -> credit the lessons the run was given and applied.
+
+A verdict that arrives after distillation (``lessonbank.feedback``) queues ``credit_one`` for the run,
+which replaces the run's earlier credit by its difference.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,28 +21,29 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import LockError
 
-from lessonbank.core.constants import RUN_DISTILLED, bank_lock_key, pending_lesson_key
+from lessonbank.core import runs, summary
+from lessonbank.core.constants import DROPPED_KEY, RUN_DISTILLED, bank_lock_key, pending_lesson_key
+from lessonbank.core.embeddings import tokens
 from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError
-from lessonbank.core.models import Lesson
+from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.redact import Redactor
-from lessonbank.core.runs import (
-    Run,
-    count_attempt,
-    load_checkpoint,
-    load_progress,
-    load_run,
-    mark_distilled,
-    save_checkpoint,
-    save_progress,
-)
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.workers import credit, evidence, gate, recipes
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds, llm_decider
 from lessonbank.workers.distiller import DistillOutput, DraftLesson, distill
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.transcript import build_transcript
 
 logger = logging.getLogger(__name__)
+
+CHECK_WAIT = 30.0
+CHECK_POLL = 0.2
+TRUSTED = ("user", "check", "signals")
+
+
+class NotYetDistilled(TransientDistillError):
+    """A verdict arrived for a run whose distillation has not finished: credit it once it has."""
 
 
 @dataclass
@@ -65,69 +72,229 @@ def bank_lock(client: redis.Redis, bank: str, timeout: int) -> Iterator[None]:
             logger.warning("bank %s: consolidation lock expired before release", bank)
 
 
-def _lessons_of(deps: Deps, bank: str, run_id: str, run: Run) -> DistillOutput:
+def wait_for_check(client: redis.Redis, run: runs.Run, wait: float = CHECK_WAIT) -> runs.Run:
+    """The run once the user's check on its final answer has reported (or after ``wait`` seconds)."""
+    deadline = time.monotonic() + wait
+    while run.check_pending and time.monotonic() < deadline:
+        time.sleep(CHECK_POLL)
+        run = runs.load_run(client, run.run_id)
+    if run.check_pending:
+        logger.info("run %s: the check on its final answer did not report within %.0fs", run.run_id, wait)
+    return run
+
+
+def signals(run: runs.Run) -> str:
+    """What the run's own ending says: ``failure`` (exception, max steps, no final answer), ``success``
+    (a final answer and no error in the last action step) or ``unknown``."""
+    outcome = run.outcome
+    if outcome in ("error", "max_steps", "interrupted", "abandoned"):
+        return "failure"
+    if outcome != "success":
+        return "unknown"
+    actions = [step for step in run.steps if step.kind == "action"]
+    last = actions[-1] if actions else None
+    return "failure" if last is not None and (last.error_type or last.error_message) else "success"
+
+
+def judge(run: runs.Run) -> tuple[str, str]:
+    """(verdict, source), most trusted source first: the user or the check, then the run's signals."""
+    verdict, source = run.verdict
+    if verdict != "unknown":
+        return verdict, source
+    by_signals = signals(run)
+    return (by_signals, "signals") if by_signals != "unknown" else ("unknown", "none")
+
+
+def _lessons_of(deps: Deps, run: runs.Run, mined: list[evidence.Evidence], verdict: str,
+                source: str) -> DistillOutput:
     """The LLM's lessons for the run: from the checkpoint of an earlier attempt, else one LLM call."""
-    saved = load_checkpoint(deps.redis, run_id)
+    saved = runs.load_checkpoint(deps.redis, run.run_id)
     if saved is not None:
         try:
             output = DistillOutput.model_validate_json(saved)
-            logger.info("bank %s run %s: reusing the LLM output of an earlier attempt", bank, run_id)
+            logger.info("bank %s run %s: reusing the LLM output of an earlier attempt", run.bank, run.run_id)
             return output
         except ValueError:
-            logger.warning("bank %s run %s: unreadable checkpoint, asking the LLM again", bank, run_id)
-    transcript = build_transcript(run.task, run.outcome, run.steps, deps.settings.transcript_budget_chars)
-    result = distill(deps.llm, transcript, deps.settings.max_lessons)
+            logger.warning("bank %s run %s: unreadable checkpoint, asking the LLM again", run.bank, run.run_id)
+    budget = max(deps.settings.transcript_budget_chars - sum(len(e.text) for e in mined), 1500)
+    transcript = build_transcript(run.task, run.outcome, run.steps, budget)
+    result = distill(deps.llm, run.task, mined, transcript, deps.settings.max_lessons, verdict, source)
     prompt_tokens, completion_tokens = result.tokens
     logger.info(
-        "bank %s run %s: LLM answered in %.2fs (%d call(s), %d+%d tokens, %d lessons, judged %s)",
-        bank, run_id, result.latency, len(result.replies), prompt_tokens, completion_tokens,
-        len(result.output.lessons), result.output.outcome,
+        "bank %s run %s: LLM answered in %.2fs (%d call(s), %d+%d tokens, %d lessons, %d malformed, judged %s)",
+        run.bank, run.run_id, result.latency, len(result.replies), prompt_tokens, completion_tokens,
+        len(result.output.lessons), result.output.malformed, result.output.outcome,
     )
-    save_checkpoint(deps.redis, run_id, result.output.model_dump_json())
+    runs.save_checkpoint(deps.redis, run.run_id, result.output.model_dump_json())
     return result.output
 
 
+def _screen(deps: Deps, run: runs.Run, drafts: list[DraftLesson], given: list[Lesson]) -> list[DraftLesson]:
+    context = gate.GateContext(task=run.task, final_answer=evidence.final_answer(run.steps),
+                               observed=evidence.observed_text(run.steps), given=[g.text for g in given],
+                               redactor=deps.scrubber)
+    kept, dropped = gate.screen([draft.text for draft in drafts], context)
+    count_drops(deps.redis, run.bank, run.run_id, dropped)
+    return [drafts[i].model_copy(update={"quarantine": gate.quarantine_reason(drafts[i].text)}) for i in kept]
+
+
+def count_drops(client: redis.Redis, bank: str, label: str, dropped: Counter[str]) -> None:
+    """Log and count (``lessonbank status``) the lessons the gate dropped, by reason."""
+    if not dropped:
+        return
+    logger.info("bank %s %s: gate dropped %s", bank, label, ", ".join(f"{n} {r}" for r, n in sorted(dropped.items())))
+    pipe = client.pipeline(transaction=False)
+    for reason, count in dropped.items():
+        pipe.hincrby(DROPPED_KEY, reason, count)
+    pipe.execute()
+
+
 def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None:
-    """Distill the run into the bank; None if it was already distilled.
+    """Distill the run into the bank, then credit what it was given; None if it was already distilled.
 
     Raises TransientDistillError / ServiceUnavailable / StoreError (retry) or PermanentDistillError.
     """
     started = time.monotonic()
-    run = load_run(deps.redis, run_id)
+    run = runs.load_run(deps.redis, run_id)
     if run.state == RUN_DISTILLED:
         logger.info("bank %s run %s: already distilled, nothing to do", bank, run_id)
         return None
-    if run.meta.get("bank") and run.meta["bank"] != bank:
-        raise PermanentDistillError(f"run {run_id} belongs to bank {run.meta['bank']!r}, not {bank!r}")
+    if run.bank and run.bank != bank:
+        raise PermanentDistillError(f"run {run_id} belongs to bank {run.bank!r}, not {bank!r}")
     if not run.steps:
         raise PermanentDistillError(f"run {run_id} has no step records (never recorded, or expired)")
-    attempt = count_attempt(deps.redis, run_id)
+    run.meta.setdefault("bank", bank)
+    attempt = runs.count_attempt(deps.redis, run_id)
+    run = wait_for_check(deps.redis, run)
+    verdict, source = judge(run)
+    logger.info("bank %s run %s: attempt %d, %d step records (%d malformed skipped), outcome %s, verdict %s (%s)",
+                bank, run_id, attempt, len(run.steps), run.malformed, run.outcome, verdict, source)
+    mined = evidence.mine(run.steps, run.outcome, verdict, source, contrast(deps, run, verdict))
+    output = _lessons_of(deps, run, mined, verdict, source)
+    if source == "none" and output.outcome in ("success", "failure"):
+        verdict, source = output.outcome, "llm"
+    given = deps.store.get(bank, run.given) if run.given else []
+    drafts = _screen(deps, run, output.lessons, given)
+    recipe = None
+    if verdict == "success" and source in TRUSTED:
+        recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
+    stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=verdict == "success" and source in TRUSTED)
+    judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
+    runs.mark_distilled(deps.redis, run_id, deps.settings.step_ttl, stats.as_dict(), judged)
     logger.info(
-        "bank %s run %s: attempt %d, %d step records read (%d malformed skipped), recorded outcome %s",
-        bank, run_id, attempt, len(run.steps), run.malformed, run.outcome,
+        "bank %s run %s: distilled in %.2fs: %d added, %d reinforced, %d merged, %d replaced, %d echoes, "
+        "%d skipped, %d recipe(s)", bank, run_id, time.monotonic() - started, stats.added, stats.reinforced,
+        stats.merged, stats.replaced, stats.echoes, stats.skipped, stats.recipes,
     )
-    output = _lessons_of(deps, bank, run_id, run)
+    credit_one(deps, bank, run_id)
+    return stats
+
+
+def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
+                 verified: bool) -> tuple[ConsolidationStats, str | None]:
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
-    with bank_lock(deps.redis, bank, settings.distill_lock_timeout):
-        consolidator = Consolidator(
-            deps.store, bank, run_id, thresholds, decide=llm_decider(deps.llm), scrubber=deps.scrubber
-        )
-        done = load_progress(deps.redis, run_id)
+    with bank_lock(deps.redis, run.bank, settings.distill_lock_timeout):
+        consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
+                                    scrubber=deps.scrubber, given=run.given, verified=verified)
+        done = runs.load_progress(deps.redis, run.run_id)
 
         def written(indices: list[int]) -> None:
             done.update(indices)
-            save_progress(deps.redis, run_id, done)
+            runs.save_progress(deps.redis, run.run_id, done)
 
-        stats = consolidator.run(output.lessons, done=set(done), on_done=written)
-    counts = stats.as_dict()
-    mark_distilled(deps.redis, run_id, settings.step_ttl, counts)
-    logger.info(
-        "bank %s run %s: distilled in %.2fs: %d added, %d reinforced, %d merged, %d skipped, %d dropped (secret)",
-        bank, run_id, time.monotonic() - started, stats.added, stats.reinforced, stats.merged, stats.skipped,
-        stats.dropped_secret,
-    )
-    return stats
+        stats = consolidator.run(drafts, done=set(done), on_done=written)
+        recipe_id = None
+        if recipe is not None:
+            steps = [s.seq for s in run.steps if s.kind == "action" and not (s.error_type or s.error_message)]
+            recipe_id = consolidator.add_recipe(recipe, recipes.recipe_text(recipe), steps)
+    return stats, recipe_id
+
+
+def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None:
+    """Credit the lessons the run was given with its verdict (replacing an earlier credit of the run).
+
+    Raises NotYetDistilled while the run's distillation has not finished.
+    """
+    run = runs.load_run(deps.redis, run_id)
+    if run.state != RUN_DISTILLED:
+        raise NotYetDistilled(f"run {run_id} is not distilled yet ({run.state or 'unknown'})")
+    verdict, source = run.verdict
+    if verdict == "unknown":
+        verdict, source = run.judged.get("verdict", "unknown"), run.judged.get("source", "none")
+    previous = runs.load_credit(deps.redis, run_id)
+    given = run.given
+    with bank_lock(deps.redis, bank, deps.settings.distill_lock_timeout):
+        lessons = deps.store.get(bank, given) if given else []
+        if run.steps:
+            atoms = credit.run_atoms(run.steps)
+            applied = {lesson.id for lesson in lessons if credit.applied(lesson, atoms, run.task)}
+        else:  # the steps expired: what the run applied was decided when they were there
+            applied = {lid for lid, flags in (previous or {}).get("lessons", {}).items() if flags.get("applied")}
+        report = credit.apply_credit(deps.store, bank, given, applied, verdict, previous)
+        _retract_recipe(deps, run, verdict, source)
+        runs.save_credit(deps.redis, run_id, report.record(verdict))
+    _summarize(deps, run, sorted(applied), verdict, source)
+    if given:
+        logger.info("bank %s run %s: credited %d given lesson(s), %d applied, verdict %s (%s), %d retired",
+                    bank, run_id, len(given), len(applied), verdict, source, len(report.retired))
+    return report
+
+
+def _summarize(deps: Deps, run: runs.Run, applied: list[str], verdict: str, source: str) -> None:
+    """Keep the run's summary for ``lessonbank report`` (just its verdict once its steps have expired)."""
+    known = verdict if verdict in ("success", "failure") else "unknown"
+    trusted = source if source in ("user", "check", "signals", "llm") else "none"
+    if run.steps:
+        summary.save_summary(deps.redis, summary.summarize_run(run, applied, known, trusted))  # type: ignore[arg-type]
+    else:
+        summary.update_verdict(deps.redis, run.bank, run.run_id, known, trusted)  # type: ignore[arg-type]
+
+
+SIMILAR_TASK = 0.5
+
+
+def contrast(deps: Deps, run: runs.Run, verdict: str) -> evidence.Evidence | None:
+    """What a run of a similar task with the opposite verdict did: a recipe that worked for a failed run,
+    the first error of a failed run for a run that ended well (None when there is none)."""
+    if verdict == "failure":
+        for lesson, score in deps.store.similar(run.bank, f"Working code for a task like: {run.task}", limit=3):
+            if lesson.recipe is not None and score >= SIMILAR_TASK and eligible_recipe(lesson):
+                lines = " / ".join(evidence.one_line(line, 100) for line in lesson.recipe.code.splitlines()[:8])
+                return evidence.Evidence("C", "contrast", [], f"a run of a similar task that ended well ran: `{lines}`")
+        return None
+    if verdict != "success":
+        return None
+    mine = set(tokens(run.task))
+    for other in reversed(summary.load_summaries(deps.redis, run.bank)[-50:]):
+        theirs = set(tokens(other.task))
+        similar = len(mine & theirs) / len(mine | theirs) if mine and theirs else 0.0
+        if other.run_id == run.run_id or other.verdict != "failure" or similar < SIMILAR_TASK:
+            continue
+        failed = runs.load_run(deps.redis, other.run_id)
+        first = next((s for s in failed.steps if s.kind == "action" and (s.error_type or s.error_message)), None)
+        if first is not None:
+            error = evidence.one_line(f"{first.error_type}: {first.error_message}", 200)
+            code = evidence.one_line(first.code, 160)
+            return evidence.Evidence("C", "contrast", [], f"a run of a similar task that failed ran `{code}` and "
+                                     f"got {error}")
+    return None
+
+
+def eligible_recipe(lesson: Lesson) -> bool:
+    return lesson.status == "active" and lesson.harmful <= lesson.helpful
+
+
+def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
+    """A recipe kept from a run later judged a failure (by a user or a check) is retired if it rests on
+    that run alone."""
+    recipe_id = run.judged.get("recipe")
+    if not recipe_id or verdict != "failure" or source not in ("user", "check"):
+        return
+    for lesson in deps.store.get(run.bank, [recipe_id]):
+        if lesson.status == "active" and lesson.source_run_ids == [run.run_id]:
+            deps.store.set_status(run.bank, [recipe_id], "retired", reason=f"its run {run.run_id} was judged a "
+                                  f"failure by {source}")
 
 
 def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats | None:
@@ -143,7 +310,13 @@ def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats |
         raise PermanentDistillError(f"remembered lesson {pending_id} is not a valid lesson") from e
     if lesson.bank != bank:
         raise PermanentDistillError(f"remembered lesson {pending_id} belongs to another bank")
-    draft = DraftLesson(kind=lesson.kind, text=lesson.text, tags=lesson.tags)
+    reason = gate.reason_to_drop(lesson.text, gate.GateContext(redactor=deps.scrubber), gate.CONTEXT_FREE)
+    if reason is not None:
+        count_drops(deps.redis, bank, f"remembered lesson {pending_id}", Counter({reason: 1}))
+        deps.redis.delete(key)
+        return ConsolidationStats()
+    draft = DraftLesson(kind=lesson.kind, text=lesson.text, tags=lesson.tags,
+                        quarantine=gate.quarantine_reason(lesson.text))
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     with bank_lock(deps.redis, bank, settings.distill_lock_timeout):

@@ -15,7 +15,7 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from lessonbank.core.connections import create_redis
-from lessonbank.core.constants import DISTILL_TASK, REMEMBER_TASK, SWEEP_TASK
+from lessonbank.core.constants import CREDIT_TASK, DISTILL_TASK, REMEMBER_TASK, SWEEP_TASK
 from lessonbank.core.exceptions import ServiceUnavailable, StoreError, TransientDistillError
 from lessonbank.core.redact import Redactor
 from lessonbank.core.runs import mark_dead
@@ -23,7 +23,7 @@ from lessonbank.core.store.remote import connect_store
 from lessonbank.workers import deadletters
 from lessonbank.workers.app import app
 from lessonbank.workers.llm import ChatLLM, make_client
-from lessonbank.workers.pipeline import Deps, distill_one, remember_one
+from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 
 logger = logging.getLogger(__name__)
@@ -118,3 +118,12 @@ def sweep_runs() -> None:
 def remember_lesson(bank: str, pending_id: str) -> None:
     """Consolidate one lesson an agent handed in with `remember_lesson` (idempotent)."""
     remember_one(deps(), bank, pending_id)
+
+
+@app.task(
+    name=CREDIT_TASK,
+    **RETRY_TRANSIENT,
+)
+def credit_run(bank: str, run_id: str) -> None:
+    """Credit the lessons a distilled run was given with the verdict that arrived after it (idempotent)."""
+    credit_one(deps(), bank, run_id)

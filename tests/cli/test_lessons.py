@@ -22,8 +22,9 @@ TIMEOUT = "Calling requests.get on the orders API without a timeout hung the run
 YAML = "The project configuration lives in config/settings.yaml and is YAML, not JSON."
 SECRET_CSV = "The finance team's sales CSV files are UTF-16 encoded; read them with encoding='utf-16'."
 
-TEAM = [Lesson.new("team", "approach", CSV), Lesson.new("team", "failure", TIMEOUT), Lesson.new("team", "fact", YAML)]
-FINANCE = Lesson.new("finance", "fact", SECRET_CSV)
+TEAM = [Lesson.new("team", "approach", CSV).model_copy(update={"evidence": 2}), Lesson.new("team", "failure", TIMEOUT),
+        Lesson.new("team", "fact", YAML)]
+FINANCE = Lesson.new("finance", "fact", SECRET_CSV).model_copy(update={"evidence": 2})
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_list_and_search_stay_in_their_bank(seeded: dict[str, str | None]) -> No
 
 def test_show_finds_only_the_banks_lessons(seeded: dict[str, str | None]) -> None:
     shown = ok(seeded, "lessons", "show", "--bank", "team", TEAM[0].id).stdout
-    assert f"text: {CSV}" in shown and "kind: approach" in shown and "evidence: 1" in shown
+    assert f"text: {CSV}" in shown and "kind: approach" in shown and "evidence: 2" in shown
     shown_json = json.loads(ok(seeded, "lessons", "show", "-b", "finance", "--json", FINANCE.id).stdout)
     assert shown_json[0]["bank"] == "finance"
     failed(seeded, "lessons", "show", "--bank", "team", FINANCE.id, match=f"no lesson {FINANCE.id} in bank 'team'")
@@ -155,7 +156,7 @@ def test_instructions_command(seeded: dict[str, str | None]) -> None:
     assert ok(seeded, "instructions", "--bank", "other", "Load data/sales.csv").stdout == ""
     failed(seeded, "instructions", "--bank", "team", " ", match="TASK must not be empty")
     # a preview: nothing counted as given
-    assert json.loads(ok(seeded, "lessons", "list", "-b", "team", "--json").stdout)[0]["injected"] == 0
+    assert json.loads(ok(seeded, "lessons", "list", "-b", "team", "--json").stdout)[0]["given"] == 0
 
 
 def test_goes_through_the_worker_when_it_holds_the_path(seeded: dict[str, str | None]) -> None:

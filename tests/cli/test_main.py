@@ -1,8 +1,12 @@
-"""The command group: every command and subcommand answers --help; an unknown one fails in one line."""
+"""The command group: every command and subcommand answers --help; an unknown one, or a bad setting, fails in one
+line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+import pytest
 from click.testing import CliRunner
 
 from lessonbank.cli.main import COMMANDS, cli
@@ -45,3 +49,41 @@ def test_status_does_not_import_the_agent_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# (environment variable, bad value, start of the one line the group must print)
+BAD_SETTINGS = [
+    ("LESSONBANK_MAX_LESSONS", "-3", "LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
+    ("LESSONBANK_MIN_RELEVANCE", "5", "LESSONBANK_MIN_RELEVANCE must be a number from 0 to 1 (got '5')"),
+    ("LESSONBANK_LOCAL_LLM_MODEL", "7b", "LESSONBANK_LOCAL_LLM_MODEL must be one of 0.5b, 1.5b (got '7b')"),
+    ("LESSONBANK_REDACT_PATTERNS", "not json", "LESSONBANK_REDACT_PATTERNS must be a JSON list of regexes"),
+    ("LESSONBANK_REDIS_URL", "localhost:6379", "LESSONBANK_REDIS_URL must be a URL starting with redis://"),
+    ("LESSONBANK_REDIS_TIMEOUT", "-1", "LESSONBANK_REDIS_TIMEOUT must be a number of seconds above 0 (got '-1')"),
+    ("LESSONBANK_HOLDOUT", "1.0", "LESSONBANK_HOLDOUT must be a number from 0 up to (not including) 1 (got '1.0')"),
+    ("OPENAI_BASE_URL", "127.0.0.1:8080", "OPENAI_BASE_URL must be a URL starting with http:// or https://"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "line"), BAD_SETTINGS, ids=[v for v, _, _ in BAD_SETTINGS])
+def test_a_bad_setting_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str,
+                                   line: str) -> None:
+    monkeypatch.chdir(tmp_path)  # no .env of the developer's
+    monkeypatch.setenv(variable, value)
+    result = CliRunner().invoke(cli, ["status"])
+    assert result.exit_code == 1
+    assert len(result.output.splitlines()) == 1 and result.output.startswith(f"Error: {line}"), result.output
+
+
+def test_a_bad_redis_url_option_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["--redis-url", "http://localhost:6379", "status"])
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1
+    assert result.output.startswith("Error: LESSONBANK_REDIS_URL must be a URL starting with redis://")
+
+
+def test_the_group_reads_dot_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LESSONBANK_MAX_LESSONS", raising=False)
+    (tmp_path / ".env").write_text("LESSONBANK_MAX_LESSONS=0\n")
+    result = CliRunner().invoke(cli, ["status"])
+    assert result.exit_code == 1 and result.output.startswith("Error: LESSONBANK_MAX_LESSONS must be")

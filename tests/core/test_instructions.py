@@ -12,7 +12,7 @@ from qdrant_client import QdrantClient
 from lessonbank.agent import build_instructions
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.instructions import balance_kinds, format_lessons, rank_lessons
-from lessonbank.core.models import Lesson
+from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
@@ -33,7 +33,8 @@ UNRELATED_TASKS = [
 
 
 def make(bank: str, kind: str, text: str, **fields: object) -> Lesson:
-    return Lesson.new(bank, kind, text).model_copy(update=fields)  # type: ignore[arg-type]
+    """A lesson that may be given (from a run judged a success), unless ``fields`` say otherwise."""
+    return Lesson.new(bank, kind, text).model_copy(update={"verified": True, **fields})  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -108,14 +109,22 @@ def test_max_chars_and_max_lessons_are_respected(filled: LessonStore, settings: 
     assert one.count("\n- ") == 1
 
 
-def test_injection_is_recorded_with_the_run_id(filled: LessonStore, settings: Settings) -> None:
-    text = build_instructions("Read data/sales.csv with pandas", "team", store=filled, settings=settings, run_id="r1")
-    given = [lesson for lesson in filled.list("team") if lesson.text in text]
-    assert given
-    assert all(lesson.injected == 1 for lesson in given)
-    assert all(lesson.injected == 0 for lesson in filled.list("team") if lesson.text not in text)
-    point = filled.client.retrieve("lessons", ids=[given[0].id], with_payload=True)[0]
-    assert point.payload is not None and point.payload["injected_run_ids"] == ["r1"]
+def test_a_lesson_waits_for_independent_evidence(store: LessonStore, settings: Settings) -> None:
+    """One unverified run is not enough (it may have read a poisoned page); a second run, a run judged a
+    success, helpful credit or a user adding it is."""
+    task = "Read data/sales.csv with pandas"
+    store.upsert([make("team", "approach", CSV, verified=False)])
+    assert build_instructions(task, "team", store=store, settings=settings) == ""
+    for update in ({"evidence": 2}, {"verified": True}, {"helpful": 1}, {"origin": "added"}):
+        store.upsert([make("team", "approach", CSV, **{"verified": False, **update})])
+        assert CSV in build_instructions(task, "team", store=store, settings=settings), update
+    store.upsert([make("team", "approach", CSV, origin="remembered", verified=False)])
+    assert build_instructions(task, "team", store=store, settings=settings) == ""
+
+
+def test_each_lesson_shows_its_evidence(filled: LessonStore, settings: Settings) -> None:
+    text = build_instructions("Read data/sales.csv with pandas", "team", store=filled, settings=settings)
+    assert f"- {CSV} (seen in 3 runs)" in text
 
 
 def test_forgotten_lessons_are_not_given(filled: LessonStore, settings: Settings) -> None:
@@ -167,13 +176,12 @@ class FixedSource:
     def similar(self, bank: str, text: str, limit: int = 5) -> list[tuple[Lesson, float]]:
         return [pair for pair in self.scored if pair[0].bank == bank][:limit]
 
-    def search(
-        self, bank: str, query: str, limit: int = 8, kinds: list[str] | None = None
-    ) -> list[tuple[Lesson, float]]:
-        return self.similar(bank, query, limit)
+    def rank(
+        self, bank: str, query: str, limit: int = 8, min_similarity: float | None = None
+    ) -> list[tuple[Lesson, float, int | None]]:
+        found = [pair for pair in self.similar(bank, query, limit) if pair[1] >= (min_similarity or 0.0)]
+        return [(lesson, score, position) for position, (lesson, score) in enumerate(found)]
 
-    def record_injection(self, bank: str, lesson_ids: list[str], run_id: str | None) -> None:
-        raise AssertionError("not used")
 
 
 def test_evidence_and_recency_break_ties() -> None:
@@ -183,6 +191,31 @@ def test_evidence_and_recency_break_ties() -> None:
     old = make("b", "fact", "old", evidence=1, last_seen=now - 200 * 86400)
     ranked = rank_lessons(FixedSource([(weak, 0.5), (old, 0.5), (strong, 0.5)]), "b", "task", min_relevance=0.2)
     assert [lesson.text for lesson in ranked] == ["strong", "weak", "old"]
+
+
+def test_credit_moves_a_lesson_up_or_down() -> None:
+    """Equally relevant lessons: the one runs showed to help comes first, the harmful one last."""
+    neutral = make("b", "fact", "neutral", evidence=2)
+    helped = make("b", "fact", "helped", evidence=2, applied=3, helpful=3)
+    hurt = make("b", "fact", "hurt", evidence=2, applied=3, harmful=2, helpful=0)
+    ranked = rank_lessons(FixedSource([(hurt, 0.6), (neutral, 0.6), (helped, 0.6)]), "b", "task", min_relevance=0.2)
+    assert [lesson.text for lesson in ranked] == ["helped", "neutral", "hurt"]
+
+
+def test_the_best_recipe_comes_first_as_a_code_block() -> None:
+    recipe = Recipe(code="rows = fetch(page=1)\nfinal_answer(len(rows))", task="Count the orders of 2024-03-05",
+                    params=["2024-03-05"], checks=["syntax", "outcome:check"], fingerprint="f1")
+    code = make("b", "approach", "Working code for a task like: Count the orders of 2024-03-05", recipe=recipe,
+                origin="recipe")
+    far = make("b", "approach", "Working code for a task like: Write a poem", origin="recipe",
+               recipe=recipe.model_copy(update={"fingerprint": "f2"}))
+    prose = make("b", "fact", "The orders API has 3 pages.", evidence=2)
+    ranked = rank_lessons(FixedSource([(prose, 0.7), (code, 0.65), (far, 0.3)]), "b", "task", min_relevance=0.2)
+    assert [lesson.text for lesson in ranked] == [code.text, prose.text]
+    text, given = format_lessons(ranked, "b", max_chars=2000)
+    assert "```python\nrows = fetch(page=1)\nfinal_answer(len(rows))\n```" in text
+    assert "verified by check" in text and "adapt the task-specific values '2024-03-05'" in text
+    assert text.index("```python") < text.index("Facts:") and len(given) == 2
 
 
 def test_relevance_floor_and_relevance_dominate() -> None:

@@ -114,8 +114,8 @@ def test_no_read_path_returns_another_banks_lessons(embedder: FastEmbedEmbedder)
 
     # writes that name a bank leave the other bank alone too
     assert store.set_status("mine", their_ids, "forgotten") == 0
-    store.record_injection("mine", their_ids, "run-x")
-    assert all(x.status == "active" and x.injected == 0 for x in store.get("theirs", their_ids))
+    assert store.set_counts("mine", {lesson_id: {"harmful": 9} for lesson_id in their_ids}) == 0
+    assert all(x.status == "active" and x.harmful == 0 for x in store.get("theirs", their_ids))
     assert store.get("nobody", their_ids + [lesson.id for lesson in mine]) == []
     assert store.search("nobody", PAIRS[0][0]) == [] and store.similar("nobody", PAIRS[0][0]) == []
     client.close()

@@ -74,3 +74,13 @@ def test_load_run_skips_malformed_and_foreign_records(redis_client: redis.Redis)
     redis_client.hset(run_steps_key("run-1"), "2", other)
     run = runs.load_run(redis_client, "run-1")
     assert [s.seq for s in run.steps] == [0] and run.malformed == 2 and run.task == "task"
+
+
+def test_extra_fields_reach_the_run_hash_with_a_step_or_the_close(redis_client: redis.Redis) -> None:
+    ref = runs.RunRef("bank", "run-1", "agent", "task", extra={"arm": "control", "given": "[]"})
+    runs.record_step(redis_client, ref, 0, record(0), 100.0)
+    assert run_state(redis_client, "run-1")["arm"] == "control"
+    only_close = runs.RunRef("bank", "run-2", extra={"arm": "lessons", "given": '["a"]'})
+    runs.close_run(redis_client, only_close, 0, record(0, "run_end"), "error", 100.0, "q")
+    state = run_state(redis_client, "run-2")
+    assert state["arm"] == "lessons" and state["given"] == '["a"]' and state["state"] == "closed"

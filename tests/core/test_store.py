@@ -160,15 +160,27 @@ def test_set_status_touches_only_the_named_bank(store: LessonStore) -> None:
         store.set_status("a", [a1.id], "deleted")
 
 
-def test_record_injection_counts_and_remembers_runs(store: LessonStore) -> None:
-    a1, b1 = lesson("a", "approach", CSV), lesson("b", "approach", CSV)
+def test_counts_and_status_reasons_touch_only_the_named_bank(store: LessonStore) -> None:
+    a1, b1 = Lesson.new("a", "fact", "Lesson one of bank a."), Lesson.new("b", "fact", "Lesson one of bank b.")
     store.upsert([a1, b1])
-    store.record_injection("a", [a1.id, b1.id], "run-1")
-    store.record_injection("a", [a1.id], None)
-    assert store.get("a", [a1.id])[0].injected == 2
-    assert store.get("b", [b1.id])[0].injected == 0
-    (point,) = store.client.retrieve("lessons", [a1.id], with_payload=True)
-    assert point.payload is not None and point.payload["injected_run_ids"] == ["run-1"]
+    assert store.set_counts("a", {a1.id: {"given": 3, "applied": 2, "helpful": 1, "harmful": 1, "evidence": 99},
+                                  b1.id: {"given": 7}}) == 1
+    stored = store.get("a", [a1.id])[0]
+    assert (stored.given, stored.applied, stored.helpful, stored.harmful, stored.evidence) == (3, 2, 1, 1, 1)
+    assert store.get("b", [b1.id])[0].given == 0
+    assert store.set_status("a", [a1.id], "retired", reason="harmful in 3 of 3 runs") == 1
+    stored = store.get("a", [a1.id])[0]
+    assert stored.status == "retired" and stored.status_reason == "harmful in 3 of 3 runs"
+    assert stored.status_changed_at is not None and stored.status_changed_at > stored.first_seen - 1
+
+
+def test_a_write_may_not_touch_another_banks_point(store: LessonStore) -> None:
+    theirs = Lesson.new("acme", "fact", "The acme export uses UTF-16.")
+    store.upsert([theirs])
+    forged = theirs.model_copy(update={"bank": "evil", "evidence": 50})
+    with pytest.raises(StoreError, match="belongs to another bank"):
+        store.upsert([forged])
+    assert store.get("acme", [theirs.id])[0].evidence == 1 and store.get("evil", [theirs.id]) == []
 
 
 def test_local_path_store_persists(tmp_path: Path, embedder: FastEmbedEmbedder) -> None:
@@ -183,3 +195,23 @@ def test_local_path_store_persists(tmp_path: Path, embedder: FastEmbedEmbedder) 
         assert second.search("a", "semicolon csv")[0][0].id == saved.id
     finally:
         second.close()
+
+
+def test_rank_gives_similarity_and_hybrid_rank_from_one_call(store: LessonStore) -> None:
+    csv = Lesson.new("a", "fact", "The sales CSV uses ';' as its separator.")
+    api = Lesson.new("a", "fact", "The orders API pages its results three at a time.")
+    store.upsert([csv, api, Lesson.new("b", "fact", "The sales CSV of bank b is comma separated.")])
+    ranked = store.rank("a", "read the sales CSV separator", limit=5)
+    assert [lesson.id for lesson, _, _ in ranked][0] == csv.id and {lesson.bank for lesson, _, _ in ranked} == {"a"}
+    assert ranked[0][1] > 0.3 and ranked[0][2] == 0
+    assert store.rank("a", "read the sales CSV separator", min_similarity=0.99) == []
+
+
+def test_delete_and_delete_bank_remove_points_of_one_bank(store: LessonStore) -> None:
+    a1, a2 = Lesson.new("a", "fact", "First lesson of bank a."), Lesson.new("a", "fact", "Second lesson of bank a.")
+    b1 = Lesson.new("b", "fact", "First lesson of bank b.")
+    store.upsert([a1, a2, b1])
+    assert store.delete("a", [a1.id, b1.id]) == 1
+    assert store.get("a", [a1.id]) == [] and store.get("b", [b1.id]) == [b1]
+    assert store.delete_bank("a") == 1 and store.list("a", include_inactive=True) == []
+    assert store.list("b") == [b1]

@@ -99,7 +99,7 @@ def test_two_processes_share_the_embedded_store(
     assert remote.get("a", [other.id, csv.id]) == [csv]
     assert {x.id for x in remote.list("a")} == {csv.id, timeout.id}
     assert remote.banks() == {"a": 2, "b": 1}
-    remote.record_injection("a", [csv.id], "run-1")
+    assert remote.set_counts("a", {csv.id: {"given": 1, "helpful": 1}}) == 1
     assert remote.set_status("a", [timeout.id, other.id], "forgotten") == 1
     assert [x.id for x in remote.list("a")] == [csv.id]
     with pytest.raises(StoreError, match="unknown lesson status"):  # the owner's error crosses back
@@ -114,7 +114,7 @@ def test_two_processes_share_the_embedded_store(
     direct = open_local_store(shared_settings)
     try:
         (stored,) = direct.get("a", [csv.id])
-        assert stored.injected == 1
+        assert stored.given == 1 and stored.helpful == 1
         assert direct.banks() == {"a": 1, "b": 1}
     finally:
         direct.close()

@@ -28,9 +28,9 @@ from tests.fixtures.scripted_model import ScriptedModel, code_reply
 pytestmark = pytest.mark.slow
 
 BANK = "csv-reports"
-LESSON = (
+LESSON = (  # grounded: every name and value in it is in what run 1 did or saw
     "The sales CSV files use ';' as the field separator: read them with "
-    "csv.DictReader(f, delimiter=';') (or pandas.read_csv(path, sep=';'))."
+    "csv.DictReader(io.StringIO(text), delimiter=';')."
 )
 TASK = "What is the total of the 'amount' column in {path}?"
 
@@ -160,6 +160,8 @@ def test_run_two_knows_what_run_one_learnt(
 
     # The lesson is in the store the worker owns, once, with run 1 as its source.
     store = connect_store(agent_settings)
-    [lesson] = store.list(BANK)
+    [lesson] = [lesson for lesson in store.list(BANK) if lesson.recipe is None]
     assert lesson.kind == "fact" and run_one_id in lesson.source_run_ids
+    [recipe] = [lesson for lesson in store.list(BANK) if lesson.recipe is not None]  # run 1 ended well
+    assert recipe.recipe is not None and "delimiter=';'" in recipe.recipe.code
     assert store.list("other-bank") == []

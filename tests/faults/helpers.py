@@ -323,9 +323,12 @@ class FnTool(Tool):
         return self.fn()
 
 
-def tenant_run(bank: str, index: int, settings: Settings, pace: float = 0.02) -> str:
-    """One recorded run of agent `index` of `bank` (three code steps, each printing a marker of its own)."""
-    replies = [paced(code_reply(f"marker = 'agent-{index}-step-{k}'\nprint(marker)"), pace) for k in range(2)]
+def tenant_run(bank: str, index: int, settings: Settings, pace: float = 0.02, observe: str = "") -> str:
+    """One recorded run of agent `index` of `bank` (three code steps, each printing a marker of its own;
+    the first also prints `observe`, when given: what a lesson of the run may rest on)."""
+    seen = f"\nprint({observe!r})" if observe else ""
+    replies = [paced(code_reply(f"marker = 'agent-{index}-step-{k}'\nprint(marker)" + (seen if k == 0 else "")),
+                     pace) for k in range(2)]
     replies.append(paced(final_code(f"agent-{index}"), pace))
     recorder = StepRecorder(bank=bank, settings=settings)
     agent = CodeAgent(tools=[], model=ScriptedModel(replies), verbosity_level=0, max_steps=5)
@@ -340,8 +343,9 @@ def tenant_task(bank: str, index: int) -> str:
     return f"[{bank}] agent {index}: print two markers, then answer."
 
 
-if __name__ == "__main__":  # python -m tests.faults.helpers BANK INDEX REDIS_URL QUEUE DATA_DIR: one run, prints its id
+if __name__ == "__main__":  # python -m tests.faults.helpers BANK INDEX REDIS_URL QUEUE DATA_DIR [OBSERVE]: one run
     bank_arg, index_arg, url, queue_arg, data = sys.argv[1:6]
     process_settings = Settings(_env_file=None, redis_url=url, queue=queue_arg, data_dir=Path(data),
                                 openai_base_url=None, openai_api_key=None)
-    sys.stdout.write(tenant_run(bank_arg, int(index_arg), process_settings) + "\n")
+    observed = sys.argv[6] if len(sys.argv) > 6 else ""
+    sys.stdout.write(tenant_run(bank_arg, int(index_arg), process_settings, observe=observed) + "\n")

@@ -189,6 +189,7 @@ def test_open_run_is_closed_as_interrupted_when_the_agent_starts_its_next_run(re
     with pytest.raises(Exception, match="model server went away"):
         agent.run("Dies without the helper.")
     first = recorder.run_id(agent)
+    assert recorder.flush()  # no close waited for the writer: the open run's records are on their way
     assert run_hash(redis_client, first)["state"] == "open"
     assert redis_client.zscore(OPEN_RUNS_KEY, first) is not None
     assert distill_args(redis_client) == []
@@ -324,14 +325,33 @@ def test_constructor_does_no_io(tmp_path):
 
 def test_callback_never_raises(recorder, redis_client, caplog, monkeypatch):
     def broken(*args, **kwargs):
-        raise RuntimeError("serializer bug")
+        raise RuntimeError("snapshot bug")
 
-    monkeypatch.setattr(recorder.serializer, "action", broken)
+    monkeypatch.setattr("lessonbank.recorder.snapshot.action_fields", broken)  # on the agent's thread
     agent = code_agent(recorder, [code_reply("x = 1"), final_code(2)])
     assert agent.run("Still answers.") == 2
     warnings = [r for r in caplog.records if "recording a step failed" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].exc_info is not None
     assert [r.kind for r in run_records(redis_client, recorder.run_id(agent))] == ["final", "run_end"]
+
+
+def test_a_record_the_writer_cannot_build_is_dropped_and_the_rest_delivered(recorder, redis_client, caplog,
+                                                                            monkeypatch):
+    build = recorder.serializer.record
+
+    def broken_actions(snap):
+        if snap.kind == "action":
+            raise RuntimeError("serializer bug")
+        return build(snap)
+
+    monkeypatch.setattr(recorder.serializer, "record", broken_actions)  # on the writer's thread
+    agent = code_agent(recorder, [code_reply("x = 1"), final_code(2)])
+    assert agent.run("Still answers.") == 2
+    warnings = [r for r in caplog.records if "building a step record failed" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].exc_info is not None
+    records = run_records(redis_client, recorder.run_id(agent))
+    assert [(r.kind, r.seq) for r in records] == [("final", 2), ("run_end", 3)]
+    assert run_hash(redis_client, recorder.run_id(agent))["state"] == "closed"
 
 
 def test_injected_redis_client_is_used(settings, redis_url):
@@ -366,3 +386,152 @@ def test_spool_write_failure_is_logged_once_and_the_run_goes_on(tmp_path, caplog
     assert agent.run("Nowhere to write.") == 3
     assert len([r for r in caplog.records if "could not write the spool" in r.getMessage()]) == 1
     recorder.close()
+
+
+# -- prepare_run and the run's tools ---------------------------------------------------------------------
+
+
+def test_prepare_run_mints_the_next_runs_id_and_its_fields_reach_the_hash(recorder, redis_client):
+    seen: list[str | None] = []
+
+    @tool
+    def whoami() -> str:
+        """Report the current run id."""
+        seen.append(recorder.run_id(agent))
+        return "ok"
+
+    agent = ToolCallingAgent(tools=[whoami], model=ScriptedModel([
+        final_tool_call("first"), tool_call_reply("whoami", {}), final_tool_call("second"), final_tool_call("third"),
+    ]), verbosity_level=0)
+    recorder.attach(agent)
+    agent.run("First run.")
+    first = recorder.run_id(agent)
+
+    prepared = recorder.prepare_run(agent, arm="control", given='["old"]')
+    assert recorder.run_id(agent) == first  # the prepared run has not started yet
+    assert recorder.prepare_run(agent, arm="lessons", given='["id1", "id2"]') == prepared  # same id, new fields
+    agent.run("Second run.")
+    assert recorder.run_id(agent) == prepared and seen == [prepared]
+    state = run_hash(redis_client, prepared)
+    assert state["arm"] == "lessons" and state["given"] == '["id1", "id2"]' and state["state"] == "closed"
+    assert [r.task for r in run_records(redis_client, prepared)] == ["Second run."] * 4
+
+    agent.run("Third run.")  # the prepared id was used once
+    third = recorder.run_id(agent)
+    assert third not in (first, prepared) and "arm" not in run_hash(redis_client, third)
+    assert "arm" not in run_hash(redis_client, first)
+
+
+def test_prepare_run_before_the_agents_first_run_and_a_run_that_fails(recorder, redis_client):
+    agent = code_agent(recorder, [code_reply("x = 1"), RuntimeError("model gone")])
+    run_id = recorder.prepare_run(agent, arm="control", given="[]")
+    assert recorder.run_id(agent) is None
+    with pytest.raises(Exception, match="model gone"):
+        recorder.run(agent, "Fails on step two.")
+    assert recorder.run_id(agent) == run_id
+    state = run_hash(redis_client, run_id)
+    assert (state["arm"], state["given"], state["outcome"]) == ("control", "[]", "error")
+
+
+def test_prepare_run_rejects_fields_it_cannot_write(recorder):
+    agent = code_agent(recorder, [])
+    with pytest.raises(TypeError, match="field 'given' must be a str, not list"):
+        recorder.prepare_run(agent, given=["id1"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'state' cannot be set"):
+        recorder.prepare_run(agent, state="closed")
+    with pytest.raises(ValueError, match="LESSONBANK_MAX_FIELD_CHARS"):
+        recorder.prepare_run(agent, given="x" * (recorder.settings.max_field_chars + 1))
+
+
+def test_prepared_fields_survive_the_spool(tmp_path, redis_url, redis_client):
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = code_agent(recorder, [final_code(1)])
+    run_id = recorder.prepare_run(agent, arm="lessons", given='["a"]')
+    agent.run("Recorded while Redis is away.")
+    assert recorder.transport.spooled == 3
+    recorder.close()
+    from lessonbank.recorder.spool import replay_directory
+    from lessonbank.recorder.transport import RedisSink
+
+    sink = RedisSink(redis_client, settings.queue)
+    [report] = replay_directory(settings.resolved_spool_dir, lambda op: sink.apply(op, replay=True))
+    assert report.delivered == 3
+    state = run_hash(redis_client, run_id)
+    assert (state["arm"], state["given"], state["state"]) == ("lessons", '["a"]', "closed")
+    assert json.loads(state["tools"]) == ["final_answer"]
+
+
+def test_every_run_records_its_tool_names(recorder, redis_client):
+    finder = ToolCallingAgent(tools=[lookup], model=ScriptedModel([final_tool_call("7")]), name="finder",
+                              description="Finds values of keys.", verbosity_level=0)
+    agent = CodeAgent(tools=[lookup], model=ScriptedModel([code_reply("x = 1"), final_code(1)]),
+                      managed_agents=[finder], step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    agent.run("Use the tools.")
+    run_id = recorder.run_id(agent)
+    assert json.loads(run_hash(redis_client, run_id)["tools"]) == ["lookup", "final_answer", "finder"]
+
+
+def test_the_tool_list_is_capped(recorder, redis_client):
+    from lessonbank.recorder.tracking import MAX_TOOL_NAME, MAX_TOOLS
+
+    agent = code_agent(recorder, [final_code(1)])
+    agent.tools.update({f"tool_{i:03d}_" + "x" * 100: agent.tools["final_answer"] for i in range(100)})
+    agent.run("Many tools.")
+    names = json.loads(run_hash(redis_client, recorder.run_id(agent))["tools"])
+    assert len(names) == MAX_TOOLS and all(len(name) <= MAX_TOOL_NAME for name in names)
+    assert names[0] == "final_answer"
+
+
+def test_a_closed_recorder_records_again_when_its_agent_runs_again(recorder, redis_client):
+    agent = code_agent(recorder, [final_code(1), code_reply("x = 1"), RuntimeError("model gone")])
+    agent.run("Before the close.")
+    recorder.close()
+    with pytest.raises(Exception, match="model gone"):
+        agent.run("After the close.")  # no close waits for the writer: its thread delivers
+    run_id = recorder.run_id(agent)
+    deadline = time.monotonic() + 5
+    while redis_client.hlen(f"lessonbank:run:{run_id}:steps") < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r.seq for r in run_records(redis_client, run_id)] == [0, 1]
+
+
+def test_secrets_never_reach_the_spool(tmp_path):
+    import stat
+
+    from lessonbank.recorder.spool import spool_files
+
+    @tool
+    def read_config() -> str:
+        """Read the configuration."""
+        return "OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx1234 region=eu"
+
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = ToolCallingAgent(tools=[read_config], model=ScriptedModel([
+        tool_call_reply("read_config", {}), final_tool_call("token=hunter2hunter2 done"),
+    ]), verbosity_level=0)
+    recorder.attach(agent)
+    agent.run("Configure with password=hunter2hunter2.")
+    [path] = spool_files(settings.resolved_spool_dir)
+    text = path.read_text()
+    assert "region=eu" in text and "[REDACTED]" in text
+    assert "sk-proj" not in text and "hunter2" not in text
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    recorder.close()
+
+
+def test_a_dropped_recorder_delivers_what_it_holds_and_ends_its_thread(settings, redis_client):
+    import gc
+
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = code_agent(recorder, [code_reply("x = 1"), code_reply("y = 2")], max_steps=2)
+    agent.step_callbacks._callbacks[FinalAnswerStep].clear()  # no close: nothing waits for the writer
+    agent.run("Dropped with its agent.", max_steps=2)
+    run_id, thread = recorder.run_id(agent), recorder._writer._thread
+    assert thread is not None and thread.is_alive()
+    del agent, recorder
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"]

@@ -14,13 +14,31 @@ from smolagents.monitoring import Timing, TokenUsage
 
 from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.recorder.serialize import RunInfo, StepSerializer, cap_text
+from lessonbank.recorder import snapshot
+from lessonbank.recorder.serialize import StepSerializer, cap_text
+from lessonbank.recorder.snapshot import RunInfo, Snapshot
 
 RUN = RunInfo(bank="b", run_id="r1", agent="CodeAgent", task="Do it.")
 
 
-def serializer(field: int = 4096, record: int = 32768) -> StepSerializer:
-    return StepSerializer(Redactor(), max_field_chars=field, max_record_bytes=record)
+class Serializer(StepSerializer):
+    """The serializer fed the way the recorder feeds it: a snapshot taken on the agent's thread."""
+
+    def action(self, step: ActionStep, run: RunInfo, seq: int) -> str:
+        return self.record(Snapshot(run, seq, "action", snapshot.action_fields(step), 0.0))
+
+    def planning(self, step: PlanningStep, run: RunInfo, seq: int, step_number: int | None) -> str:
+        return self.record(Snapshot(run, seq, "planning", snapshot.planning_fields(step, step_number), 0.0))
+
+    def final(self, step: FinalAnswerStep, run: RunInfo, seq: int) -> str:
+        return self.record(Snapshot(run, seq, "final", snapshot.final_fields(step), 0.0))
+
+    def run_end(self, run: RunInfo, seq: int, outcome: str, error: BaseException | None = None) -> str:
+        return self.record(Snapshot(run, seq, "run_end", snapshot.end_fields(error), 0.0, outcome))
+
+
+def serializer(field: int = 4096, record: int = 32768) -> Serializer:
+    return Serializer(Redactor(), max_field_chars=field, max_record_bytes=record)
 
 
 def action(**fields) -> ActionStep:
@@ -121,8 +139,8 @@ def test_secrets_are_redacted_in_every_field():
     data = serializer().action(action(
         model_output=f"use {key}", code_action=f"api_key = '{key}'", observations=f"got {key}",
         error=None, action_output=key, tool_calls=[ToolCall(name="t", arguments={"token": key}, id="1")],
-    ), RunInfo("b", "r", "a", serializer().task_text(f"task with {key}")), 0)
-    assert key not in data and "[REDACTED]" in data
+    ), RunInfo("b", "r", "a", f"task with {key}"), 0)
+    assert key not in data and "[REDACTED]" in data and load(data).task == "task with [REDACTED]"
 
 
 def test_images_are_counted_not_embedded():

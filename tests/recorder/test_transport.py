@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from smolagents import CodeAgent
 
 from lessonbank.core.settings import Settings
@@ -91,6 +92,7 @@ def test_redis_dies_mid_run(own_redis, tmp_path):
     recorder = StepRecorder(bank=BANK, settings=settings)
 
     def die(_messages):
+        assert recorder.flush()  # step 0 is in Redis when it dies
         own_redis.kill()
         return code_reply("y = 2")
 
@@ -151,3 +153,65 @@ def test_a_close_delivered_twice_publishes_once(settings, redis_client):
     assert run_hash(redis_client, run_id)["enqueued"] == "1"
     assert redis_client.hlen(f"lessonbank:run:{run_id}:steps") == 3
     recorder.close()
+
+
+# -- the batched writes are the writes of lessonbank.core.runs ------------------------------------------
+
+
+def redis_state(client) -> dict:
+    """Every key, with task messages reduced to (task, args) (their ids are random)."""
+    from tests.fixtures.recorded import queued_tasks
+
+    state = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key)
+        if kind == b"hash":
+            state[key] = client.hgetall(key)
+        elif kind == b"zset":
+            state[key] = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"list":
+            state[key] = queued_tasks(client, key.decode())
+    return state
+
+
+def batch_ops() -> list[Op]:
+    from tests.recorder.test_spool import make_ops
+
+    closed = [Op(**{**op.__dict__, "extra": {"tools": '["a"]', "arm": "control"}}) for op in make_ops("closed")]
+    still_open = [Op(**{**op.__dict__, "extra": {"tools": "[]"}}) for op in make_ops("open", steps=2, close=False)]
+    return [closed[0], still_open[0], closed[1], closed[2], still_open[1], closed[3]]
+
+
+def test_a_batch_writes_what_the_run_state_functions_write(redis_url):
+    from lessonbank.recorder.spool import Spool
+    from lessonbank.recorder.transport import Transport
+
+    expected, batched = (redis.Redis.from_url(redis_url.replace("/0", f"/{db}")) for db in (1, 2))
+    ops = batch_ops()
+    sink = RedisSink(expected, "q")
+    for op in ops:
+        sink.apply(op)
+    transport = Transport(lambda: batched, Spool(Path("/nonexistent")), 5.0, 1.0, "q", own_client=False)
+    transport.deliver(ops, list)
+    assert transport.delivered == 6 and transport.spooled == 0
+    assert redis_state(batched) == redis_state(expected) != {}
+
+
+def test_a_replayed_spool_writes_what_replay_step_writes(redis_url, tmp_path):
+    from lessonbank.recorder.spool import Spool
+    from lessonbank.recorder.transport import Transport
+
+    expected, batched = (redis.Redis.from_url(redis_url.replace("/0", f"/{db}")) for db in (3, 4))
+    ops = batch_ops()
+    for client in (expected, batched):  # the open run was closed by the sweeper meanwhile
+        RedisSink(client, "q").apply(Op("close", "b", "open", "agent", "t", 9, "{}", 50.0, "abandoned", "x"))
+    sink = RedisSink(expected, "q")
+    for op in ops:
+        sink.apply(op, replay=True)
+    spool = Spool(tmp_path)
+    spool.append_many(ops)
+    transport = Transport(lambda: batched, spool, 5.0, 1.0, "q", own_client=False)
+    assert transport.pump(list, budget=5.0, force=True)
+    assert transport.delivered == 6 and spool.path is None
+    assert redis_state(batched) == redis_state(expected)
+    assert batched.hget("lessonbank:run:open", "state") == b"closed"

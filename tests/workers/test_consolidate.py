@@ -10,7 +10,7 @@ import openai
 import pytest
 from qdrant_client import QdrantClient
 
-from lessonbank.core.models import Lesson, lesson_id
+from lessonbank.core.models import Lesson, Recipe, lesson_id, recipe_id
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers.consolidate import Consolidator, Decision, Thresholds, llm_decider
 from lessonbank.workers.distiller import DraftLesson
@@ -155,3 +155,74 @@ def test_settings_patterns_also_drop_lessons(store: LessonStore) -> None:
         [draft("Internal builds are tagged ACME-123456 by the release job."), draft(KELVIN)]
     )
     assert stats.dropped_secret == 1 and [lesson.text for lesson in store.list("b")] == [KELVIN]
+
+
+def test_a_run_given_a_lesson_does_not_reinforce_it(store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    (lesson,) = store.list("b")
+    echo = Consolidator(store, "b", "r2", Thresholds(0.9, 0.6), given=[lesson.id]).run([draft(SEMI),
+                                                                                       draft(SEMI_REWORDED)])
+    assert echo.echoes == 2 and echo.reinforced == 0
+    assert store.list("b")[0].evidence == 1
+    independent = Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).run([draft(SEMI)])
+    assert independent.reinforced == 1 and store.list("b")[0].evidence == 2
+
+
+def test_reinforcement_keeps_provenance_and_marks_verified(store: LessonStore) -> None:
+    Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).run([draft(SEMI).model_copy(update={"steps": [0, 2]})])
+    Consolidator(store, "b", "r2", Thresholds(0.9, 0.6), verified=True).run(
+        [draft(SEMI).model_copy(update={"steps": [1]})])
+    (lesson,) = store.list("b")
+    assert [(p.run_id, p.steps) for p in lesson.provenance] == [("r1", [0, 2]), ("r2", [1])]
+    assert lesson.verified and lesson.evidence == 2
+
+
+def replace(number: int) -> list[Decision]:
+    return [Decision(new=1, action="replace", existing=number, text="")]
+
+
+def test_a_contradiction_from_a_run_that_ended_well_supersedes(store: LessonStore) -> None:
+    wrong = "The orders API returned no orders, so the shop has no orders that day."
+    right = "The orders API returns orders in pages: follow the 'next' field until it is null."
+    run(store, "r1", wrong)
+    stats = Consolidator(store, "b", "r2", Thresholds(0.99, 0.1), decide=lambda d, e: replace(1),
+                         verified=True).run([draft(right)])
+    assert stats.replaced == 1
+    old = store.get("b", [lesson_id("b", wrong)])[0]
+    assert old.status == "superseded" and old.superseded_by == lesson_id("b", right) and "r2" in old.status_reason
+    assert [lesson.text for lesson in store.list("b")] == [right]
+
+
+def test_a_contradiction_from_an_unverified_run_loses_to_helpful_credit(store: LessonStore) -> None:
+    good = "The orders API returns orders in pages: follow the 'next' field until it is null."
+    run(store, "r1", good)
+    store.set_counts("b", {lesson_id("b", good): {"applied": 2, "helpful": 2}})
+    stats = Consolidator(store, "b", "r2", Thresholds(0.99, 0.1), decide=lambda d, e: replace(1)).run(
+        [draft("The orders API returns all orders at once, there is no second page.")])
+    assert stats.replaced == 0 and stats.skipped == 1
+    assert [lesson.text for lesson in store.list("b")] == [good]
+
+
+def recipe(fp: str, code: str = "n = 0\nfinal_answer(n)") -> Recipe:
+    return Recipe(code=code, task="Count the orders of 2024-03-05", params=["2024-03-05"],
+                  checks=["syntax", "outcome:check"], fingerprint=fp)
+
+
+def test_the_same_recipe_from_three_runs_is_one_lesson_with_evidence_three(store: LessonStore) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        Consolidator(store, "b", run_id, Thresholds(0.9, 0.6), verified=True).add_recipe(
+            recipe("same"), "Working code for a task like: Count the orders of 2024-03-05", [0, 1])
+    (lesson,) = store.list("b")
+    assert lesson.recipe is not None and lesson.origin == "recipe" and lesson.evidence == 3
+    assert lesson.source_run_ids == ["r1", "r2", "r3"] and lesson.id == recipe_id("b", "same")
+
+
+def test_a_new_recipe_supersedes_an_old_one_that_failed(store: LessonStore) -> None:
+    text = "Working code for a task like: Count the orders of 2024-03-05"
+    old_id = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_recipe(recipe("old"), text, [0])
+    assert old_id is not None
+    store.set_counts("b", {old_id: {"applied": 2, "harmful": 2}})
+    new_id = Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_recipe(
+        recipe("new", "final_answer(1)"), "Working code for a task like: Count the orders of 2024-04-01", [0])
+    old = store.get("b", [old_id])[0]
+    assert old.status == "superseded" and old.superseded_by == new_id and "succeeded where" in old.status_reason

@@ -105,7 +105,7 @@ def test_good_json_is_stored(svc: Service) -> None:
     assert request["response_format"]["type"] == "json_schema"
     assert request["model"] == "fake-model"
     prompt = " ".join(m["content"] for m in request["messages"])
-    assert "not instructions" in prompt and "Sum the sales in sales.csv" in prompt and "pd.read_csv" in prompt
+    assert "never follow instructions" in prompt and "Sum the sales in sales.csv" in prompt and "pd.read_csv" in prompt
 
 
 def test_fenced_json_is_stored(svc: Service) -> None:
@@ -259,6 +259,6 @@ def test_remembered_lesson_is_consolidated(svc: Service) -> None:
 
 def test_worker_logs_carry_no_step_content(svc: Service) -> None:
     log = svc.worker.log()
-    assert "distilled in" in log and "step records read" in log
+    assert "distilled in" in log and "step records (" in log
     assert "columns: date;region;amount" not in log and "test-key" not in log
     assert "semicolon-delimited" not in log

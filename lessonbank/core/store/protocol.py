@@ -47,6 +47,14 @@ class LessonStoreProtocol(Protocol):
         """Hybrid search (dense + lexical, fused) of the active lessons of ``bank``."""
         ...
 
+    def rank(
+        self, bank: str, query: str, limit: int = 8, min_similarity: float | None = None
+    ) -> builtins.list[tuple[Lesson, float, int | None]]:
+        """Active lessons of ``bank`` relevant to ``query``: (lesson, dense cosine similarity, rank in the
+        hybrid dense + lexical search or None), most similar first. What the instructions builder needs,
+        from one embedding of ``query``."""
+        ...
+
     def list(self, bank: str, limit: int = 100, include_inactive: bool = False) -> builtins.list[Lesson]:
         """Lessons of ``bank``, most recently seen first (active only unless ``include_inactive``)."""
         ...
@@ -56,13 +64,22 @@ class LessonStoreProtocol(Protocol):
         ...
 
     def set_status(
-        self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None
+        self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None,
+        reason: str = "",
     ) -> int:
-        """Set the status of those lessons of ``bank``; returns how many were changed."""
+        """Set the status of those lessons of ``bank`` (with why); returns how many were changed."""
         ...
 
-    def record_injection(self, bank: str, lesson_ids: builtins.list[str], run_id: str | None) -> None:
-        """Count that these lessons were handed to a run."""
+    def set_counts(self, bank: str, counts: dict[str, dict[str, int]]) -> int:
+        """Set the given/applied/helpful/harmful counts of those lessons of ``bank``; returns how many."""
+        ...
+
+    def delete(self, bank: str, lesson_ids: builtins.list[str]) -> int:
+        """Remove those lessons of ``bank`` from the store for good; returns how many were removed."""
+        ...
+
+    def delete_bank(self, bank: str) -> int:
+        """Remove every lesson of ``bank`` for good; returns how many were removed."""
         ...
 
     def close(self) -> None:

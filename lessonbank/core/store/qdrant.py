@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any, get_args
@@ -27,8 +28,7 @@ logger = logging.getLogger(__name__)
 DENSE = "dense"
 LEXICAL = "lexical"
 LESSON_STATUSES: tuple[str, ...] = get_args(LessonStatus)
-# How many run ids ``record_injection`` keeps per lesson (payload field ``injected_run_ids``).
-MAX_INJECTED_RUN_IDS = 50
+COUNT_FIELDS = frozenset({"given", "applied", "helpful", "harmful"})
 _SCROLL_PAGE = 256
 _FACET_LIMIT = 100_000
 
@@ -158,6 +158,7 @@ class LessonStore:
             if not _valid_point_id(lesson.id):
                 raise StoreError(f"lesson id {lesson.id!r} is not a uuid; build lessons with Lesson.new()")
         self._ensure()
+        self._refuse_foreign(lessons)
         dense = self.embedder.embed([lesson.text for lesson in lessons])
         points = [
             models.PointStruct(
@@ -171,36 +172,62 @@ class LessonStore:
             self.client.upsert(self.collection, points=points, wait=True)
         logger.debug("upserted %d lessons", len(points))
 
+    def delete(self, bank: str, lesson_ids: builtins.list[str]) -> int:
+        """Remove those lessons of ``bank`` for good; returns how many were removed."""
+        self._ensure()
+        points = self._points(bank, lesson_ids)
+        if points:
+            with _qdrant_errors("delete lessons"):
+                self.client.delete(self.collection, points_selector=[p.id for p in points], wait=True)
+        return len(points)
+
+    def delete_bank(self, bank: str) -> int:
+        """Remove every lesson of ``bank`` for good; returns how many were removed."""
+        self._ensure()
+        flt = self._filter(bank, active_only=False)
+        with _qdrant_errors("delete a bank"):
+            count = self.client.count(self.collection, count_filter=flt, exact=True).count
+            if count:
+                self.client.delete(self.collection, points_selector=models.FilterSelector(filter=flt), wait=True)
+        return int(count)
+
+    def _refuse_foreign(self, lessons: builtins.list[Lesson]) -> None:
+        """No write may touch a point of another bank (ids are computable, so they are not secrets)."""
+        ids = builtins.list(dict.fromkeys(lesson.id for lesson in lessons))
+        banks = {lesson.id: lesson.bank for lesson in lessons}
+        with _qdrant_errors("read lessons"):
+            existing = self.client.retrieve(self.collection, ids=ids, with_payload=["bank"], with_vectors=False)
+        for record in existing:
+            owner = (record.payload or {}).get("bank")
+            if owner is not None and owner != banks.get(str(record.id)):
+                raise StoreError(f"lesson {record.id} belongs to another bank; refusing to overwrite it")
+
     def set_status(
-        self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None
+        self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None,
+        reason: str = "",
     ) -> int:
-        """Set the status of those lessons of ``bank``; returns how many were changed."""
+        """Set the status of those lessons of ``bank`` (with why); returns how many were changed."""
         if status not in LESSON_STATUSES:
             raise StoreError(f"unknown lesson status {status!r} (one of {', '.join(LESSON_STATUSES)})")
         self._ensure()
         points = self._points(bank, lesson_ids)
         if not points:
             return 0
+        payload = {"status": status, "superseded_by": superseded_by, "status_reason": reason[:500],
+                   "status_changed_at": time.time()}
         with _qdrant_errors("update lesson status"):
-            self.client.set_payload(
-                self.collection,
-                payload={"status": status, "superseded_by": superseded_by},
-                points=[p.id for p in points],
-                wait=True,
-            )
+            self.client.set_payload(self.collection, payload=payload, points=[p.id for p in points], wait=True)
         return len(points)
 
-    def record_injection(self, bank: str, lesson_ids: builtins.list[str], run_id: str | None) -> None:
-        """Count that these lessons were handed to a run (``injected`` + 1, run id remembered)."""
+    def set_counts(self, bank: str, counts: dict[str, dict[str, int]]) -> int:
+        """Set the given/applied/helpful/harmful counts of those lessons of ``bank``; returns how many."""
         self._ensure()
-        for point in self._points(bank, lesson_ids):
-            payload = point.payload or {}
-            update: dict[str, Any] = {"injected": int(payload.get("injected", 0)) + 1}
-            if run_id:
-                runs = [*payload.get("injected_run_ids", []), run_id][-MAX_INJECTED_RUN_IDS:]
-                update["injected_run_ids"] = runs
-            with _qdrant_errors("record an injection"):
+        points = self._points(bank, list(counts))
+        for point in points:
+            update = {name: int(value) for name, value in counts[str(point.id)].items() if name in COUNT_FIELDS}
+            with _qdrant_errors("update lesson counts"):
                 self.client.set_payload(self.collection, payload=update, points=[point.id], wait=True)
+        return len(points)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -255,6 +282,18 @@ class LessonStore:
                 with_payload=True,
             )
         return [(self._lesson(p.payload), float(p.score)) for p in response.points]
+
+    def rank(
+        self, bank: str, query: str, limit: int = 8, min_similarity: float | None = None
+    ) -> builtins.list[tuple[Lesson, float, int | None]]:
+        """Dense similarity and hybrid rank of the active lessons of ``bank`` for ``query``, best first."""
+        similar = self.similar(bank, query, limit=limit)
+        if min_similarity is not None:
+            similar = [(lesson, score) for lesson, score in similar if score >= min_similarity]
+        if not similar:
+            return []
+        ranks = {lesson.id: i for i, (lesson, _) in enumerate(self.search(bank, query, limit=limit))}
+        return [(lesson, score, ranks.get(lesson.id)) for lesson, score in similar]
 
     def list(self, bank: str, limit: int = 100, include_inactive: bool = False) -> builtins.list[Lesson]:
         """Lessons of ``bank``, most recently seen first (active only unless ``include_inactive``)."""

@@ -1,0 +1,133 @@
+"""Smoke test of the learning benchmark's tasks: variants, tools' data, checkers, figures (no LLM, no services).
+
+Not collected by the default ``pytest`` run (``testpaths = ["tests"]``); run it with
+
+    python -m pytest -q -p no:cacheprovider bench/learning/test_tasks.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import trap_tasks as tt  # noqa: E402
+from report import format_tables, summarize  # noqa: E402
+from trap_tasks import TASKS, matches, tools_for  # noqa: E402
+
+
+def test_at_least_five_tasks_each_with_distinct_variants() -> None:
+    assert len(TASKS) >= 5
+    for task in TASKS.values():
+        variants = task.variants()
+        assert len(variants) >= 4, task.name
+        assert len({v.prompt for v in variants}) == len(variants), f"{task.name}: a variant repeats a prompt"
+        assert len({str(v.answer) for v in variants}) >= 3, f"{task.name}: answers barely vary"
+        assert [v.prompt for v in task.variants()] == [v.prompt for v in variants], "variants are not deterministic"
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_checker_accepts_the_answer_and_rejects_the_trap(name: str) -> None:
+    task = TASKS[name]
+    for variant in task.variants():
+        assert task.check(variant, variant.answer)
+        assert task.check(variant, str(variant.answer))
+        assert not task.check(variant, None)
+        assert not task.check(variant, trapped_answer(name, variant))
+
+
+def trapped_answer(name: str, variant: tt.Variant) -> object:
+    """The answer an agent that falls into the trap gives, computed from the data the tools serve."""
+    world = variant.world
+    if name == "paged_orders":
+        return len(tt.orders_page(world, variant.key, 1)["orders"])
+    if name == "invoice_cents":
+        return sum(line["amount_cents"] for line in tt.invoice_record(world, variant.key)["lines"])
+    if name == "date_format":
+        return world["min_c"]  # the trap itself raises; the checker must still reject a wrong number
+    if name == "nested_catalog":
+        return tt.catalog_search(world, world["query"])["data"]["total"]
+    if name == "stock_packs":
+        return sum(row["qty"] for row in tt.stock_record(world, variant.key)["stock"])
+    if name == "semver_latest":
+        return max(r["version"] for r in tt.release_list(world, variant.key)["releases"])
+    raise AssertionError(f"no trapped answer for {name}")
+
+
+def test_the_data_hints_at_each_trap() -> None:
+    orders = TASKS["paged_orders"].variants()[0]
+    first = tt.orders_page(orders.world, orders.key, 1)
+    assert first["pages"] > 1 and first["next"] == "page=2"
+    assert sum(len(tt.orders_page(orders.world, orders.key, p)["orders"]) for p in range(1, first["pages"] + 1)) \
+        == orders.answer
+    invoice = TASKS["invoice_cents"].variants()[0]
+    assert all(isinstance(line["amount_cents"], int) for line in tt.invoice_record(invoice.world, invoice.key)["lines"])
+    weather = TASKS["date_format"].variants()[0]
+    with pytest.raises(ValueError, match="expected DD.MM.YYYY"):
+        tt.weather_record(weather.world, weather.world["city"], weather.world["iso"])
+    year, month, day = weather.world["iso"].split("-")
+    record = tt.weather_record(weather.world, weather.world["city"], f"{day}.{month}.{year}")
+    assert record["records"][0]["max_c"] == weather.answer
+    catalog = TASKS["nested_catalog"].variants()[0]
+    found = tt.catalog_search(catalog.world, catalog.world["query"])
+    assert "items" not in found and found["data"]["total"] > len(found["data"]["items"])
+    stock = TASKS["stock_packs"].variants()[0]
+    assert tt.stock_record(stock.world, stock.key)["unit"].split()[-1].isdigit()
+    releases = TASKS["semver_latest"].variants()[0]
+    listed = [r["version"] for r in tt.release_list(releases.world, releases.key)["releases"]]
+    assert listed == sorted(listed) and listed[-1] != releases.answer
+
+
+GIVEAWAYS = {
+    "paged_orders": ("pages", "next", "paginat", "per page", "all pages"),
+    "invoice_cents": ("cent", "divide", "/ 100"),
+    "date_format": ("dd", "yyyy", "format"),
+    "nested_catalog": ("nested", "items", "data", "total"),
+    "stock_packs": ("unit", "pack", "box", "case", "tray", "multiply"),
+    "semver_latest": ("sort", "semver", "order", "text"),
+}
+
+
+def test_tool_docstrings_are_silent_about_the_traps() -> None:
+    assert set(GIVEAWAYS) == set(TASKS)
+    for task in TASKS.values():
+        for tool in tools_for(task, task.variants()[0]):
+            text = (tool.description + " " + " ".join(i["description"] for i in tool.inputs.values())).lower()
+            assert not [word for word in GIVEAWAYS[task.name] if word in text], (task.name, text)
+
+
+def test_tools_serve_the_variant() -> None:
+    task = TASKS["stock_packs"]
+    variant = task.variants()[1]
+    [get_stock] = tools_for(task, variant)
+    assert get_stock(sku=variant.key)["sku"] == variant.key
+    with pytest.raises(ValueError, match="unknown sku"):
+        get_stock(sku="NOPE-1")
+
+
+@pytest.mark.parametrize(("answer", "expected", "ok"), [
+    ("12", 12, True), (12.0, 12, True), ("125.47 EUR", 125.47, True), ("125,47", 125.47, True),
+    ("12 or 13", 12, False), ("", 12, False), (True, 1, False), ("1.10.0", "1.10.0", True), ("'1.10.0'", "1.10.0", True),
+    ("1.9.4", "1.10.0", False),
+])
+def test_matches(answer: object, expected: float | str, ok: bool) -> None:
+    assert matches(answer, expected, 0.005) is ok
+
+
+def test_summary_marks_missed_when_memory_does_not_beat_the_baseline() -> None:
+    def row(arm: str, index: int, correct: bool) -> dict[str, object]:
+        return {"task": "t", "arm": arm, "run_index": index, "correct": correct, "steps": 3, "input_tokens": 100,
+                "output_tokens": 10, "seconds": 1.0}
+
+    runs = [row("none", 0, False), row("none", 1, True), row("memory", 0, False), row("memory", 1, True)]
+    summary = summarize(runs, ["none", "memory"], ["t"], 2)
+    assert summary["verdicts"]["memory"]["later_runs"] == "MISSED"
+    assert summary["by_run_index"]["memory"]["2"]["success_rate"] == 1.0
+    runs[1]["correct"] = False
+    summary = summarize(runs, ["none", "memory"], ["t"], 2)
+    assert summary["verdicts"]["memory"]["by_task_later_runs"]["t"] == "beats baseline"
+    assert "beats baseline" in format_tables(summary, ["none", "memory"], {})

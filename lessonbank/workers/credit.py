@@ -1,0 +1,220 @@
+"""Credit: which of the lessons a run was given did it apply, and did that end well.
+
+Applied is decided deterministically first: a lesson's distinctive tokens — keyword arguments with
+their values (``delimiter=';'``), quoted literals, code names — must appear in the run's code or tool
+arguments, and tokens the task itself contains do not count (any attempt would use them). A recipe is
+applied when most of its own calls and literals are in the run's code. Only applied lessons get
+credit: crediting everything retrieved together reinforces noise.
+
+The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a
+run gave is kept with the run, so a later verdict (a user's feedback after distillation) replaces it
+by its difference instead of adding to it. A lesson whose harmful evidence clearly outweighs its
+helpful evidence (under a Beta(1 + helpful, 1 + harmful) belief, less than a 10 % chance that applying
+it ends well more often than not) is retired: kept for audit with the reason, no longer given to runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lessonbank.core.models import Lesson, Recipe, StepRecord
+from lessonbank.core.store.protocol import LessonStoreProtocol
+
+logger = logging.getLogger(__name__)
+
+RETIRE_BELOW = 0.10
+RECIPE_SHARE = 0.75
+COMMON_NAMES = frozenset({
+    "print", "len", "int", "str", "float", "list", "dict", "set", "sum", "range", "open", "json", "loads", "dumps",
+    "round", "sorted", "max", "min", "final_answer", "append", "get", "items", "keys", "values", "split", "strip",
+    "join", "format", "path", "file", "data", "text", "value", "result", "results", "the", "and",
+})
+_KWARG = re.compile(r"\b([A-Za-z_]\w{0,40})\s*=\s*(?:'([^'\n]{0,40})'|\"([^\"\n]{0,40})\"|([\w.+-]{1,40}))")
+_QUOTED = re.compile(r"'([^'\n]{1,40})'|\"([^\"\n]{1,40})\"|`([^`\n]{1,60})`")
+_CODE_NAME = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[a-z]+_[a-z_0-9]+|[A-Za-z_]\w*(?=\())")
+COUNTS = ("given", "applied", "helpful", "harmful")
+
+
+@dataclass
+class Atoms:
+    """The comparable pieces of a text or a run: ``key=value`` pairs, literals and code names."""
+
+    kwargs: set[str] = field(default_factory=set)
+    literals: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)  # "key=" of unquoted values in prose ("page=1, 2, 3")
+
+    def all(self) -> set[str]:
+        return self.kwargs | self.literals | self.names
+
+    def kwarg_values(self) -> set[str]:
+        return {kwarg.split("=", 1)[1] for kwarg in self.kwargs}
+
+
+def _norm(value: str) -> str:
+    return " ".join(value.split()).lower()
+
+
+def text_atoms(text: str) -> Atoms:
+    """Atoms of a lesson written in prose (with code in backticks or inline)."""
+    atoms = Atoms()
+    for match in _KWARG.finditer(text):
+        value = next((group for group in match.groups()[1:] if group is not None), "")
+        if match.group(4) is not None:  # unquoted: a sentence's full stop is not part of the value
+            value = value.rstrip(".,;:")
+            atoms.keys.add(f"{match.group(1).lower()}=")
+        atoms.kwargs.add(f"{match.group(1).lower()}={_norm(value)}")
+    for match in _QUOTED.finditer(text):
+        quoted = next(group for group in match.groups() if group is not None)
+        if match.group(3) is not None:  # `code`: its names and kwargs count, not the whole span
+            inner = text_atoms(quoted.replace("`", ""))
+            atoms.kwargs |= inner.kwargs
+            atoms.literals |= inner.literals
+            atoms.names |= inner.names | {_norm(n) for n in _CODE_NAME.findall(quoted)}
+        else:
+            atoms.literals.add(_norm(quoted))
+    atoms.names |= {_norm(name) for name in _CODE_NAME.findall(text)}
+    return atoms
+
+
+def code_atoms(code: str) -> Atoms:
+    """Atoms of Python code (keyword arguments with constant values, string literals, called names)."""
+    atoms = Atoms()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return text_atoms(code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg:
+            atoms.kwargs.add(f"{node.arg.lower()}=")  # the keyword is used, whatever its value
+            if isinstance(node.value, ast.Constant):
+                atoms.kwargs.add(f"{node.arg.lower()}={_norm(str(node.value.value))}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 40:
+            atoms.literals.add(_norm(node.value))
+        elif isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            atoms.names.add(_norm(name))
+            atoms.names.add(_norm(name.rsplit(".", 1)[-1]))
+        elif isinstance(node, ast.Attribute):
+            atoms.names.add(_norm(node.attr))
+    return atoms
+
+
+def run_atoms(steps: Iterable[StepRecord]) -> Atoms:
+    """Atoms of what a run did: its code and its tool calls."""
+    atoms = Atoms()
+    for step in steps:
+        if step.kind != "action":
+            continue
+        for part in [code_atoms(step.code)] + [text_atoms(f"{c.name}({c.arguments})") for c in step.tool_calls]:
+            atoms.kwargs |= part.kwargs
+            atoms.literals |= part.literals
+            atoms.names |= part.names
+        atoms.kwargs |= {kwarg.replace('"', "").replace("'", "") for kwarg in text_atoms(step.code).kwargs}
+    return atoms
+
+
+def _distinctive(atoms: Atoms, task: str) -> Atoms:
+    task_text = task.lower()
+
+    def keep(token: str) -> bool:
+        return bool(token) and token not in COMMON_NAMES and token not in task_text
+
+    return Atoms({k for k in atoms.kwargs if keep(k)}, {t for t in atoms.literals if keep(t)},
+                 {n for n in atoms.names if keep(n) and len(n) > 2})
+
+
+def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
+    """Whether a run whose code/tool calls have ``run`` atoms applied ``lesson``."""
+    if lesson.recipe is not None:
+        return _recipe_applied(lesson.recipe, run, task)
+    atoms = text_atoms(lesson.text)
+    mine = _distinctive(atoms, task)
+    if mine.kwargs & run.kwargs or mine.literals & (run.literals | run.kwarg_values()):
+        return True
+    seen = run.names | run.literals
+    names = len(mine.names) >= 1 and len(mine.names & seen) >= max(1, math.ceil(0.6 * len(mine.names)))
+    if mine.kwargs or mine.literals:  # a value the run did not use; the same keyword counts if the value was loose
+        return names and bool(atoms.keys & run.kwargs)
+    return names
+
+
+def _recipe_applied(recipe: Recipe, run: Atoms, task: str) -> bool:
+    """Most of the recipe's own calls, keywords and literals are in the run (its parameters may differ)."""
+    params = {_norm(p) for p in recipe.params}
+    mine = _distinctive(code_atoms(recipe.code) if recipe.language == "python" else text_atoms(recipe.code), task)
+    kwargs = {k if k.split("=", 1)[1] not in params else k.split("=", 1)[0] + "=" for k in mine.kwargs}
+    kwargs = {k for k in kwargs if not k.endswith("=") or not any(other.startswith(k) and other != k
+                                                                  for other in kwargs)}
+    pieces = kwargs | (mine.literals - params) | mine.names
+    return bool(pieces) and len(pieces & run.all()) >= math.ceil(RECIPE_SHARE * len(pieces))
+
+
+def chance_good(helpful: int, harmful: int) -> float:
+    """P(p > 0.5) for p ~ Beta(1 + helpful, 1 + harmful): a binomial tail, exact for whole counts."""
+    a, b = 1 + helpful, 1 + harmful
+    n = a + b - 1
+    return sum(math.comb(n, k) for k in range(a)) / 2**n
+
+
+def should_retire(lesson: Lesson) -> bool:
+    return lesson.harmful > lesson.helpful and chance_good(lesson.helpful, lesson.harmful) < RETIRE_BELOW
+
+
+def _flags(verdict: str, is_applied: bool) -> dict[str, int]:
+    flags = {"given": 1, "applied": int(is_applied), "helpful": 0, "harmful": 0}
+    if is_applied and verdict == "success":
+        flags["helpful"] = 1
+    elif is_applied and verdict == "failure":
+        flags["harmful"] = 1
+    return flags
+
+
+@dataclass
+class CreditReport:
+    """What one credit pass did."""
+
+    credited: dict[str, dict[str, int]] = field(default_factory=dict)
+    retired: list[str] = field(default_factory=list)
+
+    def record(self, verdict: str) -> dict[str, Any]:
+        return {"verdict": verdict, "lessons": self.credited, "at": time.time()}
+
+
+def apply_credit(store: LessonStoreProtocol, bank: str, given: list[str], applied_ids: set[str], verdict: str,
+                 previous: dict[str, Any] | None) -> CreditReport:
+    """Move the counts of the run's given lessons to what ``verdict`` implies, minus what an earlier
+    credit of the same run already gave (the caller holds the bank's lock)."""
+    report = CreditReport()
+    before: dict[str, dict[str, int]] = (previous or {}).get("lessons", {}) if previous else {}
+    lessons = {lesson.id: lesson for lesson in store.get(bank, list(dict.fromkeys(given)))}
+    updates: dict[str, dict[str, int]] = {}
+    for lesson_id in dict.fromkeys(given):
+        target = _flags(verdict, lesson_id in applied_ids)
+        report.credited[lesson_id] = target
+        lesson = lessons.get(lesson_id)
+        old = before.get(lesson_id, {})
+        delta = {name: target[name] - int(old.get(name, 0)) for name in COUNTS}
+        if lesson is None or not any(delta.values()):
+            continue
+        counts = {name: max(getattr(lesson, name) + delta[name], 0) for name in COUNTS}
+        updates[lesson_id] = counts
+        lesson = lesson.model_copy(update=counts)
+        if lesson.status == "active" and should_retire(lesson):
+            report.retired.append(lesson_id)
+    if updates:
+        store.set_counts(bank, updates)
+    for lesson_id in report.retired:
+        lesson = lessons[lesson_id].model_copy(update=updates[lesson_id])
+        reason = (f"harmful in {lesson.harmful} of {lesson.applied} runs that applied it, helpful in "
+                  f"{lesson.helpful} (chance it helps: {chance_good(lesson.helpful, lesson.harmful):.0%})")
+        store.set_status(bank, [lesson_id], "retired", reason=reason)
+        logger.info("bank %s: lesson %s retired: %s", bank, lesson_id, reason)
+    return report

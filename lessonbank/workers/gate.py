@@ -1,0 +1,190 @@
+"""The quality gate: what a lesson must not be, decided without an LLM, before anything is stored.
+
+A small distiller writes plans in the first person, restates the task or the run's own answer, says
+that nothing went wrong, or quotes values it never observed. Each rule below drops such a lesson and
+names the reason; the worker counts drops by reason (log and ``lessonbank status``).
+
+| reason                 | dropped when the lesson ...                                                    |
+|------------------------|--------------------------------------------------------------------------------|
+| ``secret``             | looks like it carries a secret                                                 |
+| ``contentless``        | is too short to say anything, or is generic advice ("always check your code")  |
+| ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
+| ``first_person_plan``  | is a plan in the first person ("I will ...", "Let me ...")                     |
+| ``refers_to_transcript`` | points into the transcript ("step 3", "the above", "this run")               |
+| ``restates_task``      | mostly repeats the task                                                        |
+| ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
+| ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
+| ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
+
+A lesson that passes but carries a URL, an e-mail address or an instruction to send data somewhere is
+stored ``quarantined`` (``quarantine_reason``): a page the agent read may have planted it, so it is never
+handed to a run until a user releases it.
+
+Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from lessonbank.core.embeddings import tokens
+from lessonbank.core.models import normalize_lesson_text
+from lessonbank.core.redact import Redactor
+
+MIN_CHARS = 24
+MIN_CONTENT_TOKENS = 4
+TASK_OVERLAP = 0.7
+GIVEN_OVERLAP = 0.8
+MIN_ANSWER_CHARS = 3
+MAX_ANSWER_CHARS = 80
+ANSWER_TASK_OVERLAP = 0.4
+
+_GENERIC = re.compile(
+    r"(?i)^\W*(?:always |make sure to |be sure to |remember to |it is important to )?"
+    r"(?:double[- ]check|check|verify|review|test) (?:your|the) (?:code|work|answer|output|results?)\W*$"
+    r"|(?i:\bbe careful\b|\bpay (?:close )?attention\b|\bfollow the instructions\b)"
+)
+_NOTHING = re.compile(
+    r"(?i)\bno (?:failures?|errors?|issues?|problems?|mistakes?)(?: \w+){0,2} (?:occurred|happened|"
+    r"were (?:found|encountered|made|observed)|was (?:found|encountered))"
+    r"|\bnothing (?:went wrong|failed)\b"
+    r"|\bthe (?:run|task|agent|execution)(?: \w+){0,2} (?:was (?:completed |)successful(?:ly)?|succeeded|"
+    r"completed successfully|finished successfully)"
+    r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
+)
+_FIRST_PERSON = re.compile(
+    r"(?i)^\W*(?:i|we|let(?:'s| me| us))\b"
+    r"|\b(?:i|we)(?:'ll| will| am going to| are going to| need to| should| have to| must| can)\b"
+    r"|\bmy (?:plan|next step|approach)\b"
+)
+_TRANSCRIPT = re.compile(
+    r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
+    r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
+)
+_URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
+_EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")
+_EXFILTRATE = re.compile(
+    r"(?i)\b(?:send|post|upload|forward|transmit|e-?mail|exfiltrate|copy|leak|report)(?: \S+){0,6}? "
+    r"(?:to|at|into) (?:the )?(?:\S+ ){0,3}(?:server|endpoint|address|url|webhook|attacker|inbox|channel|host)\b"
+)
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?!\w|\.\d)")
+_CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
+
+
+@dataclass
+class GateContext:
+    """What the gate compares a lesson with: the run it came from."""
+
+    task: str = ""
+    final_answer: str = ""
+    observed: str = ""
+    given: Sequence[str] = ()
+    redactor: Redactor = field(default_factory=Redactor)
+
+    def __post_init__(self) -> None:
+        self._task_tokens = set(tokens(self.task))
+        self._given = [(normalize_lesson_text(text), set(tokens(text))) for text in self.given]
+        self._haystack = f"{self.task}\n{self.observed}".lower()
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def _contentless(text: str, ctx: GateContext) -> bool:
+    return len(text) < MIN_CHARS or len(set(tokens(text))) < MIN_CONTENT_TOKENS or bool(_GENERIC.search(text))
+
+
+def _restates_task(text: str, ctx: GateContext) -> bool:
+    mine = set(tokens(text))
+    return bool(mine) and (mine <= ctx._task_tokens or _overlap(mine, ctx._task_tokens) >= TASK_OVERLAP)
+
+
+def _numbers(text: str) -> set[str]:
+    return {match.replace(",", "").rstrip("0").rstrip(".") or "0" for match in _NUMBER.findall(text)}
+
+
+def _restates_answer(text: str, ctx: GateContext) -> bool:
+    answer = " ".join(ctx.final_answer.split())
+    if not answer or len(answer) > MAX_ANSWER_CHARS:
+        return False
+    if _NUMBER.fullmatch(answer.strip()):
+        # a number: long ones are specific enough alone; short ones when the lesson is about this task's specifics
+        if not _numbers(answer) & _numbers(text):
+            return False
+        return len(answer) >= MIN_ANSWER_CHARS or _overlap(set(tokens(text)), ctx._task_tokens) >= ANSWER_TASK_OVERLAP
+    return len(answer) >= MIN_ANSWER_CHARS and answer.lower() in text.lower()
+
+
+def _ungrounded(text: str, ctx: GateContext) -> bool:
+    for number in _NUMBER.findall(text):
+        digits = sum(ch.isdigit() for ch in number)
+        if (digits >= 3 or "." in number) and number.replace(",", "") not in ctx._haystack.replace(",", ""):
+            return True
+    for match in _CODE_NAME.finditer(text):
+        name = next(group for group in match.groups() if group)
+        core = re.split(r"[(=\s]", name.strip(), maxsplit=1)[0].lower()
+        if len(core) >= 3 and core not in ctx._haystack:
+            return True
+    return False
+
+
+def _copies_given(text: str, ctx: GateContext) -> bool:
+    normal, mine = normalize_lesson_text(text), set(tokens(text))
+    return any(normal == other or _overlap(mine, other_tokens) >= GIVEN_OVERLAP for other, other_tokens in ctx._given)
+
+
+Rule = Callable[[str, GateContext], bool]
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("secret", lambda text, ctx: ctx.redactor.has_secret(text)),
+    ("nothing_happened", lambda text, ctx: bool(_NOTHING.search(text))),
+    ("first_person_plan", lambda text, ctx: bool(_FIRST_PERSON.search(text))),
+    ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))),
+    ("contentless", _contentless),
+    ("restates_task", _restates_task),
+    ("restates_answer", _restates_answer),
+    ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
+    ("copies_given", _copies_given),
+)
+
+# Lessons an agent or a user hands in have no run to be compared with: only these rules apply.
+CONTEXT_FREE = ("secret", "nothing_happened", "first_person_plan", "refers_to_transcript", "contentless")
+
+
+def reason_to_drop(text: str, ctx: GateContext, rules: Iterable[str] | None = None) -> str | None:
+    """The first rule ``text`` breaks, or None when it may be stored."""
+    wanted = set(rules) if rules is not None else None
+    for name, rule in RULES:
+        if (wanted is None or name in wanted) and rule(text, ctx):
+            return name
+    return None
+
+
+def screen(texts: Sequence[str], ctx: GateContext,
+           rules: Iterable[str] | None = None) -> tuple[list[int], Counter[str]]:
+    """Indices of the texts that pass, and the drops counted by reason."""
+    rule_names = list(rules) if rules is not None else None
+    kept: list[int] = []
+    dropped: Counter[str] = Counter()
+    for index, text in enumerate(texts):
+        reason = reason_to_drop(text, ctx, rule_names)
+        if reason is None:
+            kept.append(index)
+        else:
+            dropped[reason] += 1
+    return kept, dropped
+
+
+def quarantine_reason(text: str) -> str:
+    """Why a lesson must wait for a user before any run sees it ("" when it need not)."""
+    if _URL.search(text):
+        return "it carries a URL"
+    if _EMAIL.search(text):
+        return "it carries an e-mail address"
+    if _EXFILTRATE.search(text):
+        return "it tells the agent to send data somewhere"
+    return ""

@@ -1,0 +1,219 @@
+"""Recipes: the code that solved a task, taken from a run whose outcome verified it, without an LLM.
+
+For a CodeAgent run, the code of the steps that did not fail, in order, minus what can be dropped
+safely: ``print``/``display`` calls and bare inspection expressions, assignments nobody reads whose
+value is computed without a call (or repeats the same call later), and imports nothing uses. For a
+ToolCallingAgent run, the sequence of tool calls with their arguments. Secrets are redacted, the size
+capped, the code must parse.
+
+Literals that come from the task (a date, an id, a file name) are the recipe's parameters: the next
+run must adapt them. The fingerprint hashes the code with its local names renamed in order of first
+use and its parameters replaced, so the same code from several runs of similar tasks is one recipe.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+
+from lessonbank.core.models import Recipe, StepRecord
+from lessonbank.core.redact import Redactor
+
+logger = logging.getLogger(__name__)
+
+MAX_CODE_CHARS = 3000
+MAX_TASK_CHARS = 300
+PRINTERS = frozenset({"print", "pprint", "display"})
+INSPECTORS = frozenset({"head", "tail", "describe", "info", "keys", "values", "items", "sample", "dtypes"})
+BUILTINS = frozenset(dir(builtins))
+
+
+def _is_inspection(stmt: ast.stmt) -> bool:
+    """A statement run only to look at something: ``print(x)``, ``df.head()``, a bare name."""
+    if not isinstance(stmt, ast.Expr):
+        return False
+    value = stmt.value
+    if isinstance(value, ast.Call):
+        func = value.func
+        if isinstance(func, ast.Name) and func.id in PRINTERS:
+            return True
+        return isinstance(func, ast.Attribute) and func.attr in INSPECTORS and not value.args
+    return isinstance(value, ast.Name | ast.Attribute | ast.Subscript | ast.Constant)
+
+
+def _names(node: ast.AST, ctx: type[ast.expr_context]) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
+
+
+def _calls(node: ast.AST) -> list[str]:
+    return [ast.dump(n) for n in ast.walk(node) if isinstance(n, ast.Call)]
+
+
+def _calls_final_answer(stmt: ast.stmt) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "final_answer"
+               for n in ast.walk(stmt))
+
+
+def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str]) -> bool:
+    """An assignment to names nobody reads later, whose value has no call or repeats a later call."""
+    if not isinstance(stmt, ast.Assign | ast.AnnAssign):
+        return False
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    if not all(isinstance(t, ast.Name) for t in targets) or any(t.id in live for t in targets):  # type: ignore[attr-defined]
+        return False
+    calls = _calls(stmt.value) if stmt.value is not None else []
+    return not calls or all(call in later_calls for call in calls)
+
+
+def prune(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """Drop inspection, dead assignments and unused imports (a backward pass over the statements)."""
+    statements = [s for s in statements if not _is_inspection(s)]
+    kept: list[ast.stmt] = []
+    live: set[str] = set()
+    later_calls: set[str] = set()
+    for stmt in reversed(statements):
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            kept.append(stmt)
+            continue
+        if not _calls_final_answer(stmt) and _droppable_assignment(stmt, live, later_calls):
+            continue
+        kept.append(stmt)
+        live -= _names(stmt, ast.Store) if isinstance(stmt, ast.Assign | ast.AnnAssign) else set()
+        live |= _names(stmt, ast.Load)
+        later_calls.update(_calls(stmt))
+    kept.reverse()
+    used = set().union(*(_names(s, ast.Load) for s in kept)) if kept else set()
+    return [s for s in kept if not isinstance(s, ast.Import | ast.ImportFrom) or _import_used(s, used)]
+
+
+def _import_used(stmt: ast.Import | ast.ImportFrom, used: set[str]) -> bool:
+    return any((alias.asname or alias.name.split(".")[0]) in used for alias in stmt.names)
+
+
+def _parse(code: str) -> list[ast.stmt] | None:
+    try:
+        return ast.parse(code).body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def is_param(literal: str, task: str) -> bool:
+    """A literal the task itself supplied: it appears in the task and looks like a value (a date, an id,
+    a number, a path), not a word any code would use (``'orders'``)."""
+    if len(literal) < 2 or literal.lower() not in task.lower():
+        return False
+    return any(ch.isdigit() for ch in literal) or any(ch in "./-_@:\\" for ch in literal) or (
+        f"'{literal}'" in task or f'"{literal}"' in task)
+
+
+def params_of(tree: Iterable[ast.AST], task: str) -> list[str]:
+    """Literals of the code that the task supplied: what the next run must adapt."""
+    found: list[str] = []
+    for node in tree:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str | int | float) and not isinstance(n.value, bool):
+                text = str(n.value)
+                if is_param(text, task) and text not in found:
+                    found.append(text)
+    return found[:8]
+
+
+class _Normalizer(ast.NodeTransformer):
+    """Local names -> v0, v1, ... in order of first use; parameters -> a placeholder."""
+
+    def __init__(self, keep: set[str], params: set[str]) -> None:
+        self.keep, self.params = keep, params
+        self.names: dict[str, str] = {}
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 (ast's naming)
+        if node.id not in self.keep:
+            node.id = self.names.setdefault(node.id, f"v{len(self.names)}")
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:  # noqa: N802
+        if isinstance(node.value, str | int | float) and str(node.value) in self.params:
+            return ast.Constant(value="<param>")
+        return node
+
+
+def fingerprint(statements: list[ast.stmt], tools: Iterable[str], params: Iterable[str]) -> str:
+    """Hash of the normalised code: renamed locals and replaced parameters make runs comparable."""
+    keep = set(tools) | BUILTINS | {"final_answer"}
+    module = ast.Module(body=[copy.deepcopy(s) for s in statements], type_ignores=[])
+    for node in ast.walk(module):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            keep.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+    normalized = _Normalizer(keep, set(params)).visit(module)
+    return hashlib.sha256(ast.dump(normalized, annotate_fields=False).encode()).hexdigest()[:32]
+
+
+def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor) -> Recipe | None:
+    statements: list[ast.stmt] = []
+    for step in steps:
+        if step.kind != "action" or step.error_type or step.error_message or not step.code.strip():
+            continue
+        parsed = _parse(step.code)
+        if parsed is not None:
+            statements.extend(parsed)
+    kept = prune(statements)
+    if not kept or not any(_calls_final_answer(s) for s in kept):
+        return None
+    code = redactor.redact("\n".join(ast.unparse(s) for s in kept))
+    if len(code) > MAX_CODE_CHARS or _parse(code) is None:
+        logger.info("recipe not kept: %d chars of code, or it no longer parses after redaction", len(code))
+        return None
+    params = params_of(kept, task)
+    return Recipe(language="python", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
+                  checks=["syntax"], fingerprint=fingerprint(_parse(code) or [], tools, params))
+
+
+def _tool_call_recipe(steps: list[StepRecord], task: str, redactor: Redactor) -> Recipe | None:
+    calls = []
+    for step in steps:
+        if step.kind != "action" or step.error_type or step.error_message:
+            continue
+        for call in step.tool_calls:
+            try:
+                arguments = json.loads(call.arguments) if call.arguments else {}
+            except ValueError:
+                arguments = call.arguments
+            calls.append({"name": call.name, "arguments": arguments})
+    if not calls or calls[-1]["name"] != "final_answer":
+        return None
+    code = redactor.redact(json.dumps(calls, ensure_ascii=False))
+    if len(code) > MAX_CODE_CHARS:
+        return None
+    params = list(dict.fromkeys(p for p in _json_literals(calls) if is_param(p, task)))[:8]
+    shape = json.dumps([(c["name"], sorted(c["arguments"]) if isinstance(c["arguments"], dict) else "")
+                        for c in calls])
+    return Recipe(language="tool_calls", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
+                  checks=["json"], fingerprint=hashlib.sha256(shape.encode()).hexdigest()[:32])
+
+
+def _json_literals(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [item for v in value.values() for item in _json_literals(v)]
+    if isinstance(value, list):
+        return [item for v in value for item in _json_literals(v)]
+    return [str(value)] if isinstance(value, str | int | float) and not isinstance(value, bool) else []
+
+
+def extract(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor,
+            verified_by: str) -> Recipe | None:
+    """The recipe of a run that ended well (``verified_by``: user, check or signals), or None."""
+    has_code = any(step.code.strip() for step in steps if step.kind == "action")
+    recipe = _code_recipe(steps, task, tools, redactor) if has_code else _tool_call_recipe(steps, task, redactor)
+    if recipe is not None:
+        recipe.checks.append(f"outcome:{verified_by}")
+    return recipe
+
+
+def recipe_text(recipe: Recipe) -> str:
+    """The lesson text of a recipe: the task it solved (what similar tasks are matched on)."""
+    task = " ".join(recipe.task.split())
+    return f"Working code for a task like: {task}"

@@ -1,0 +1,37 @@
+"""`lessonbank feedback` and `lessonbank.feedback`: a user's verdict on a run, before or after distillation."""
+
+from __future__ import annotations
+
+import redis
+from click.testing import CliRunner
+
+import lessonbank
+from lessonbank.cli.main import cli
+from lessonbank.core.constants import CREDIT_TASK
+from lessonbank.core.settings import Settings
+from tests.fixtures.recorded import queued_tasks
+from tests.fixtures.runs import run_state, write_run
+
+
+def test_feedback_before_distillation_is_kept_for_it(settings: Settings, redis_client: redis.Redis) -> None:
+    run_id = write_run(redis_client, "b")
+    assert lessonbank.feedback(run_id, success=False, note="wrong total", settings=settings) is True
+    state = run_state(redis_client, run_id)
+    assert (state["verdict"], state["verdict_source"], state["verdict_note"]) == ("failure", "user", "wrong total")
+    assert queued_tasks(redis_client, settings.queue) == []  # distillation will read it
+
+
+def test_feedback_after_distillation_queues_a_credit(settings: Settings, redis_client: redis.Redis) -> None:
+    run_id = write_run(redis_client, "b", state="distilled")
+    result = CliRunner().invoke(cli, ["--redis-url", settings.redis_url, "feedback", run_id, "--success"])
+    assert result.exit_code == 0, result.output
+    assert f"{run_id}: recorded as a success" in result.output
+    assert queued_tasks(redis_client, settings.queue) == [(CREDIT_TASK, ["b", run_id])]
+
+
+def test_unknown_run_and_missing_flag_are_one_line_errors(settings: Settings) -> None:
+    runner = CliRunner()
+    unknown = runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "nope", "--failure"])
+    assert unknown.exit_code == 1 and "no run nope in Redis" in unknown.output
+    assert runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "nope"]).exit_code == 2
+    assert lessonbank.feedback("nope", True, settings=settings) is False

@@ -1,0 +1,174 @@
+"""The report: interval estimates against published values, the document's comparisons, the page's
+escaping, plots that show data, and tables only when matplotlib is missing."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageStat
+
+from lessonbank.core.models import Lesson, RunSummary, ToolStats
+from lessonbank.report import build_report, render_html, render_plots, render_text, report_tables
+from lessonbank.report.stats import mean, mean_difference, newcombe, wilson
+
+NOW = 1_700_000_000.0
+
+
+def close(pair: tuple[float | None, float | None], expected: tuple[float, float], places: int = 4) -> bool:
+    return all(value is not None and round(value, places) == e for value, e in zip(pair, expected, strict=True))
+
+
+def test_wilson_matches_newcombe_1998() -> None:
+    assert close((wilson(81, 263).low, wilson(81, 263).high), (0.2553, 0.3662))
+    assert close((wilson(15, 148).low, wilson(15, 148).high), (0.0624, 0.1605))
+    assert (wilson(0, 10).low, round(wilson(0, 10).high or 0, 4)) == (0.0, 0.2775)
+    assert (round(wilson(10, 10).low or 0, 4), wilson(10, 10).high) == (0.7225, 1.0)
+    assert wilson(0, 0).estimate is None
+    with pytest.raises(ValueError):
+        wilson(3, 2)
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [  # Newcombe (1998), Statistics in Medicine 17:873-890, table II, method 10
+        ((56, 70, 48, 80), (0.0524, 0.3339)),
+        ((9, 10, 3, 10), (0.1705, 0.8090)),
+        ((5, 56, 0, 29), (-0.0381, 0.1926)),
+        ((0, 10, 0, 20), (-0.1611, 0.2775)),
+        ((0, 10, 0, 10), (-0.2775, 0.2775)),
+        ((10, 10, 0, 20), (0.6791, 1.0)),
+        ((10, 10, 0, 10), (0.6075, 1.0)),
+    ],
+)
+def test_newcombe_matches_newcombe_1998(counts: tuple[int, int, int, int], expected: tuple[float, float]) -> None:
+    estimate = newcombe(*counts)
+    assert close((estimate.low, estimate.high), expected)
+    assert estimate.estimate == pytest.approx(counts[0] / counts[1] - counts[2] / counts[3])
+
+
+def test_means_and_their_difference() -> None:
+    d = mean_difference([1, 2, 3, 4], [2, 4, 6, 8])  # Welch SE sqrt(1.667/4 + 6.667/4) = 1.4434
+    assert d.estimate == -2.5 and close((d.low, d.high), (-5.3290, 0.3290))
+    assert d.negated().to_dict() == {"estimate": 2.5, "low": -d.high, "high": -d.low}  # type: ignore[operator]
+    m = mean([2.0, 4.0, 6.0])
+    assert m.estimate == 4.0 and close((m.low, m.high), (1.7368, 6.2632))
+    assert mean([5.0]).low is None and mean_difference([1.0], [2.0, 3.0]).estimate == -1.5
+
+
+def runs(arm: str, verdicts: str, tokens: int, start: float) -> list[RunSummary]:
+    """One run per letter: s(uccess), f(ailure), u(nknown)."""
+    names = {"s": "success", "f": "failure", "u": "unknown"}
+    return [
+        RunSummary(run_id=f"{arm}{i}", bank="b", arm=arm, verdict=names[v], started_at=start + 60 * i,  # type: ignore[arg-type]
+                   steps=3, input_tokens=tokens, output_tokens=tokens // 10, wall_s=12.0, errors=i % 2,
+                   tools={"search": ToolStats(calls=2, errors=i % 2, seconds=[0.4],
+                                              error_messages=["KeyError: <str>"] if i % 2 else [])})
+        for i, v in enumerate(verdicts)
+    ]
+
+
+def lessons() -> list[Lesson]:
+    found = [Lesson.new("b", "fact", "CSV files use ';' as separator"),
+             Lesson.new("b", "failure", "<script>alert('x')</script> & never call the v1 API"),
+             Lesson.new("b", "approach", "Page through the orders API with ?page=N")]
+    for i, lesson in enumerate(found):
+        lesson.first_seen = NOW - 3000 + 600 * i
+    found[2].status, found[2].status_changed_at = "retired", NOW - 600
+    found[0].given, found[0].applied, found[0].helpful = 6, 4, 3
+    return found
+
+
+def test_report_compares_arms_with_intervals() -> None:
+    summaries = runs("lessons", "sssssssffu", 1000, NOW - 3600) + runs("control", "sssssffffu", 1500, NOW - 3500)
+    document = build_report("b", summaries, lessons(), now=NOW, window=4)
+    arms = document["arms"]
+    assert document["comparison"] == "arms" and document["runs"] == 20
+    assert (arms["lessons"]["runs"], arms["lessons"]["with_verdict"], arms["lessons"]["unknown_verdict"]) == (10, 9, 1)
+    assert arms["lessons"]["success_rate"] == pytest.approx(7 / 9)
+    assert arms["control"]["success_rate"] == pytest.approx(5 / 9)
+    assert arms["lessons"]["mean_tokens"] == 1100 and arms["control"]["mean_tokens"] == 1650
+    assert document["difference"]["success_rate"]["estimate"] == pytest.approx(2 / 9)
+    assert document["difference"]["tokens_saved_per_run"]["estimate"] == 550
+    assert document["tools"][0] == {"name": "search", "runs": 20, "calls": 40, "errors": 10, "error_rate": 0.25,
+                                    "p50_s": 0.4, "top_errors": [{"message": "KeyError: <str>", "count": 10}]}
+    assert document["lesson_counts"]["by_status"]["retired"] == 1
+    assert [row["given"] for row in document["lessons"]][0] == 6  # active and most given first
+    last = document["series"]["lessons"][-1]
+    assert last["by_status"]["active"] == 2 and last["by_status"]["retired"] == 1
+    rolling = document["series"]["runs"]["lessons"]
+    assert len(rolling) == 10 and rolling[-1]["success_rate"] == pytest.approx(1 / 3)  # s f f u: 1 of 3 known
+    json.dumps(document)  # JSON-ready
+
+
+def test_without_control_it_compares_early_and_late_thirds() -> None:
+    document = build_report("b", runs("lessons", "ffffssssss", 1000, NOW - 3600), [], now=NOW)
+    assert document["comparison"] == "early_late" and document["difference"] is None
+    assert "can only compare early and late runs" in document["note"]
+    early_late = document["early_late"]
+    assert (early_late["early"]["runs"], early_late["late"]["runs"]) == (3, 3)
+    assert early_late["early"]["success_rate"] == 0.0 and early_late["late"]["success_rate"] == 1.0
+    assert early_late["difference"]["success_rate"]["estimate"] == 1.0
+    assert document["arms"]["control"]["runs"] == 0 and document["arms"]["control"]["success_rate"] is None
+    text = render_text(report_tables(document), "header", width=140)
+    assert "early third" in text and "can only compare early and late runs" in text
+
+
+def pixels_vary(png: bytes) -> bool:
+    image = Image.open(io.BytesIO(png)).convert("L")
+    return image.size[0] > 100 and image.size[1] > 100 and max(ImageStat.Stat(image).var) > 100
+
+
+def test_plots_show_data_and_the_page_escapes_untrusted_text() -> None:
+    summaries = runs("lessons", "sfsssfsss", 900, NOW - 3600) + runs("control", "sffsfsfsf", 1400, NOW - 3500)
+    document = build_report("<b>ank", summaries, lessons(), now=NOW)
+    plots = render_plots(document)
+    assert plots is not None and set(plots) == {"success_rate", "tokens", "lessons", "tool_errors"}
+    assert all(pixels_vary(png) for png in plots.values())
+    page = render_html(document, report_tables(document), plots)
+    assert "<script" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; never" in page
+    assert "bank &lt;b&gt;ank" in page and "<b>ank" not in page
+    assert page.count('src="data:image/png;base64,') == 4
+    empty = render_plots(build_report("b", [], [], now=NOW))
+    assert empty == {}
+
+
+def test_text_tables_print_markup_and_control_characters_literally() -> None:
+    summaries = runs("lessons", "ss", 100, NOW - 100)
+    found = [Lesson.new("b", "fact", "[bold red]not markup[/] \x1b[31mred\x1b[0m")]
+    text = render_text(report_tables(build_report("b", summaries, found, now=NOW)), "h", width=200)
+    assert "[bold red]not markup[/]" in text and "\x1b" not in text
+
+
+BLOCK_MATPLOTLIB = textwrap.dedent("""
+    import sys
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name == "matplotlib" or name.startswith("matplotlib."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    sys.meta_path.insert(0, Block())
+""")
+
+
+def test_without_matplotlib_the_report_is_tables_and_says_how_to_get_plots(tmp_path: Path) -> None:
+    script = BLOCK_MATPLOTLIB + textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        from lessonbank.core.models import RunSummary
+        from lessonbank.report import build_report, render_plots, report_tables, write_report
+        summaries = [RunSummary(run_id=str(i), bank="b", verdict="success", started_at=i) for i in range(5)]
+        document = build_report("b", summaries, [])
+        plots = render_plots(document)
+        written = write_report(Path({str(tmp_path)!r}), document, report_tables(document), plots)
+        print(json.dumps([plots, [p.name for p in written], "matplotlib" in sys.modules]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    plots, written, imported = json.loads(out)
+    assert plots is None and written == ["report.html", "report.json"] and not imported
+    page = (tmp_path / "report.html").read_text()
+    assert "pip install &#x27;lessonbank[report]&#x27;" in page and "<table" in page and "<img" not in page

@@ -1,0 +1,101 @@
+"""Credit: applied lessons, helpful/harmful counts moved by the verdict, retirement, idempotence."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from qdrant_client import QdrantClient
+
+from lessonbank.core.models import Lesson, Recipe, StepRecord
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.workers.credit import applied, apply_credit, chance_good, run_atoms, should_retire
+
+TASK = "What is the total of the 'amount' column in /data/sales.csv?"
+SEMI = "The sales CSV separates fields with ';': pass delimiter=';' to csv.DictReader."
+CENTS = "Amounts are integers in `amount_cents`: divide by 100."
+PROSE = "The sales export is small enough to read in one go."
+
+
+def run_of(code: str) -> list[StepRecord]:
+    return [StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code=code)]
+
+
+@pytest.fixture
+def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
+    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "expected"),
+    [
+        (SEMI, "rows = list(csv.DictReader(io.StringIO(t), delimiter=';'))", True),
+        (SEMI, 'rows = list(csv.DictReader(io.StringIO(t), delimiter=";"))', True),
+        (SEMI, "rows = list(csv.DictReader(io.StringIO(t)))", False),
+        (CENTS, "total = sum(o['amount_cents'] for o in rows) / 100", True),
+        (CENTS, "total = sum(o['amount'] for o in rows)", False),
+        (PROSE, "rows = read_text_file(path='/data/sales.csv')", False),
+    ],
+)
+def test_applied_needs_the_lessons_distinctive_tokens(text: str, code: str, expected: bool) -> None:
+    assert applied(Lesson.new("b", "approach", text), run_atoms(run_of(code)), TASK) is expected
+
+
+def test_a_recipe_is_applied_when_most_of_it_is_in_the_run() -> None:
+    recipe = Recipe(code="data = list_orders(date='2024-03-05', page=p)\nn += len(data['orders'])\n"
+                         "final_answer(n)", params=["2024-03-05"], fingerprint="f")
+    lesson = Lesson.new("b", "approach", "Working code for: count orders", recipe=recipe)
+    used = "n = 0\nfor p in range(1, 4):\n    data = list_orders(date='2024-04-01', page=p)\n" \
+           "    n += len(data['orders'])\nfinal_answer(n)"
+    ignored = "final_answer(len(list_orders(date='2024-04-01')))"
+    assert applied(lesson, run_atoms(run_of(used)), "count the orders of 2024-04-01")
+    assert not applied(lesson, run_atoms(run_of(ignored)), "count the orders of 2024-04-01")
+
+
+def test_chance_good_is_the_beta_tail() -> None:
+    assert chance_good(0, 0) == pytest.approx(0.5)
+    assert chance_good(0, 3) == pytest.approx(1 / 16)
+    assert chance_good(3, 0) == pytest.approx(15 / 16)
+    assert not should_retire(Lesson.new("b", "fact", "x" * 30).model_copy(update={"harmful": 2}))
+    assert should_retire(Lesson.new("b", "fact", "x" * 30).model_copy(update={"harmful": 3}))
+    assert not should_retire(Lesson.new("b", "fact", "x" * 30).model_copy(update={"harmful": 3, "helpful": 2}))
+
+
+def test_credit_moves_only_applied_lessons_and_is_replaced_not_added(store: LessonStore) -> None:
+    used, unused = Lesson.new("b", "approach", SEMI), Lesson.new("b", "fact", CENTS)
+    store.upsert([used, unused])
+    first = apply_credit(store, "b", [used.id, unused.id], {used.id}, "success", None)
+    lessons = {lesson.id: lesson for lesson in store.get("b", [used.id, unused.id])}
+    assert (lessons[used.id].given, lessons[used.id].applied, lessons[used.id].helpful) == (1, 1, 1)
+    assert (lessons[unused.id].given, lessons[unused.id].applied, lessons[unused.id].helpful) == (1, 0, 0)
+    again = apply_credit(store, "b", [used.id, unused.id], {used.id}, "success", first.record("success"))
+    assert store.get("b", [used.id])[0].helpful == 1 and again.retired == []  # same verdict: nothing moves
+    apply_credit(store, "b", [used.id, unused.id], {used.id}, "failure", again.record("success"))
+    lesson = store.get("b", [used.id])[0]
+    assert (lesson.given, lesson.applied, lesson.helpful, lesson.harmful) == (1, 1, 0, 1)
+
+
+def test_a_lesson_applied_by_three_failing_runs_is_retired(store: LessonStore) -> None:
+    wrong = Lesson.new("b", "fact", "The orders API returns no orders when `list_orders` returns one page.")
+    store.upsert([wrong])
+    for _ in range(3):
+        report = apply_credit(store, "b", [wrong.id], {wrong.id}, "failure", None)
+    (stored,) = store.get("b", [wrong.id])
+    assert report.retired == [wrong.id] and stored.status == "retired" and stored.harmful == 3
+    assert "harmful in 3 of 3 runs" in stored.status_reason
+
+
+def test_a_sentence_ending_in_a_keyword_value_is_still_matched() -> None:
+    lesson = Lesson.new("b", "approach", "Every order comes at once when list_orders is called with single_page=True.")
+    run = run_atoms(run_of("data = list_orders(date='2024-05-01', single_page=True)"))
+    assert applied(lesson, run, TASK)
+
+
+def test_a_loose_value_in_prose_matches_the_keyword_a_quoted_one_does_not() -> None:
+    pages = Lesson.new("b", "approach", "Call list_orders with page=1, 2, 3 and add up the 'items'.")
+    assert applied(pages, run_atoms(run_of("n = sum(len(list_orders(page=p)) for p in (1, 2, 3))")), TASK)
+    semi = Lesson.new("b", "approach", SEMI)
+    assert not applied(semi, run_atoms(run_of("rows = csv.DictReader(f, delimiter=',')")), TASK)

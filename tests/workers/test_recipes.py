@@ -1,0 +1,95 @@
+"""Recipes: the working code of a verified run, extracted deterministically."""
+
+from __future__ import annotations
+
+import ast
+
+from lessonbank.core.models import StepRecord, ToolCallRecord
+from lessonbank.core.redact import Redactor
+from lessonbank.workers.recipes import extract, fingerprint, prune, recipe_text
+
+TASK = "How many orders were placed on 2024-03-05? Answer with the number only."
+
+
+def step(seq: int, code: str = "", error: str = "", **fields: object) -> StepRecord:
+    error_fields = {"error_type": "AgentExecutionError", "error_message": error} if error else {}
+    return StepRecord(id=f"r:{seq}", bank="b", run_id="r", kind="action", seq=seq, code=code,
+                      **error_fields, **fields)  # type: ignore[arg-type]
+
+
+FAILED_TWICE_THEN_LOOP = [
+    step(0, "orders = list_orders(date='2024-03-05')\nfinal_answer(len(orders['orders']))",
+         error="AssertionError: wrong"),
+    step(1, "print(list_orders(date='2024-03-05')['pages'])"),
+    step(2, "result = list_orders(date='2024-03-05', page=9)", error="ValueError: page out of range"),
+    step(3, "import json\ncount = 0\npage = 1\nwhile True:\n    data = list_orders(date='2024-03-05', page=page)\n"
+            "    count += len(data['orders'])\n    if page >= data['pages']:\n        break\n    page += 1\n"
+            "print(count)"),
+    step(4, "final_answer(count)"),
+]
+
+
+def test_the_recipe_is_the_working_loop_without_the_failed_attempts() -> None:
+    recipe = extract(FAILED_TWICE_THEN_LOOP, TASK, ["list_orders"], Redactor(), "check")
+    assert recipe is not None and recipe.language == "python"
+    code = recipe.code
+    assert "while True:" in code and "final_answer(count)" in code
+    assert "page=9" not in code and "len(orders['orders'])" not in code  # the failed steps
+    assert "print(" not in code and "import json" not in code  # inspection and an unused import
+    assert recipe.params == ["2024-03-05"] and recipe.checks == ["syntax", "outcome:check"]
+    ast.parse(code)
+    assert recipe_text(recipe).startswith("Working code for a task like: How many orders")
+
+
+def test_same_code_with_other_names_and_spacing_has_one_fingerprint() -> None:
+    a = extract([step(0, "n = 0\nfor p in range(1, 4):\n    n += len(list_orders(page=p)['orders'])"),
+                 step(1, "final_answer(n)")], TASK, ["list_orders"], Redactor(), "user")
+    b = extract([step(0, "total   =  0\nfor page_no in range(1,4):\n  total += len(list_orders(page=page_no)"
+                         "['orders'])\n"), step(1, "final_answer( total )")], TASK, ["list_orders"], Redactor(), "user")
+    other_day = extract([step(0, "k = 0\nfor q in range(1, 4):\n    k += len(list_orders(page=q)['orders'])"),
+                         step(1, "final_answer(k)")], TASK.replace("2024-03-05", "2024-04-01"), ["list_orders"],
+                        Redactor(), "user")
+    different = extract([step(0, "final_answer(len(list_orders(page=1)['orders']))")], TASK, ["list_orders"],
+                        Redactor(), "user")
+    assert a is not None and b is not None and other_day is not None and different is not None
+    assert a.fingerprint == b.fingerprint == other_day.fingerprint != different.fingerprint
+
+
+def test_task_literals_are_parameters_and_do_not_split_recipes() -> None:
+    one = extract([step(0, "final_answer(get_rate(date='05/03/2024'))")], "EUR to USD on 05/03/2024?",
+                  ["get_rate"], Redactor(), "check")
+    two = extract([step(0, "final_answer(get_rate(date='17/08/2023'))")], "EUR to USD on 17/08/2023?",
+                  ["get_rate"], Redactor(), "check")
+    assert one is not None and two is not None
+    assert one.params == ["05/03/2024"] and one.fingerprint == two.fingerprint
+
+
+def test_a_secret_in_a_literal_is_redacted() -> None:
+    secret = "sk-proj-" + "a1B2c3D4" * 4
+    recipe = extract([step(0, f"client = connect(api_key='{secret}')\nfinal_answer(client.count())")], TASK,
+                     ["connect"], Redactor(), "user")
+    assert recipe is not None and secret not in recipe.code and "[REDACTED]" in recipe.code
+
+
+def test_no_recipe_without_a_final_answer_or_from_bad_code() -> None:
+    assert extract([step(0, "x = 1")], TASK, [], Redactor(), "signals") is None
+    assert extract([step(0, "final_answer(1", error="SyntaxError")], TASK, [], Redactor(), "signals") is None
+
+
+def test_tool_calling_runs_give_the_call_sequence() -> None:
+    steps = [step(0, tool_calls=[ToolCallRecord(name="get_rate", arguments='{"date": "2024-03-05"}')],
+                  error="ValueError: Unparseable date"),
+             step(1, tool_calls=[ToolCallRecord(name="get_rate", arguments='{"date": "05/03/2024"}')]),
+             step(2, tool_calls=[ToolCallRecord(name="final_answer", arguments='{"answer": "1.09"}')])]
+    recipe = extract(steps, "EUR/USD on 05/03/2024", [], Redactor(), "check")
+    assert recipe is not None and recipe.language == "tool_calls"
+    assert '"2024-03-05"' not in recipe.code and '"05/03/2024"' in recipe.code and recipe.params == ["05/03/2024"]
+
+
+def test_prune_keeps_what_the_answer_needs() -> None:
+    body = ast.parse("import os\nimport csv\nx = 1\ny = 2\nprint(y)\nrows = csv.reader(open('f'))\nz = x\n"
+                     "final_answer(z)").body
+    # an assignment whose value comes from a call is kept (the call may matter), and its import with it
+    assert [ast.unparse(s) for s in prune(body)] == ["import csv", "x = 1", "rows = csv.reader(open('f'))",
+                                                     "z = x", "final_answer(z)"]
+    assert fingerprint(prune(body), [], []) == fingerprint(prune(body), [], [])
