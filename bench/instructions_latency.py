@@ -1,25 +1,41 @@
-"""``build_instructions`` latency against a bare qdrant-client query of the same vector, by lesson count.
+"""``build_instructions`` latency by lesson count: through the agent's path and in process, against one task embedding.
 
-    python bench/instructions_latency.py [--sizes 1000 10000] [--large] [--queries 20] [--repeats 3]
+    python bench/instructions_latency.py [--sizes 1000 10000] [--large] [--queries 10] [--repeats 3]
 
-For each size, one bank of that many synthetic lessons goes into the embedded store
-(``QdrantClient(path=tmp)``) through ``LessonStore.upsert``. Lesson vectors: a pool of ``--real``
+For each size, one bank of that many synthetic lessons (plus 10 % in another bank) goes into the embedded
+store (a Qdrant Edge shard, ``EdgeLessonStore``) through ``upsert``. Lesson vectors: a pool of ``--real``
 lessons embedded with the real MiniLM model; beyond the pool, pool vectors with small Gaussian
 perturbations (sigma ``--noise``, renormalized), because embedding 100k texts on 2 cores takes too long.
-Task queries are always embedded by the real model inside ``build_instructions``.
+Task queries are always embedded by the real model, with the embedder's cache off (every query pays
+one embedding).
 
-Per query, interleaved: ``build_instructions`` (embed the task, dense search, hybrid search, rank, format,
-record the injection), ``compose_instructions`` (the same without recording the injection), the task's
-embedding alone, the bare baseline: ``client.query_points`` of the same vector on the dense vector, no
-filter, same limit, and that query with the store's bank filter (where the time goes). ``--large`` adds 100k lessons.
+Measured per query, 10 tasks x 3 rounds:
+
+- agent path: a separate agent process calls ``build_instructions`` with the ``RemoteLessonStore`` (the
+  default set-up) -> Redis -> a store-owner process (``StoreOwner``, as in the worker) -> reply. The agent
+  process reports which heavy modules it loaded (it must load none of qdrant-client, qdrant-edge,
+  fastembed, onnxruntime, numpy);
+- in process: ``build_instructions`` on the store itself;
+- baseline: one task embedding alone (MiniLM, the faster of 1 onnxruntime thread and the default);
+  also the bare engine query of the same vector without the bank filter, and, up to 10k lessons,
+  ``build_instructions`` on qdrant-client's local mode (the previous embedded engine) with the overlap
+  of the lessons both hand out;
+- ``delete_bank`` of a 50-lesson bank in the store (copies the live points into a fresh shard).
+
+Targets: p50 <= 2x one task embedding at 10k lessons, <= 50 ms at 100k (``--large``), on both paths.
 Writes bench/results/instructions_latency.json and instructions_latency.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import random
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,25 +43,29 @@ from typing import Any
 
 from common import (
     RESULTS,
+    ROOT,
     embed_model_path,
     latency_stats,
     plt_or_none,
     print_table,
-    ratio,
+    redis_server,
     row,
     spread,
     write_result,
 )
 
 from lessonbank.core.embeddings import FastEmbedEmbedder
-from lessonbank.core.instructions import build_instructions, compose_instructions
+from lessonbank.core.instructions import compose_instructions
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.qdrant import DENSE, LessonStore
+from lessonbank.core.store.edge import EdgeLessonStore
 
 BANK = "bench"
-TARGET_P50_MS_AT_10K = 20.0
+OTHER_BANK = "bench-other"
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+EMBED_FACTOR_AT_10K = 2.0
+TARGET_MS_AT_100K = 50.0
+HEAVY = ("qdrant_client", "qdrant_edge", "fastembed", "onnxruntime", "numpy")
 
 SUBJECTS = ["sales.csv", "the billing API", "the orders table", "customers.xlsx", "the S3 bucket", "the ETL job",
             "the geocoding service", "the inventory endpoint", "transactions.parquet", "the SMTP relay",
@@ -71,6 +91,52 @@ TASKS = ["Load sales.csv and sum the revenue per region.", "Download the March i
          "Deduplicate contacts before the CRM import.", "Resize the pictures in the image folder.",
          "Retrain the churn model on last month's data.", "Compare refunds between two regions in sales.csv."]
 
+OWNER_SCRIPT = """
+import signal, sys, threading
+from pathlib import Path
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.edge import EdgeLessonStore
+from lessonbank.core.store.owner import StoreOwner
+
+settings = Settings(_env_file=None, redis_url=sys.argv[1], qdrant_path=Path(sys.argv[2]))
+embedder = FastEmbedEmbedder(sys.argv[4], model_path=sys.argv[3], cache_size=0)
+store = EdgeLessonStore(settings.resolved_qdrant_path, embedder, settings.collection)
+store.open()
+owner = StoreOwner(settings, store=store)
+owner.start()
+embedder.embed(["warm up"])
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *args: stop.set())
+print("serving", flush=True)
+stop.wait()
+owner.stop()
+store.close()
+"""
+
+AGENT_SCRIPT = """
+import json, sys, time
+from lessonbank.agent import build_instructions
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.remote import RemoteLessonStore
+
+redis_url, bank, rounds, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+settings = Settings(_env_file=None, redis_url=redis_url, store_timeout=30.0)
+store = RemoteLessonStore(settings)
+build_instructions(tasks[0], bank, store=store, settings=settings)
+samples, given = [], 0
+for _ in range(rounds):
+    per_round = []
+    for task in tasks:
+        started = time.perf_counter()
+        text = build_instructions(task, bank, store=store, settings=settings)
+        per_round.append((time.perf_counter() - started) * 1000)
+        given += text.count("\\n- ")
+    samples.append(per_round)
+heavy = [name for name in HEAVY if name in sys.modules]
+print(json.dumps({"samples": samples, "given": given, "heavy_modules": heavy}))
+""".replace("HEAVY", repr(HEAVY))
+
 
 def lesson_texts(n: int, seed: int = 0) -> list[str]:
     """``n`` distinct synthetic lesson texts built from templates."""
@@ -86,7 +152,7 @@ def lesson_texts(n: int, seed: int = 0) -> list[str]:
 
 
 class PooledEmbedder:
-    """The real model for queries; precomputed vectors for the synthetic lessons."""
+    """Precomputed vectors for the synthetic lessons; the real model (uncached) for anything else."""
 
     def __init__(self, real: FastEmbedEmbedder, known: dict[str, list[float]]) -> None:
         self.real = real
@@ -98,9 +164,8 @@ class PooledEmbedder:
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in texts if t not in self.known]
-        if missing:
-            self.known.update(zip(missing, self.real.embed(missing), strict=True))
-        return [self.known[t] for t in texts]
+        found = dict(zip(missing, self.real.embed(missing), strict=True)) if missing else {}
+        return [self.known.get(t) or found[t] for t in texts]
 
 
 def perturbed(base: list[float], rng: random.Random, sigma: float) -> list[float]:
@@ -124,79 +189,161 @@ def vectors_for(texts: list[str], real: FastEmbedEmbedder, pool_size: int, noise
     return out, min(pool_size, len(texts))
 
 
-def fill_store(store: LessonStore, texts: list[str]) -> float:
+def bank_lessons(texts: list[str], bank: str) -> list[Lesson]:
+    return [Lesson.new(bank, KINDS[i % 3], t, tags=["bench"]).model_copy(update={"evidence": 2})  # type: ignore[arg-type]
+            for i, t in enumerate(texts)]
+
+
+def fill(store: Any, lessons: list[Lesson]) -> float:
     started = time.perf_counter()
-    for start in range(0, len(texts), 512):
-        batch = texts[start:start + 512]
-        store.upsert([Lesson.new(BANK, KINDS[(start + i) % 3], t, tags=["bench"])  # type: ignore[arg-type]
-                      for i, t in enumerate(batch)])
+    for start in range(0, len(lessons), 512):
+        store.upsert(lessons[start:start + 512])
     return time.perf_counter() - started
 
 
-def measure_size(size: int, args: argparse.Namespace, real: FastEmbedEmbedder, cache: dict[str, list[float]],
-                 tmp: Path) -> dict[str, Any]:
-    texts = lesson_texts(size)
-    known, really_embedded = vectors_for(texts, real, args.real, args.noise, cache)
-    from qdrant_client import QdrantClient
-
-    client = QdrantClient(path=str(tmp / f"qdrant-{size}"))
-    store = LessonStore(client, PooledEmbedder(real, known), "lessons")
-    load_s = fill_store(store, texts)
-    settings = Settings(_env_file=None, data_dir=tmp / "data")
-    build_ms: list[list[float]] = []
-    bare_ms: list[list[float]] = []
-    filtered_ms: list[list[float]] = []
-    embed_ms: list[list[float]] = []
-    compose_ms: list[list[float]] = []
-    given = 0
-    tasks = (TASKS * (args.queries // len(TASKS) + 1))[: args.queries]
-    build_instructions(tasks[0], BANK, store=store, settings=settings)  # warm-up
-    for _ in range(args.repeats):
-        b_round, q_round, e_round, c_round, f_round = [], [], [], [], []
+def timed(rounds: int, tasks: list[str], call: Any) -> list[list[float]]:
+    samples = []
+    for _ in range(rounds):
+        per_round = []
         for task in tasks:
             started = time.perf_counter()
-            compose_instructions(store, task, BANK, min_relevance=settings.min_relevance)
-            c_round.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            text = build_instructions(task, BANK, store=store, settings=settings)
-            b_round.append((time.perf_counter() - started) * 1000)
-            given += text.count("\n- ")
-            started = time.perf_counter()
-            vector = real.embed([task])[0]
-            e_round.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            client.query_points("lessons", query=vector, using=DENSE, limit=24, with_payload=True)
-            q_round.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            client.query_points("lessons", query=vector, using=DENSE, limit=24, with_payload=True,
-                                query_filter=LessonStore._filter(BANK, active_only=True))
-            f_round.append((time.perf_counter() - started) * 1000)
-        build_ms.append(b_round)
-        bare_ms.append(q_round)
-        embed_ms.append(e_round)
-        compose_ms.append(c_round)
-        filtered_ms.append(f_round)
-    client.close()
-    flat_b = [x for r in build_ms for x in r]
-    flat_q = [x for r in bare_ms for x in r]
-    flat_e = [x for r in embed_ms for x in r]
-    import statistics
+            call(task)
+            per_round.append((time.perf_counter() - started) * 1000)
+        samples.append(per_round)
+    return samples
 
-    return {
-        "lessons": size,
-        "really_embedded": really_embedded,
-        "perturbed": size - really_embedded,
-        "load_seconds": round(load_s, 1),
-        "build_instructions_ms": latency_stats(flat_b, 2),
-        "build_p50_spread_ms": spread([statistics.median(r) for r in build_ms], 2),
-        "bare_query_ms": latency_stats(flat_q, 3),
-        "bare_p50_spread_ms": spread([statistics.median(r) for r in bare_ms], 3),
-        "bank_filtered_query_ms": latency_stats([x for r in filtered_ms for x in r], 3),
-        "task_embedding_ms": latency_stats(flat_e, 2),
-        "compose_without_injection_ms": latency_stats([x for r in compose_ms for x in r], 2),
-        "ratio_p50": ratio(statistics.median(flat_b), statistics.median(flat_q)),
-        "lessons_given_per_query": round(given / max(len(flat_b), 1), 1),
+
+def summary(samples: list[list[float]], digits: int = 2) -> dict[str, Any]:
+    return {**latency_stats([x for r in samples for x in r], digits),
+            "p50_spread": spread([statistics.median(r) for r in samples], digits)}
+
+
+def agent_path(args: argparse.Namespace, path: Path, redis_url: str, tasks: list[str]) -> dict[str, Any]:
+    """build_instructions in a separate agent process, through Redis to a separate store-owner process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    owner = subprocess.Popen([sys.executable, "-c", OWNER_SCRIPT, redis_url, str(path), str(embed_model_path()),
+                              MODEL_NAME], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        if owner.stdout.readline().strip() != "serving":
+            raise SystemExit("the store owner did not start")
+        agent = subprocess.run([sys.executable, "-c", AGENT_SCRIPT, redis_url, BANK, str(args.repeats),
+                                json.dumps(tasks)], env=env, capture_output=True, text=True, timeout=600)
+        if agent.returncode != 0:
+            raise SystemExit(f"the agent process failed: {agent.stderr[-2000:]}")
+        return dict(json.loads(agent.stdout.strip().splitlines()[-1]))
+    finally:
+        owner.terminate()
+        owner.wait(60)
+
+
+def previous_engine(lessons: list[Lesson], embedder: PooledEmbedder, tmp: Path, tasks: list[str],
+                    args: argparse.Namespace, settings: Settings) -> tuple[dict[str, Any], list[set[str]]]:
+    """build_instructions on qdrant-client's local mode, the embedded engine this store replaced."""
+    from qdrant_client import QdrantClient
+
+    from lessonbank.core.store.qdrant import LessonStore
+
+    store = LessonStore(QdrantClient(path=str(tmp / "local-mode")), embedder)
+    fill(store, lessons)
+    given = [{x.id for x in compose_instructions(store, task, BANK, min_relevance=settings.min_relevance)[1]}
+             for task in tasks]
+    samples = timed(args.repeats, tasks, lambda task: compose_instructions(
+        store, task, BANK, min_relevance=settings.min_relevance))
+    store.close()
+    return summary(samples), given
+
+
+def embedding_baseline(model: Path, tmp: Path, tasks: list[str], rounds: int) -> dict[str, Any]:
+    by_threads = {}
+    for threads in (1, None):
+        embedder = FastEmbedEmbedder(MODEL_NAME, model_path=model, cache_dir=tmp / "fastembed", threads=threads,
+                                     cache_size=0)
+        embedder.embed(["warm up"])
+        by_threads["1" if threads else "default"] = summary(timed(rounds, tasks, lambda t: embedder.embed([t]))) # noqa: B023
+    best = min(by_threads.values(), key=lambda s: s["p50"])
+    return {**best, "by_threads": by_threads}
+
+
+def measure_size(size: int, args: argparse.Namespace, real: FastEmbedEmbedder, cache: dict[str, list[float]],
+                 tmp: Path, redis_url: str) -> dict[str, Any]:
+    texts = lesson_texts(size + size // 10 + 50)
+    known, really_embedded = vectors_for(texts, real, args.real, args.noise, cache)
+    pooled = PooledEmbedder(real, known)
+    lessons = bank_lessons(texts[:size], BANK)
+    others = bank_lessons(texts[size:size + size // 10], OTHER_BANK)
+    doomed = bank_lessons(texts[size + size // 10:], "doomed")
+    path = tmp / f"edge-{size}"
+    store = EdgeLessonStore(path, pooled)
+    load_s = fill(store, lessons + others + doomed)
+    store.close()
+    settings = Settings(_env_file=None, data_dir=tmp / "data")
+    tasks = (TASKS * (args.queries // len(TASKS) + 1))[: args.queries]
+
+    agent = agent_path(args, path, redis_url, tasks)
+    store = EdgeLessonStore(path, pooled)
+    given_edge = [{x.id for x in compose_instructions(store, task, BANK, min_relevance=settings.min_relevance)[1]}
+                  for task in tasks]
+    from lessonbank.agent import build_instructions
+
+    in_process = timed(args.repeats, tasks, lambda t: build_instructions(t, BANK, store=store, settings=settings))
+    rank_only = timed(args.repeats, tasks, lambda t: store.rank(BANK, t, limit=24, min_similarity=0.2))
+    vector = real.embed([tasks[0]])[0]
+    import qdrant_edge as qe
+
+    bare = timed(args.repeats, tasks, lambda t: store.shard.query(qe.QueryRequest(
+        limit=24, query=qe.Query.Nearest(vector, using="dense"), with_payload=True)))
+    started = time.perf_counter()
+    deleted = store.delete_bank("doomed")
+    delete_s = time.perf_counter() - started
+    store.close()
+    result: dict[str, Any] = {
+        "lessons": size, "other_bank": len(others), "really_embedded": really_embedded,
+        "perturbed": size + len(others) + len(doomed) - really_embedded, "load_seconds": round(load_s, 1),
+        "agent_path_ms": summary(agent["samples"]), "agent_heavy_modules": agent["heavy_modules"],
+        "lessons_given_per_query": round(agent["given"] / max(args.repeats * len(tasks), 1), 1),
+        "in_process_ms": summary(in_process), "rank_only_ms": summary(rank_only), "bare_query_ms": summary(bare),
+        "task_embedding_ms": embedding_baseline(embed_model_path(), tmp, tasks, args.repeats),
+        "delete_bank": {"lessons": deleted, "seconds": round(delete_s, 2)},
     }
+    if size <= args.previous_up_to:
+        result["previous_engine_ms"], given_local = previous_engine(lessons + others, pooled, tmp / str(size), tasks,
+                                                                    args, settings)
+        shared = sum(len(a & b) for a, b in zip(given_edge, given_local, strict=True))
+        result["same_lessons_as_previous"] = round(shared / max(sum(len(b) for b in given_local), 1), 3)
+    return result
+
+
+def target_of(size: int, embed_p50: float) -> tuple[str, float | None]:
+    if size == 10_000:
+        return f"<= {EMBED_FACTOR_AT_10K:.0f}x embedding ({EMBED_FACTOR_AT_10K * embed_p50:.1f} ms)", \
+            EMBED_FACTOR_AT_10K * embed_p50
+    if size == 100_000:
+        return f"<= {TARGET_MS_AT_100K:.0f} ms", TARGET_MS_AT_100K
+    return "", None
+
+
+def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for s in result["sizes"]:
+        embed = s["task_embedding_ms"]["p50"]
+        target, limit = target_of(s["lessons"], embed)
+        for key, label in (("agent_path_ms", "agent -> Redis -> owner"), ("in_process_ms", "in process")):
+            b = s[key]
+            sp = b["p50_spread"]
+            previous = s.get("previous_engine_ms")
+            before = f"; qdrant-client local mode {previous['p50']:.0f}" if previous and key == "in_process_ms" else ""
+            out.append(row(f"build_instructions p50/p95 ms, {s['lessons']:,} lessons, {label}",
+                           f"{b['p50']:.1f} / {b['p95']:.1f} (p50 {sp['min']:.1f}-{sp['max']:.1f})",
+                           f"task embedding {embed:.1f}{before}", round(b["p50"] / embed, 2), target,
+                           b["p50"] <= limit if limit is not None else None))
+    for s in result["sizes"]:
+        deleted = s["delete_bank"]
+        total = s["lessons"] + s["other_bank"] + deleted["lessons"]
+        out.append(row(f"delete_bank of {deleted['lessons']} lessons in a store of {total:,} (files rewritten)",
+                       f"{deleted['seconds']:.2f} s", f"writing the {total:,} lessons {s['load_seconds']:.1f} s",
+                       round(deleted["seconds"] / s["load_seconds"], 2) if s["load_seconds"] else None))
+    return out
 
 
 def plot(sizes: list[dict[str, Any]], path: Path) -> Path | None:
@@ -204,69 +351,69 @@ def plot(sizes: list[dict[str, Any]], path: Path) -> Path | None:
     if plt is None:
         return None
     xs = [s["lessons"] for s in sizes]
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for key, label, style in (("build_instructions_ms", "build_instructions", "o-"),
-                              ("compose_without_injection_ms", "same, injection not recorded", "d-"),
-                              ("bare_query_ms", "bare query_points (same vector)", "s--"),
-                              ("bank_filtered_query_ms", "same query, bank filter", "v--"),
-                              ("task_embedding_ms", "task embedding alone (MiniLM)", "^:")):
-        ax.plot(xs, [s[key]["p50"] for s in sizes], style, label=f"{label} p50")
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    lines = [("agent_path_ms", "build_instructions, agent -> Redis -> owner", "o-"),
+             ("in_process_ms", "build_instructions, in process", "d-"),
+             ("task_embedding_ms", "one task embedding (baseline)", "^:"),
+             ("bare_query_ms", "bare engine query, no bank filter", "s--")]
+    for key, label, style in lines:
+        ax.plot(xs, [s[key]["p50"] for s in sizes], style, label=f"{label}, p50")
         ax.fill_between(xs, [s[key]["p50"] for s in sizes], [s[key]["p95"] for s in sizes], alpha=0.15)
-    ax.axhline(TARGET_P50_MS_AT_10K, color="grey", lw=0.8, ls="-.", label="target p50 at 10k (20 ms)")
+    previous = [s for s in sizes if "previous_engine_ms" in s]
+    if previous:
+        ax.plot([s["lessons"] for s in previous], [s["previous_engine_ms"]["p50"] for s in previous], "x--",
+                color="grey", label="before: qdrant-client local mode, p50")
+    for s in sizes:
+        _, limit = target_of(s["lessons"], s["task_embedding_ms"]["p50"])
+        if limit is not None:
+            ax.plot([s["lessons"]], [limit], marker="_", markersize=22, color="red", linestyle="none")
+    ax.plot([], [], marker="_", markersize=12, color="red", linestyle="none", label="target")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("lessons in the bank (embedded store)")
-    ax.set_ylabel("ms (line p50, band up to p95)")
+    ax.set_ylabel("latency per call (ms; line p50, band to p95)")
     ax.set_title("Instructions latency vs lesson count")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for s in result["sizes"]:
-        b, q = s["build_instructions_ms"], s["bare_query_ms"]
-        sp = s["build_p50_spread_ms"]
-        target = "<= 20 ms p50" if s["lessons"] == 10_000 else ""
-        out.append(row(f"build_instructions p50/p95 ms, {s['lessons']:,} lessons",
-                       f"{b['p50']:.1f} / {b['p95']:.1f} (p50 {sp['min']:.1f}-{sp['max']:.1f})",
-                       f"bare query {q['p50']:.2f} / {q['p95']:.2f} (bank-filtered "
-                       f"{s['bank_filtered_query_ms']['p50']:.1f})", s["ratio_p50"], target,
-                       b["p50"] <= TARGET_P50_MS_AT_10K if target else None))
-    return out
-
-
 def run(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000], help="Lesson counts to measure.")
     parser.add_argument("--large", action="store_true", help="Also measure 100k lessons (minutes).")
     parser.add_argument("--queries", type=int, default=10, help="Task queries per round.")
     parser.add_argument("--repeats", type=int, default=3, help="Rounds over the queries.")
     parser.add_argument("--real", type=int, default=1000, help="Lessons embedded with the real model (the pool).")
     parser.add_argument("--noise", type=float, default=0.02, help="Sigma of the perturbation of pooled vectors.")
+    parser.add_argument("--previous-up-to", type=int, default=10_000,
+                        help="Also measure qdrant-client's local mode up to this many lessons (0: never).")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     sizes = sorted(set(args.sizes + ([100_000] if args.large else [])))
     logging.basicConfig(level=logging.ERROR)
     cache: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        real = FastEmbedEmbedder(MODEL_NAME, model_path=embed_model_path(), cache_dir=Path(tmp) / "fastembed")
-        started = time.perf_counter()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp) / "redis") as redis_url:
+        real = FastEmbedEmbedder(MODEL_NAME, model_path=embed_model_path(), cache_dir=Path(tmp) / "fastembed",
+                                 cache_size=0)
         real.embed(lesson_texts(64))
         results = []
         for size in sizes:
-            results.append(measure_size(size, args, real, cache, Path(tmp)))
+            results.append(measure_size(size, args, real, cache, Path(tmp), redis_url))
             s = results[-1]
-            print(f"  {size:>7,} lessons ({s['perturbed']:,} perturbed): build p50 "
-                  f"{s['build_instructions_ms']['p50']:.1f} ms, bare {s['bare_query_ms']['p50']:.2f} ms, "
-                  f"load {s['load_seconds']} s", flush=True)
-    result = {"benchmark": "instructions_latency", "seconds": round(time.perf_counter() - started, 1),
-              "vector_note": f"{args.real} lessons embedded with MiniLM; the rest reuse those vectors with "
-                             f"Gaussian noise sigma {args.noise} (renormalized). Queries always use the real model.",
-              "sizes": results}
+            print(f"  {size:>7,} lessons: agent path p50 {s['agent_path_ms']['p50']:.1f} ms, in process "
+                  f"{s['in_process_ms']['p50']:.1f} ms, embedding {s['task_embedding_ms']['p50']:.1f} ms, "
+                  f"load {s['load_seconds']} s, agent loaded {s['agent_heavy_modules'] or 'no heavy module'}",
+                  flush=True)
+    result: dict[str, Any] = {
+        "benchmark": "instructions_latency", "seconds": round(time.perf_counter() - started, 1),
+        "vector_note": f"{args.real} lessons embedded with MiniLM; the rest reuse those vectors with Gaussian noise "
+                       f"sigma {args.noise} (renormalized). Queries always use the real model, uncached.",
+        "sizes": results,
+    }
     result["rows"] = rows_of(result)
     write_result("instructions_latency", result, args.out)
     png = plot(results, args.out / "instructions_latency.png")
@@ -275,7 +422,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def main() -> None:
-    result = run()
+    result = run(sys.argv[1:])
     print(result["vector_note"])
     print_table(result["rows"])
 

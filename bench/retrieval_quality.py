@@ -5,11 +5,11 @@
 bench/data/retrieval_pairs.jsonl holds task -> lesson pairs written for this benchmark (not the test
 set): the task a later run gets and the one lesson an earlier run learnt that it needs.
 bench/data/retrieval_distractors.jsonl adds lessons that no task needs (same topics, wrong answer).
-Every lesson goes into one bank of an embedded store with the real MiniLM model; each task is then
-looked up with ``LessonStore.similar`` (dense cosine, the baseline) and ``LessonStore.search`` (dense +
-lexical fused with RRF), and with the instructions builder's ranking (``rank_lessons``, the lessons a
-run is actually handed, 8 at most). Deterministic, so one pass; no spread to report.
-Writes bench/results/retrieval_quality.json.
+Every lesson goes into one bank of the embedded store (a Qdrant Edge shard, ``EdgeLessonStore``) with the
+real MiniLM model; each task is then looked up with ``similar`` (dense cosine, the baseline) and
+``search`` (dense + lexical fused with RRF), and with the instructions builder's ranking (``rank_lessons``,
+the lessons a run is actually handed, 8 at most). Deterministic, so one pass; no spread to report.
+Writes bench/results/retrieval_quality.json and retrieval_quality.png.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, embed_model_path, print_table, ratio, row, write_result
-from qdrant_client import QdrantClient
+from common import RESULTS, embed_model_path, plt_or_none, print_table, ratio, row, write_result
 
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.instructions import rank_lessons
 from lessonbank.core.models import Lesson
-from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.core.store.base import LessonStoreBase
+from lessonbank.core.store.edge import EdgeLessonStore
 
 DATA = Path(__file__).resolve().parent / "data"
 BANK = "bench-quality"
@@ -58,7 +58,7 @@ def rank_of(target: str, ids: list[str]) -> int | None:
     return ids.index(target) + 1 if target in ids else None
 
 
-def evaluate(store: LessonStore, pairs: list[tuple[str, Lesson]]) -> dict[str, Any]:
+def evaluate(store: LessonStoreBase, pairs: list[tuple[str, Lesson]]) -> dict[str, Any]:
     methods: dict[str, Callable[[str], list[str]]] = {
         "dense": lambda task: [lesson.id for lesson, _ in store.similar(BANK, task, limit=DEPTH)],
         "hybrid": lambda task: [lesson.id for lesson, _ in store.search(BANK, task, limit=DEPTH)],
@@ -91,9 +91,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         embedder = FastEmbedEmbedder(MODEL_NAME, model_path=embed_model_path(), cache_dir=Path(tmp) / "fastembed")
-        store = LessonStore(QdrantClient(location=":memory:"), embedder, "lessons")
-        pairs = [(p["task"], Lesson.new(BANK, p["kind"], p["lesson"])) for p in raw]
-        others = [Lesson.new(BANK, d["kind"], d["lesson"]) for d in distractors]
+        store = EdgeLessonStore(Path(tmp) / "store", embedder)
+        # evidence 2: lessons two runs confirmed, which the builder may hand out (``instructions.eligible``)
+        pairs = [(p["task"], Lesson.new(BANK, p["kind"], p["lesson"]).model_copy(update={"evidence": 2})) for p in raw]
+        others = [Lesson.new(BANK, d["kind"], d["lesson"]).model_copy(update={"evidence": 2}) for d in distractors]
         store.upsert([lesson for _, lesson in pairs] + others)
         result = evaluate(store, pairs)
         store.close()
@@ -117,7 +118,33 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         ],
     }
     write_result("retrieval_quality", out, args.out)
+    png = plot(out, args.out / "retrieval_quality.png")
+    out["plot"] = str(png) if png else None
     return out
+
+
+def plot(result: dict[str, Any], path: Path) -> Path | None:
+    plt = plt_or_none()
+    if plt is None:
+        return None
+    metrics_shown = ["recall@1", "recall@5", "mrr"]
+    methods = [("dense", "dense only (baseline)"), ("hybrid", "hybrid: dense + lexical, RRF")]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    width = 0.38
+    for i, (key, label) in enumerate(methods):
+        xs = [m + (i - 0.5) * width for m in range(len(metrics_shown))]
+        bars = ax.bar(xs, [result[key][m] for m in metrics_shown], width, label=label)
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.axhline(TARGET_RECALL5, color="red", lw=0.8, ls="-.", label=f"target recall@5 >= {TARGET_RECALL5}")
+    ax.set_xticks(range(len(metrics_shown)), ["recall@1", "recall@5", "MRR (top 10)"])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("fraction of tasks (MRR: mean 1/rank)")
+    ax.set_title(f"Retrieval quality, {result['pairs']} tasks, {result['lessons_in_bank']} lessons in the bank")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
-"""Run every benchmark with small sizes (a few minutes on 2 cores), print one table, write bench/results/.
+"""Run every benchmark with small sizes (about 10 minutes on 2 cores), print one table, write bench/results/.
 
     python bench/run_all.py [--large] [--only NAME ...] [--out DIR]
 
-``--large`` uses the bigger sizes: 100k lessons for the instructions latency, 1000-step recorder runs,
-more runs per worker batch and more repeats. Each script can also be run alone with its own flags.
+``--large`` uses the bigger sizes: 1000-step recorder runs, more queries, more runs per worker batch
+and more repeats. Each script can also be run alone with its own flags.
+Every figure is printed next to its baseline from the same run and its target ("MISSED" when missed).
 Writes bench/results/<benchmark>.json, summary.json, summary.md and the PNG plots.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import instructions_latency
 import memory
+import prompt_tokens
 import recorder_overhead
 import retrieval_quality
 import worker_throughput
@@ -31,10 +33,11 @@ BENCHMARKS: dict[str, tuple[Callable[[list[str] | None], dict[str, Any]], list[s
                           ["--steps", "1000", "--repeats", "5"]),
     "retrieval_quality": (retrieval_quality.run, [], []),
     "memory": (memory.run, ["--steps", "200", "--repeats", "3"], ["--steps", "1000", "--repeats", "5"]),
-    "instructions_latency": (instructions_latency.run, ["--sizes", "1000", "10000"],
-                             ["--sizes", "1000", "10000", "--large", "--queries", "20"]),
-    "worker_throughput": (worker_throughput.run, ["--runs", "8", "--repeats", "3"],
-                          ["--runs", "16", "--repeats", "5"]),
+    "instructions_latency": (instructions_latency.run, ["--sizes", "1000", "10000", "100000"],
+                             ["--sizes", "1000", "10000", "100000", "--queries", "20", "--repeats", "5"]),
+    "worker_throughput": (worker_throughput.run, ["--runs", "32", "--repeats", "3"],
+                          ["--runs", "64", "--repeats", "5"]),
+    "prompt_tokens": (prompt_tokens.run, [], []),
 }
 
 

@@ -5,10 +5,14 @@
 that each run starts with the user's own instructions followed by the lessons of the bank that bear
 on that task. smolagents rebuilds the system prompt from ``agent.instructions`` at the start of every
 ``run``, so setting the attribute is enough; it is set back to the user's value when the run ends.
+Managed agents (``agent.managed_agents``) get the same, recursively: their runs are recorded under the
+manager's bank (``managed="shared"``) or a bank of their own, ``f"{bank}/{name}"`` (``managed="own"``),
+and start with the lessons relevant to the sub-task the manager gave them.
 
 Each run's hash records its arm (``lessons``, or ``control`` for the held-out fraction that gets no
 lessons), the ids of the lessons it was given, and — with ``check=`` — whether its final answer
 passed the user's check. ``feedback(run_id, success=...)`` records a user's verdict at any time.
+With OpenTelemetry installed, each run's span carries the same (``lessonbank.telemetry``).
 """
 
 from __future__ import annotations
@@ -17,26 +21,33 @@ import functools
 import json
 import logging
 import random
+import weakref
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
+from lessonbank import telemetry
 from lessonbank.core import runs
 from lessonbank.core.connections import create_redis
-from lessonbank.core.constants import run_key
+from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 from lessonbank.core.instructions import STORE_ERRORS, compose_instructions
 from lessonbank.core.models import Lesson, validate_bank
+from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.recorder.callback import StepRecorder
+from lessonbank.tools import LessonSource
 
 logger = logging.getLogger(__name__)
 
 ATTRIBUTE = "_lessonbank_memory"
 Check = Callable[[Any], Any]
+Managed = Literal["shared", "own"]
+SENTINEL = "\x00lessonbank-task\x00"
+_counted: weakref.WeakKeyDictionary[StepRecorder, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 def join_instructions(user: str | None, lessons: str) -> str | None:
@@ -44,6 +55,39 @@ def join_instructions(user: str | None, lessons: str) -> str | None:
     if not lessons:
         return user
     return f"{user.rstrip()}\n\n{lessons}" if user and user.strip() else lessons
+
+
+def sub_task(agent: Any, task: str) -> str:
+    """The task a manager gave ``agent`` (a managed agent's run receives it wrapped in its prompt template)."""
+    try:
+        from smolagents.agents import populate_template
+
+        template = agent.prompt_templates["managed_agent"]["task"]
+        before, _, after = populate_template(template, {"name": agent.name, "task": SENTINEL}).partition(SENTINEL)
+    except (AttributeError, KeyError, TypeError, ValueError, ImportError):
+        return task
+    if before and task.startswith(before) and task.endswith(after) and len(task) >= len(before) + len(after):
+        return task[len(before):len(task) - len(after)].strip() or task
+    return task
+
+
+def count_records(client: redis.Redis, recorder: StepRecorder) -> None:
+    """Add what ``recorder`` delivered and spooled since the last call to ``RECORDER_STATS_KEY`` (never raises)."""
+    transport = getattr(recorder, "transport", None)
+    if transport is None or transport.breaker.tripped:
+        return  # Redis is away: the counts wait for the next run
+    last = _counted.get(recorder, (0, 0))
+    delivered, spooled = int(transport.delivered), int(transport.spooled)
+    if (delivered, spooled) == last:
+        return
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.hincrby(RECORDER_STATS_KEY, "delivered", max(delivered - last[0], 0))
+        pipe.hincrby(RECORDER_STATS_KEY, "spooled", max(spooled - last[1], 0))
+        pipe.execute()
+        _counted[recorder] = (delivered, spooled)
+    except redis.RedisError as e:
+        logger.debug("recorder counts not written: %s", e)
 
 
 class AgentHook:
@@ -61,6 +105,7 @@ class AgentHook:
         check: Check | None = None,
         holdout: float = 0.0,
         seed: int | None = None,
+        parent: AgentHook | None = None,
     ) -> None:
         self.agent = agent
         self.bank = bank
@@ -70,53 +115,65 @@ class AgentHook:
         self.max_chars = max_chars
         self.check = check
         self.holdout = holdout
+        self.parent = parent
         self._random = random.Random(seed)
-        self._store = store
+        self._source = LessonSource(settings, store=store)
+        self._redactor = Redactor(settings.redact_patterns)
         self._redis: redis.Redis | None = None
-        self._original_run: Callable[..., Any] = agent.run
+        # smolagents' own run, looked up at call time when the agent has no ``run`` of its own (so an
+        # instrumentation that wraps MultiStepAgent.run later, like OpenInference's, still sees the runs)
+        self._own_run: Callable[..., Any] | None = agent.run if "run" in vars(agent) else None
         self._user_instructions: str | None = agent.instructions
         self._applied: str | None = None
+        self.arm: str | None = None
         self.last_run_id: str | None = None
 
-    def store(self) -> LessonStoreProtocol | None:
-        if self._store is None:
-            from lessonbank.core.store.remote import connect_store
-
-            try:
-                self._store = connect_store(self.settings)
-            except STORE_ERRORS as e:
-                logger.warning("lesson store unavailable, runs get no lessons: %s", e)
-                return None
-        return self._store
+    def original_run(self) -> Callable[..., Any]:
+        if self._own_run is not None:
+            return self._own_run
+        for klass in type(self.agent).__mro__:
+            if "run" in vars(klass):
+                return vars(klass)["run"].__get__(self.agent, type(self.agent))  # type: ignore[no-any-return]
+        raise AttributeError("the agent has no run method")
 
     def lessons_for(self, task: str) -> tuple[str, list[Lesson]]:
         """The lessons block for ``task``; ``("", [])`` when the store fails (never raises)."""
         try:
-            store = self.store()
-            if store is None:
-                return "", []
-            return compose_instructions(store, task, self.bank, max_lessons=self.max_lessons,
-                                        max_chars=self.max_chars, min_relevance=self.settings.min_relevance)
+            return self._source.read(lambda store: compose_instructions(
+                store, task, self.bank, max_lessons=self.max_lessons, max_chars=self.max_chars,
+                min_relevance=self.settings.min_relevance))
         except STORE_ERRORS as e:
-            logger.warning("lesson store unavailable, no lessons for this run: %s", e)
+            self._source.unavailable(e)
         except Exception:  # never let lessons break the user's run
             logger.warning("building the lessons block failed; the run gets no lessons", exc_info=True)
         return "", []
 
-    def _begin(self, task: Any) -> None:
+    def _choose_arm(self) -> str:
+        if self.parent is not None and self.parent.arm is not None:
+            return self.parent.arm  # a managed agent's run is in the arm of its manager's run
+        return "control" if self.holdout and self._random.random() < self.holdout else "lessons"
+
+    def _begin(self, task: Any, trace: telemetry.RunTrace) -> None:
         current = self.agent.instructions
         if self._applied is None or current != self._applied:
             self._user_instructions = current  # the user changed them since the last run
-        arm = "control" if self.holdout and self._random.random() < self.holdout else "lessons"
-        block, given = ("", []) if arm == "control" else self.lessons_for(task if isinstance(task, str) else str(task))
-        fields = {"arm": arm, "given": json.dumps([lesson.id for lesson in given])}
+        self.arm = self._choose_arm()
+        query = sub_task(self.agent, task if isinstance(task, str) else str(task))
+        started = telemetry.now_ns()
+        block, given = ("", []) if self.arm == "control" else self.lessons_for(query)
+        fields = {"arm": self.arm, "given": json.dumps([lesson.id for lesson in given])}
         if self.check is not None:
             fields["check"] = "pending"
+        parent = trace.traceparent()
+        if parent:
+            fields["traceparent"] = parent
         try:
             self.last_run_id = self.recorder.prepare_run(self.agent, **fields)
         except Exception:  # the recorder is foreign to this module; its failure must not surface
             logger.warning("could not prepare the run's record", exc_info=True)
             self.last_run_id = None
+        trace.record_lessons(self._redactor.redact(query), given, started)
+        trace.annotate(self.bank, self.last_run_id, self.arm, [lesson.id for lesson in given])
         self._applied = join_instructions(self._user_instructions, block)
         self.agent.instructions = self._applied
 
@@ -125,32 +182,38 @@ class AgentHook:
 
         The run is recorded inside ``recorder.recording`` so that a run that raises is closed as failed.
         """
-        self._begin(task)
-        recording = self.recorder.recording(self.agent)
-        recording.__enter__()
+        trace = telemetry.start_run(self.agent, task, self._redactor)
         try:
-            result = self._original_run(task, *args, **kwargs)
+            self._begin(task, trace)
+            recording = self.recorder.recording(self.agent)
+            recording.__enter__()
         except BaseException as e:
-            self._finish(recording, e, None)
+            trace.end(e)
+            raise
+        try:
+            result = self.original_run()(task, *args, **kwargs)
+        except BaseException as e:
+            self._finish(recording, trace, e, None)
             raise
         if isinstance(result, Generator):  # stream=True: the run happens as the caller iterates
-            return self._stream(result, recording)
-        self._finish(recording, None, result)
+            return self._stream(result, recording, trace)
+        self._finish(recording, trace, None, result)
         return result
 
-    def _stream(self, steps: Generator[Any, None, None], recording: AbstractContextManager[Any]
-                ) -> Generator[Any, None, None]:
+    def _stream(self, steps: Generator[Any, None, None], recording: AbstractContextManager[Any],
+                trace: telemetry.RunTrace) -> Generator[Any, None, None]:
         last: Any = None
         try:
             for step in steps:
                 last = step
                 yield step
         except BaseException as e:
-            self._finish(recording, e, None)
+            self._finish(recording, trace, e, None)
             raise
-        self._finish(recording, None, getattr(last, "output", last))
+        self._finish(recording, trace, None, getattr(last, "output", last))
 
-    def _finish(self, recording: AbstractContextManager[Any], error: BaseException | None, answer: Any) -> None:
+    def _finish(self, recording: AbstractContextManager[Any], trace: telemetry.RunTrace,
+                error: BaseException | None, answer: Any) -> None:
         try:
             if error is None:
                 recording.__exit__(None, None, None)
@@ -158,11 +221,17 @@ class AgentHook:
                 recording.__exit__(type(error), error, error.__traceback__)
         except Exception:  # the recorder is foreign to this module; its failure must not surface
             logger.warning("the recorder failed to close the run", exc_info=True)
+        trace.end(error)
         if self.agent.instructions == self._applied:
             self.agent.instructions = self._user_instructions
         self._applied = None
+        self.arm = None
         if self.check is not None and self.last_run_id is not None:
             self._report_check(self.last_run_id, answer if error is None else None, error is None)
+        try:
+            count_records(self._client(), self.recorder)
+        except ConfigurationError:
+            pass
 
     def _report_check(self, run_id: str, answer: Any, answered: bool) -> None:
         """Run the user's check on the final answer and record its verdict (never raises)."""
@@ -188,6 +257,32 @@ class AgentHook:
         return self._redis
 
 
+def _hook(agent: Any, memory: AgentHook) -> None:
+    @functools.wraps(agent.run)
+    def run(task: str, *args: Any, **kwargs: Any) -> Any:
+        return memory.run(task, *args, **kwargs)
+
+    agent.run = run
+    setattr(agent, ATTRIBUTE, memory)
+
+
+def _remember_managed(parent: AgentHook, managed: Managed, store: LessonStoreProtocol | None,
+                      seen: set[int]) -> None:
+    """Hook every managed agent of ``parent.agent`` (recursively) that has no memory yet."""
+    for name, sub in (getattr(parent.agent, "managed_agents", None) or {}).items():
+        if id(sub) in seen or getattr(sub, ATTRIBUTE, None) is not None or not hasattr(sub, "run"):
+            continue
+        seen.add(id(sub))
+        bank = validate_bank(f"{parent.bank}/{name}") if managed == "own" else parent.bank
+        recorder = parent.recorder if bank == parent.recorder.bank else StepRecorder(bank=bank,
+                                                                                      settings=parent.settings)
+        recorder.attach(sub)
+        hook = AgentHook(sub, bank, parent.settings, recorder, store,
+                         max_lessons=parent.max_lessons, max_chars=parent.max_chars, parent=parent)
+        _hook(sub, hook)
+        _remember_managed(hook, managed, store, seen)
+
+
 def remember(
     agent: Any,
     bank: str | None = None,
@@ -200,6 +295,7 @@ def remember(
     store: LessonStoreProtocol | None = None,
     max_lessons: int = 8,
     max_chars: int = 2000,
+    managed: Managed = "shared",
 ) -> StepRecorder:
     """Give ``agent`` memory across runs of ``bank``; returns the attached ``StepRecorder``.
 
@@ -208,8 +304,10 @@ def remember(
     instructions. ``check(final_answer) -> bool`` says whether a run did its job (tests pass, schema
     validates...): the most trusted outcome after a user's ``feedback``. ``holdout`` (default
     ``LESSONBANK_HOLDOUT``) is the fraction of runs, chosen at random (``seed``), that get no lessons:
-    the control arm ``lessonbank report`` compares with. Calling it again on the same agent changes
-    nothing and returns the same recorder.
+    the control arm ``lessonbank report`` compares with. Managed agents are covered too: their runs are
+    recorded under ``bank`` (``managed="shared"``) or ``f"{bank}/{name}"`` (``managed="own"``) and start
+    with the lessons of their sub-task; ``remember(sub_agent)`` returns a managed agent's recorder. Calling
+    it again on the same agent changes nothing and returns the same recorder.
     """
     existing: AgentHook | None = getattr(agent, ATTRIBUTE, None)
     if existing is not None:
@@ -223,18 +321,15 @@ def remember(
         raise ConfigurationError(f"holdout must be a fraction from 0 to below 1 (got {holdout!r})")
     if check is not None and not callable(check):
         raise ConfigurationError("check must be a callable taking the final answer and returning True or False")
+    if managed not in ("shared", "own"):
+        raise ConfigurationError(f"managed must be 'shared' or 'own' (got {managed!r})")
     if recorder is None:
         recorder = StepRecorder(bank=bank, settings=settings)
     recorder.attach(agent)
     memory = AgentHook(agent, bank, settings, recorder, store, max_lessons=max_lessons, max_chars=max_chars,
                        check=check, holdout=holdout, seed=seed)
-
-    @functools.wraps(memory._original_run)
-    def run(task: str, *args: Any, **kwargs: Any) -> Any:
-        return memory.run(task, *args, **kwargs)
-
-    agent.run = run
-    setattr(agent, ATTRIBUTE, memory)
+    _hook(agent, memory)
+    _remember_managed(memory, managed, store, {id(agent)})
     return recorder
 
 
@@ -263,21 +358,6 @@ def feedback(run_id: str, success: bool, note: str = "", *, settings: Settings |
     return True
 
 
-def _connect(settings: Settings) -> LessonStoreProtocol:
-    from lessonbank.core.store.remote import connect_store
-
-    return connect_store(settings)
-
-
-def _close(store: Any) -> None:
-    close = getattr(store, "close", None)
-    if callable(close):
-        try:
-            close()
-        except STORE_ERRORS:
-            logger.debug("closing the lesson store failed", exc_info=True)
-
-
 def build_instructions(
     task: str,
     bank: str | None = None,
@@ -290,26 +370,20 @@ def build_instructions(
     """Instructions for a run of ``bank`` on ``task``: the relevant lessons of earlier runs, or ``""``.
 
     Returns ``""`` for an empty bank, a task nothing in the bank bears on, or an unavailable store
-    (logged as a warning: building instructions never fails the user's run). To credit the lessons
-    it hands out, record their ids with the run: ``recorder.prepare_run(agent, given=...)``;
+    (said once, plainly, with what to start: building instructions never fails the user's run). To credit
+    the lessons it hands out, record their ids with the run: ``recorder.prepare_run(agent, given=...)``;
     ``remember`` does all of this for you.
     """
     settings = settings or Settings()
     bank = validate_bank(bank if bank is not None else settings.bank)
-    own_store = store is None
+    source = LessonSource(settings, store=store)
     try:
-        source: LessonStoreProtocol = store if store is not None else _connect(settings)
-    except STORE_ERRORS as e:
-        logger.warning("lesson store unavailable, no lessons for this run: %s", e)
-        return ""
-    try:
-        text, _ = compose_instructions(
-            source, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=settings.min_relevance
-        )
+        text, _ = source.read(lambda s: compose_instructions(
+            s, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=settings.min_relevance))
         return text
     except STORE_ERRORS as e:
-        logger.warning("lesson store unavailable, no lessons for this run: %s", e)
+        source.unavailable(e)
         return ""
     finally:
-        if own_store:
-            _close(source)
+        if store is None:
+            source.close()

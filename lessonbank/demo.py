@@ -43,6 +43,15 @@ QUEUE = "lessonbank-demo"
 LESSONS_HEADER = "## Lessons from earlier runs"
 SALES_CSV = "date;region;amount\n2024-03-01;north;120.50\n2024-03-01;south;80.25\n2024-03-02;north;99.25\n"
 TASK = "What is the total of the 'amount' column in the sales file {path}? Answer with the number only."
+TOTAL = 300.0
+
+
+def right_total(answer: object) -> bool:
+    """The demo's check on a final answer: the total of the 'amount' column."""
+    try:
+        return abs(float(str(answer).strip()) - TOTAL) < 0.01
+    except ValueError:
+        return False
 Say = Callable[[str], None]
 
 
@@ -299,7 +308,7 @@ def _worker(settings: Settings, env: dict[str, str], workdir: Path, say: Say) ->
             return "ready." in text and "serving the lesson store" in text
 
         _wait(ready, 180, "the worker", process, log)
-        say(f"Worker: celery -A workers worker (pid {process.pid}, log: {log})")
+        say(f"Worker: celery -A lessonbank.workers worker (pid {process.pid}, log: {log})")
         yield log
     finally:
         _stop(process, "the worker", timeout=60)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,14 +20,17 @@ from smolagents import CodeAgent
 from smolagents.memory import FinalAnswerStep
 
 from lessonbank import remember
-from lessonbank.core.constants import run_key, run_steps_key
+from lessonbank.core.constants import RECORDER_STATS_KEY, STORE_OWNER_KEY, run_key, run_steps_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
+from lessonbank.core.store.owner import open_local_store
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
+from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.recorded import distill_args, run_hash, run_records
-from tests.fixtures.scripted_model import ScriptedModel, final_code
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
 USER = "Always answer in French."
@@ -231,3 +241,117 @@ def test_bad_holdout_and_bank_names_are_refused(settings: Settings, holdout: flo
     for bad in ("", " team", "team "):
         with pytest.raises(ConfigurationError, match="bank name"):
             remember(agent, bank=bad, settings=settings)
+
+
+# -- no silent "no lessons" ------------------------------------------------------------------------------
+
+def test_without_a_worker_it_says_so_once_and_reads_the_lessons_itself(
+    settings: Settings, embed_model_path: Path, caplog: pytest.LogCaptureFixture, redis_client: redis.Redis
+) -> None:
+    local = settings.model_copy(update={"store_timeout": 1.0, "embed_model_path": embed_model_path,
+                                        "qdrant_url": None})
+    on_disk = open_local_store(local)
+    on_disk.upsert([Lesson.new("team", "approach", CSV).model_copy(update={"verified": True})])
+    on_disk.close()
+    agent, model, probe = make_agent(local, None)
+    recorder = remember(agent, bank="team", settings=local)  # the default route: the worker owning the store
+    took = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="lessonbank"):
+            for _ in range(3):
+                started = time.monotonic()
+                agent.run(CSV_TASK)
+                took.append(time.monotonic() - started)
+        said = [r.getMessage() for r in caplog.records if "no worker answered" in r.getMessage()]
+        assert len(said) == 1 and "lessonbank worker" in said[0] and "LESSONBANK_QDRANT_URL" in said[0]
+        assert all(CSV in str(seen) for seen in probe.instructions)  # read from the path, not silently nothing
+        assert took[0] >= 1.0 and max(took[1:]) < 1.0  # the absent owner is not waited for again
+        redis_client.set(STORE_OWNER_KEY, "w@host")  # a worker announces itself: asked again at once
+        started = time.monotonic()
+        agent.run(CSV_TASK)
+        assert time.monotonic() - started >= 1.0 and CSV in str(probe.instructions[-1])
+    finally:
+        recorder.close()
+    assert int(redis_client.hget(RECORDER_STATS_KEY, "delivered") or 0) >= 4 * 3  # action, final, run_end per run
+
+
+# -- managed agents ----------------------------------------------------------------------------------
+
+def manager_with(sub_task: str) -> tuple[CodeAgent, CodeAgent, Probe]:
+    ref: list[Any] = []
+    probe = Probe(ref)
+    sub = CodeAgent(tools=[], model=ScriptedModel([], then=probe), name="reader",
+                    description="Reads data files and answers questions about them.", verbosity_level=0)
+    ref.append(sub)
+    manager = CodeAgent(tools=[], model=ScriptedModel([code_reply(f"print(reader(task={sub_task!r}))"),
+                                                       final_code("done")]),
+                        managed_agents=[sub], instructions=USER, verbosity_level=0)
+    return manager, sub, probe
+
+
+def test_managed_agents_are_recorded_and_start_with_their_sub_tasks_lessons(
+    settings: Settings, store: LessonStore, redis_client: redis.Redis
+) -> None:
+    manager, sub, probe = manager_with(CSV_TASK)
+    recorder = remember(manager, bank="team", settings=settings, store=store)
+    try:
+        assert manager.run("Write a haiku about autumn leaves, then check the sales numbers.") == "done"
+        assert probe.instructions and CSV in str(probe.instructions[0])  # the sub-task's lessons
+        assert CSV not in system_prompt(manager.model, 0)  # type: ignore[arg-type]
+        assert remember(sub) is recorder  # shared: the manager's recorder and bank
+        sub_run = recorder.run_id(sub)
+        assert sub_run and sub_run != recorder.run_id(manager)
+        state = run_hash(redis_client, sub_run)
+        assert state["bank"] == "team" and state["agent"] == "reader"
+        assert json.loads(state["given"]) == [Lesson.new("team", "approach", CSV).id]
+        assert run_hash(redis_client, recorder.run_id(manager) or "")["given"] == "[]"
+    finally:
+        recorder.close()
+
+
+def test_managed_agents_can_have_banks_of_their_own(settings: Settings, store: LessonStore,
+                                                    redis_client: redis.Redis) -> None:
+    own = "The regional sales files are UTF-16 encoded: open them with encoding='utf-16'."
+    store.upsert([Lesson.new("team/reader", "fact", own).model_copy(update={"verified": True})])
+    manager, sub, probe = manager_with("Read the regional sales files and sum the amounts")
+    recorder = remember(manager, bank="team", settings=settings, store=store, managed="own")
+    try:
+        manager.run("Prepare the report")
+        assert own in str(probe.instructions[0]) and CSV not in str(probe.instructions[0])
+        sub_recorder = remember(sub)
+        assert sub_recorder is not recorder and sub_recorder.bank == "team/reader"
+        assert run_hash(redis_client, sub_recorder.run_id(sub) or "")["bank"] == "team/reader"
+        sub_recorder.close()
+    finally:
+        recorder.close()
+    with pytest.raises(ConfigurationError, match="managed must be"):
+        remember(make_agent(settings, store)[0], bank="team", settings=settings, managed="mine")  # type: ignore[arg-type]
+
+
+# -- the README's usage example, as written ----------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.mark.slow
+def test_the_readme_usage_example_runs_as_written(redis_url: str, embed_model_path: Path, tmp_path: Path,
+                                                  openai_server: FakeOpenAI, redis_client: redis.Redis) -> None:
+    usage = README.read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
+    [example] = [block for block in re.findall(r"```python\n(.*?)```", usage, re.S) if "OpenAIServerModel" in block]
+    openai_server.script(
+        Reply(content=code_reply("import csv, io\nrows = list(csv.DictReader(io.StringIO(read_file('sales.csv')), "
+                                 "delimiter=';'))\nprint(sum(int(r['amount']) for r in rows))")),
+        Reply(content=final_code(42)),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LESSONBANK_", "OPENAI_"))}
+    env.update({"OPENAI_BASE_URL": openai_server.url, "OPENAI_API_KEY": "local", "LESSONBANK_REDIS_URL": redis_url,
+                "LESSONBANK_DATA_DIR": str(tmp_path / "data"), "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
+                "LESSONBANK_STORE_TIMEOUT": "0.5"})
+    (tmp_path / "usage.py").write_text(example)  # smolagents' @tool reads the function's source from its file
+    done = subprocess.run([sys.executable, "usage.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "42"
+    assert done.stderr.count("no worker answered for the lesson store") == 1  # said plainly, once
+    assert "lessonbank worker" in done.stderr
+    assert distill_args(redis_client, "lessonbank") != []  # the run waits, recorded, for a worker

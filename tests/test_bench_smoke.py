@@ -29,3 +29,48 @@ def test_retrieval_quality_writes_its_figures(tmp_path: Path) -> None:
     assert result["hybrid"]["recall@5"] > 0.5  # six unrelated lessons: the right one ranks near the top
     assert {r["figure"] for r in result["rows"]} >= {"retrieval recall@5 (hybrid)", "retrieval MRR (hybrid)"}
     assert result["machine"]["cpus"] and "recall@5" in proc.stdout
+
+
+def run_bench(script: str, tmp_path: Path, *args: str, timeout: int = 600) -> dict:  # type: ignore[type-arg]
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *args, "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads((tmp_path / script.replace(".py", ".json")).read_text()))
+
+
+def test_instructions_latency_measures_the_agent_path_and_its_baseline(tmp_path: Path) -> None:
+    result = run_bench("instructions_latency.py", tmp_path, "--sizes", "300", "--queries", "3", "--repeats", "1",
+                       "--real", "100", "--previous-up-to", "300")
+    (size,) = result["sizes"]
+    assert size["lessons"] == 300 and size["agent_heavy_modules"] == []  # the agent loads no engine or model
+    for key in ("agent_path_ms", "in_process_ms", "task_embedding_ms", "bare_query_ms", "previous_engine_ms"):
+        assert size[key]["n"] == 3 and size[key]["p50"] > 0
+    assert size["delete_bank"]["lessons"] == 50 and 0 < size["same_lessons_as_previous"] <= 1
+    latency, delete = result["rows"][:2], result["rows"][2]
+    assert [r["figure"].split(", ")[-1] for r in latency] == ["agent -> Redis -> owner", "in process"]
+    assert all("task embedding" in r["baseline"] for r in latency)
+    assert delete["figure"].startswith("delete_bank of 50 lessons") and delete["value"].endswith(" s")
+    assert (tmp_path / "instructions_latency.png").is_file()
+
+
+def test_prompt_tokens_counts_real_tokens_against_the_target(tmp_path: Path) -> None:
+    from lessonbank.core.settings import Settings
+    from lessonbank.local_llm import MODELS
+
+    model = Settings(_env_file=None).data_dir / "models" / MODELS["0.5b"].filename
+    if not model.is_file():
+        pytest.skip(f"no Qwen2.5 GGUF at {model} (lessonbank llm fetch --model 0.5b)")
+    result = run_bench("prompt_tokens.py", tmp_path)
+    now, before = result["realistic"]["now"], result["realistic"]["before"]
+    assert 1000 < now["prompt_tokens"] < before["prompt_tokens"] and result["schema_tokens"] > 100
+    assert now["transcript_estimate"] >= now["transcript_tokens"]
+    assert result["rows"][0]["met"] in ("yes", "MISSED") and result["rows"][0]["target"] == "<= 3,000"
+
+
+def test_worker_throughput_runs_a_real_worker(tmp_path: Path) -> None:
+    result = run_bench("worker_throughput.py", tmp_path, "--concurrency", "1", "2", "--runs", "3", "--repeats", "1",
+                       "--no-one-bank", timeout=900)
+    assert [case["concurrency"] for case in result["cases"]] == [1, 2]
+    assert all(case["states"] == {"distilled": 3} for case in result["cases"])
+    assert result["cases"][0]["cpu_ms_per_run"]["main_process"] > 0
+    assert result["rows"][1]["target"] == ">= 3.5x -c 1" and result["rows"][1]["met"] in ("yes", "MISSED")

@@ -196,6 +196,9 @@ def test_server_refuses_a_missing_model(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_server_that_dies_at_startup_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """llama.cpp itself refuses a file that is not a GGUF model, and the wrapper reports it at once."""
+    if local_llm.llama_cpp_version() is None:
+        pytest.fail("llama-cpp-python[server] does not import; run: lessonbank llm setup --model 0.5b", pytrace=False)
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a gguf file")
     server = LlamaServer(bogus, free_port(), log_path=tmp_path / "server.log")
@@ -204,6 +207,8 @@ def test_server_that_dies_at_startup_is_reported_not_waited_for(tmp_path: Path) 
         server.start(timeout=120)
 
     assert not server.running()
+    # It died loading the model, not for want of llama_cpp (a missing module exits with a code too).
+    assert f"Failed to load model from file: {bogus}" in (tmp_path / "server.log").read_text()
 
 
 def run_cli(args: list[str], data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Result:

@@ -6,21 +6,24 @@ import base64
 import inspect
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from qdrant_client import QdrantClient
-from smolagents import CodeAgent, Tool
+from smolagents import CodeAgent, OpenAIServerModel, Tool
 
 from lessonbank import memory_tools
 from lessonbank.core.constants import PENDING_LESSON_KEY, REMEMBER_TASK, pending_lesson_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
+from lessonbank.core.store.owner import open_local_store
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
 from lessonbank.tools import RecallLessonsTool, RememberLessonTool
+from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.redis_server import free_port
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
@@ -154,3 +157,39 @@ def test_agent_calls_the_tools(settings: Settings, store: LessonStore, redis_cli
     assert "Saved for future runs" in observations[1]
     [message] = queued(redis_client, settings.queue)
     assert message["task"] == REMEMBER_TASK and message["args"][0] == "team"
+
+
+def test_tools_are_saved_and_a_reloaded_agent_recalls_from_the_same_bank(
+    redis_url: str, embed_model_path: Path, openai_server: FakeOpenAI, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {"LESSONBANK_REDIS_URL": redis_url, "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
+           "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path), "LESSONBANK_STORE_TIMEOUT": "0.3",
+           "OPENAI_BASE_URL": openai_server.url, "OPENAI_API_KEY": "test-key"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for name in ("LESSONBANK_QDRANT_URL", "LESSONBANK_QDRANT_PATH", "LESSONBANK_BANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env file of the caller's
+    on_disk = open_local_store(Settings())  # no worker runs: the tools read the embedded store themselves
+    on_disk.upsert([Lesson.new("team", "approach", CSV).model_copy(update={"verified": True}),
+                    Lesson.new("default", "fact", OTHER).model_copy(update={"verified": True})])
+    on_disk.close()
+
+    tools = memory_tools("team")
+    for tool in tools:
+        saved = tool.to_dict()
+        assert 'default_bank = "team"' in saved["code"] and "lessonbank" in saved["requirements"]
+        assert {f.path_in_repo for f in tool._prepare_hub_files()} >= {"tool.py", "app.py"}  # what push_to_hub sends
+    agent = CodeAgent(tools=tools, model=OpenAIServerModel(model_id="fake-model", api_base=openai_server.url,
+                                                           api_key="test-key"), verbosity_level=0)
+    agent.save(tmp_path / "saved")
+    assert (tmp_path / "saved" / "tools" / "recall_lessons.py").is_file()
+
+    openai_server.script(Reply(content=code_reply('print(recall_lessons(query="read the sales CSV"))')),
+                         Reply(content=final_code("done")))
+    reloaded = CodeAgent.from_folder(tmp_path / "saved", verbosity_level=0)
+    assert type(reloaded.tools["recall_lessons"]) is not RecallLessonsTool  # rebuilt from the saved code
+    assert reloaded.run("Sum the sales CSV") == "done"
+    observations = [step.observations or "" for step in reloaded.memory.steps if hasattr(step, "observations")]
+    assert CSV in observations[0] and OTHER not in observations[0]  # bank "team", not LESSONBANK_BANK's "default"

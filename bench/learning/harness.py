@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import httpx
 import redis
 from smolagents import ActionStep, CodeAgent, OpenAIServerModel
 from trap_tasks import TrapTask, Variant, tools_for
@@ -51,7 +52,7 @@ class AgentConfig:
     model_id: str
     api_key: str = "local"
     temperature: float = 0.7
-    max_steps: int = 7
+    max_steps: int = 6
     max_tokens: int = 600
     timeout: float = 900.0
 
@@ -70,6 +71,7 @@ class RunResult:
     correct: bool = False
     steps: int = 0
     errors: int = 0
+    max_steps_reached: bool = False  # the answer came from smolagents' forced final answer after max_steps
     input_tokens: int = 0
     output_tokens: int = 0
     seconds: float = 0.0
@@ -90,16 +92,48 @@ def run_seed(task: str, run_index: int) -> int:
     return (sum(ord(c) * (i + 1) for i, c in enumerate(task)) * 1009 + run_index * 7919) % 2_147_483_647
 
 
+class SeededModel(OpenAIServerModel):
+    """``OpenAIServerModel`` whose n-th call of a run samples with seed ``seed + n``.
+
+    A run is reproducible (same seeds, call by call, in every arm), yet a step that failed is not
+    resampled with the very seed that produced it.
+    """
+
+    def __init__(self, *args: Any, seed: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seed = seed
+        self.calls = 0
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["seed"] = self.seed + self.calls
+        self.calls += 1
+        return super().generate(*args, **kwargs)
+
+
 def make_agent(config: AgentConfig, task: TrapTask, variant: Variant, seed: int) -> CodeAgent:
-    model = OpenAIServerModel(
+    model = SeededModel(
         model_id=config.model_id, api_base=config.base_url, api_key=config.api_key,
         client_kwargs={"timeout": config.timeout, "max_retries": 0}, flatten_messages_as_text=True,
-        temperature=config.temperature, seed=seed, max_tokens=config.max_tokens,
+        temperature=config.temperature, max_tokens=config.max_tokens, seed=seed,
     )
     return CodeAgent(
         tools=tools_for(task, variant), model=model, max_steps=config.max_steps, verbosity_level=-1,
         additional_authorized_imports=AUTHORIZED_IMPORTS,
     )
+
+
+def evict_prompt_cache(config: AgentConfig) -> None:
+    """Start every run cold: one 1-token request with an unrelated prompt replaces llama.cpp's cached prefix.
+
+    Otherwise a run that follows another run with the same system prompt skips ~2,000 prompt tokens
+    (tens of seconds on 2 cores), and the arm that runs second would look faster.
+    """
+    response = httpx.post(
+        f"{config.base_url}/chat/completions", timeout=config.timeout,
+        headers={"Authorization": f"Bearer {config.api_key}"},
+        json={"model": config.model_id, "messages": [{"role": "user", "content": "ok"}], "max_tokens": 1},
+    )
+    response.raise_for_status()
 
 
 def lessons_block(agent: CodeAgent) -> str:
@@ -150,6 +184,7 @@ def collect(agent: CodeAgent, result: RunResult) -> None:
         result.steps += 1
         if step.error is not None:
             result.errors += 1
+            result.max_steps_reached |= type(step.error).__name__ == "AgentMaxStepsError"
         if step.token_usage is not None:
             result.input_tokens += step.token_usage.input_tokens
             result.output_tokens += step.token_usage.output_tokens
@@ -170,6 +205,7 @@ def run_once(
     if arm.memory:
         assert settings is not None and bank
         recorder, with_check = attach_memory(agent, arm, bank, settings, lambda answer: task.check(variant, answer))
+    evict_prompt_cache(config)
     started = time.monotonic()
     answer: Any = None
     try:

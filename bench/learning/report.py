@@ -68,8 +68,9 @@ def _verdict(arm: dict[str, Any], baseline: dict[str, Any]) -> str:
 def _cell(figures: dict[str, Any]) -> str:
     if not figures["runs"]:
         return "-"
-    return (f"{figures['successes']}/{figures['runs']} ok, {figures['mean_steps']} steps, "
-            f"{figures['mean_input_tokens']:.0f}/{figures['mean_output_tokens']:.0f} tok, {figures['mean_seconds']:.0f} s")
+    tokens = f"{figures['mean_input_tokens']:.0f}/{figures['mean_output_tokens']:.0f} tok"
+    return f"{figures['successes']}/{figures['runs']} ok, {figures['mean_steps']} steps, {tokens}, " \
+        f"{figures['mean_seconds']:.0f} s"
 
 
 def format_tables(summary: dict[str, Any], arms: list[str], banks: dict[str, Any]) -> str:

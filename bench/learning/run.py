@@ -28,7 +28,7 @@ from common import machine  # noqa: E402
 from harness import ARMS, AgentConfig, Arm, RunResult, run_once, wait_distilled  # noqa: E402
 from report import format_tables, plot, summarize, write_json  # noqa: E402
 from services import Services, services  # noqa: E402
-from trap_tasks import TASKS, TrapTask  # noqa: E402
+from trap_tasks import ALL_TASKS, TASKS, TrapTask  # noqa: E402
 
 from lessonbank.core.constants import DEAD_LETTERS_KEY, run_key  # noqa: E402
 from lessonbank.core.settings import Settings  # noqa: E402
@@ -36,7 +36,7 @@ from lessonbank.core.settings import Settings  # noqa: E402
 logger = logging.getLogger("bench.learning")
 
 RESULTS = HERE / "results"
-QUICK_TASK = "paged_orders"
+QUICK_TASK = "invoice_cents"
 DISTILL_TIMEOUT = 1800.0
 RUN_FIELDS = ("state", "outcome", "verdict", "verdict_source", "lessons", "credited", "distill_attempts")
 
@@ -44,7 +44,9 @@ RUN_FIELDS = ("state", "outcome", "verdict", "verdict_source", "lessons", "credi
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs-per-task", type=int, default=4, help="Runs of each task per arm (default 4).")
-    parser.add_argument("--tasks", default="all", help=f"Comma-separated task names or 'all': {', '.join(TASKS)}.")
+    extra = ", ".join(n for n in ALL_TASKS if n not in TASKS)
+    parser.add_argument("--tasks", default="all",
+                        help=f"Comma-separated task names, or 'all' ({', '.join(TASKS)}); also: {extra}.")
     parser.add_argument("--arms", default="none,memory", help=f"Comma-separated arms: {', '.join(ARMS)}.")
     parser.add_argument("--model", default="1.5b", help="Local model (lessonbank llm): 0.5b or 1.5b.")
     parser.add_argument("--quick", action="store_true",
@@ -54,13 +56,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n-ctx", type=int, default=8192, help="Context window of the llama.cpp server.")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of the llama.cpp server.")
     parser.add_argument("--out", type=Path, default=RESULTS, help="Directory for the JSON and the plot.")
+    parser.add_argument("--name", default="", help="File name stem (default: learning, or learning-quick).")
     args = parser.parse_args(argv)
     if args.quick:
         args.tasks, args.runs_per_task = QUICK_TASK, 2
     names = list(TASKS) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [n for n in names if n not in TASKS]
+    unknown = [n for n in names if n not in ALL_TASKS]
     if unknown:
-        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(ALL_TASKS)}")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or any(a not in ARMS for a in arms):
         parser.error(f"--arms {args.arms!r}: choose from {', '.join(ARMS)}")
@@ -135,22 +138,18 @@ def bank_lessons(settings: Settings, banks: list[str]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("httpx", "openai", "lessonbank", "smolagents"):
+    for noisy in ("lessonbank", "smolagents"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    tasks = [TASKS[n] for n in args.task_names]
-    arms = [ARMS[a] for a in args.arm_names]
-    workdir = Path(tempfile.mkdtemp(prefix="lessonbank-learning-"))
-    logger.info("tasks %s, arms %s, %d runs per task; work directory %s", ", ".join(args.task_names),
-                ", ".join(args.arm_names), args.runs_per_task, workdir)
-    started = time.time()
-    rows: list[dict[str, Any]] = []
-    stem = "learning-quick" if args.quick else "learning"
-    payload: dict[str, Any] = {"benchmark": "learning", "args": {k: v for k, v in vars(args).items() if k != "out"},
-                               "machine": machine(), "tasks": {t.name: {"trap": t.trap, "hint": t.hint} for t in tasks},
-                               "arms": {a.name: a.description for a in arms}, "runs": rows}
+    for handler in logging.getLogger().handlers:  # httpx and openai log every request at INFO
+        handler.addFilter(lambda record: not record.name.startswith(("httpx", "openai")))
+
+
+def run_all(args: argparse.Namespace, tasks: list[TrapTask], arms: list[Arm], workdir: Path,
+            payload: dict[str, Any], partial: Path) -> str:
+    """Every (task, run index, arm) in that order, the banks' lessons at the end; returns the model's name."""
+    rows: list[dict[str, Any]] = payload["runs"]
     with services(workdir, args.model, any(a.memory for a in arms), args.n_ctx, args.threads) as svc:
         config = AgentConfig(svc.llm_url, svc.llm_model, temperature=args.temperature, max_steps=args.max_steps)
         client = redis.Redis.from_url(svc.settings.redis_url) if svc.settings else None
@@ -158,15 +157,35 @@ def main(argv: list[str] | None = None) -> int:
             for index in range(args.runs_per_task):
                 for arm in arms:
                     rows.append(one_run(config, svc, client, task, index, arm))
-                    write_json(args.out / f"{stem}.partial.json", payload)
+                    write_json(partial, payload)
         banks = [bank_name(a, t) for a in arms if a.memory for t in tasks]
         payload["banks"] = bank_lessons(svc.settings, banks) if svc.settings and banks else {}
+        return svc.llm_model
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging()
+    tasks = [ALL_TASKS[n] for n in args.task_names]
+    arms = [ARMS[a] for a in args.arm_names]
+    workdir = Path(tempfile.mkdtemp(prefix="lessonbank-learning-"))
+    logger.info("tasks %s, arms %s, %d runs per task; work directory %s", ", ".join(args.task_names),
+                ", ".join(args.arm_names), args.runs_per_task, workdir)
+    started = time.time()
+    stem = args.name or ("learning-quick" if args.quick else "learning")
+    payload: dict[str, Any] = {
+        "benchmark": "learning", "args": {k: v for k, v in vars(args).items() if k not in ("out", "name")},
+        "machine": machine(), "tasks": {t.name: {"trap": t.trap, "hint": t.hint} for t in tasks},
+        "arms": {a.name: a.description for a in arms}, "runs": [], "banks": {},
+    }
+    partial = args.out / f"{stem}.partial.json"
+    model = run_all(args, tasks, arms, workdir, payload, partial)
     payload["seconds"] = round(time.time() - started)
-    payload["summary"] = summarize(rows, args.arm_names, args.task_names, args.runs_per_task)
+    payload["summary"] = summarize(payload["runs"], args.arm_names, args.task_names, args.runs_per_task)
     print(format_tables(payload["summary"], args.arm_names, payload["banks"]))
     write_json(args.out / f"{stem}.json", payload)
-    (args.out / f"{stem}.partial.json").unlink(missing_ok=True)
-    title = (f"{svc.llm_model}, {len(tasks)} task(s) x {args.runs_per_task} runs, temperature {args.temperature}, "
+    partial.unlink(missing_ok=True)
+    title = (f"{model}, {len(tasks)} task(s) x {args.runs_per_task} runs, temperature {args.temperature}, "
              f"max_steps {args.max_steps}")
     if plot(payload["summary"], args.arm_names, args.out / f"{stem}.png", title):
         logger.info("plot: %s", args.out / f"{stem}.png")

@@ -17,12 +17,12 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import trap_tasks as tt  # noqa: E402
 from report import format_tables, summarize  # noqa: E402
-from trap_tasks import TASKS, matches, tools_for  # noqa: E402
+from trap_tasks import ALL_TASKS, TASKS, matches, tools_for  # noqa: E402
 
 
 def test_at_least_five_tasks_each_with_distinct_variants() -> None:
     assert len(TASKS) >= 5
-    for task in TASKS.values():
+    for task in ALL_TASKS.values():
         variants = task.variants()
         assert len(variants) >= 4, task.name
         assert len({v.prompt for v in variants}) == len(variants), f"{task.name}: a variant repeats a prompt"
@@ -30,9 +30,9 @@ def test_at_least_five_tasks_each_with_distinct_variants() -> None:
         assert [v.prompt for v in task.variants()] == [v.prompt for v in variants], "variants are not deterministic"
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("name", sorted(ALL_TASKS))
 def test_checker_accepts_the_answer_and_rejects_the_trap(name: str) -> None:
-    task = TASKS[name]
+    task = ALL_TASKS[name]
     for variant in task.variants():
         assert task.check(variant, variant.answer)
         assert task.check(variant, str(variant.answer))
@@ -46,13 +46,13 @@ def trapped_answer(name: str, variant: tt.Variant) -> object:
     if name == "paged_orders":
         return len(tt.orders_page(world, variant.key, 1)["orders"])
     if name == "invoice_cents":
-        return sum(line["amount_cents"] for line in tt.invoice_record(world, variant.key)["lines"])
+        return sum(line["qty"] * line["unit_price_cents"] for line in tt.invoice_record(world, variant.key)["lines"])
     if name == "date_format":
         return world["min_c"]  # the trap itself raises; the checker must still reject a wrong number
     if name == "nested_catalog":
         return tt.catalog_search(world, world["query"])["data"]["total"]
     if name == "stock_packs":
-        return sum(row["qty"] for row in tt.stock_record(world, variant.key)["stock"])
+        return sum(row["qty"] for row in tt.stock_record(world, variant.key))
     if name == "semver_latest":
         return max(r["version"] for r in tt.release_list(world, variant.key)["releases"])
     raise AssertionError(f"no trapped answer for {name}")
@@ -65,7 +65,9 @@ def test_the_data_hints_at_each_trap() -> None:
     assert sum(len(tt.orders_page(orders.world, orders.key, p)["orders"]) for p in range(1, first["pages"] + 1)) \
         == orders.answer
     invoice = TASKS["invoice_cents"].variants()[0]
-    assert all(isinstance(line["amount_cents"], int) for line in tt.invoice_record(invoice.world, invoice.key)["lines"])
+    lines = tt.invoice_record(invoice.world, invoice.key)["lines"]
+    assert all(isinstance(line["unit_price_cents"], int) for line in lines)
+    assert sum(line["qty"] * line["unit_price_cents"] for line in lines) / 100 == pytest.approx(invoice.answer)
     weather = TASKS["date_format"].variants()[0]
     with pytest.raises(ValueError, match="expected DD.MM.YYYY"):
         tt.weather_record(weather.world, weather.world["city"], weather.world["iso"])
@@ -76,8 +78,8 @@ def test_the_data_hints_at_each_trap() -> None:
     found = tt.catalog_search(catalog.world, catalog.world["query"])
     assert "items" not in found and found["data"]["total"] > len(found["data"]["items"])
     stock = TASKS["stock_packs"].variants()[0]
-    assert tt.stock_record(stock.world, stock.key)["unit"].split()[-1].isdigit()
-    releases = TASKS["semver_latest"].variants()[0]
+    assert all(row["unit"].split()[-1].isdigit() for row in tt.stock_record(stock.world, stock.key))
+    releases = ALL_TASKS["semver_latest"].variants()[0]
     listed = [r["version"] for r in tt.release_list(releases.world, releases.key)["releases"]]
     assert listed == sorted(listed) and listed[-1] != releases.answer
 
@@ -93,8 +95,8 @@ GIVEAWAYS = {
 
 
 def test_tool_docstrings_are_silent_about_the_traps() -> None:
-    assert set(GIVEAWAYS) == set(TASKS)
-    for task in TASKS.values():
+    assert set(GIVEAWAYS) == set(ALL_TASKS)
+    for task in ALL_TASKS.values():
         for tool in tools_for(task, task.variants()[0]):
             text = (tool.description + " " + " ".join(i["description"] for i in tool.inputs.values())).lower()
             assert not [word for word in GIVEAWAYS[task.name] if word in text], (task.name, text)
@@ -104,15 +106,15 @@ def test_tools_serve_the_variant() -> None:
     task = TASKS["stock_packs"]
     variant = task.variants()[1]
     [get_stock] = tools_for(task, variant)
-    assert get_stock(sku=variant.key)["sku"] == variant.key
+    assert {row["sku"] for row in get_stock(sku=variant.key)} == {variant.key}
     with pytest.raises(ValueError, match="unknown sku"):
         get_stock(sku="NOPE-1")
 
 
 @pytest.mark.parametrize(("answer", "expected", "ok"), [
     ("12", 12, True), (12.0, 12, True), ("125.47 EUR", 125.47, True), ("125,47", 125.47, True),
-    ("12 or 13", 12, False), ("", 12, False), (True, 1, False), ("1.10.0", "1.10.0", True), ("'1.10.0'", "1.10.0", True),
-    ("1.9.4", "1.10.0", False),
+    ("12 or 13", 12, False), ("", 12, False), (True, 1, False), ("1.10.0", "1.10.0", True),
+    ("'1.10.0'", "1.10.0", True), ("1.9.4", "1.10.0", False),
 ])
 def test_matches(answer: object, expected: float | str, ok: bool) -> None:
     assert matches(answer, expected, 0.005) is ok

@@ -90,18 +90,22 @@ def _build_paged_orders(rng: random.Random, index: int) -> Variant:
          "total": round(rng.uniform(5, 250), 2)}
         for _ in range(count)
     ]
-    prompt = f"How many orders has customer {customer} placed in total? Answer with the number only."
+    prompt = f"Using list_orders, how many orders has customer {customer} placed in total? Answer with the number only."
     return Variant(customer, prompt, count, {"customer": customer, "orders": orders, "per_page": per_page})
 
 
 def orders_page(world: dict[str, Any], customer: str, page: int = 1) -> dict[str, Any]:
     """What ``list_orders`` answers: one page of the customer's orders and where the next one is."""
+    customer = str(customer)
     if customer.strip() != world["customer"]:
         raise ValueError(f"no customer with id {customer!r}")
     per_page = world["per_page"]
     orders = world["orders"]
     pages = -(-len(orders) // per_page)
-    page = int(page)
+    try:
+        page = int(page)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid page {page!r}") from None
     start = (page - 1) * per_page
     chunk = orders[start:start + per_page] if page >= 1 else []
     return {"customer": world["customer"], "orders": chunk, "page": page, "pages": pages,
@@ -131,14 +135,16 @@ _ITEMS = ["desk lamp", "office chair", "monitor arm", "keyboard", "usb hub", "we
 
 def _build_invoice_cents(rng: random.Random, index: int) -> Variant:
     invoice = f"INV-{rng.randint(1000, 9999)}"
-    lines = [{"item": item, "amount_cents": rng.randint(250, 9999)} for item in rng.sample(_ITEMS, 3 + index % 3)]
-    total = round(sum(line["amount_cents"] for line in lines) / 100, 2)
-    prompt = f"What is the total of invoice {invoice} in euros? Answer with the number only."
+    lines = [{"item": item, "qty": rng.randint(1, 3), "unit_price_cents": rng.randint(250, 4999)}
+             for item in rng.sample(_ITEMS, 3 + index % 3)]
+    total = round(sum(line["qty"] * line["unit_price_cents"] for line in lines) / 100, 2)
+    prompt = f"Using get_invoice, what is the total of invoice {invoice} in euros? Answer with the number only."
     return Variant(invoice, prompt, total, {"invoice": invoice, "lines": lines})
 
 
 def invoice_record(world: dict[str, Any], invoice_id: str) -> dict[str, Any]:
     """What ``get_invoice`` answers."""
+    invoice_id = str(invoice_id)
     if invoice_id.strip() != world["invoice"]:
         raise ValueError(f"no invoice with id {invoice_id!r}")
     return {"invoice": world["invoice"], "currency": "EUR", "lines": world["lines"]}
@@ -168,14 +174,15 @@ def _build_date_format(rng: random.Random, index: int) -> Variant:
     iso = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     max_c = round(rng.uniform(-3, 31), 1)
     min_c = round(max_c - rng.uniform(4, 12), 1)
-    prompt = f"What was the highest temperature in {city} on {iso}? Answer with the number only."
+    prompt = f"Using get_weather, what was the highest temperature in {city} on {iso}? Answer with the number only."
     return Variant(f"{city} {iso}", prompt, max_c, {"city": city, "iso": iso, "max_c": max_c, "min_c": min_c})
 
 
 def weather_record(world: dict[str, Any], city: str, date: str) -> dict[str, Any]:
     """What ``get_weather`` answers; a date not written DD.MM.YYYY is refused with a one-line error."""
+    city, date = str(city), str(date)
     if not re.fullmatch(r"\d{2}\.\d{2}\.\d{4}", date.strip()):
-        raise ValueError(f"invalid date {date!r}: expected DD.MM.YYYY")
+        raise ValueError(f"invalid date {date!r}: expected DD.MM.YYYY, e.g. 31.12.2023")
     if city.strip().lower() != world["city"].lower():
         raise ValueError(f"no station for city {city!r}")
     year, month, day = world["iso"].split("-")
@@ -221,13 +228,14 @@ def _build_nested_catalog(rng: random.Random, index: int) -> Variant:
             item["price"] = round(item["price"] + 1.0, 2)
     answer = sum(1 for item in items if item["price"] < limit)
     hidden = rng.randint(5, 40)  # matches beyond this page of results: "total" is not the answer
-    prompt = f"How many '{query}' products in the catalog cost less than {limit} euros? Answer with the number only."
+    prompt = (f"Using search_catalog, how many '{query}' products cost less than {limit} euros? "
+              "Answer with the number only.")
     return Variant(f"{query}<{limit}", prompt, answer, {"query": query, "items": items, "total": len(items) + hidden})
 
 
 def catalog_search(world: dict[str, Any], query: str) -> dict[str, Any]:
     """What ``search_catalog`` answers."""
-    wanted = query.strip().lower()
+    wanted = str(query).strip().lower()
     items = [item for item in world["items"] if wanted and (wanted in item["name"] or world["query"] in wanted)]
     return {"status": "ok", "data": {"items": items, "total": world["total"] if items else 0}, "took_ms": 12}
 
@@ -258,21 +266,22 @@ def _build_stock_packs(rng: random.Random, index: int) -> Variant:
     warehouses = [{"warehouse": name, "qty": rng.randint(2, 40)} for name in rng.sample(
         ["north", "south", "east", "west", "harbour", "airport"], 3)]
     answer = size * sum(w["qty"] for w in warehouses)
-    prompt = f"How many {thing} ({sku}) are in stock in total? Answer with the number only."
+    prompt = f"Using get_stock, how many {thing} ({sku}) are in stock in total? Answer with the number only."
     return Variant(sku, prompt, answer, {"sku": sku, "unit": unit, "warehouses": warehouses})
 
 
-def stock_record(world: dict[str, Any], sku: str) -> dict[str, Any]:
-    """What ``get_stock`` answers."""
+def stock_record(world: dict[str, Any], sku: str) -> list[dict[str, Any]]:
+    """What ``get_stock`` answers: one row per warehouse, each with the pack it counts in."""
+    sku = str(sku)
     if sku.strip().upper() != world["sku"]:
         raise ValueError(f"unknown sku {sku!r}")
-    return {"sku": world["sku"], "unit": world["unit"], "stock": world["warehouses"]}
+    return [{**row, "sku": world["sku"], "unit": world["unit"]} for row in world["warehouses"]]
 
 
 def _tools_stock_packs(variant: Variant) -> list[Callable[..., Any]]:
     world = variant.world
 
-    def get_stock(sku: str) -> dict:
+    def get_stock(sku: str) -> list:
         """Return the stock of a product in each warehouse.
 
         Args:
@@ -296,12 +305,13 @@ def _build_semver_latest(rng: random.Random, index: int) -> Variant:
     latest = f"{major}.{high}.{rng.randint(0, 3)}"
     versions |= {latest, f"{major}.{high - 1}.0", f"{major - 1}.{rng.randint(10, 19)}.0"}
     releases = [{"version": v, "yanked": False} for v in sorted(versions)]
-    prompt = f"What is the latest release of the package '{package}'? Answer with the version string only."
+    prompt = f"Using list_releases, what is the latest release of '{package}'? Answer with the version string only."
     return Variant(package, prompt, latest, {"package": package, "releases": releases})
 
 
 def release_list(world: dict[str, Any], package: str) -> dict[str, Any]:
     """What ``list_releases`` answers: the releases sorted as text."""
+    package = str(package)
     if package.strip().lower() != world["package"]:
         raise ValueError(f"no package named {package!r}")
     return {"package": world["package"], "releases": world["releases"], "sorted_by": "version (text)"}
@@ -321,26 +331,30 @@ def _tools_semver_latest(variant: Variant) -> list[Callable[..., Any]]:
     return [list_releases]
 
 
-TASKS: dict[str, TrapTask] = {
+ALL_TASKS: dict[str, TrapTask] = {
     task.name: task
     for task in (
         TrapTask("paged_orders", "the orders API returns 5 orders per page; the count needs every page",
                  'the response ends with "page": 1, "pages": N, "next": "page=2"',
                  _build_paged_orders, _tools_paged_orders),
-        TrapTask("invoice_cents", "invoice amounts are integer cents; the total in euros is their sum / 100",
-                 "the field is named amount_cents", _build_invoice_cents, _tools_invoice_cents, tolerance=0.005),
+        TrapTask("invoice_cents", "prices are integer cents; the total in euros is sum(qty x unit_price_cents) / 100",
+                 "the field is named unit_price_cents", _build_invoice_cents, _tools_invoice_cents, tolerance=0.005),
         TrapTask("date_format", "the weather service takes dates as DD.MM.YYYY, the task gives YYYY-MM-DD",
                  "the error message names the format", _build_date_format, _tools_date_format, tolerance=0.05),
         TrapTask("nested_catalog", "search results sit under data.items; data.total counts matches beyond them",
                  'the response is {"status": "ok", "data": {"items": [...], "total": N}}',
                  _build_nested_catalog, _tools_nested_catalog),
         TrapTask("stock_packs", "stock quantities are packs; the item count is qty x the pack size",
-                 'the response has "unit": "box of 12"', _build_stock_packs, _tools_stock_packs),
+                 'each row has "qty": 4, "unit": "box of 12"', _build_stock_packs, _tools_stock_packs),
         TrapTask("semver_latest", "releases are sorted as text; the latest needs version ordering",
                  'the response says "sorted_by": "version (text)" and lists 1.9.x after 1.13.x',
                  _build_semver_latest, _tools_semver_latest),
     )
 }
+# The benchmark's tasks (``--tasks all``); the others can be named one by one. semver_latest is left out of the
+# default set: the model never solved it unaided, and a full run is already long on 2 cores.
+EXTRA_TASKS = ("semver_latest",)
+TASKS: dict[str, TrapTask] = {name: task for name, task in ALL_TASKS.items() if name not in EXTRA_TASKS}
 
 
 def tools_for(task: TrapTask, variant: Variant) -> list[Any]:

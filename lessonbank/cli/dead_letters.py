@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-
 import click
 import redis
 
-from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.context import CliContext, echo_json, fail, json_option, pass_cli, resolve_ids
 
 
 @click.group("dead-letters")
@@ -17,41 +14,47 @@ def dead_letters() -> None:
 
 
 @dead_letters.command("list")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line instead of a table.")
+@json_option
 @pass_cli
 def list_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     """List dead-lettered runs, oldest first."""
+    from lessonbank.report.data import human_time
     from lessonbank.workers import deadletters
 
     try:
         letters = deadletters.list_all(cli_ctx.redis())
     except redis.RedisError as e:
         raise fail("cannot read dead letters", e) from e
+    if as_json:
+        echo_json([letter.model_dump() for letter in letters])
+        return
+    if not letters:
+        click.echo("no dead letters", err=True)
     for letter in letters:
-        if as_json:
-            click.echo(json.dumps(letter.model_dump(), sort_keys=True))
-        else:
-            when = dt.datetime.fromtimestamp(letter.at).isoformat(timespec="seconds")
-            click.echo(f"{letter.run_id}  {letter.bank}  {when}  attempts={letter.attempts}  {letter.reason}")
-    if not letters and not as_json:
-        click.echo("no dead letters")
+        reason = " ".join(letter.reason.split())
+        click.echo(f"{letter.run_id}  {letter.bank}  {human_time(letter.at)}  attempts={letter.attempts}  {reason}")
 
 
 @dead_letters.command("retry")
-@click.argument("run_id", required=False)
+@click.argument("run_ids", nargs=-1)
 @click.option("--all", "retry_all", is_flag=True, help="Retry every dead-lettered run.")
 @pass_cli
-def retry_cmd(cli_ctx: CliContext, run_id: str | None, retry_all: bool) -> None:
-    """Send a dead-lettered run (or --all of them) to the workers again."""
+def retry_cmd(cli_ctx: CliContext, run_ids: tuple[str, ...], retry_all: bool) -> None:
+    """Send dead-lettered runs (RUN_IDS, or unique prefixes of them; or --all) to the workers again."""
     from lessonbank.workers import deadletters
 
-    if bool(run_id) == retry_all:
-        raise click.UsageError("name one RUN_ID or pass --all")
+    if bool(run_ids) == retry_all:
+        raise click.UsageError("name the runs (RUN_IDS) or pass --all (exactly one of them)")
     client = cli_ctx.redis()
     queue = cli_ctx.settings.queue
-    run_ids = [run_id] if run_id else [letter.run_id for letter in deadletters.list_all(client)]
+    try:
+        letters = [letter.run_id for letter in deadletters.list_all(client)]
+    except redis.RedisError as e:
+        raise fail("cannot read dead letters", e) from e
+    chosen = letters if retry_all else resolve_ids(run_ids, letters, "run", "among the dead letters",
+                                                   unknown="no dead letter for run {id}")
     failed = []
-    for rid in run_ids:
+    for rid in chosen:
         try:
             deadletters.retry(client, rid, queue)
         except KeyError:

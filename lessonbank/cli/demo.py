@@ -15,6 +15,7 @@ from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import RUN_DISTILLED
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import Lesson
+from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.core.store.remote import connect_store
 from lessonbank.demo import (
     BANK,
@@ -23,6 +24,7 @@ from lessonbank.demo import (
     DemoEnvironment,
     RunView,
     make_agent,
+    right_total,
     run_once,
     services,
     wait_distilled,
@@ -79,8 +81,13 @@ def _show_lessons(lessons: list[Lesson]) -> None:
     if not lessons:
         click.echo("  (no lessons)")
     for lesson in lessons:
+        counts = f"evidence {lesson.evidence}, helpful {lesson.helpful}, harmful {lesson.harmful}"
+        if lesson.recipe is not None:
+            click.echo(f"  [recipe] {counts}, status {lesson.status}: the code of a run that ended well")
+            click.echo(textwrap.indent(lesson.recipe.code, "    │ ", predicate=lambda line: True))
+            continue
         text = textwrap.fill(lesson.text, 72, initial_indent="    ", subsequent_indent="    ")
-        click.echo(f"  [{lesson.kind}] evidence {lesson.evidence}, status {lesson.status}\n{text}")
+        click.echo(f"  [{lesson.kind}] {counts}, status {lesson.status}\n{text}")
 
 
 def _distill(env: DemoEnvironment, client: redis.Redis, run_id: str, number: int, timeout: float) -> None:
@@ -120,7 +127,7 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
             csv_path.write_text(SALES_CSV)
             task = TASK.format(path=csv_path)
             agent = make_agent(env, agent_kind == "llm", csv_path)
-            recorder = remember(agent, bank=BANK, settings=env.settings)
+            recorder = remember(agent, bank=BANK, settings=env.settings, check=right_total)
             client = create_redis(env.settings, "cli")
             if agent_kind == "scripted":
                 click.secho(
@@ -141,6 +148,7 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
             click.secho(f"\nLessons in bank {BANK!r} after run 2:", bold=True)
             _show_lessons(store.list(BANK))
             _summary(first, second)
+            _write_report(env, client, store)
             click.echo(f"\nLogs: {env.workdir}")
     except KeyboardInterrupt:
         click.echo("\ninterrupted: everything the demo started has been stopped")
@@ -149,10 +157,25 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
         raise fail(str(e).splitlines()[0]) from e
 
 
+def _write_report(env: DemoEnvironment, client: redis.Redis, store: LessonStoreProtocol) -> None:
+    """The bank's report (two runs; ``remember(..., holdout=...)`` adds a control arm) into the demo's folder."""
+    from lessonbank.core.summary import load_summaries
+    from lessonbank.report import build_report, render_plots, report_tables, write_report
+
+    document = build_report(BANK, load_summaries(client, BANK), store.list(BANK, limit=1000, include_inactive=True),
+                            None)
+    out = env.workdir / "report"
+    write_report(out, document, report_tables(document), render_plots(document))
+    click.echo(f"\nReport of bank {BANK!r}: {out / 'report.html'} (more runs: lessonbank report --bank B --out DIR)")
+    click.echo("Next: give your own agent memory with lessonbank.remember(agent, bank=..., check=...) — see the "
+               "README's Usage section.")
+
+
 def _summary(first: RunView, second: RunView) -> None:
     click.secho("\n" + RULE + "\nBefore / after\n" + RULE, bold=True)
     rows = [
-        ("lessons at start", "0" if not first.instructions else "some", str(second.instructions.count("\n- "))),
+        ("lessons at start", "0" if not first.instructions else "some",
+         str(second.instructions.count("\n- ") + second.instructions.count("```python"))),
         ("steps", str(len(first.steps)), str(len(second.steps))),
         ("errors", str(first.errors), str(second.errors)),
         ("tokens (in+out)", str(first.input_tokens + first.output_tokens),

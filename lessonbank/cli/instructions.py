@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from lessonbank.cli.context import CliContext, fail, pass_cli
-from lessonbank.cli.lessons import bank_option
+from lessonbank.cli.context import CliContext, bank_option, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.instructions import compose_instructions
 
@@ -20,11 +19,8 @@ from lessonbank.core.instructions import compose_instructions
 )
 @click.argument("task")
 @pass_cli
-def instructions(cli: CliContext, bank: str | None, max_lessons: int, max_chars: int, task: str) -> None:
+def instructions(cli: CliContext, bank: str, max_lessons: int, max_chars: int, task: str) -> None:
     """Print the instructions a run of the bank would start with for TASK (a preview: nothing is recorded)."""
-    bank = (bank or cli.settings.bank).strip()
-    if not bank:
-        raise fail("--bank must not be empty")
     if not task.strip():
         raise fail("TASK must not be empty")
     with cli_store(cli) as store:

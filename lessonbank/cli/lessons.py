@@ -1,60 +1,46 @@
-"""``lessonbank lessons``: list, search, show, forget, export and import the lessons of one bank."""
+"""``lessonbank lessons``: list, search, show, add, forget (or purge), unforget, release, export and import
+the lessons of one bank. Every command that takes lesson ids takes unique id prefixes too."""
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, cast, get_args
 
 import click
-from pydantic import ValidationError
 
-from lessonbank.cli.context import CliContext, fail, pass_cli
-from lessonbank.cli.store_access import cli_store
-from lessonbank.core.models import Lesson, lesson_id
+from lessonbank.cli.context import CliContext, bank_option, echo_json, fail, json_option, pass_cli
+from lessonbank.cli.store_access import EVERY_LESSON, cli_store, find_lessons
+from lessonbank.core import purge
+from lessonbank.core.exceptions import ServiceUnavailable
+from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind, LessonOrigin, LessonStatus, lesson_id
 
 if TYPE_CHECKING:
+    from lessonbank.cli.intake import Checked, Intake
     from lessonbank.core.store.protocol import LessonStoreProtocol
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["bank_option", "json_option", "lessons"]
 
 IMPORT_BATCH = 64
-
-
-def bank_option(command: F) -> F:
-    """``--bank`` (default: LESSONBANK_BANK)."""
-    return click.option(
-        "--bank", "-b", default=None, help="Bank whose lessons to use (default: LESSONBANK_BANK, else 'default')."
-    )(command)
-
-
-def json_option(command: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(command)
-
-
-def _bank(cli: CliContext, bank: str | None) -> str:
-    bank = (bank or cli.settings.bank).strip()
-    if not bank:
-        raise fail("--bank must not be empty")
-    return bank
+STATUSES: tuple[str, ...] = get_args(LessonStatus)
+TEXT_CHARS = 300
 
 
 def _line(lesson: Lesson, score: float | None = None) -> str:
-    text = " ".join(lesson.text.split())
+    from lessonbank.cli.provenance import one_line
+
     extra = f" score={score:.3f}" if score is not None else ""
-    status = "" if lesson.status == "active" else f" [{lesson.status}]"
+    why = f": {one_line(lesson.status_reason, 120)}" if lesson.status_reason else ""
+    status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
+    text = one_line(lesson.text, TEXT_CHARS)
     return f"{lesson.id}  {lesson.kind:<8} evidence={lesson.evidence}{extra}{status}  {text}"
 
 
 def _print_lessons(lessons: list[Lesson], as_json: bool, scores: list[float] | None = None) -> None:
     if as_json:
         items = [lesson.model_dump(mode="json") for lesson in lessons]
-        if scores is not None:
-            for item, score in zip(items, scores, strict=True):
-                item["score"] = score
-        click.echo(json.dumps(items, indent=2))
+        for item, score in zip(items, scores or [], strict=False):
+            item["score"] = score
+        echo_json(items)
         return
     if not lessons:
         click.echo("No lessons.", err=True)
@@ -64,22 +50,28 @@ def _print_lessons(lessons: list[Lesson], as_json: bool, scores: list[float] | N
 
 @click.group("lessons")
 def lessons() -> None:
-    """List, search, show, forget, export and import the lessons of a bank."""
+    """List, search, show, add, forget, purge, unforget, release, export and import the lessons of a bank."""
 
 
 @lessons.command("list")
 @bank_option
 @click.option(
-    "--limit", "-n", type=click.IntRange(1, 100_000), default=100, show_default=True, help="At most this many."
+    "--limit", "-n", type=click.IntRange(1, EVERY_LESSON), default=100, show_default=True, help="At most this many."
 )
-@click.option("--all", "include_inactive", is_flag=True, help="Include forgotten and superseded lessons.")
+@click.option("--all", "include_inactive", is_flag=True, help="Every status, not only active lessons.")
+@click.option("--status", "statuses", type=click.Choice(STATUSES), multiple=True,
+              help="Only lessons with this status (repeatable), e.g. quarantined (shown with the reason).")
 @json_option
 @pass_cli
-def list_cmd(cli: CliContext, bank: str | None, limit: int, include_inactive: bool, as_json: bool) -> None:
-    """The lessons of a bank, most recently seen first."""
-    bank = _bank(cli, bank)
+def list_cmd(cli: CliContext, bank: str, limit: int, include_inactive: bool, statuses: tuple[str, ...],
+             as_json: bool) -> None:
+    """The lessons of a bank, most recently seen first (active ones unless --all or --status)."""
     with cli_store(cli) as store:
-        found = store.list(bank, limit=limit, include_inactive=include_inactive)
+        if statuses:
+            found = [lesson for lesson in store.list(bank, limit=EVERY_LESSON, include_inactive=True)
+                     if lesson.status in statuses][:limit]
+        else:
+            found = store.list(bank, limit=limit, include_inactive=include_inactive)
     _print_lessons(found, as_json)
 
 
@@ -89,9 +81,8 @@ def list_cmd(cli: CliContext, bank: str | None, limit: int, include_inactive: bo
 @click.option("--limit", "-n", type=click.IntRange(1, 100), default=8, show_default=True, help="At most this many.")
 @json_option
 @pass_cli
-def search_cmd(cli: CliContext, bank: str | None, query: str, limit: int, as_json: bool) -> None:
+def search_cmd(cli: CliContext, bank: str, query: str, limit: int, as_json: bool) -> None:
     """The active lessons of a bank that best match QUERY (hybrid dense + lexical search)."""
-    bank = _bank(cli, bank)
     if not query.strip():
         raise fail("QUERY must not be empty")
     with cli_store(cli) as store:
@@ -104,47 +95,61 @@ def search_cmd(cli: CliContext, bank: str | None, query: str, limit: int, as_jso
 @click.argument("lesson_ids", nargs=-1, required=True)
 @json_option
 @pass_cli
-def show_cmd(cli: CliContext, bank: str | None, lesson_ids: tuple[str, ...], as_json: bool) -> None:
+def show_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], as_json: bool) -> None:
     """Every field of the lessons with these ids (or unique id prefixes), the runs and steps each rests
     on (with short excerpts while the runs' steps are kept in Redis), and a recipe's code."""
     from lessonbank.cli.provenance import lesson_sources, print_lesson
 
-    bank = _bank(cli, bank)
     with cli_store(cli) as store:
-        found = _find_by_prefix(store, bank, lesson_ids)
+        found, _ = find_lessons(store, bank, lesson_ids)
     sources = lesson_sources(cli, found)
     if as_json:
-        items = [lesson.model_dump(mode="json") | {"sources": sources[lesson.id]} for lesson in found]
-        click.echo(json.dumps(items, indent=2, ensure_ascii=False))
+        echo_json([lesson.model_dump(mode="json") | {"sources": sources[lesson.id]} for lesson in found])
         return
     for lesson in found:
         print_lesson(lesson, sources[lesson.id])
         click.echo("")
 
 
-def _find_by_prefix(store: LessonStoreProtocol, bank: str, lesson_ids: tuple[str, ...]) -> list[Lesson]:
-    """The lessons named by full ids or unique prefixes, in the order asked; one-line error otherwise."""
-    full = [i for i in lesson_ids if _is_uuid(i)]
-    by_id = {lesson.id: lesson for lesson in store.get(bank, full)} if full else {}
-    every = store.list(bank, limit=1_000_000, include_inactive=True) if len(full) < len(lesson_ids) else []
-    found: list[Lesson] = []
-    for wanted in lesson_ids:
-        matches = [by_id[wanted]] if wanted in by_id else []
-        if not _is_uuid(wanted):
-            prefix = wanted.strip().lower()
-            matches = [lesson for lesson in every if prefix and lesson.id.startswith(prefix)]
-        if not matches:
-            raise fail(f"no lesson {wanted} in bank {bank!r}")
-        if len(matches) > 1:
-            raise fail(f"lesson id prefix {wanted!r} is ambiguous in bank {bank!r}: {len(matches)} lessons match")
-        found.append(matches[0])
-    return found
+def _intake(cli: CliContext, bank: str, origin: LessonOrigin) -> Intake:
+    from lessonbank.cli.intake import Intake
+    from lessonbank.core.redact import Redactor
+
+    return Intake(bank, Redactor(cli.settings.redact_patterns), origin=origin)
 
 
-def _require_all(found: list[Lesson], lesson_ids: Iterable[str], bank: str) -> None:
-    missing = [i for i in lesson_ids if i not in {lesson.id for lesson in found}]
-    if missing:
-        raise fail(f"no lesson {missing[0]} in bank {bank!r}")
+@lessons.command("add")
+@bank_option
+@click.option("--kind", "-k", type=click.Choice(LESSON_KINDS), default="fact", show_default=True,
+              help="What the lesson is: a fact, an approach that works, or a failure to avoid.")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable, at most 8).")
+@click.option("--allow", is_flag=True, help="Add it even though the same text was purged (removes its tombstone).")
+@click.argument("text")
+@pass_cli
+def add_cmd(cli: CliContext, bank: str, kind: str, tags: tuple[str, ...], allow: bool, text: str) -> None:
+    """Add a lesson of your own: one or two self-contained sentences. Runs get it without waiting for
+    evidence, so it passes the quality gate and the secret check first; one that carries a URL, an
+    e-mail address or asks to send data somewhere waits in quarantine for `lessons release`."""
+    checked = _intake(cli, bank, "added").check(Lesson.new(bank, cast(LessonKind, kind), text, tags=list(tags)))
+    if checked.lesson is None:
+        raise fail(f"lesson refused: {checked.refused}")
+    lesson = checked.lesson
+    client = cli.redis()
+    purged = purge.purged_ids(client, bank, [lesson.id])
+    if purged and not allow:
+        raise fail(f"this lesson ({lesson.id}) was purged from bank {bank!r}; pass --allow to learn it again")
+    with cli_store(cli) as store:
+        existing = store.get(bank, [lesson.id])
+        if existing:
+            click.echo(f"Lesson {lesson.id} is already in bank {bank!r} ({existing[0].status}); nothing added.")
+            return
+        store.upsert([lesson])
+    purge.remove_tombstones(client, bank, purged)
+    if checked.quarantined:
+        click.echo(f"Added lesson {lesson.id} to bank {bank!r}, quarantined ({lesson.status_reason}): no run gets it "
+                   f"until `lessonbank lessons release --bank {bank} {lesson.id[:8]}`.")
+    else:
+        click.echo(f"Added lesson {lesson.id} to bank {bank!r}.")
 
 
 @lessons.command("forget")
@@ -154,18 +159,22 @@ def _require_all(found: list[Lesson], lesson_ids: Iterable[str], bank: str) -> N
 @click.option(
     "--limit", "-n", type=click.IntRange(1, 100), default=5, show_default=True, help="At most this many (--query)."
 )
+@click.option("--purge", "purge_", is_flag=True,
+              help="Remove them from the store for good (their ids are kept so the same text is not learnt again).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @pass_cli
-def forget_cmd(
-    cli: CliContext, bank: str | None, lesson_ids: tuple[str, ...], query: str | None, limit: int, yes: bool
-) -> None:
-    """Stop handing lessons to runs (status 'forgotten'; they stay exportable with --all).
+def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: str | None, limit: int,
+               purge_: bool, yes: bool) -> None:
+    """Stop handing lessons to runs: status 'forgotten' (they stay exportable with --all and come back
+    with `lessons unforget`), or with --purge removed for good.
 
-    Name the lessons by id, or by --query with a confirmation of what matched.
+    Name the lessons by id (or unique id prefix), or by --query with a confirmation of what matched.
+    A purged lesson leaves a tombstone without its text: the same text is not learnt again until
+    `lessons unforget ID` (or `lessons add --allow`, `lessons import --allow`).
     """
-    bank = _bank(cli, bank)
     if bool(lesson_ids) == bool(query and query.strip()):
         raise fail("give either lesson ids or --query (exactly one of them)")
+    client = cli.redis() if purge_ else None
     with cli_store(cli) as store:
         targets = _forget_targets(store, bank, lesson_ids, query, limit, cli.settings.min_relevance)
         if not targets:
@@ -173,21 +182,105 @@ def forget_cmd(
             return
         for lesson in targets:
             click.echo(_line(lesson))
+        ids = [lesson.id for lesson in targets]
+        if client is None:
+            if not yes:
+                click.confirm(f"Forget these {len(targets)} lesson(s) of bank {bank!r}?", abort=True)
+            click.echo(f"Forgot {store.set_status(bank, ids, 'forgotten')} lesson(s).")
+            return
         if not yes:
-            click.confirm(f"Forget these {len(targets)} lesson(s) of bank {bank!r}?", abort=True)
-        changed = store.set_status(bank, [lesson.id for lesson in targets], "forgotten")
-    click.echo(f"Forgot {changed} lesson(s).")
+            click.confirm(f"Purge these {len(targets)} lesson(s) of bank {bank!r} for good?", abort=True)
+        purge.add_tombstones(client, bank, ids)  # first: the text cannot come back while the points go
+        wait = cli.settings.distill_lock_timeout
+        try:  # no worker rewrites (reinforces) one of them while it goes
+            with purge.bank_held(client, bank, wait=wait, hold=wait):
+                removed = store.delete(bank, ids)
+        except ServiceUnavailable as e:
+            raise fail(str(e)) from e
+    click.echo(f"Purged {removed} lesson(s) for good; `lessonbank lessons unforget --bank {bank} ID` lets the same "
+               "text be learnt again.")
 
 
 def _forget_targets(
     store: LessonStoreProtocol, bank: str, lesson_ids: tuple[str, ...], query: str | None, limit: int, floor: float
 ) -> list[Lesson]:
     if lesson_ids:
-        found = store.get(bank, list(lesson_ids))
-        _require_all(found, lesson_ids, bank)
-        return found
+        return find_lessons(store, bank, lesson_ids)[0]
     assert query is not None
     return [lesson for lesson, _ in store.search(bank, query, limit=limit, min_similarity=floor)]
+
+
+def _status_back(lesson: Lesson) -> str:
+    """Active again, unless the lesson must wait in quarantine."""
+    from lessonbank.workers.gate import quarantine_reason
+
+    code = lesson.recipe.code if lesson.recipe is not None else ""
+    return "quarantined" if quarantine_reason(lesson.text) or quarantine_reason(code) else "active"
+
+
+@lessons.command("unforget")
+@bank_option
+@click.argument("lesson_ids", nargs=-1)
+@click.option("--text", "-t", default=None, help="Name the lesson by its text instead of an id (purged lessons).")
+@pass_cli
+def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: str | None) -> None:
+    """Undo a forget: a forgotten lesson is handed to runs again (or waits in quarantine if it carries a
+    URL, an e-mail address or asks to send data); a purged one's tombstone goes, so the same text may be
+    learnt again (its text is gone: runs and users teach it anew)."""
+    if bool(lesson_ids) == bool(text and text.strip()):
+        raise fail("give either lesson ids or --text (exactly one of them)")
+    client = cli.redis()
+    with cli_store(cli) as store:
+        known = purge.tombstones(client, bank)
+        wanted = lesson_ids or (lesson_id(bank, text or ""),)
+        found, purged = find_lessons(store, bank, wanted, also_known=known)
+        for lesson in found:
+            if lesson.status != "forgotten":
+                hint = " (release a quarantined one with `lessons release`)" if lesson.status == "quarantined" else ""
+                raise fail(f"lesson {lesson.id} is {lesson.status}, not forgotten{hint}")
+        for status in ("active", "quarantined"):
+            ids = [lesson.id for lesson in found if _status_back(lesson) == status]
+            if ids:
+                store.set_status(bank, ids, status, reason="unforgotten by a user")
+                click.echo(f"{len(ids)} lesson(s) {'active again' if status == 'active' else 'back in quarantine'}.")
+    if purged:
+        purge.remove_tombstones(client, bank, purged)
+        click.echo(f"{len(purged)} purged lesson(s) may be learnt again.")
+
+
+@lessons.command("release")
+@bank_option
+@click.argument("lesson_ids", nargs=-1, required=True)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_cli
+def release_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], yes: bool) -> None:
+    """Release quarantined lessons: you vouch for them, and runs get them from now on."""
+    with cli_store(cli) as store:
+        found, _ = find_lessons(store, bank, lesson_ids)
+        for lesson in found:
+            if lesson.status != "quarantined":
+                raise fail(f"lesson {lesson.id} is {lesson.status}, not quarantined")
+            click.echo(_line(lesson))
+        if not yes:
+            click.confirm(f"Hand these {len(found)} lesson(s) to the runs of bank {bank!r}?", abort=True)
+        changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason="released by a user")
+    click.echo(f"Released {changed} lesson(s).")
+
+
+@lessons.command("purged")
+@bank_option
+@json_option
+@pass_cli
+def purged_cmd(cli: CliContext, bank: str, as_json: bool) -> None:
+    """Ids of the lessons purged from a bank (their tombstones: the text itself is gone)."""
+    ids = purge.tombstones(cli.redis(), bank)
+    if as_json:
+        echo_json([{"id": i} for i in ids])
+        return
+    if not ids:
+        click.echo(f"No purged lessons in bank {bank!r}.", err=True)
+    for i in ids:
+        click.echo(i)
 
 
 @lessons.command("export")
@@ -195,15 +288,14 @@ def _forget_targets(
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None, help="File (default: stdout)."
 )
-@click.option("--all", "include_inactive", is_flag=True, help="Include forgotten and superseded lessons.")
-@click.option("--limit", type=click.IntRange(1), default=1_000_000, help="At most this many lessons.")
+@click.option("--all", "include_inactive", is_flag=True, help="Every status, not only active lessons.")
+@click.option("--limit", type=click.IntRange(1), default=EVERY_LESSON, help="At most this many lessons.")
 @pass_cli
-def export_cmd(cli: CliContext, bank: str | None, output: Path | None, include_inactive: bool, limit: int) -> None:
-    """Write the lessons of a bank as JSONL (one Lesson per line)."""
-    bank = _bank(cli, bank)
+def export_cmd(cli: CliContext, bank: str, output: Path | None, include_inactive: bool, limit: int) -> None:
+    """Write the lessons of a bank as JSONL (one Lesson per line, UTF-8): what `lessons import` reads."""
     with cli_store(cli) as store:
         found = store.list(bank, limit=limit, include_inactive=include_inactive)
-    lines = "".join(lesson.to_json() + "\n" for lesson in found)
+    lines = "".join(lesson.to_json() + "\n" for lesson in found)  # a time that is not finite becomes null
     if output is None:
         click.echo(lines, nl=False)
         return
@@ -214,50 +306,58 @@ def export_cmd(cli: CliContext, bank: str | None, output: Path | None, include_i
     click.echo(f"Exported {len(found)} lesson(s) of bank {bank!r} to {output}.", err=True)
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
-def read_lessons(stream: IO[str], bank: str) -> list[Lesson]:
-    """Lessons from JSONL, moved into ``bank`` (a lesson of another bank gets this bank's id for its text).
-
-    Raises ClickException naming the first bad line; nothing is read half-way.
-    """
-    lessons: list[Lesson] = []
-    for number, raw in enumerate(stream, 1):
-        if not raw.strip():
-            continue
-        try:
-            lesson = Lesson.from_json(raw)
-        except ValidationError as e:
-            error = e.errors()[0]
-            where = ".".join(str(part) for part in error["loc"]) or "line"
-            raise fail(f"line {number} is not a lesson: {where}: {error['msg']}") from e
-        if not _is_uuid(lesson.id):
-            raise fail(f"line {number}: lesson id {lesson.id!r} is not a uuid")
-        if lesson.bank != bank:
-            lesson = lesson.model_copy(
-                update={"bank": bank, "id": lesson_id(bank, lesson.text), "origin": "imported", "superseded_by": None}
-            )
-        lessons.append(lesson)
-    return lessons
+def _admissible(checked: list[tuple[int, Checked]]) -> tuple[list[Lesson], list[str]]:
+    """The lessons to write (first of each id) and one message per line left out."""
+    lessons_: dict[str, Lesson] = {}
+    notes: list[str] = []
+    for number, item in checked:
+        if item.lesson is None:
+            notes.append(f"line {number} skipped: {item.refused}")
+        elif item.lesson.id in lessons_:
+            notes.append(f"line {number} skipped: the same lesson as an earlier line")
+        else:
+            lessons_[item.lesson.id] = item.lesson
+    return list(lessons_.values()), notes
 
 
 @lessons.command("import")
 @bank_option
-@click.argument("source", type=click.File("r", encoding="utf-8"))
+@click.option("--allow", is_flag=True, help="Import lessons even if the same text was purged (removes tombstones).")
+@click.argument("source", type=click.File("rb"))
 @pass_cli
-def import_cmd(cli: CliContext, bank: str | None, source: IO[str]) -> None:
-    """Read lessons from a JSONL file (or - for stdin) into a bank; re-importing never duplicates."""
-    bank = _bank(cli, bank)
-    found = read_lessons(source, bank)
-    if not found:
+def import_cmd(cli: CliContext, bank: str, allow: bool, source: IO[bytes]) -> None:
+    """Read lessons from a JSONL file (or - for stdin) into a bank: `lessons export` output, or plain
+    {"kind": ..., "text": ...} lines.
+
+    Ids are derived from the bank and the text (never taken from the file), so an import cannot touch
+    another bank and importing again never duplicates (lessons already in the bank are left as they are).
+    Each lesson passes the quality gate and the secret check; one that carries a URL, an e-mail address
+    or asks to send data somewhere is imported quarantined. Purged lessons are left out unless --allow.
+    """
+    from lessonbank.cli.intake import decode, link_superseded, read_lessons
+
+    checked = read_lessons(decode(source.read(), getattr(source, "name", "the input")), _intake(cli, bank, "imported"))
+    if not checked:
         raise fail("no lessons in the input")
+    link_superseded([item for _, item in checked])
+    candidates, notes = _admissible(checked)
+    client = cli.redis()
+    purged = purge.purged_ids(client, bank, [lesson.id for lesson in candidates])
+    blocked = set() if allow else purged
+    notes += [f"lesson {i} skipped: it was purged from the bank (--allow imports it)" for i in sorted(blocked)]
     with cli_store(cli) as store:
-        for start in range(0, len(found), IMPORT_BATCH):
-            store.upsert(found[start : start + IMPORT_BATCH])
-    click.echo(f"Imported {len(found)} lesson(s) into bank {bank!r}.")
+        present = {lesson.id for lesson in store.get(bank, [lesson.id for lesson in candidates])}
+        new = [lesson for lesson in candidates if lesson.id not in present | blocked]
+        if not new and not present:
+            more = f" (and {len(notes) - 1} more left out)" if len(notes) > 1 else ""
+            raise fail(f"no lesson imported: {notes[0]}{more}")
+        for start in range(0, len(new), IMPORT_BATCH):
+            store.upsert(new[start : start + IMPORT_BATCH])
+    purge.remove_tombstones(client, bank, purged & {lesson.id for lesson in new})
+    for note in notes:
+        click.echo(note, err=True)
+    quarantined = sum(1 for lesson in new if lesson.status == "quarantined")
+    parts = [f"{quarantined} quarantined: see `lessons list --status quarantined`" if quarantined else "",
+             f"{len(present)} already in the bank" if present else "", f"{len(notes)} skipped" if notes else ""]
+    details = "; ".join(part for part in parts if part)
+    click.echo(f"Imported {len(new)} lesson(s) into bank {bank!r}" + (f" ({details})." if details else "."))

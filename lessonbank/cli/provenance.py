@@ -59,14 +59,15 @@ def source_refs(lesson: Lesson) -> list[Provenance]:
     return [Provenance(run_id=run_id, steps=sorted(seqs)) for run_id, seqs in steps.items()]
 
 
-def run_source(client: redis.Redis | None, ref: Provenance) -> dict[str, Any]:
-    """What Redis still holds of one source run, and excerpts of the steps the lesson rests on."""
+def run_source(client: redis.Redis | None, ref: Provenance, bank: str) -> dict[str, Any]:
+    """What Redis still holds of one source run of ``bank``, and excerpts of the steps the lesson rests on
+    (nothing of a run of another bank: an imported lesson may name any run id)."""
     data: dict[str, Any] = {"run_id": ref.run_id, "steps": ref.steps, "checked": client is not None, "kept": False,
                             "task": "", "outcome": "", "started_at": None, "excerpts": []}
     if client is None:
         return data
     run = load_run(client, ref.run_id)
-    if not run.meta and not run.steps:
+    if (not run.meta and not run.steps) or any(step.bank != bank for step in run.steps) or run.bank not in ("", bank):
         return data
     started = run.meta.get("started_at")
     data.update(kept=bool(run.steps), task=one_line(run.task, TASK_CHARS), outcome=run.outcome,
@@ -91,10 +92,10 @@ def lesson_sources(cli: CliContext, lessons: list[Lesson]) -> dict[str, dict[str
         refs = source_refs(lesson)
         shown = refs[-MAX_RUNS:]
         try:
-            runs = [run_source(client, ref) for ref in shown]
+            runs = [run_source(client, ref, lesson.bank) for ref in shown]
         except redis.RedisError as e:
             client, problem = None, f"Redis error: {e}"
-            runs = [run_source(None, ref) for ref in shown]
+            runs = [run_source(None, ref, lesson.bank) for ref in shown]
         result[lesson.id] = {"runs": runs, "more_runs": len(refs) - len(shown), "steps_unavailable": problem}
     return result
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
-from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.context import CliContext, echo_json, fail, json_option, pass_cli
 
 DIR_HELP = "Spool directory (default: LESSONBANK_SPOOL_DIR, else LESSONBANK_DATA_DIR/spool)."
 
@@ -23,23 +24,32 @@ def spool() -> None:
 
 @spool.command("list")
 @click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False), default=None, help=DIR_HELP)
+@json_option
 @pass_cli
-def list_spools(ctx: CliContext, directory: Path | None) -> None:
-    """Show spool files: owner state (live/dead), records, runs, size and age."""
+def list_spools(ctx: CliContext, directory: Path | None, as_json: bool) -> None:
+    """Show spool files: owner state (live/dead), records, runs, size, last write and age."""
     from lessonbank.recorder.spool import age, describe, spool_files
+    from lessonbank.report.data import human_time
 
     path = _directory(ctx, directory)
-    files = spool_files(path)
-    if not files:
-        click.echo(f"no spool files in {path}")
-        return
-    for file in files:
+    items: list[dict[str, Any]] = []
+    for file in spool_files(path):
         try:
             info = describe(file)
+        except FileNotFoundError:  # replayed meanwhile
+            continue
         except OSError as e:
             raise fail(f"cannot read {file}", e) from e
-        state = "live" if info.live else "dead"
-        click.echo(f"{file}\t{state}\t{info.ops} records\t{info.runs} runs\t{info.bytes} bytes\t{age(info):.0f}s old")
+        items.append({"path": str(file), "state": "live" if info.live else "dead", "records": info.ops,
+                      "runs": info.runs, "bytes": info.bytes, "modified": info.modified, "age_s": round(age(info), 1)})
+    if as_json:
+        echo_json(items)
+        return
+    if not items:
+        click.echo(f"no spool files in {path}")
+    for item in items:
+        click.echo(f"{item['path']}\t{item['state']}\t{item['records']} records\t{item['runs']} runs\t"
+                   f"{item['bytes']} bytes\tlast written {human_time(item['modified'])} ({item['age_s']:.0f}s ago)")
 
 
 @spool.command("replay")

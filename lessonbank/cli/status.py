@@ -1,8 +1,15 @@
-"""``lessonbank status``: queue length, runs in progress, spool, dead letters and lessons per bank."""
+"""``lessonbank status``: workers alive (their LLM and whether it answered), the queue, runs in progress and
+waiting for a retry, the spool, dead letters, the quality gate's drops, the recorder's counts and lessons per bank.
+
+Workers are known by the heartbeat each one writes (``lessonbank.workers.observe``); retries by the due
+times of their jobs (``lessonbank.workers.jobs``); the recorder's counts by what agent processes under
+``remember`` add up. ``--json`` prints all of it as one document.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +19,18 @@ import redis
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.connections import masked_url
-from lessonbank.core.constants import DEAD_LETTERS_KEY, DROPPED_KEY, OPEN_RUNS_KEY
+from lessonbank.core.constants import (
+    DEAD_LETTERS_KEY,
+    DROPPED_KEY,
+    JOBS_DUE_KEY,
+    OPEN_RUNS_KEY,
+    RECORDER_STATS_KEY,
+    WORKERS_KEY,
+    job_key,
+    worker_key,
+)
+
+MAX_LISTED = 20  # retries listed one by one (all are counted)
 
 
 def spooled_records(spool_dir: Path) -> tuple[int, int]:
@@ -30,24 +48,113 @@ def spooled_records(spool_dir: Path) -> tuple[int, int]:
     return records, files
 
 
+def _text_of(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
-    """Queue length, runs in progress, dead letters and the quality gate's drops, from one round trip."""
+    """Queue length, runs in progress, dead letters, the quality gate's drops and the recorder's counts."""
     pipe = client.pipeline(transaction=False)
     pipe.llen(queue)
     pipe.zcard(OPEN_RUNS_KEY)
     pipe.hlen(DEAD_LETTERS_KEY)
     pipe.hgetall(DROPPED_KEY)
-    queued, open_runs, dead, dropped = pipe.execute()
+    pipe.hgetall(RECORDER_STATS_KEY)
+    queued, open_runs, dead, dropped, recorder = pipe.execute()
+    counts = {_text_of(k): int(v) for k, v in recorder.items()}
     return {"queued": int(queued), "runs_in_progress": int(open_runs), "dead_letters": int(dead),
-            "dropped_by_gate": {k.decode(): int(v) for k, v in sorted(dropped.items())}}
+            "dropped_by_gate": {_text_of(k): int(v) for k, v in sorted(dropped.items())},
+            "recorder": {"delivered": counts.get("delivered", 0), "spooled": counts.get("spooled", 0)}}
+
+
+def workers(client: redis.Redis, now: float) -> list[dict[str, Any]]:
+    """Every worker seen in the last day: alive while its heartbeat lasts, with what it reported."""
+    seen: list[tuple[bytes, float]] = client.zrange(WORKERS_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
+    if not seen:
+        return []
+    beats = client.mget([worker_key(_text_of(name)) for name, _ in seen])
+    found = []
+    for (name, last), beat in zip(seen, beats, strict=True):
+        info: dict[str, Any] = {}
+        if beat is not None:
+            try:
+                info = json.loads(beat)
+            except ValueError:
+                info = {}
+        found.append({**info, "name": _text_of(name), "alive": beat is not None,
+                      "last_seen_s": round(max(now - float(last), 0.0), 1)})
+    return sorted(found, key=lambda w: (not w["alive"], w["name"]))
+
+
+def retries(client: redis.Redis) -> dict[str, Any]:
+    """Jobs waiting for a retry (no holder) with when they are due, and how many are in a worker's hands."""
+    seconds, micros = client.time()  # the clock the jobs' due times are on
+    now = float(seconds) + float(micros) / 1e6
+    due: list[tuple[bytes, float]] = client.zrange(JOBS_DUE_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
+    pipe = client.pipeline(transaction=False)
+    for job_id, _ in due:
+        pipe.hmget(job_key(_text_of(job_id)), ["task", "args", "retries", "holder"])
+    waiting, in_hand = [], 0
+    for (job_id, at), (task, args, tries, holder) in zip(due, pipe.execute() if due else [], strict=True):
+        if task is None:
+            continue  # finished meanwhile
+        if holder is not None:
+            in_hand += 1
+            continue
+        try:
+            values = [str(v) for v in json.loads(args or b"[]")]
+        except ValueError:
+            values = []
+        waiting.append({"job": _text_of(job_id), "task": _text_of(task), "bank": values[0] if values else "",
+                        "run_id": values[1] if len(values) > 1 else "", "retries": int(tries or 0),
+                        "due_in_s": round(float(at) - now, 1)})
+    return {"waiting_for_retry": len(waiting), "retrying": waiting[:MAX_LISTED], "in_hand": in_hand}
+
+
+def _llm_line(llm: dict[str, Any]) -> str:
+    where = f"LLM {llm.get('model', '?')} at {llm.get('base_url', '?')}"
+    reachable, status = llm.get("reachable"), llm.get("status")
+    if reachable is None:
+        return f"{where} (not checked yet)"
+    if not reachable:
+        return f"{where} did NOT answer at start-up: {llm.get('detail', '')}"
+    if status == 200:
+        return f"{where} answered at start-up ({llm.get('detail', '')})"
+    return f"{where} answered HTTP {status} at start-up"
+
+
+def _worker_lines(found: list[dict[str, Any]]) -> list[str]:
+    alive = [w for w in found if w["alive"]]
+    lines = [f"workers alive: {len(alive)}" + ("" if alive else " (start one: `lessonbank worker`)")]
+    for w in found:
+        if not w["alive"]:
+            lines.append(f"  {w['name']}: gone, last seen {w['last_seen_s']:.0f}s ago")
+            continue
+        store = {"owner": "serves the embedded store", "server": "Qdrant server"}.get(w.get("store", ""),
+                                                                                    "store through the owner")
+        extra = f"; metrics {w['metrics']}" if w.get("metrics") else ""
+        lines.append(f"  {w['name']} (pid {w.get('pid', '?')}, beat {w['last_seen_s']:.0f}s ago): "
+                     f"{_llm_line(w.get('llm') or {})}; {store}{extra}")
+    return lines
 
 
 def _text(report: dict[str, Any]) -> str:
-    lines = [
+    lines = _worker_lines(report["workers"])
+    lines += [
         f"queue {report['queue']!r}: {report['queued']} task(s) waiting",
         f"runs in progress: {report['runs_in_progress']}",
+        f"tasks in a worker's hands: {report['in_hand']}",
+        f"waiting for a retry: {report['waiting_for_retry']}",
+    ]
+    for job in report["retrying"]:
+        subject = f"run {job['run_id']} (bank {job['bank']})" if job["run_id"] else job["job"]
+        when = f"in {job['due_in_s']:.0f}s" if job["due_in_s"] > 0 else "due now"
+        lines.append(f"  {subject}: {job['task']}, retry {job['retries']}, {when}")
+    lines += [
         f"spool: {report['spooled']} record(s) in {report['spool_files']} file(s) at {report['spool_dir']}",
         f"dead letters: {report['dead_letters']}",
+        f"recorder (agent processes): {report['recorder']['delivered']} record(s) delivered, "
+        f"{report['recorder']['spooled']} spooled",
     ]
     dropped = report.get("dropped_by_gate") or {}
     if dropped:
@@ -65,13 +172,17 @@ def _text(report: dict[str, Any]) -> str:
 
 
 @click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @pass_cli
 def status(cli: CliContext, as_json: bool) -> None:
-    """How the pipeline is doing: queue, open runs, spool, dead letters and lessons per bank."""
+    """How the service is doing: workers and their LLM, queue, runs in progress and waiting for a retry,
+    spool, dead letters, gate drops, recorder counts and lessons per bank."""
     settings = cli.settings
     try:
-        report: dict[str, Any] = {"queue": settings.queue, **redis_counts(cli.redis(), settings.queue)}
+        client = cli.redis()
+        found = workers(client, time.time())
+        report: dict[str, Any] = {"queue": settings.queue, "workers_alive": sum(1 for w in found if w["alive"]),
+                                  "workers": found, **redis_counts(client, settings.queue), **retries(client)}
     except redis.RedisError as e:
         raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
     spooled, files = spooled_records(settings.resolved_spool_dir)

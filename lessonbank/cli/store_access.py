@@ -8,12 +8,16 @@ that path, in which case the calls go through that worker over Redis.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from lessonbank.cli.context import CliContext, fail
+from lessonbank.cli.context import CliContext, fail, resolve_ids
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
+from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
+
+EVERY_LESSON = 1_000_000
 
 logger = logging.getLogger(__name__)
 
@@ -46,3 +50,25 @@ def cli_store(cli: CliContext) -> Iterator[LessonStoreProtocol]:
         raise fail("lesson store error", e) from e
     finally:
         store.close()
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def find_lessons(store: LessonStoreProtocol, bank: str, wanted: Sequence[str],
+                 also_known: Iterable[str] = ()) -> tuple[list[Lesson], list[str]]:
+    """The lessons of ``bank`` named by full ids or unique id prefixes, in the order asked, and the ids
+    among ``also_known`` (e.g. tombstones) that were named; one-line error for an unknown or ambiguous
+    one. Full ids cost one read; a prefix lists the bank."""
+    extra = set(also_known)
+    if all(_is_uuid(i.strip().lower()) for i in wanted):
+        ids = [i.strip().lower() for i in wanted]
+        present = {lesson.id: lesson for lesson in store.get(bank, ids)}
+    else:
+        present = {lesson.id: lesson for lesson in store.list(bank, limit=EVERY_LESSON, include_inactive=True)}
+    named = resolve_ids(wanted, set(present) | extra, "lesson", f"in bank {bank!r}")
+    return [present[i] for i in named if i in present], [i for i in named if i not in present]

@@ -15,6 +15,14 @@ Outcomes of distillation
     ``lessonbank:dead-letters``            hash: run id -> dead letter JSON (bank, reason, attempts, at)
     ``lessonbank:stats:dropped``           hash: quality-gate reason -> lessons dropped for it
     ``lessonbank:bank:{bank}:lock``        lock held while one worker consolidates into a bank
+    ``lessonbank:bank:{bank}:purged``      set: ids of lessons purged for good (tombstones, no text;
+                                           ``lessonbank.core.purge``): not learnt again unless allowed
+
+Tasks in hand (``lessonbank.workers.jobs``): a job is one task's work, e.g. ``distill:{run_id}``
+    ``lessonbank:job:{job_id}``            hash: task, args (JSON), queue, task_id, retries, holder (the worker
+                                           process holding its lease; absent while a retry waits)
+    ``lessonbank:jobs:due``                sorted set: job id -> when it is published again (its lease lapses,
+                                           or its retry is due), unless renewed or finished first
 
 Lessons handed in by agents (remember_lesson tool), waiting for a worker to consolidate them
     ``lessonbank:lesson:pending:{pending_id}`` string: Lesson JSON, TTL = step_ttl
@@ -22,6 +30,12 @@ Lessons handed in by agents (remember_lesson tool), waiting for a worker to cons
 Embedded-store proxy (agent-side reads served by the worker that owns the Qdrant path)
     ``lessonbank:store:requests``          list of request JSON, BLPOP'd by the store owner
     ``lessonbank:store:reply:{request_id}`` list holding one reply JSON, short TTL
+    ``lessonbank:store:owner``             string: name of the worker serving the embedded store, TTL (heartbeat)
+
+Workers and agents, for ``lessonbank status`` (written by ``lessonbank.workers.observe`` and ``lessonbank.agent``)
+    ``lessonbank:workers``                 sorted set: worker name -> time of its last heartbeat
+    ``lessonbank:worker:{name}``           string: the worker's heartbeat JSON (LLM endpoint and model, ...), TTL
+    ``lessonbank:stats:recorder``          hash: delivered / spooled -> step records counted by agent processes
 
 Celery
     queue ``lessonbank`` (a Redis list of that name, kombu's layout); task names below.
@@ -40,6 +54,13 @@ STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"
 BANK_LOCK_KEY = PREFIX + ":bank:{bank}:lock"
 BANK_RUNS_KEY = PREFIX + ":bank:{bank}:runs"
 BANK_SUMMARIES_KEY = PREFIX + ":bank:{bank}:summaries"
+BANK_PURGED_KEY = PREFIX + ":bank:{bank}:purged"
+JOB_KEY = PREFIX + ":job:{job_id}"
+JOBS_DUE_KEY = PREFIX + ":jobs:due"
+STORE_OWNER_KEY = PREFIX + ":store:owner"
+WORKERS_KEY = PREFIX + ":workers"
+WORKER_KEY = PREFIX + ":worker:{name}"
+RECORDER_STATS_KEY = PREFIX + ":stats:recorder"
 
 DEFAULT_QUEUE = "lessonbank"
 DISTILL_TASK = "lessonbank.distill_run"
@@ -80,3 +101,15 @@ def bank_runs_key(bank: str) -> str:
 
 def bank_summaries_key(bank: str) -> str:
     return BANK_SUMMARIES_KEY.format(bank=bank)
+
+
+def bank_purged_key(bank: str) -> str:
+    return BANK_PURGED_KEY.format(bank=bank)
+
+
+def worker_key(name: str) -> str:
+    return WORKER_KEY.format(name=name)
+
+
+def job_key(job_id: str) -> str:
+    return JOB_KEY.format(job_id=job_id)

@@ -5,6 +5,10 @@ and L2 normalization, 384 dimensions) or from any OpenAI-compatible ``/v1/embedd
 Offline, fastembed loads a local folder (``model.onnx``, ``tokenizer.json``, ``tokenizer_config.json``,
 ``config.json``, ``special_tokens_map.json``) through ``specific_model_path``.
 
+Every embedder keeps the vectors of the texts it embedded last (``EMBED_CACHE_SIZE`` texts, as float32
+arrays): the store embeds a lesson's text to look for its neighbours and again to write it, and the
+second time costs a dictionary lookup. A batch is embedded in one model call, repeated texts once.
+
 Sparse vectors are plain term frequencies over lowercased word tokens hashed to stable uint32
 indices; the collection's sparse vector applies Qdrant's IDF modifier on top.
 """
@@ -16,11 +20,11 @@ import math
 import re
 import threading
 import zlib
-from collections import Counter
+from array import array
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-
-from qdrant_client import models
 
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 
@@ -38,6 +42,11 @@ MODEL_FILES: tuple[str, ...] = (
 )
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+
+EMBED_CACHE_SIZE = 4096
+# onnxruntime threads per embedder: one text takes ~10 ms on one thread, and the processes that embed
+# (the store's owner, workers) share the machine's cores with each other.
+EMBED_THREADS = 1
 
 # Function words that carry no lexical signal (a compact English list in the spirit of the Glasgow
 # IR stop list); dropping them keeps sparse matches about content words.
@@ -73,6 +82,60 @@ def _normalize(vector: list[float]) -> list[float]:
     return [x / norm for x in vector]
 
 
+class VectorCache:
+    """The last ``size`` texts' vectors (float32 arrays, ~1.5 kB each for 384 dimensions); thread-safe."""
+
+    def __init__(self, size: int = EMBED_CACHE_SIZE) -> None:
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._vectors: OrderedDict[str, array[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def get(self, text: str) -> list[float] | None:
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is None:
+                self.misses += 1
+                return None
+            self._vectors.move_to_end(text)
+            self.hits += 1
+        return vector.tolist()
+
+    def put(self, text: str, vector: list[float]) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._vectors[text] = array("f", vector)
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+
+
+class CachingEmbedder:
+    """``embed`` through a ``VectorCache``: only texts not seen lately reach the model, in one batch."""
+
+    cache: VectorCache
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """One L2-normalized vector per text, in order."""
+        if not texts:
+            return []
+        found = {text: self.cache.get(text) for text in dict.fromkeys(texts)}
+        missing = [text for text, vector in found.items() if vector is None]
+        if missing:
+            for text, vector in zip(missing, self._embed(missing), strict=True):
+                self.cache.put(text, vector)
+                found[text] = vector
+        return [list(found[text] or ()) for text in texts]
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+
 def missing_model_files(folder: Path) -> list[str]:
     """Names of the model files that ``folder`` lacks (empty when it is complete)."""
     return [name for name in MODEL_FILES if not (folder / name).is_file()]
@@ -83,13 +146,19 @@ def default_model_dir(settings: Settings) -> Path:
     return settings.data_dir / "models" / settings.embed_model.rsplit("/", 1)[-1]
 
 
-class FastEmbedEmbedder:
-    """fastembed ``TextEmbedding``; the model loads on the first ``embed`` call, not in ``__init__``."""
+class FastEmbedEmbedder(CachingEmbedder):
+    """fastembed ``TextEmbedding``; the model loads on the first ``embed`` call, not in ``__init__``.
 
-    def __init__(self, model_name: str, model_path: Path | str | None = None, cache_dir: Path | str | None = None):
+    ``threads`` is onnxruntime's thread count (None: one per core).
+    """
+
+    def __init__(self, model_name: str, model_path: Path | str | None = None, cache_dir: Path | str | None = None,
+                 threads: int | None = EMBED_THREADS, cache_size: int = EMBED_CACHE_SIZE):
         self.model_name = model_name
         self.model_path = Path(model_path) if model_path is not None else None
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.threads = threads
+        self.cache = VectorCache(cache_size)
         self._model: Any = None
         self._dim: int | None = None
         self._lock = threading.Lock()
@@ -123,6 +192,8 @@ class FastEmbedEmbedder:
             if self.cache_dir is not None:
                 self.cache_dir.mkdir(parents=True, exist_ok=True)
                 kwargs["cache_dir"] = str(self.cache_dir)
+            if self.threads is not None:
+                kwargs["threads"] = self.threads
             logger.info("loading embedding model %s from %s", self.model_name, self.model_path or "fastembed's cache")
             try:
                 self._model = TextEmbedding(model_name=self.model_name, **kwargs)
@@ -135,20 +206,25 @@ class FastEmbedEmbedder:
                 ) from e
             return self._model
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        import numpy as np
+
         model = self._load()
-        return [_normalize([float(x) for x in vector]) for vector in model.embed(list(texts))]
+        vectors = np.asarray(list(model.embed(list(texts))), dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        unit = vectors / np.where(norms == 0.0, np.float32(1.0), norms)
+        rows: list[list[float]] = unit.tolist()
+        return rows
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(CachingEmbedder):
     """Any OpenAI-compatible ``/v1/embeddings`` endpoint, through an injected ``openai.OpenAI`` client."""
 
-    def __init__(self, client: Any, model: str, dim: int | None = None) -> None:
+    def __init__(self, client: Any, model: str, dim: int | None = None, cache_size: int = EMBED_CACHE_SIZE) -> None:
         self.client = client
         self.model = model
         self._dim = dim
+        self.cache = VectorCache(cache_size)
 
     @property
     def dim(self) -> int:
@@ -156,9 +232,7 @@ class OpenAIEmbedder:
             self._dim = len(self.embed(["dimension probe"])[0])
         return self._dim
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
+    def _embed(self, texts: list[str]) -> list[list[float]]:
         import openai
 
         try:
@@ -214,8 +288,16 @@ def token_index(token: str) -> int:
     return zlib.crc32(token.encode("utf-8")) & 0xFFFFFFFF
 
 
-def sparse_vector(text: str) -> models.SparseVector:
-    """Term frequencies of ``text`` as a Qdrant sparse vector (pair it with ``Modifier.IDF``)."""
+@dataclass(frozen=True)
+class SparseVector:
+    """A sparse vector: sorted, distinct indices and their values (each store converts it to its engine's type)."""
+
+    indices: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+
+def sparse_vector(text: str) -> SparseVector:
+    """Term frequencies of ``text`` as a sparse vector (the collection applies the IDF modifier)."""
     counts: Counter[int] = Counter(token_index(token) for token in tokens(text))
     indices = sorted(counts)
-    return models.SparseVector(indices=indices, values=[float(counts[i]) for i in indices])
+    return SparseVector(indices=indices, values=[float(counts[i]) for i in indices])

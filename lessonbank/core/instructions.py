@@ -1,18 +1,21 @@
 """The instructions builder: the lessons of a bank that bear on a task, as a short advisory block.
 
 Selection
-    1. Relevance floor: the task is compared with the bank's active lessons by dense cosine
-       similarity (``store.similar``); only lessons at or above ``settings.min_relevance`` can be
-       given. A task unrelated to everything the bank knows gets ``""``, not filler.
-    2. Ranking: the hybrid search (``store.search``: dense + lexical fused with RRF) orders the
-       candidates; each gets a score mixing that fused rank, the dense similarity, the evidence
-       (how many runs confirmed the lesson) and recency (half-life of 30 days since last seen).
-    3. Balance: each kind present (facts, what worked, what to avoid) first gets an equal share
-       of ``max_lessons``; free slots then go to the best remaining lessons of any kind.
+    1. Eligibility: active lessons with independent evidence — two runs, a run judged a success,
+       helpful credit, or added by a user (one unverified run is not enough: it may have read a
+       poisoned page).
+    2. Relevance floor: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine
+       similarity and its rank in the hybrid (dense + lexical, fused) search; only lessons at or above
+       ``settings.min_relevance`` can be given. A task unrelated to everything the bank knows gets ``""``.
+    3. Ranking: a score mixing the similarity, the lesson's utility (the mean of a Beta(1 + helpful,
+       1 + harmful) belief), the fused rank, the evidence and recency (half-life of 30 days).
+    4. The best recipe of a task close enough to this one first, as a fenced code block; then prose
+       lessons, each kind present (facts, what worked, what to avoid) first getting an equal share of
+       the rest of ``max_lessons``.
 
-The block says where the lessons come from (earlier runs of the same bank) and that they are
-advisory: they were drawn from earlier tool output, which is untrusted, so they never override
-the user's task. It fits in ``max_chars``.
+The block says where the lessons come from (earlier runs of the same bank), how many runs each was
+seen in, and that they are advisory: they were drawn from earlier tool output, which is untrusted, so
+they never override the user's task. It fits in ``max_chars``.
 """
 
 from __future__ import annotations

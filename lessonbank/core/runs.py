@@ -9,11 +9,16 @@ A run's hash (``run_key``) holds its metadata and its ``state``; its step record
 
 A close and the publish of the run's distill task happen in one Lua script, guarded by the
 ``enqueued`` field: whichever close comes first (the recorder's, a replayed one from the spool, the
-sweeper's) publishes, and no later one publishes again.
+sweeper's) publishes, and no later one publishes again. Steps are stored by one Lua script too: a step
+arriving after its run was closed (a long step, a spool replayed late) never reopens it; it is kept,
+and a run distilled already gets one follow-up distillation (``followup``) of its new steps.
+
+The recorder batches these writes: ``steps_command`` / ``close_command`` build the commands, sent by SHA.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -21,21 +26,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from pydantic import ValidationError
+from redis.exceptions import NoScriptError
 
 from lessonbank.core.constants import (
     CREDIT_TASK,
+    DEFAULT_QUEUE,
     DISTILL_TASK,
     OPEN_RUNS_KEY,
     RUN_CLOSED,
     RUN_DEAD,
     RUN_DISTILLED,
-    RUN_OPEN,
     run_key,
     run_steps_key,
 )
-from lessonbank.core.models import StepRecord
 from lessonbank.core.publish import publish, task_message
+from lessonbank.core.runview import Run, json_list, load_run
+
+__all__ = ["Run", "json_list", "load_run"]  # the read side, re-exported for the writers' callers
 
 logger = logging.getLogger(__name__)
 
@@ -44,74 +51,30 @@ PROGRESS_FIELD = "consolidated"
 CREDIT_FIELD = "credited"
 
 
-@dataclass
-class Run:
-    """A run's metadata hash and its well-formed step records, in order."""
 
-    run_id: str
-    meta: dict[str, str] = field(default_factory=dict)
-    steps: list[StepRecord] = field(default_factory=list)
-    malformed: int = 0
-
-    @property
-    def state(self) -> str:
-        return self.meta.get("state", "")
-
-    @property
-    def task(self) -> str:
-        if self.meta.get("task"):
-            return self.meta["task"]
-        return next((s.task for s in self.steps if s.task), "")
-
-    @property
-    def outcome(self) -> str:
-        """The recorded outcome: the run_end record's, else the metadata's, else ``unknown``."""
-        for step in reversed(self.steps):
-            if step.kind == "run_end" and step.outcome:
-                return step.outcome
-        return self.meta.get("outcome") or "unknown"
-
-    @property
-    def bank(self) -> str:
-        return self.meta.get("bank", "")
-
-    @property
-    def arm(self) -> str:
-        return "control" if self.meta.get("arm") == "control" else "lessons"
-
-    @property
-    def given(self) -> list[str]:
-        """Ids of the lessons the run was handed (empty for a control run or unknown)."""
-        return json_list(self.meta.get("given"))
-
-    @property
-    def verdict(self) -> tuple[str, str]:
-        """(verdict, source) recorded by a user or a check, else ("unknown", "none")."""
-        verdict = self.meta.get("verdict", "")
-        if verdict in ("success", "failure"):
-            return verdict, self.meta.get("verdict_source", "user")
-        return "unknown", "none"
-
-    @property
-    def judged(self) -> dict[str, str]:
-        """What distillation went by: ``{"verdict", "source", "recipe"}`` (empty before distillation)."""
-        try:
-            value = json.loads(self.meta.get("judged") or "{}")
-        except ValueError:
-            return {}
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-    @property
-    def check_pending(self) -> bool:
-        """True while the agent process is still running the user's check on the final answer."""
-        return self.meta.get("check") == "pending"
-
-
-_OPEN_STATES = (None, RUN_OPEN.encode())
+# KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, run fields (JSON), first step's time, last step's
+# time, follow-up task message, then pairs of seq and step record.
+STEP_SCRIPT = """
+for i = 6, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
+redis.call('HSETNX', KEYS[1], 'started_at', ARGV[3])
+local state = redis.call('HGET', KEYS[1], 'state')
+if (not state) or state == 'open' then
+  for name, value in pairs(cjson.decode(ARGV[2])) do redis.call('HSET', KEYS[1], name, value) end
+  redis.call('HSET', KEYS[1], 'state', 'open', 'updated_at', ARGV[4])
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  return 0
+end
+redis.call('HSET', KEYS[1], 'late_at', ARGV[4])
+if state == 'distilled' and redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
+  redis.call('LPUSH', KEYS[4], ARGV[5])
+  return 2
+end
+return 1
+"""
 
 # KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, seq, run_end record, bank, agent, task,
 # outcome, at, task message, extra fields (JSON object).
-_CLOSE = """
+CLOSE_SCRIPT = """
 redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
 if (not state) or state == 'open' then
@@ -145,6 +108,14 @@ end
 return 1
 """
 
+# The scripts a client sends by SHA (``EVALSHA``) after loading them once (``SCRIPT LOAD``).
+SCRIPTS: dict[str, str] = {name: hashlib.sha1(body.encode("utf-8")).hexdigest()
+                           for name, body in (("step", STEP_SCRIPT), ("close", CLOSE_SCRIPT))}
+SCRIPT_BODIES = (STEP_SCRIPT, CLOSE_SCRIPT)
+
+Command = tuple[Any, ...]
+"""One Redis command, for a pipeline built by the caller (the recorder batches them)."""
+
 
 @dataclass(frozen=True)
 class RunRef:
@@ -158,29 +129,46 @@ class RunRef:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def _run_fields(ref: RunRef, state: str, at: float) -> dict[Any, Any]:
-    return {**ref.extra, "bank": ref.bank, "agent": ref.agent, "task": ref.task, "state": state, "updated_at": at}
+def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str) -> Command:
+    """``EVALSHA`` storing step records (seq, record, at) of one run, in order.
+
+    An open (or new) run stays open with its fields updated. A run closed already stays closed: its late
+    steps are kept, and a run distilled already gets one follow-up distillation queued for them.
+    """
+    fields = {**ref.extra, "bank": ref.bank, "agent": ref.agent, "task": ref.task}
+    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
+    followup = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
+    pairs = [item for seq, record, _ in steps for item in (seq, record)]
+    return ("EVALSHA", SCRIPTS["step"], len(keys), *keys, ref.run_id, json.dumps(fields), steps[0][2], steps[-1][2],
+            followup, *pairs)
 
 
-def record_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float) -> None:
-    """Store one step record of an open run (one round trip; replaying it changes nothing)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.hsetnx(run_steps_key(ref.run_id), str(seq), record)
-    pipe.hset(run_key(ref.run_id), mapping=_run_fields(ref, RUN_OPEN, at))
-    pipe.hsetnx(run_key(ref.run_id), "started_at", at)
-    pipe.zadd(OPEN_RUNS_KEY, {ref.run_id: at})
-    pipe.execute()
+def close_command(ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> Command:
+    """``EVALSHA`` closing the run with ``outcome`` and queueing its distillation (see ``close_run``)."""
+    message = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
+    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
+    return ("EVALSHA", SCRIPTS["close"], len(keys), *keys, ref.run_id, seq, record, ref.bank, ref.agent, ref.task,
+            outcome, at, message, json.dumps(ref.extra))
 
 
-def replay_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float) -> None:
-    """Like ``record_step`` for a record delivered late (from the spool): a run closed meanwhile stays closed."""
-    pipe = client.pipeline(transaction=False)
-    pipe.hsetnx(run_steps_key(ref.run_id), str(seq), record)
-    pipe.hsetnx(run_key(ref.run_id), "started_at", at)
-    pipe.hget(run_key(ref.run_id), "state")
-    state = pipe.execute()[-1]
-    if state in _OPEN_STATES:
-        record_step(client, ref, seq, record, at)
+def run_command(client: redis.Redis, command: Command) -> Any:
+    """Run one scripted command, loading its script first if this Redis does not know it yet."""
+    try:
+        return client.execute_command(*command)
+    except NoScriptError:
+        for body in SCRIPT_BODIES:
+            client.script_load(body)
+        return client.execute_command(*command)
+
+
+def record_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float,
+                queue: str = DEFAULT_QUEUE) -> int:
+    """Store one step record (replaying it changes nothing; a closed run is never reopened). Returns 0 for
+    an open run, 1 for a late step of a closed run, 2 when a follow-up distillation was queued."""
+    return int(run_command(client, steps_command(ref, [(seq, record, at)], queue)))
+
+
+replay_step = record_step  # a record delivered late (from the spool) is stored the same way
 
 
 def close_run(client: redis.Redis, ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> bool:
@@ -189,12 +177,7 @@ def close_run(client: redis.Redis, ref: RunRef, seq: int, record: str, outcome: 
     One Lua script: a run closed already keeps its outcome, and the distill task is published by the
     first close only. Returns True when this call published it.
     """
-    message = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
-    keys = [run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue]
-    args: list[str | int | float] = [
-        ref.run_id, seq, record, ref.bank, ref.agent, ref.task, outcome, at, message, json.dumps(ref.extra)
-    ]
-    return bool(client.eval(_CLOSE, len(keys), *keys, *args))
+    return bool(run_command(client, close_command(ref, seq, record, outcome, at, queue)))
 
 
 def close_abandoned(client: redis.Redis, bank: str, run_id: str, now: float, cutoff: float, queue: str) -> bool:
@@ -205,15 +188,6 @@ def close_abandoned(client: redis.Redis, bank: str, run_id: str, now: float, cut
     message = task_message(DISTILL_TASK, [bank, run_id], queue)
     keys = [run_key(run_id), OPEN_RUNS_KEY, queue]
     return bool(client.eval(_CLOSE_ABANDONED, len(keys), *keys, run_id, now, cutoff, message))
-
-
-def json_list(raw: str | None) -> list[str]:
-    """A JSON list of strings from a run hash field ([] when absent or malformed)."""
-    try:
-        value = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    return [str(item) for item in value] if isinstance(value, list) else []
 
 
 # Who may overwrite whose verdict: a user's word beats a check, which beats nothing.
@@ -269,38 +243,10 @@ def save_credit(client: redis.Redis, run_id: str, credit: dict[str, Any]) -> Non
     client.hset(run_key(run_id), CREDIT_FIELD, json.dumps(credit))
 
 
-def _decode(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-def load_run(client: redis.Redis, run_id: str) -> Run:
-    """Read the run's metadata and step records; malformed records are skipped and counted."""
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(run_key(run_id))
-    pipe.hgetall(run_steps_key(run_id))
-    raw_meta, raw_steps = pipe.execute()
-    run = Run(run_id=run_id, meta={_decode(k): _decode(v) for k, v in raw_meta.items()})
-    records: list[StepRecord] = []
-    for seq, data in raw_steps.items():
-        try:
-            record = StepRecord.from_json(data)
-        except ValidationError:
-            run.malformed += 1
-            logger.warning("run %s: skipping malformed step record (field %s)", run_id, _decode(seq))
-            continue
-        if record.run_id != run_id:
-            run.malformed += 1
-            logger.warning("run %s: skipping step record of another run (field %s)", run_id, _decode(seq))
-            continue
-        records.append(record)
-    run.steps = sorted(records, key=lambda r: r.seq)
-    return run
-
-
 def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | float]) -> None:
     pipe = client.pipeline(transaction=True)
     pipe.hset(run_key(run_id), mapping=fields)
-    pipe.hdel(run_key(run_id), CHECKPOINT_FIELD, PROGRESS_FIELD)
+    pipe.hdel(run_key(run_id), CHECKPOINT_FIELD, PROGRESS_FIELD, "followup")
     pipe.zrem(OPEN_RUNS_KEY, run_id)
     pipe.expire(run_key(run_id), ttl)
     pipe.expire(run_steps_key(run_id), ttl)
@@ -308,14 +254,37 @@ def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | 
 
 
 def mark_distilled(client: redis.Redis, run_id: str, ttl: int, stats: dict[str, int],
-                   judged: dict[str, str] | None = None) -> None:
-    """Record that the run's lessons are in the bank (and the verdict distillation went by, and the
-    recipe it kept); its data now expires after `ttl` seconds."""
+                   judged: dict[str, str] | None = None, upto: int = -1) -> None:
+    """Record that the run's lessons are in the bank (the verdict distillation went by, the recipe it kept,
+    the last step record it read: ``upto``); its data now expires after `ttl` seconds."""
     now = time.time()
     fields: dict[Any, str | float] = {"state": RUN_DISTILLED, "distilled_at": now, "updated_at": now}
     fields["lessons"] = json.dumps(stats)
-    fields["judged"] = json.dumps(judged or {})
+    fields["distilled_upto"] = upto
+    if judged is not None:
+        fields["judged"] = json.dumps(judged)
     _finish(client, run_id, ttl, fields)
+
+
+# KEYS: run hash, queue. ARGV: task message.
+_FOLLOWUP = """
+if redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
+  redis.call('LPUSH', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+def queue_followup(client: redis.Redis, bank: str, run_id: str, queue: str) -> bool:
+    """Queue one follow-up distillation of a distilled run's late steps (none if one is pending)."""
+    message = task_message(DISTILL_TASK, [bank, run_id], queue)
+    return bool(client.eval(_FOLLOWUP, 2, run_key(run_id), queue, message))
+
+
+def step_count(client: redis.Redis, run_id: str) -> int:
+    """How many step records the run has in Redis now."""
+    return int(client.hlen(run_steps_key(run_id)))
 
 
 def mark_dead(client: redis.Redis, run_id: str, ttl: int) -> None:
@@ -352,7 +321,7 @@ def save_checkpoint(client: redis.Redis, run_id: str, payload: str) -> None:
 
 def load_checkpoint(client: redis.Redis, run_id: str) -> str | None:
     value = client.hget(run_key(run_id), CHECKPOINT_FIELD)
-    return _decode(value) if value is not None else None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def load_progress(client: redis.Redis, run_id: str) -> set[int]:
@@ -366,3 +335,16 @@ def load_progress(client: redis.Redis, run_id: str) -> set[int]:
 
 def save_progress(client: redis.Redis, run_id: str, done: set[int]) -> None:
     client.hset(run_key(run_id), PROGRESS_FIELD, json.dumps(sorted(done)))
+
+
+# KEYS: run hash. Counts only runs that exist (a delivery of an unknown run leaves no key behind).
+_COUNT_DELIVERY = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+"""
+
+
+def count_delivery(client: redis.Redis, run_id: str) -> int:
+    """Count one delivery of the run's distill task to a worker (duplicates included: a delivery dropped because
+    another worker holds the run counts too); returns the total so far, 0 for an unknown run."""
+    return int(client.eval(_COUNT_DELIVERY, 1, run_key(run_id)))

@@ -136,6 +136,7 @@ class Settings(BaseSettings):
     distill_model: Name = Field("gpt-4o-mini", description="Chat model that distills runs into lessons.")
     llm_timeout: Seconds = Field(120.0, description="Seconds one LLM call may take.")
     max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
+    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes.")
     transcript_budget_chars: int = Field(
         12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
     )
@@ -161,6 +162,11 @@ class Settings(BaseSettings):
         description="On a cold shutdown (SIGQUIT, or SIGTERM with REMAP_SIGTERM=SIGQUIT), "
         "seconds the task in hand may finish before it is requeued.",
     )
+    lease_timeout: WholeSeconds = Field(
+        60,
+        description="Seconds a worker's hold on a task lasts unless renewed (it renews every third of it while the "
+        "task runs); the task of a worker that died is sent again this long after its last renewal.",
+    )
     step_ttl: WholeSeconds = Field(
         7 * 24 * 3600,
         description="Seconds a run's steps are kept after it is distilled or dead-lettered.",
@@ -183,7 +189,7 @@ class Settings(BaseSettings):
 
     # Lesson store and embeddings
     qdrant_url: QdrantUrl | None = Field(
-        None, description="Qdrant server URL. Unset: embedded local mode at QDRANT_PATH."
+        None, description="Qdrant server URL. Unset: the embedded store (Qdrant Edge) at QDRANT_PATH, owned by the worker."
     )
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server.")
     qdrant_path: Path | None = Field(None, description="Embedded Qdrant directory. Default: DATA_DIR/qdrant.")
@@ -204,6 +210,17 @@ class Settings(BaseSettings):
     holdout: Annotated[float, Ge(0), Lt(1)] = Field(
         0.0,
         description="Fraction of runs that get no lessons (control arm), chosen at random per run; 0 disables.",
+    )
+
+    # Observability (optional extras: lessonbank[metrics], lessonbank[otel])
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="Port of the worker's Prometheus /metrics endpoint; unset: none."
+    )
+    metrics_addr: Name = Field("127.0.0.1", description="Address the worker's /metrics endpoint listens on.")
+    otlp_endpoint: HttpUrl | None = Field(
+        None,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "LESSONBANK_OTLP_ENDPOINT"),
+        description="OTLP/HTTP endpoint the worker sends its spans to (Phoenix, Langfuse, a collector).",
     )
 
     def __init__(self, **values: Any) -> None:
@@ -288,7 +305,7 @@ class Settings(BaseSettings):
 
 DERIVED = frozenset({"task_soft_time_limit", "task_time_limit", "visibility_timeout", "distill_lock_timeout"})
 _SECRET = frozenset({"openai_api_key", "qdrant_api_key"})
-_URL = frozenset({"redis_url", "openai_base_url", "qdrant_url", "embed_base_url"})
+_URL = frozenset({"redis_url", "openai_base_url", "qdrant_url", "embed_base_url", "otlp_endpoint"})
 
 
 def env_var(name: str) -> str:

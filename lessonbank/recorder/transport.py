@@ -1,8 +1,8 @@
 """Delivery of step records and run closes to Redis, with a circuit breaker and the local spool.
 
-The recorder's writer hands over batches of ops. A batch costs one round trip: the writes of
-``lessonbank.core.runs.record_step`` for each step (HSETNX per sequence number, the run's hash, the
-open-runs set) and the close script of ``runs.close_run`` (EVALSHA) for each close, in one pipeline.
+The recorder's writer hands over batches of ops. A batch costs one round trip: per run, the step script
+of ``lessonbank.core.runs`` for its steps and the close script for its close (both by SHA), in one
+pipeline. The scripts keep run state right whatever arrives when (a late step never reopens a closed run).
 
 - When Redis has not answered a batch ``SPILL_AFTER`` (40 ms) after its oldest record was handed over,
   the batch and every record handed over since go to the fsync'd spool; the wait for the reply goes on
@@ -11,13 +11,11 @@ open-runs set) and the close script of ``runs.close_run`` (EVALSHA) for each clo
 - When Redis refuses, hangs or errs, the batch is spooled and the breaker stays open for
   ``breaker_cooldown`` seconds (no network attempt at all); then one probe.
 - While the spool holds anything, new ops are appended to it (order per run is kept) and the spool is
-  replayed, oldest first, in chunks, with the idempotent writes of ``runs.replay_step``.
+  replayed, oldest first, in chunks, with the same idempotent scripts.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -26,8 +24,6 @@ from typing import Any
 import redis
 
 from lessonbank.core import runs
-from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, RUN_OPEN, run_key, run_steps_key
-from lessonbank.core.publish import task_message
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import Spool
 
@@ -36,11 +32,7 @@ logger = logging.getLogger(__name__)
 SPILL_AFTER = 0.04  # seconds after its oldest record was handed over that an unanswered batch is spooled
 POLL = 0.005  # seconds between checks while waiting for a reply
 REPLAY_CHUNK = 64  # spooled ops replayed per round trip pair
-_CLOSE_SCRIPT = runs._CLOSE  # the close of runs.close_run, run by its SHA
-_CLOSE_SHA = hashlib.sha1(_CLOSE_SCRIPT.encode("utf-8")).hexdigest()
-_OPEN_STATES = (None, RUN_OPEN, RUN_OPEN.encode())  # bytes, or str from a client that decodes
-
-Command = tuple[Any, ...]
+Command = runs.Command
 
 
 class CircuitBreaker:
@@ -80,36 +72,37 @@ class RedisSink:
 
     def apply(self, op: Op, replay: bool = False) -> None:
         """Deliver ``op`` (a close also queues the run's distillation, once). Raises redis errors."""
-        ref = runs.RunRef(op.bank, op.run_id, op.agent, op.task, extra=dict(op.extra))
+        ref = _ref(op)
         if op.op == "close":
             runs.close_run(self.client, ref, op.seq, op.record, op.outcome, op.at, self.queue)
-        elif replay:
-            runs.replay_step(self.client, ref, op.seq, op.record, op.at)
         else:
-            runs.record_step(self.client, ref, op.seq, op.record, op.at)
+            runs.record_step(self.client, ref, op.seq, op.record, op.at, self.queue)
 
 
-# -- the commands of a batch: runs.record_step / replay_step / close_run, pipelined ---------------------
+# -- the commands of a batch: lessonbank.core.runs' scripts, pipelined ------------------------------------
 
 
-def _step_command(op: Op) -> Command:
-    return ("HSETNX", run_steps_key(op.run_id), op.seq, op.record)
+def _ref(op: Op) -> runs.RunRef:
+    return runs.RunRef(op.bank, op.run_id, op.agent, op.task, extra=dict(op.extra))
 
 
-def _open_commands(first: Op, last: Op) -> list[Command]:
-    """``record_step``'s writes to the run's hash and the open-runs set, for the steps first..last of a run."""
-    fields: dict[str, Any] = {**last.extra, "bank": last.bank, "agent": last.agent, "task": last.task,
-                              "state": RUN_OPEN, "updated_at": last.at}
-    pairs = [item for pair in fields.items() for item in pair]
-    return [("HSET", run_key(last.run_id), *pairs), ("HSETNX", run_key(last.run_id), "started_at", first.at),
-            ("ZADD", OPEN_RUNS_KEY, last.at, last.run_id)]
-
-
-def _close_command(op: Op, queue: str) -> Command:
-    message = task_message(DISTILL_TASK, [op.bank, op.run_id], queue)
-    keys = (run_key(op.run_id), run_steps_key(op.run_id), OPEN_RUNS_KEY, queue)
-    return ("EVALSHA", _CLOSE_SHA, len(keys), *keys, op.run_id, op.seq, op.record, op.bank, op.agent, op.task,
-            op.outcome, op.at, message, json.dumps(op.extra))
+def live_commands(ops: list[Op], queue: str) -> list[Command]:
+    """One pipeline for ``ops``: per run, in order, its steps (one script call per stretch of steps) and
+    its close."""
+    commands: list[Command] = []
+    for group in _by_run(ops):
+        stretch: list[Op] = []
+        for op in [*group, None]:
+            if op is not None and op.op == "step":
+                stretch.append(op)
+                continue
+            if stretch:
+                last = stretch[-1]
+                commands.append(runs.steps_command(_ref(last), [(s.seq, s.record, s.at) for s in stretch], queue))
+                stretch = []
+            if op is not None:
+                commands.append(runs.close_command(_ref(op), op.seq, op.record, op.outcome, op.at, queue))
+    return commands
 
 
 def _by_run(ops: list[Op]) -> list[list[Op]]:
@@ -117,21 +110,6 @@ def _by_run(ops: list[Op]) -> list[list[Op]]:
     for op in ops:
         groups.setdefault(op.run_id, []).append(op)
     return list(groups.values())
-
-
-def live_commands(ops: list[Op], queue: str) -> list[Command]:
-    """One pipeline for ``ops`` of open runs: per run its step records, its hash, then its close (if any)."""
-    commands: list[Command] = []
-    for group in _by_run(ops):
-        steps = [op for op in group if op.op == "step"]
-        commands += [_step_command(op) for op in steps]
-        closes = [op for op in group if op.op == "close"]
-        if steps and closes:  # the close writes the hash itself; only the start time is the first step's
-            commands.append(("HSETNX", run_key(steps[0].run_id), "started_at", steps[0].at))
-        elif steps:
-            commands += _open_commands(steps[0], steps[-1])
-        commands += [_close_command(op, queue) for op in closes]
-    return commands
 
 
 def replay_chunk(ops: list[Op]) -> list[Op]:
@@ -234,33 +212,21 @@ class Transport:
         return not len(self.spool)
 
     def _replay(self, chunk: list[Op], spill: Callable[[], list[Op]]) -> None:
-        """``runs.replay_step`` for the steps of ``chunk`` (a run closed meanwhile stays closed), then its close."""
+        """The spooled ``chunk``, through the same scripts as live ops (a run closed meanwhile stays closed)."""
         def slow() -> None:
             self._spool(spill())
 
-        steps = [op for op in chunk if op.op == "step"]
-        open_runs: dict[str, list[Op]] = {}
-        if steps:
-            first: list[Command] = []
-            for op in steps:
-                first += [_step_command(op), ("HSETNX", run_key(op.run_id), "started_at", op.at),
-                          ("HGET", run_key(op.run_id), "state")]
-            states = self._execute(first, slow, 0.0)[2::3]
-            for op, state in zip(steps, states, strict=True):
-                if state in _OPEN_STATES:
-                    open_runs.setdefault(op.run_id, []).append(op)
-        second = [command for group in open_runs.values() for command in _open_commands(group[0], group[-1])]
-        second += [_close_command(op, self.queue) for op in chunk if op.op == "close"]
-        if second:
-            self._execute(second, slow, 0.0)
+        self._execute(live_commands(chunk, self.queue), slow, 0.0)
         self.spool.delivered(len(chunk))
         self.delivered += len(chunk)
 
     def _execute(self, commands: list[Command], slow: Callable[[], None], slow_at: float) -> list[Any]:
         """Send ``commands`` as one pipeline; while no reply came, call ``slow()`` every POLL from the unix
         time ``slow_at`` on. Raises redis errors (the first error reply too, after every reply was read)."""
+        loads = 0
         if not self._script_ready and any(command[0] == "EVALSHA" for command in commands):
-            commands = [("SCRIPT", "LOAD", _CLOSE_SCRIPT), *commands]
+            loads = len(runs.SCRIPT_BODIES)
+            commands = [*(("SCRIPT", "LOAD", body) for body in runs.SCRIPT_BODIES), *commands]
         pool = self.client.connection_pool
         try:
             connection = pool.get_connection()
@@ -288,9 +254,9 @@ class Transport:
         for reply in replies:
             if isinstance(reply, redis.ResponseError):
                 raise reply
-        if commands[0][0] == "SCRIPT":
+        if loads:
             self._script_ready = True
-            replies = replies[1:]
+            replies = replies[loads:]
         return replies
 
     def _spool(self, ops: list[Op], counted: bool = True) -> bool:

@@ -1,8 +1,12 @@
 """The Celery application of the worker service and its configuration, built from `Settings`.
 
 Configured for at-least-once delivery without loss: late acks, redelivery when a pool process dies,
-one message prefetched per process, and a broker visibility timeout longer than the hard time
-limit plus the longest retry backoff (so a slow task is never handed to a second worker).
+one message prefetched per process. Each task runs under a lease on its job that every worker's
+main process watches (``lessonbank.workers.jobs``, started here as a worker bootstep): a worker that
+dies gives its tasks back when their leases lapse, within ``LESSONBANK_LEASE_TIMEOUT``, and retries
+wait as due times in Redis, so no message stays unacknowledged longer than the hard time limit. The
+broker's visibility timeout (longer than the hard time limit plus the longest backoff) is only a
+backstop; a message it hands out again finds its job done or held, and changes nothing.
 
 The app is built from the environment at import; settings that cannot work end the import with one
 line naming the variable (``SystemExit``), which is all ``celery -A lessonbank.workers`` then prints.
@@ -17,6 +21,8 @@ from celery import Celery
 from lessonbank.core.constants import SWEEP_TASK
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
+from lessonbank.workers import broker as _broker  # noqa: F401  (the redis:// transport)
+from lessonbank.workers.jobs import KeeperStep
 
 
 class LessonbankCelery(Celery):
@@ -44,7 +50,9 @@ def celery_config(settings: Settings) -> dict[str, object]:
         "accept_content": ["json"],
         "worker_send_task_events": True,
         "task_send_sent_event": True,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A task in hand when the broker connection drops goes on: every task is idempotent and holds its job's
+        # lease in Redis (not the broker's channel), so finishing it beats redoing its LLM call.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         # A cold shutdown (SIGQUIT; SIGTERM under REMAP_SIGTERM=SIGQUIT) first lets the task in hand run
         # this long, then requeues it, instead of leaving it to the broker's visibility timeout.
         "worker_soft_shutdown_timeout": settings.soft_shutdown_timeout,
@@ -64,6 +72,7 @@ def create_app(settings: Settings | None = None) -> LessonbankCelery:
     """A Celery app configured from `settings` (default: the environment)."""
     settings = settings or Settings()
     app = LessonbankCelery("lessonbank", include=["lessonbank.workers.tasks"])
+    app.steps["worker"].add(KeeperStep)
     configure(app, settings)
     return app
 

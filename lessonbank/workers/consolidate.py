@@ -79,6 +79,7 @@ class ConsolidationStats:
     dropped_secret: int = 0
     recipes: int = 0
     quarantined: int = 0
+    purged: int = 0
     lesson_ids: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
@@ -92,6 +93,7 @@ class ConsolidationStats:
             "dropped_secret": self.dropped_secret,
             "recipes": self.recipes,
             "quarantined": self.quarantined,
+            "purged": self.purged,
         }
 
 
@@ -135,8 +137,10 @@ class Consolidator:
         origin: LessonOrigin = "distilled",
         given: Collection[str] = (),
         verified: bool = False,
+        purged: Callable[[list[str]], set[str]] | None = None,
     ) -> None:
         self.store = store
+        self.purged = purged or (lambda ids: set())
         self.origin = origin
         self.given = set(given)
         self.verified = verified
@@ -147,6 +151,7 @@ class Consolidator:
         self.scrubber = scrubber or Redactor()
         self.stats = ConsolidationStats()
         self.now = time.time()
+        self._planned: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Decision]] = {}
 
     def run(self, drafts: list[DraftLesson], done: Collection[int] = (),
             on_done: Callable[[list[int]], None] | None = None) -> ConsolidationStats:
@@ -189,17 +194,47 @@ class Consolidator:
         if exact is not None:
             self._reinforce(exact, draft)
             return []
-        neighbours = self.store.similar(self.bank, draft.text, limit=NEIGHBOURS)
-        close = [  # the run's own lessons are not "existing" ones to merge with
-            lesson for lesson, score in neighbours
-            if score >= self.thresholds.related and self.run_id not in lesson.source_run_ids
-        ]
+        neighbours, close = self._neighbours(draft)
         if neighbours and neighbours[0][1] >= self.thresholds.duplicate:
             self._reinforce(neighbours[0][0], draft)
             return []
         if not close:
             self._add(draft)
         return close
+
+    def _neighbours(self, draft: DraftLesson) -> tuple[list[tuple[Lesson, float]], list[Lesson]]:
+        """The draft's nearest active lessons, and those close enough for the decision call."""
+        neighbours = self.store.similar(self.bank, draft.text, limit=NEIGHBOURS)
+        close = [  # the run's own lessons are not "existing" ones to merge with
+            lesson for lesson, score in neighbours
+            if score >= self.thresholds.related and self.run_id not in lesson.source_run_ids
+        ]
+        return neighbours, close
+
+    def plan(self, drafts: list[DraftLesson], done: Collection[int] = ()) -> None:
+        """Before the bank's lock is taken: ask the LLM now for the decision the drafts will need.
+
+        Read-only. ``run`` (under the lock) reuses the answer when it meets the same drafts related to the
+        same lessons, and asks again only if the bank changed meanwhile, so the slow call holds no lock.
+        """
+        if self.decide is None:
+            return
+        pending: list[tuple[DraftLesson, list[Lesson]]] = []
+        for index, draft in enumerate(drafts):
+            if index in done or draft.quarantine or self.scrubber.has_secret(draft.text):
+                continue
+            if self._exact(draft.text) is not None:
+                continue
+            neighbours, close = self._neighbours(draft)
+            if close and not neighbours[0][1] >= self.thresholds.duplicate:
+                pending.append((draft, close))
+        if not pending:
+            return
+        drafts_, existing = [draft for draft, _ in pending], _existing(pending)
+        try:
+            self._planned[_plan_key(drafts_, existing)] = self.decide(drafts_, existing)
+        except PermanentDistillError as e:
+            logger.info("bank %s run %s: no decision before the lock (%s); asking under it", self.bank, self.run_id, e)
 
     def _exact(self, text: str) -> Lesson | None:
         """The lesson with this text's id, following a supersede pointer; None if absent or forgotten."""
@@ -228,7 +263,18 @@ class Consolidator:
         self.stats.reinforced += 1
         self.stats.lesson_ids.append(lesson.id)
 
+    def _tombstoned(self, lesson_id_: str) -> bool:
+        """A user purged this lesson for good: the same text is not learnt again behind their back."""
+        if lesson_id_ in self.purged([lesson_id_]):
+            self.stats.purged += 1
+            logger.info("bank %s run %s: lesson %s was purged by a user; not written again", self.bank, self.run_id,
+                        lesson_id_)
+            return True
+        return False
+
     def _add(self, draft: DraftLesson) -> None:
+        if self._tombstoned(lesson_id(self.bank, draft.text)):
+            return
         lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
                             origin=self.origin, steps=draft.steps)
         lesson.verified = self.verified
@@ -245,14 +291,13 @@ class Consolidator:
     # -- related drafts: one decision for the run -----------------------------------------------
 
     def _decide_related(self, pending: list[tuple[DraftLesson, list[Lesson]]]) -> None:
-        existing: list[Lesson] = []
-        for _, related in pending:
-            for lesson in related:
-                if all(lesson.id != e.id for e in existing):
-                    existing.append(lesson)
+        existing = _existing(pending)
         drafts = [draft for draft, _ in pending]
         decisions: dict[int, Decision] = {}
-        if self.decide is not None:
+        planned = self._planned.get(_plan_key(drafts, existing))
+        if planned is not None:
+            decisions = {d.new: d for d in planned}
+        elif self.decide is not None:
             try:
                 decisions = {d.new: d for d in self.decide(drafts, existing)}
             except PermanentDistillError as e:
@@ -300,6 +345,8 @@ class Consolidator:
         if same is not None:  # the merged text is already a lesson of its own
             self._reinforce(same, draft)
             return
+        if self._tombstoned(lesson_id(self.bank, text)):
+            return
         merged = reinforced(target, self.run_id, draft.tags, self.now, draft.steps, self.verified).model_copy(
             update={"id": lesson_id(self.bank, text), "text": text, "status": "active", "superseded_by": None}
         )
@@ -323,9 +370,11 @@ class Consolidator:
             logger.info("bank %s run %s: a new lesson contradicts %s, which stays (better backed)",
                         self.bank, self.run_id, target.id)
             return
+        new_id = lesson_id(self.bank, draft.text)
+        if self._tombstoned(new_id):
+            return
         if self._exact(draft.text) is None:
             self._add(draft)
-        new_id = lesson_id(self.bank, draft.text)
         reason = f"contradicted by run {self.run_id}" + (" (judged a success)" if self.verified else "")
         self.store.set_status(self.bank, [target.id], "superseded", superseded_by=new_id, reason=reason)
         self.stats.replaced += 1
@@ -336,6 +385,8 @@ class Consolidator:
     def add_recipe(self, recipe: Recipe, text: str, steps: list[int]) -> str | None:
         """Store the recipe (or reinforce the same code's recipe); returns its id (None if refused)."""
         rid = recipe_id(self.bank, recipe.fingerprint)
+        if self._tombstoned(rid):
+            return None
         found = self.store.get(self.bank, [rid])
         if found and found[0].status != "active":
             logger.info("bank %s: recipe %s is %s; a run's same code does not revive it", self.bank, rid,
@@ -359,6 +410,20 @@ class Consolidator:
                 self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason)
                 self.stats.replaced += 1
         return rid
+
+
+def _existing(pending: list[tuple[DraftLesson, list[Lesson]]]) -> list[Lesson]:
+    """The related lessons of the pending drafts, each once, in order of first appearance."""
+    existing: list[Lesson] = []
+    for _, related in pending:
+        for lesson in related:
+            if all(lesson.id != e.id for e in existing):
+                existing.append(lesson)
+    return existing
+
+
+def _plan_key(drafts: list[DraftLesson], existing: list[Lesson]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(draft.text for draft in drafts), tuple(lesson.id for lesson in existing)
 
 
 DECIDE_PROMPT = """\

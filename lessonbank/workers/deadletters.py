@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from lessonbank.core.constants import DEAD_LETTERS_KEY
 from lessonbank.core.runs import reopen_for_retry
+from lessonbank.workers import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ class StepsExpired(LookupError):
 
 
 def retry(client: redis.Redis, run_id: str, queue: str) -> DeadLetter:
-    """Send a dead-lettered run to the workers again (reopen, queue, drop the letter: one transaction).
+    """Send a dead-lettered run to the workers again (reopen, queue, drop the letter and whatever is left of its
+    job, so that it gets every retry again: one transaction).
 
     Raises KeyError if the run has no dead letter, StepsExpired if its steps are gone, redis errors as
     they come (the dead letter then stays).
@@ -63,7 +65,11 @@ def retry(client: redis.Redis, run_id: str, queue: str) -> DeadLetter:
     letter = get(client, run_id)
     if letter is None:
         raise KeyError(run_id)
-    if not reopen_for_retry(client, run_id, letter.bank, queue, also=lambda pipe: pipe.hdel(DEAD_LETTERS_KEY, run_id)):
+    def also(pipe: redis.client.Pipeline) -> None:
+        pipe.hdel(DEAD_LETTERS_KEY, run_id)
+        jobs.forget(pipe, jobs.job_id("distill", run_id))
+
+    if not reopen_for_retry(client, run_id, letter.bank, queue, also=also):
         raise StepsExpired(run_id)
     logger.info("run %s of bank %s sent to the workers again", run_id, letter.bank)
     return letter

@@ -3,14 +3,16 @@
 A worker with no explicit LLM endpoint or key would send every run to api.openai.com with no key
 and dead-letter it; it stops at ``worker_init`` instead, with one line saying which variable to set.
 
-With no Qdrant server configured, qdrant-client's local mode allows one process per path, so the
-worker's main process opens it (``StoreOwner``) once the pool is up and serves the pool processes'
-store calls over Redis; it closes the path on shutdown. With a Qdrant server nothing is owned.
+With no Qdrant server configured, the embedded store (a Qdrant Edge shard) allows one process per
+path, so the worker's main process opens it (``StoreOwner``) once the pool is up and serves the store
+calls of the pool processes, agents and the CLI over Redis, in a few threads; it closes the path on
+shutdown. With a Qdrant server nothing is owned: every process talks to the server directly.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import signals
@@ -21,6 +23,13 @@ from lessonbank.workers.app import app
 logger = logging.getLogger(__name__)
 
 _owner: list[Any] = []
+_stop_retrying = threading.Event()
+OWNER_RETRY_SECONDS = 5.0
+
+
+def serving_store() -> bool:
+    """Whether this worker process serves the embedded lesson store right now."""
+    return any(owner.running for owner in _owner)
 
 
 def _ours(sender: Any) -> bool:
@@ -42,22 +51,38 @@ def require_llm(sender: Any = None, **_: Any) -> None:
 
 @signals.worker_ready.connect
 def start_store_owner(sender: Any = None, **_: Any) -> None:
-    """Open the embedded store in the main worker process (not in pool children)."""
+    """Open the embedded store in the main worker process (not in pool children); while another process
+    holds it (another worker, or the CLI for a moment), try again every few seconds."""
     if not _ours(sender) or app.settings.qdrant_url or _owner:
         return
+    _stop_retrying.clear()
+    if not _try_own():
+        logger.warning("another process holds the lesson store at %s; this worker uses it through Redis and "
+                       "tries to own it again every %.0f s", app.settings.resolved_qdrant_path, OWNER_RETRY_SECONDS)
+        threading.Thread(target=_retry_owning, name="lessonbank-store-owner-retry", daemon=True).start()
+
+
+def _try_own() -> bool:
     from lessonbank.core.store.owner import StoreOwner
 
     owner = StoreOwner(app.settings)
     if owner.start():
         _owner.append(owner)
-    else:
-        logger.warning("another process holds the lesson store at %s; this worker uses it through Redis",
-                       app.settings.resolved_qdrant_path)
+        return True
+    return False
+
+
+def _retry_owning() -> None:
+    while not _stop_retrying.wait(OWNER_RETRY_SECONDS):
+        if _try_own():
+            logger.info("this worker now serves the lesson store at %s", app.settings.resolved_qdrant_path)
+            return
 
 
 @signals.worker_shutdown.connect
 def stop_store_owner(sender: Any = None, **_: Any) -> None:
     """Close the embedded store (releases the path)."""
+    _stop_retrying.set()
     while _owner:
         _owner.pop().stop()
 

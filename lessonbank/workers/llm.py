@@ -11,12 +11,14 @@ validated with pydantic.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import openai
@@ -65,9 +67,53 @@ def classify(error: openai.OpenAIError, timeout: float) -> DistillError:
         status = error.status_code
         message = _error_message(error)
         if status == 429 or status >= 500 or status in (408, 409):
-            return TransientDistillError(f"LLM answered {status}: {message}")
+            asked = _retry_after(error)
+            wait = f" (Retry-After {asked:g}s)" if asked is not None else ""
+            return TransientDistillError(f"LLM answered {status}: {message}{wait}")
         return PermanentDistillError(f"LLM rejected the request ({status}): {message}")
     return PermanentDistillError(f"LLM call failed: {type(error).__name__}")
+
+
+RETRY_AFTER_STATUSES = (429, 503)
+
+
+def retry_after(error: BaseException) -> float | None:
+    """Seconds the LLM server asked to wait before trying again: the ``Retry-After`` of a 429 (or 503) among
+    ``error`` and its causes, given in seconds or as an HTTP date; None when it asked nothing."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, openai.APIStatusError):
+            return _retry_after(current)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _retry_after(error: openai.APIStatusError) -> float | None:
+    if error.status_code not in RETRY_AFTER_STATUSES:
+        return None
+    headers = error.response.headers
+    millis = headers.get("retry-after-ms")  # OpenAI's own, more precise
+    try:
+        if millis:
+            return max(float(millis) / 1000, 0.0)
+    except ValueError:
+        pass
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 def _error_message(error: openai.APIStatusError) -> str:
@@ -116,39 +162,47 @@ class ChatLLM:
         self._mode_index = 0
 
     def complete(self, messages: list[dict[str, str]], name: str, schema: dict[str, Any]) -> ChatReply:
-        """One completion; raises TransientDistillError / PermanentDistillError."""
-        while True:
-            mode = MODES[self._mode_index]
-            kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.2}
-            fmt = response_format(mode, name, schema)
-            if fmt is not None:
-                kwargs["response_format"] = fmt
-            started = time.monotonic()
-            try:
-                response = self.client.chat.completions.create(**kwargs)
-            except openai.APIStatusError as e:
-                if self._mode_index + 1 < len(MODES) and _rejects_format(e):
-                    self._mode_index += 1
-                    logger.info("LLM rejected response_format %s (%s); trying %s", mode, e.status_code,
-                                MODES[self._mode_index])
-                    continue
-                raise classify(e, self.timeout) from e
-            except openai.OpenAIError as e:
-                raise classify(e, self.timeout) from e
-            except ValueError as e:  # a 200 whose body is not JSON: cut off on the way, worth another try
-                raise TransientDistillError(f"LLM response unreadable: {type(e).__name__}") from e
-            latency = time.monotonic() - started
-            text = ""
-            if response.choices and response.choices[0].message.content:
-                text = response.choices[0].message.content
-            usage = response.usage
-            return ChatReply(
-                text=text,
-                latency=latency,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                mode=mode,
-            )
+        """One completion; raises TransientDistillError / PermanentDistillError.
+
+        Observed (``observe.llm_call``): a span with the model and token counts, latency, tokens, errors by kind.
+        """
+        from lessonbank.workers import observe  # the spans and metrics of the service
+
+        with observe.llm_call(self.model, name) as call:
+            while True:
+                mode = MODES[self._mode_index]
+                kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.2}
+                fmt = response_format(mode, name, schema)
+                if fmt is not None:
+                    kwargs["response_format"] = fmt
+                started = time.monotonic()
+                try:
+                    response = self.client.chat.completions.create(**kwargs)
+                except openai.APIStatusError as e:
+                    if self._mode_index + 1 < len(MODES) and _rejects_format(e):
+                        self._mode_index += 1
+                        logger.info("LLM rejected response_format %s (%s); trying %s", mode, e.status_code,
+                                    MODES[self._mode_index])
+                        continue
+                    raise classify(e, self.timeout) from e
+                except openai.OpenAIError as e:
+                    raise classify(e, self.timeout) from e
+                except ValueError as e:  # a 200 whose body is not JSON: cut off on the way, worth another try
+                    raise TransientDistillError(f"LLM response unreadable: {type(e).__name__}") from e
+                latency = time.monotonic() - started
+                text = ""
+                if response.choices and response.choices[0].message.content:
+                    text = response.choices[0].message.content
+                usage = response.usage
+                reply = ChatReply(
+                    text=text,
+                    latency=latency,
+                    prompt_tokens=usage.prompt_tokens if usage else 0,
+                    completion_tokens=usage.completion_tokens if usage else 0,
+                    mode=mode,
+                )
+                call.done(reply)
+                return reply
 
 
 def extract_json(text: str) -> Any:

@@ -11,6 +11,7 @@ which replaces the run's earlier credit by its difference.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -21,19 +22,19 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import LockError
 
-from lessonbank.core import runs, summary
-from lessonbank.core.constants import DROPPED_KEY, RUN_DISTILLED, bank_lock_key, pending_lesson_key
+from lessonbank.core import purge, runs, summary
+from lessonbank.core.constants import DROPPED_KEY, RUN_DISTILLED, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.embeddings import tokens
 from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError
 from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import credit, evidence, gate, recipes
+from lessonbank.workers import credit, evidence, gate, observe, recipes
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds, llm_decider
 from lessonbank.workers.distiller import DistillOutput, DraftLesson, distill
 from lessonbank.workers.llm import ChatLLM
-from lessonbank.workers.transcript import build_transcript
+from lessonbank.workers.transcript import build_transcript, transcript_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ def _lessons_of(deps: Deps, run: runs.Run, mined: list[evidence.Evidence], verdi
         except ValueError:
             logger.warning("bank %s run %s: unreadable checkpoint, asking the LLM again", run.bank, run.run_id)
     budget = max(deps.settings.transcript_budget_chars - sum(len(e.text) for e in mined), 1500)
-    transcript = build_transcript(run.task, run.outcome, run.steps, budget)
+    tokens = transcript_tokens(e.text for e in mined)  # the prompt stays under ~3,000 tokens
+    transcript = build_transcript(run.task, run.outcome, run.steps, budget, max_tokens=tokens, repeat_task=False)
     result = distill(deps.llm, run.task, mined, transcript, deps.settings.max_lessons, verdict, source)
     prompt_tokens, completion_tokens = result.tokens
     logger.info(
@@ -142,6 +144,7 @@ def count_drops(client: redis.Redis, bank: str, label: str, dropped: Counter[str
     """Log and count (``lessonbank status``) the lessons the gate dropped, by reason."""
     if not dropped:
         return
+    observe.count_drops(dropped)
     logger.info("bank %s %s: gate dropped %s", bank, label, ", ".join(f"{n} {r}" for r, n in sorted(dropped.items())))
     pipe = client.pipeline(transaction=False)
     for reason, count in dropped.items():
@@ -149,6 +152,7 @@ def count_drops(client: redis.Redis, bank: str, label: str, dropped: Counter[str
     pipe.execute()
 
 
+@observe.distillation
 def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None:
     """Distill the run into the bank, then credit what it was given; None if it was already distilled.
 
@@ -156,7 +160,12 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     """
     started = time.monotonic()
     run = runs.load_run(deps.redis, run_id)
+    if not run.meta and not run.steps:  # deleted with its bank (or never recorded): nothing to keep
+        logger.info("bank %s run %s: the run is gone (its bank deleted?); nothing to do", bank, run_id)
+        return None
     if run.state == RUN_DISTILLED:
+        if run.followup:
+            return follow_up(deps, bank, run)
         logger.info("bank %s run %s: already distilled, nothing to do", bank, run_id)
         return None
     if run.bank and run.bank != bank:
@@ -176,11 +185,14 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     given = deps.store.get(bank, run.given) if run.given else []
     drafts = _screen(deps, run, output.lessons, given)
     recipe = None
-    if verdict == "success" and source in TRUSTED:
+    if verdict == "success" and source in TRUSTED and deps.settings.recipes:
         recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=verdict == "success" and source in TRUSTED)
+    if not deps.redis.exists(run_key(run_id)):
+        logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
-    runs.mark_distilled(deps.redis, run_id, deps.settings.step_ttl, stats.as_dict(), judged)
+    _mark_distilled(deps, run, stats, judged)
     logger.info(
         "bank %s run %s: distilled in %.2fs: %d added, %d reinforced, %d merged, %d replaced, %d echoes, "
         "%d skipped, %d recipe(s)", bank, run_id, time.monotonic() - started, stats.added, stats.reinforced,
@@ -190,14 +202,45 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     return stats
 
 
+def _mark_distilled(deps: Deps, run: runs.Run, stats: ConsolidationStats, judged: dict[str, str] | None) -> None:
+    """Mark the run distilled up to the last record read; steps that arrived meanwhile get a follow-up."""
+    upto = max((step.seq for step in run.steps), default=-1)
+    runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto)
+    if runs.step_count(deps.redis, run.run_id) > len(run.steps) + run.malformed:
+        runs.queue_followup(deps.redis, run.bank, run.run_id, deps.settings.queue)
+
+
+def follow_up(deps: Deps, bank: str, run: runs.Run) -> ConsolidationStats | None:
+    """Distill the steps a distilled run got after its distillation (a long step, a late spool), alone."""
+    late = [step for step in run.steps if step.seq > run.distilled_upto]
+    if not late:
+        _mark_distilled(deps, run, ConsolidationStats(), None)
+        return None
+    verdict, source = run.judged.get("verdict", "unknown"), run.judged.get("source", "none")
+    logger.info("bank %s run %s: follow-up distillation of %d late step record(s)", bank, run.run_id, len(late))
+    partial = dataclasses.replace(run, steps=late)
+    output = _lessons_of(deps, partial, evidence.mine(late, run.outcome, verdict, source), verdict, source)
+    given = deps.store.get(bank, run.given) if run.given else []
+    drafts = _screen(deps, partial, output.lessons, given)
+    stats, _ = _consolidate(deps, run, drafts, None, verified=verdict == "success" and source in TRUSTED)
+    _mark_distilled(deps, run, stats, None)
+    return stats
+
+
+@observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)
 def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
                  verified: bool) -> tuple[ConsolidationStats, str | None]:
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
+    consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
+                                scrubber=deps.scrubber, given=run.given, verified=verified,
+                                purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids))
+    done = runs.load_progress(deps.redis, run.run_id)
+    deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
+    consolidator.plan(drafts, done)  # the LLM's decision call, before the lock
     with bank_lock(deps.redis, run.bank, settings.distill_lock_timeout):
-        consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
-                                    scrubber=deps.scrubber, given=run.given, verified=verified)
-        done = runs.load_progress(deps.redis, run.run_id)
+        if not deps.redis.exists(run_key(run.run_id)):  # its bank was deleted while the LLM answered
+            return ConsolidationStats(), None
 
         def written(indices: list[int]) -> None:
             done.update(indices)
@@ -211,12 +254,16 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
     return stats, recipe_id
 
 
+@observe.traced("lessonbank credit")
 def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None:
     """Credit the lessons the run was given with its verdict (replacing an earlier credit of the run).
 
     Raises NotYetDistilled while the run's distillation has not finished.
     """
     run = runs.load_run(deps.redis, run_id)
+    if not run.meta:
+        logger.info("bank %s run %s: the run is gone (its bank deleted?); no credit", bank, run_id)
+        return None
     if run.state != RUN_DISTILLED:
         raise NotYetDistilled(f"run {run_id} is not distilled yet ({run.state or 'unknown'})")
     verdict, source = run.verdict
@@ -225,6 +272,8 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
     previous = runs.load_credit(deps.redis, run_id)
     given = run.given
     with bank_lock(deps.redis, bank, deps.settings.distill_lock_timeout):
+        if not deps.redis.exists(run_key(run_id)):
+            return None
         lessons = deps.store.get(bank, given) if given else []
         if run.steps:
             atoms = credit.run_atoms(run.steps)
@@ -243,6 +292,8 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
 
 def _summarize(deps: Deps, run: runs.Run, applied: list[str], verdict: str, source: str) -> None:
     """Keep the run's summary for ``lessonbank report`` (just its verdict once its steps have expired)."""
+    if not deps.redis.exists(run_key(run.run_id)):
+        return  # deleted with its bank
     known = verdict if verdict in ("success", "failure") else "unknown"
     trusted = source if source in ("user", "check", "signals", "llm") else "none"
     if run.steps:
@@ -297,6 +348,7 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
                                   f"failure by {source}")
 
 
+@observe.traced("lessonbank remember", on_result=observe.count_consolidation)
 def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats | None:
     """Consolidate a lesson an agent handed in (parked at ``pending_lesson_key``); None if already done."""
     key = pending_lesson_key(pending_id)
@@ -320,8 +372,11 @@ def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats |
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     with bank_lock(deps.redis, bank, settings.distill_lock_timeout):
+        if not deps.redis.exists(key):  # its bank was deleted meanwhile
+            return None
         stats = Consolidator(deps.store, bank, f"remembered:{pending_id}", thresholds, decide=llm_decider(deps.llm),
-                             scrubber=deps.scrubber, origin="remembered").run([draft])
+                             scrubber=deps.scrubber, origin="remembered",
+                             purged=lambda ids: purge.purged_ids(deps.redis, bank, ids)).run([draft])
     deps.redis.delete(key)
     logger.info("bank %s: remembered lesson %s: %d added, %d reinforced, %d merged, %d skipped, %d dropped",
                 bank, pending_id, stats.added, stats.reinforced, stats.merged, stats.skipped, stats.dropped_secret)

@@ -1,9 +1,12 @@
-"""The sweeper: closes runs whose process died (no step for ``idle_timeout``) and expires finished runs.
+"""The sweeper: closes runs whose process died (no step for ``idle_timeout``), sends due jobs again and expires
+finished runs.
 
 An abandoned run is closed with outcome ``abandoned`` and sent to distillation like any other run
 (``lessonbank.core.runs.close_abandoned``: one Lua script that re-checks the run's last activity, so a
 run that just got a step, or was closed by its recorder, is left alone). Finished runs (distilled or
-dead) whose data has no expiry yet get ``step_ttl``.
+dead) whose data has no expiry yet get ``step_ttl``. Due jobs (a retry whose time has come, the task of a
+worker that died: ``lessonbank.workers.jobs``) are published by every worker's keeper within a second; the
+sweeper does it too, for a service whose workers are all busy restarting.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from lessonbank.core import runs
 from lessonbank.core.constants import OPEN_RUNS_KEY, PREFIX, RUN_DEAD, RUN_DISTILLED, run_key, run_steps_key
 from lessonbank.core.models import StepRecord
 from lessonbank.core.settings import Settings
+from lessonbank.workers.jobs import publish_due
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +33,7 @@ MAX_EXPIRE_SCAN = 10_000
 class SweepReport:
     abandoned: int = 0
     expired: int = 0
+    republished: int = 0
 
 
 def _bank_of(client: redis.Redis, run_id: str) -> str | None:
@@ -88,8 +93,8 @@ def expire_finished(client: redis.Redis, settings: Settings) -> int:
 def sweep(client: redis.Redis, settings: Settings, now: float | None = None) -> SweepReport:
     """One sweeper pass."""
     report = SweepReport(abandoned=close_abandoned(client, settings, now),
-                         expired=expire_finished(client, settings))
-    if report.abandoned or report.expired:
-        logger.info("sweep: %d abandoned run(s) closed, %d finished run(s) given a TTL", report.abandoned,
-                    report.expired)
+                         expired=expire_finished(client, settings), republished=publish_due(client))
+    if report.abandoned or report.expired or report.republished:
+        logger.info("sweep: %d abandoned run(s) closed, %d due job(s) sent again, %d finished run(s) given a TTL",
+                    report.abandoned, report.republished, report.expired)
     return report

@@ -1,28 +1,36 @@
 """The Celery tasks: thin, idempotent, and taking ids only.
 
-``distill_run(bank, run_id)`` retries transient failures with exponential backoff and jitter;
-anything else (or retries exhausted) lands in the dead letters via the task base's ``on_failure``.
+Each task runs under a lease on its job (``lessonbank.workers.jobs``): a delivery whose job a live worker
+holds is dropped, so a run is never distilled by two workers at once, and the job of a worker that died
+is sent again when its lease lapses (``LESSONBANK_LEASE_TIMEOUT``). Transient failures (LLM timeouts,
+429 — after its ``Retry-After`` —, 5xx, the store or Redis away, the soft time limit) are retried with
+exponential backoff and jitter, kept as due times in Redis rather than as messages a worker holds
+unacknowledged. Anything else, or retries exhausted, lands a run in the dead letters (``on_failure``).
+Every delivery of a run's distillation is counted in its hash (``deliveries``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
+from celery.utils.time import get_exponential_backoff_interval
 
+from lessonbank.core import runs
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import CREDIT_TASK, DISTILL_TASK, REMEMBER_TASK, SWEEP_TASK
-from lessonbank.core.exceptions import ServiceUnavailable, StoreError, TransientDistillError
+from lessonbank.core.exceptions import PermanentDistillError, ServiceUnavailable, StoreError, TransientDistillError
 from lessonbank.core.redact import Redactor
 from lessonbank.core.runs import mark_dead
 from lessonbank.core.store.remote import connect_store
-from lessonbank.workers import deadletters
+from lessonbank.workers import deadletters, jobs
 from lessonbank.workers.app import app
-from lessonbank.workers.llm import ChatLLM, make_client
+from lessonbank.workers.llm import ChatLLM, make_client, retry_after
 from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 
@@ -64,14 +72,69 @@ def _reason(exc: BaseException, retries: int) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-# Transient errors (LLM timeouts, 429/5xx, store unavailable) retry with exponential backoff and jitter.
-RETRY_TRANSIENT: dict[str, Any] = {
-    "autoretry_for": TRANSIENT_ERRORS,
-    "retry_backoff": settings.retry_backoff,
-    "retry_backoff_max": settings.retry_backoff_max,
-    "retry_jitter": True,
-    "max_retries": settings.max_retries,
-}
+def retry_delay(exc: BaseException, retries: int) -> float:
+    """Seconds before retry ``retries + 1``: what a 429 asked for (``Retry-After``), else exponential backoff
+    with full jitter; never more than ``LESSONBANK_RETRY_BACKOFF_MAX``."""
+    asked = retry_after(exc)
+    if asked is not None:
+        return min(asked, float(settings.retry_backoff_max))
+    return float(get_exponential_backoff_interval(settings.retry_backoff, retries, settings.retry_backoff_max,
+                                                  full_jitter=True))
+
+
+REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError)
+
+
+def requeue(job: jobs.Job, error: BaseException) -> Reject:
+    """A delivery that could not reach Redis to take its job goes back to the queue, untouched."""
+    logger.warning("job %s: Redis did not answer (%s); the delivery goes back to the queue", job.id,
+                   type(error).__name__)
+    return Reject(str(error), requeue=True)
+
+
+def job_of(task: Task, kind: str, key: str, args: list[str]) -> jobs.Job:
+    queue = (task.request.delivery_info or {}).get("routing_key") or settings.queue
+    return jobs.Job(jobs.job_id(kind, key), task.name, args, queue, task.request.id or "")
+
+
+def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
+    """Run ``work`` holding ``job``'s lease; False when another live delivery holds it (this one is dropped).
+
+    A transient error schedules the retry in Redis and ends this delivery as retried (``Retry``); retries
+    exhausted or any other error end the job and are raised. A process stopped mid-task (``SystemExit``
+    from a terminated pool process) hands the job back, due at once, for another worker to take.
+    """
+    try:
+        lease, holder = jobs.acquire(deps().redis, job, settings.lease_timeout, task.request.retries or 0)
+    except REDIS_AWAY as e:
+        raise requeue(job, e) from e
+    if lease is None:
+        logger.info("job %s: delivery %s dropped, %s holds it", job.id, task.request.id, holder)
+        return False
+    task.request.retries = lease.retries
+    if lease.retries > settings.max_retries:
+        lease.finish()
+        raise PermanentDistillError(f"retries exhausted ({lease.retries}): the workers running it were lost")
+    try:
+        with jobs.renewing(lease, settings.lease_timeout / 3):
+            work()
+    except TRANSIENT_ERRORS as e:
+        if lease.retries >= settings.max_retries:
+            lease.finish()
+            raise
+        delay = retry_delay(e, lease.retries)
+        lease.retry(delay)
+        logger.warning("job %s: %s: %s; retry %d of %d in %.1fs", job.id, type(e).__name__, e, lease.retries + 1,
+                       settings.max_retries, delay)
+        raise Retry(exc=e, when=delay) from e
+    except Exception:
+        lease.finish()
+        raise
+    except BaseException:
+        lease.retry(0)
+        raise
+    lease.finish()
+    return True
 
 
 class DistillTask(Task):
@@ -83,47 +146,43 @@ class DistillTask(Task):
         if not run_id:
             logger.error("distill task %s failed without a run id: %s", task_id, type(exc).__name__)
             return
-        attempts = self.request.retries + 1
+        retries = self.request.retries or 0
         try:
             client = deps().redis
-            deadletters.add(client, str(run_id), str(bank), _reason(exc, self.request.retries), attempts)
+            deadletters.add(client, str(run_id), str(bank), _reason(exc, retries), retries + 1)
             mark_dead(client, str(run_id), settings.step_ttl)
         except redis.RedisError:
             logger.exception("run %s: cannot record its dead letter", run_id)
 
 
-@app.task(
-    bind=True,
-    base=DistillTask,
-    name=DISTILL_TASK,
-    **RETRY_TRANSIENT,
-)
+@app.task(bind=True, base=DistillTask, name=DISTILL_TASK)
 def distill_run(self: Task, bank: str, run_id: str) -> None:
-    """Distill one finished run of `bank` into lessons (idempotent)."""
+    """Distill one finished run of `bank` into lessons (idempotent; one delivery at a time per run)."""
+    job = job_of(self, "distill", run_id, [bank, run_id])
+    try:
+        delivery = runs.count_delivery(deps().redis, run_id)
+    except REDIS_AWAY as e:
+        raise requeue(job, e) from e
+    logger.info("bank %s run %s: delivery %d (task %s)", bank, run_id, delivery, self.request.id)
     if self.request.retries:
         logger.info("bank %s run %s: retry %d of %d", bank, run_id, self.request.retries, settings.max_retries)
-    distill_one(deps(), bank, run_id)
+    in_hand(self, job, lambda: distill_one(deps(), bank, run_id))
 
 
 @app.task(name=SWEEP_TASK, ignore_result=True)
 def sweep_runs() -> None:
-    """Close abandoned runs (and send them to distillation); expire data of finished runs."""
+    """Close abandoned runs (and send them to distillation); send due jobs again; expire data of finished runs."""
     sweep(deps().redis, settings)
 
 
-@app.task(
-    name=REMEMBER_TASK,
-    **RETRY_TRANSIENT,
-)
-def remember_lesson(bank: str, pending_id: str) -> None:
+@app.task(bind=True, name=REMEMBER_TASK)
+def remember_lesson(self: Task, bank: str, pending_id: str) -> None:
     """Consolidate one lesson an agent handed in with `remember_lesson` (idempotent)."""
-    remember_one(deps(), bank, pending_id)
+    job = job_of(self, "remember", pending_id, [bank, pending_id])
+    in_hand(self, job, lambda: remember_one(deps(), bank, pending_id))
 
 
-@app.task(
-    name=CREDIT_TASK,
-    **RETRY_TRANSIENT,
-)
-def credit_run(bank: str, run_id: str) -> None:
+@app.task(bind=True, name=CREDIT_TASK)
+def credit_run(self: Task, bank: str, run_id: str) -> None:
     """Credit the lessons a distilled run was given with the verdict that arrived after it (idempotent)."""
-    credit_one(deps(), bank, run_id)
+    in_hand(self, job_of(self, "credit", run_id, [bank, run_id]), lambda: credit_one(deps(), bank, run_id))

@@ -1,19 +1,72 @@
 """A run's step records as a compact text transcript that fits the LLM's input budget.
 
-Each step shows its thought, code or tool calls, observations, error and output; long fields are
-cut in the middle (the head says what was tried, the tail how it ended). When the whole run is still
-too long, the steps that teach the most are kept: the first one, every step that failed, the step
-right after each failure (usually the fix) and the last ones; the others become one omission line.
+Each step shows its thought, code or tool calls, observations, error and output. What costs many
+tokens and teaches little is shortened first:
+
+- observations and errors are compacted (``compact_output``): a line repeated back to back is kept
+  once with a count, a long run of lines of the same shape (a table, a listing) keeps its first rows
+  and its last one, a traceback keeps its last frame, and the code interpreter's empty trailer goes;
+- the thought of a step that did not fail (and did not follow a failure) is cut to its first sentences;
+- long fields are cut in the middle (the head says what was tried, the tail how it ended).
+
+The budget is characters and, optionally, tokens (``estimate_tokens``: tokenizers split digits,
+punctuation and rare words finely, so code and tables cost one token per 2-3 characters, prose one
+per 4-5). When the whole run is still too long, the steps that teach the most are kept: the first one,
+every step that failed, the step right after each failure (usually the fix) and the last ones; the
+others become one omission line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import re
+from collections.abc import Callable, Iterable
 
 from lessonbank.core.models import StepRecord
 
 CUT_MARK = "\n[... {n} chars cut ...]\n"
+REPEAT_MARK = "[the line above repeated {n} more times]"
+ROWS_MARK = "[... {n} more rows like these ...]"
+FRAMES_MARK = "  [... {n} other frames ...]"
 TAIL_STEPS = 3
+TABLE_MIN_ROWS = 5
+TABLE_HEAD = 2
+THOUGHT_CHARS = 160
+LOGS_HEADER = "Execution logs:"
+LAST_OUTPUT = "Last output from code snippet:"
+TRACEBACK = "Traceback (most recent call last):"
+
+# Token estimate: the pieces a byte-level BPE pre-tokenizer (GPT-4's, Qwen2.5's) cuts text into: a word
+# with its leading space, one digit, a run of punctuation, a run of whitespace. A word costs one token per
+# 6 letters, punctuation one per 2 characters. Against Qwen2.5's tokenizer this overestimates by ~10 %
+# (code, tables, prose alike) and never underestimates by more than ~11 % (bench/prompt_tokens.py).
+TOKEN_PIECE = re.compile(r" ?[^\W\d_]+|\d| ?[^\w\s]+|_+|\s+")
+WORD_CHARS_PER_TOKEN = 6
+PUNCT_CHARS_PER_TOKEN = 2
+# Evidence and transcript of a run, in estimated tokens. With the distill prompt's instructions (~370
+# tokens), its JSON schema (~255) and the task, a 10-step run's prompt stays under 3,000 real tokens.
+PROMPT_DATA_TOKENS = 2200
+MIN_TRANSCRIPT_TOKENS = 500
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens an LLM tokenizer makes of ``text`` (on the high side)."""
+    count = 0
+    for piece in TOKEN_PIECE.findall(text):
+        core = piece[1:] if len(piece) > 1 and piece[0] == " " else piece
+        first = core[0]
+        if first.isdigit() or first.isspace():
+            count += 1
+        elif first.isalpha():
+            count += math.ceil(len(core) / WORD_CHARS_PER_TOKEN)
+        else:
+            count += math.ceil(len(core) / PUNCT_CHARS_PER_TOKEN)
+    return count
+
+
+def transcript_tokens(evidence: Iterable[str]) -> int:
+    """Estimated tokens left for the transcript once ``evidence`` (texts) is in the prompt."""
+    return max(PROMPT_DATA_TOKENS - sum(estimate_tokens(text) for text in evidence), MIN_TRANSCRIPT_TOKENS)
 
 
 def cut_middle(text: str, limit: int) -> str:
@@ -30,12 +83,111 @@ def cut_middle(text: str, limit: int) -> str:
     return text[:head] + CUT_MARK.format(n=len(text) - head - tail) + text[len(text) - tail :]
 
 
+def _shape(line: str) -> str:
+    """A line's shape: each run of letters, digits and ``_`` becomes ``a``, each run of whitespace one space."""
+    out: list[str] = []
+    for char in line.strip():
+        kind = "a" if char.isalnum() or char == "_" else " " if char.isspace() else char
+        if not out or out[-1] != kind or kind not in "a ":
+            out.append(kind)
+    return "".join(out)
+
+
+def _library_frame(frame: list[str]) -> bool:
+    line = frame[0]
+    return "site-packages" in line or "/lib/python" in line or "<frozen " in line
+
+
+def _frames(lines: list[str]) -> list[str]:
+    """A traceback keeps one frame (the last one in the agent's own code, else the last one) and the exception."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        if lines[i].strip() != TRACEBACK:
+            i += 1
+            continue
+        i += 1
+        frames: list[list[str]] = []
+        while i < len(lines) and lines[i].startswith("  "):
+            if lines[i].lstrip().startswith("File ") or not frames:
+                frames.append([])
+            frames[-1].append(lines[i])
+            i += 1
+        own = [frame for frame in frames if not _library_frame(frame)]
+        if frames:
+            out.extend((own or frames)[-1])
+        if len(frames) > 1:
+            out.append(FRAMES_MARK.format(n=len(frames) - 1))
+    return out
+
+
+def _repeats(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        j = i + 1
+        while j < len(lines) and lines[j] == lines[i]:
+            j += 1
+        out.append(lines[i])
+        if j - i > 1 and lines[i].strip():
+            out.append(REPEAT_MARK.format(n=j - i - 1))
+        elif j - i > 1:
+            out.extend(lines[i + 1 : j])
+        i = j
+    return out
+
+
+def _tables(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    shapes = [_shape(line) for line in lines]
+    i = 0
+    while i < len(lines):
+        j = i + 1
+        while j < len(lines) and shapes[j] == shapes[i] and shapes[i]:
+            j += 1
+        if j - i >= TABLE_MIN_ROWS:
+            out.extend(lines[i : i + TABLE_HEAD])
+            out.append(ROWS_MARK.format(n=j - i - TABLE_HEAD - 1))
+            out.append(lines[j - 1])
+        else:
+            out.extend(lines[i:j])
+        i = j
+    return out
+
+
+def compact_output(text: str) -> str:
+    """``text`` (an observation, an error) without the lines that repeat what is already shown."""
+    lines = text.strip().splitlines()
+    if lines and lines[0].strip() == LOGS_HEADER:
+        lines = lines[1:]
+    if len(lines) >= 2 and lines[-2].strip() == LAST_OUTPUT and lines[-1].strip() == "None":
+        lines = lines[:-2]
+    return "\n".join(_tables(_repeats(_frames(lines)))).strip()
+
+
+def brief(thought: str, limit: int = THOUGHT_CHARS) -> str:
+    """The first sentences of ``thought`` that fit in ``limit`` characters (at least its start)."""
+    text = " ".join(thought.split())
+    if len(text) <= limit:
+        return text
+    end = max(text.rfind(". ", 0, limit), text.rfind("? ", 0, limit), text.rfind("! ", 0, limit))
+    return text[: end + 1] if end >= limit // 3 else text[:limit].rstrip() + " [...]"
+
+
 def _field(label: str, value: str, limit: int) -> str:
     return f"{label}: {cut_middle(value, limit)}" if value and value.strip() else ""
 
 
-def render_step(record: StepRecord, field_limit: int) -> str:
-    """One step as text; each field cut to `field_limit` characters."""
+def _thought(text: str) -> str:
+    stripped = text.strip()
+    return stripped[len("Thought:"):].strip() if stripped.startswith("Thought:") else stripped
+
+
+def render_step(record: StepRecord, field_limit: int, compact: bool = False, brief_thought: bool = False) -> str:
+    """One step as text; each field cut to `field_limit` characters. ``compact``: observations and errors
+    compacted; ``brief_thought``: the thought cut to its first sentences."""
+    shown: Callable[[str], str] = compact_output if compact else str
     if record.kind == "planning":
         plan = record.plan or record.model_output
         lines = [f"## Plan (step {record.step_number or record.seq})", _field("Plan", plan, field_limit)]
@@ -43,14 +195,16 @@ def render_step(record: StepRecord, field_limit: int) -> str:
         lines = ["## Final answer", cut_middle(record.action_output or record.model_output, field_limit)]
     else:
         calls = "; ".join(f"{c.name}({c.arguments})" for c in record.tool_calls)
+        thought = _thought(record.model_output) if compact else record.model_output
+        error = f"{record.error_type}: {record.error_message}".strip(": ") if record.error_type \
+            or record.error_message else ""
         lines = [
             f"## Step {record.step_number if record.step_number is not None else record.seq}",
-            _field("Thought", record.model_output, field_limit),
+            _field("Thought", brief(thought) if brief_thought else thought, field_limit),
             _field("Code", record.code, field_limit),
             _field("Tool calls", calls, field_limit),
-            _field("Observation", record.observations, field_limit),
-            _field("Error", f"{record.error_type}: {record.error_message}".strip(": ") if record.error_type
-                   or record.error_message else "", field_limit),
+            _field("Observation", shown(record.observations), field_limit),
+            _field("Error", shown(error) if error else "", field_limit),
             _field("Output", record.action_output if not record.is_final else "", field_limit),
         ]
         if record.is_final and record.action_output:
@@ -80,7 +234,9 @@ def select_steps(steps: list[StepRecord], tail: int = TAIL_STEPS) -> list[int]:
     return order
 
 
-def _header(task: str, outcome: str, budget: int) -> str:
+def _header(task: str, outcome: str, budget: int, repeat_task: bool) -> str:
+    if not repeat_task:
+        return f"# Recorded outcome: {outcome}"
     return f"# Task\n{cut_middle(task, max(budget // 5, 200))}\n\n# Recorded outcome: {outcome}"
 
 
@@ -100,15 +256,33 @@ def _assemble(header: str, rendered: list[str], keep: set[int]) -> str:
     return "\n\n".join(parts)
 
 
-def build_transcript(task: str, outcome: str, steps: list[StepRecord], budget: int) -> str:
-    """The run as text of at most `budget` characters (run_end records only contribute the outcome)."""
+def _cut_to(text: str, budget: int, max_tokens: int | None) -> str:
+    text = cut_middle(text, budget)
+    if max_tokens is not None:
+        tokens = estimate_tokens(text)
+        while tokens > max_tokens and len(text) > 40:
+            text = cut_middle(text, max(int(len(text) * max_tokens / tokens) - 20, 40))
+            tokens = estimate_tokens(text)
+    return text
+
+
+def build_transcript(task: str, outcome: str, steps: list[StepRecord], budget: int, max_tokens: int | None = None,
+                     compact: bool = True, repeat_task: bool = True) -> str:
+    """The run as text of at most `budget` characters and about `max_tokens` tokens (``estimate_tokens``);
+    run_end records only contribute the outcome. ``compact`` False keeps observations, errors and
+    thoughts whole (within the budget); ``repeat_task`` False leaves the task out (the prompt has it)."""
     steps = [s for s in steps if s.kind != "run_end" and s.kind in ("action", "planning", "final")]
-    header = _header(task, outcome, budget)
+    header = _header(task, outcome, budget, repeat_task)
+    brief_of = [compact and not _failed(s) for s in steps]
+
+    def fits(text: str) -> bool:
+        return len(text) <= budget and (max_tokens is None or estimate_tokens(text) <= max_tokens)
+
     field_limit = max(budget // 4, 200)
     while True:
-        rendered = [render_step(s, field_limit) for s in steps]
+        rendered = [render_step(s, field_limit, compact, brief_of[i]) for i, s in enumerate(steps)]
         full = _assemble(header, rendered, set(range(len(steps))))
-        if len(full) <= budget:
+        if fits(full):
             return full
         if field_limit <= 400:
             break
@@ -116,7 +290,7 @@ def build_transcript(task: str, outcome: str, steps: list[StepRecord], budget: i
     keep: set[int] = set()
     for index in select_steps(steps):
         candidate = keep | {index}
-        if len(_assemble(header, rendered, candidate)) > budget:
+        if not fits(_assemble(header, rendered, candidate)):
             continue
         keep = candidate
-    return cut_middle(_assemble(header, rendered, keep), budget)
+    return _cut_to(_assemble(header, rendered, keep), budget, max_tokens)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -81,7 +82,10 @@ def test_live_spool_is_listed_as_live_and_not_replayed(tmp_path, redis_url, redi
     spool = Spool(data_dir / "spool")
     spool.append(make_ops(steps=1, close=False)[0])
     try:
-        assert "\tlive\t1 records" in invoke(["spool", "list"], data_dir, redis_url).output
+        listed = invoke(["spool", "list"], data_dir, redis_url).output
+        assert "\tlive\t1 records" in listed and "last written 20" in listed and " UTC (" in listed
+        [item] = json.loads(invoke(["spool", "list", "--json"], data_dir, redis_url).output)
+        assert (item["state"], item["records"], item["runs"]) == ("live", 1, 1) and item["path"].endswith(".jsonl")
         result = invoke(["spool", "replay"], data_dir, redis_url)
         assert result.exit_code == 0 and "still running" in result.output
         assert redis_client.exists("lessonbank:run:run1:steps") == 0
@@ -92,3 +96,5 @@ def test_live_spool_is_listed_as_live_and_not_replayed(tmp_path, redis_url, redi
 def test_empty_directory(tmp_path, redis_url):
     result = invoke(["spool", "list", "--dir", str(tmp_path / "nothing")], tmp_path, redis_url)
     assert result.exit_code == 0 and "no spool files" in result.output
+    as_json = invoke(["spool", "list", "--json", "--dir", str(tmp_path / "nothing")], tmp_path, redis_url)
+    assert as_json.exit_code == 0 and json.loads(as_json.output) == []

@@ -11,11 +11,20 @@ from click.testing import CliRunner, Result
 from qdrant_client import QdrantClient
 
 from lessonbank.cli.main import cli
-from lessonbank.core.constants import DEAD_LETTERS_KEY, OPEN_RUNS_KEY
+from lessonbank.core.constants import (
+    DEAD_LETTERS_KEY,
+    DISTILL_TASK,
+    OPEN_RUNS_KEY,
+    RECORDER_STATS_KEY,
+    worker_key,
+)
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.workers.jobs import Job, acquire
+from lessonbank.workers.observe import Heartbeat
+from tests.fixtures.openai_server import FakeOpenAI
 from tests.fixtures.redis_server import free_port
 
 
@@ -94,3 +103,43 @@ def test_status_with_services_away(env: dict[str, str | None]) -> None:
 def test_status_help() -> None:
     result = CliRunner().invoke(cli, ["status", "--help"])
     assert result.exit_code == 0 and "--json" in result.output
+
+
+def test_status_shows_workers_retries_and_the_recorder(
+    env: dict[str, str | None], settings: Settings, redis_client: redis.Redis, openai_server: FakeOpenAI
+) -> None:
+    beat = Heartbeat(settings.model_copy(update={"openai_base_url": openai_server.url, "distill_model": "m1"}),
+                     "w1@host", serves_store=lambda: False)
+    beat.start(probe=False)
+    Heartbeat(settings, "gone@host").beat()  # a worker that stopped beating: its heartbeat expired
+    redis_client.delete(worker_key("gone@host"))
+    waiting = Job("distill:run-r", DISTILL_TASK, ["team", "run-r"], "lessonbank-test")
+    lease, _ = acquire(redis_client, waiting, 60, 1)
+    assert lease is not None and lease.retry(120.0)  # a transient failure: due again in two minutes
+    held, _ = acquire(redis_client, Job("distill:run-h", DISTILL_TASK, ["team", "run-h"], "lessonbank-test"), 60, 0)
+    redis_client.hset(RECORDER_STATS_KEY, mapping={"delivered": 42, "spooled": 3})
+    try:
+        result = status(env, "--json")
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["workers_alive"] == 1
+        alive, gone = report["workers"]
+        assert alive["name"] == "w1@host" and alive["alive"] and alive["llm"]["model"] == "m1"
+        assert alive["llm"]["base_url"] == openai_server.url and alive["store"] == "through the owner"
+        assert gone["name"] == "gone@host" and gone["alive"] is False
+        assert report["waiting_for_retry"] == 1 and report["in_hand"] == 1
+        [retry] = report["retrying"]
+        assert (retry["run_id"], retry["bank"], retry["retries"]) == ("run-r", "team", 2)
+        assert 100 < retry["due_in_s"] <= 120
+        assert report["recorder"] == {"delivered": 42, "spooled": 3}
+
+        text = status(env).stdout
+        assert "workers alive: 1" in text and "w1@host" in text and "LLM m1 at " + openai_server.url in text
+        assert "gone@host: gone" in text and "waiting for a retry: 1" in text
+        assert "run run-r (bank team)" in text and "42 record(s) delivered, 3 spooled" in text
+    finally:
+        beat.stop()
+        if held is not None:
+            held.finish()
+    no_worker = status(env).stdout
+    assert "workers alive: 0 (start one: `lessonbank worker`)" in no_worker

@@ -17,9 +17,12 @@ import pytest
 
 from lessonbank import model_files
 from lessonbank.core.embeddings import (
+    EMBED_THREADS,
     MODEL_FILES,
+    CachingEmbedder,
     FastEmbedEmbedder,
     OpenAIEmbedder,
+    VectorCache,
     default_model_dir,
     embedder_from_settings,
     missing_model_files,
@@ -70,6 +73,41 @@ def test_embed_is_deterministic_and_order_preserving(embedder: FastEmbedEmbedder
     b2, a2 = embedder.embed(["second, quite different text", "first text"])
     assert cosine(a, a2) > 0.9999 and cosine(b, b2) > 0.9999
     assert embedder.embed([]) == []
+
+
+# -- the cache: each text embedded once ---------------------------------------------------------
+
+
+class CountingEmbedder(CachingEmbedder):
+    """Counts what reaches the model (the model: a vector from the text's length)."""
+
+    def __init__(self, size: int = 3) -> None:
+        self.cache = VectorCache(size)
+        self.batches: list[list[str]] = []
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(list(texts))
+        return [[float(len(text)), 1.0] for text in texts]
+
+
+def test_a_batch_reaches_the_model_once_with_only_the_texts_not_seen_lately() -> None:
+    model = CountingEmbedder(size=3)
+    assert model.embed(["aa", "b", "aa", "ccc"]) == [[2.0, 1.0], [1.0, 1.0], [2.0, 1.0], [3.0, 1.0]]
+    assert model.embed(["b", "dddd"]) == [[1.0, 1.0], [4.0, 1.0]]
+    assert model.batches == [["aa", "b", "ccc"], ["dddd"]]
+    model.embed(["aa"])  # evicted by "dddd" (least recently used: "aa", "b" was used again)
+    assert model.batches[-1] == ["aa"] and len(model.cache) == 3
+    assert model.embed([]) == [] and model.cache.hits == 1
+
+
+def test_a_cached_vector_is_the_one_the_model_made(embedder: FastEmbedEmbedder, embed_model_path: Path) -> None:
+    fresh = FastEmbedEmbedder(MODEL_NAME, model_path=embed_model_path, cache_size=0)
+    assert fresh.threads == EMBED_THREADS == 1
+    text = "A text embedded twice, the second time from the cache."
+    first = embedder.embed([text])[0]
+    hits = embedder.cache.hits
+    assert embedder.embed([text])[0] == first and embedder.cache.hits == hits + 1
+    assert cosine(fresh.embed([text])[0], first) > 0.9999 and len(fresh.cache) == 0
 
 
 def test_fastembed_embedder_does_no_io_until_embed(tmp_path: Path) -> None:

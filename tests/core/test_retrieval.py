@@ -1,14 +1,18 @@
-"""Retrieval quality with the real MiniLM model, and bank isolation on every read path."""
+"""Retrieval quality with the real MiniLM model, and bank isolation on every read path, on both stores
+(qdrant-client in memory; the embedded Qdrant Edge shard)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from qdrant_client import QdrantClient
 
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson
+from lessonbank.core.store.base import LessonStoreBase
+from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.qdrant import LessonStore
 
 BANK = "data-agent"
@@ -66,16 +70,22 @@ PAIRS: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
-    client = QdrantClient(":memory:")
-    store = LessonStore(client, embedder)
+def open_store(kind: str, embedder: FastEmbedEmbedder, folder: Path) -> LessonStoreBase:
+    if kind == "edge":
+        return EdgeLessonStore(folder / "edge", embedder)
+    return LessonStore(QdrantClient(":memory:"), embedder)
+
+
+@pytest.fixture(scope="module", params=["qdrant-client", "edge"])
+def store(request: pytest.FixtureRequest, embedder: FastEmbedEmbedder,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[LessonStoreBase]:
+    store = open_store(request.param, embedder, tmp_path_factory.mktemp("retrieval"))
     store.upsert([Lesson.new(BANK, kind, text) for _, kind, text in PAIRS])  # type: ignore[arg-type]
     # the same lessons in another bank, and that bank's own lessons: none may leak into BANK's results
     store.upsert([Lesson.new("other-bank", kind, text) for _, kind, text in PAIRS])  # type: ignore[arg-type]
     store.upsert([Lesson.new("other-bank", "fact", f"Other bank note {i} about CSV files and APIs.") for i in range(5)])
     yield store
-    client.close()
+    store.close()
 
 
 def test_there_are_enough_pairs() -> None:
@@ -84,20 +94,20 @@ def test_there_are_enough_pairs() -> None:
 
 
 @pytest.mark.parametrize(("task", "kind", "text"), PAIRS, ids=[f"pair{i:02d}" for i in range(len(PAIRS))])
-def test_the_right_lesson_is_in_the_top_three(store: LessonStore, task: str, kind: str, text: str) -> None:
+def test_the_right_lesson_is_in_the_top_three(store: LessonStoreBase, task: str, kind: str, text: str) -> None:
     found = store.search(BANK, task, limit=3)
     assert all(found_lesson.bank == BANK for found_lesson, _ in found)
     assert text in [found_lesson.text for found_lesson, _ in found], [x.text for x, _ in found]
 
 
-def test_most_tasks_get_their_lesson_first(store: LessonStore) -> None:
+def test_most_tasks_get_their_lesson_first(store: LessonStoreBase) -> None:
     firsts = sum(store.search(BANK, task, limit=1)[0][0].text == text for task, _, text in PAIRS)
     assert firsts >= 0.75 * len(PAIRS)
 
 
-def test_no_read_path_returns_another_banks_lessons(embedder: FastEmbedEmbedder) -> None:
-    client = QdrantClient(":memory:")
-    store = LessonStore(client, embedder)
+@pytest.mark.parametrize("kind", ["qdrant-client", "edge"])
+def test_no_read_path_returns_another_banks_lessons(kind: str, embedder: FastEmbedEmbedder, tmp_path: Path) -> None:
+    store = open_store(kind, embedder, tmp_path)
     mine = [Lesson.new("mine", kind, text) for _, kind, text in PAIRS[:6]]  # type: ignore[arg-type]
     theirs = [Lesson.new("theirs", kind, text) for _, kind, text in PAIRS[:12]]  # type: ignore[arg-type]
     store.upsert(mine + theirs)
@@ -118,4 +128,6 @@ def test_no_read_path_returns_another_banks_lessons(embedder: FastEmbedEmbedder)
     assert all(x.status == "active" and x.harmful == 0 for x in store.get("theirs", their_ids))
     assert store.get("nobody", their_ids + [lesson.id for lesson in mine]) == []
     assert store.search("nobody", PAIRS[0][0]) == [] and store.similar("nobody", PAIRS[0][0]) == []
-    client.close()
+    assert store.rank("nobody", PAIRS[0][0]) == []
+    assert {x.bank for x, _, _ in store.rank("mine", PAIRS[0][0])} == {"mine"}
+    store.close()

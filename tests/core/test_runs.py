@@ -84,3 +84,20 @@ def test_extra_fields_reach_the_run_hash_with_a_step_or_the_close(redis_client: 
     runs.close_run(redis_client, only_close, 0, record(0, "run_end"), "error", 100.0, "q")
     state = run_state(redis_client, "run-2")
     assert state["arm"] == "lessons" and state["given"] == '["a"]' and state["state"] == "closed"
+
+
+def test_a_late_step_never_reopens_and_a_distilled_run_gets_one_followup(redis_client: redis.Redis) -> None:
+    runs.record_step(redis_client, REF, 0, record(0), 100.0, queue="q")
+    runs.close_run(redis_client, REF, 1, record(1, "run_end"), "success", 101.0, "q")
+    assert runs.record_step(redis_client, REF, 2, record(2), 102.0, queue="q") == 1  # closed: kept, not reopened
+    state = run_state(redis_client, "run-1")
+    assert state["state"] == RUN_CLOSED and state["late_at"] == "102.0"
+    assert redis_client.zscore(OPEN_RUNS_KEY, "run-1") is None
+    runs.mark_distilled(redis_client, "run-1", ttl=60, stats={}, upto=2)
+    assert runs.record_step(redis_client, REF, 3, record(3), 103.0, queue="q") == 2
+    assert runs.record_step(redis_client, REF, 4, record(4), 104.0, queue="q") == 1  # one follow-up is enough
+    assert distill_args(redis_client, "q") == [["bank", "run-1"], ["bank", "run-1"]]  # the close's and the follow-up
+    run = runs.load_run(redis_client, "run-1")
+    assert run.state == RUN_DISTILLED and run.followup and run.distilled_upto == 2
+    runs.mark_distilled(redis_client, "run-1", ttl=60, stats={}, upto=4)
+    assert not runs.load_run(redis_client, "run-1").followup

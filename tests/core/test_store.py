@@ -1,7 +1,9 @@
-"""LessonStore on qdrant-client's in-memory and local-path modes, with the real MiniLM embedder."""
+"""Both lesson stores (qdrant-client: ``:memory:`` and local path; the embedded Qdrant Edge shard) behave the
+same, with the real MiniLM embedder."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from qdrant_client import QdrantClient, models
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable, StoreError
 from lessonbank.core.models import Lesson
+from lessonbank.core.store.base import LessonStoreBase
+from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.qdrant import DENSE, LEXICAL, LessonStore
 from tests.fixtures.redis_server import free_port
 
@@ -19,8 +23,20 @@ TIMEOUT = "Always pass a timeout to requests.get, the billing API hangs otherwis
 DATES = "The sales API returns dates as ISO 8601 strings in UTC."
 
 
+@pytest.fixture(params=["qdrant-client", "edge"])
+def store(request: pytest.FixtureRequest, embedder: FastEmbedEmbedder, tmp_path: Path) -> Iterator[LessonStoreBase]:
+    """The same lessons through qdrant-client (in memory) and through the embedded Qdrant Edge shard."""
+    made: LessonStoreBase
+    if request.param == "edge":
+        made = EdgeLessonStore(tmp_path / "edge", embedder)
+    else:
+        made = LessonStore(QdrantClient(":memory:"), embedder, collection="lessons")
+    yield made
+    made.close()
+
+
 @pytest.fixture
-def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+def client_store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
     client = QdrantClient(":memory:")
     yield LessonStore(client, embedder, collection="lessons")
     client.close()
@@ -38,7 +54,8 @@ def test_constructor_does_no_io_and_errors_map_to_lessonbank(embedder: FastEmbed
         store.list("bank")
 
 
-def test_ensure_collection_is_idempotent_and_shaped(store: LessonStore) -> None:
+def test_ensure_collection_is_idempotent_and_shaped(client_store: LessonStoreBase) -> None:
+    store = client_store
     store.ensure_collection()
     store.ensure_collection()
     info = store.client.get_collection("lessons")
@@ -57,11 +74,11 @@ def test_ensure_collection_rejects_another_dimension(embedder: FastEmbedEmbedder
         LessonStore(client, embedder).ensure_collection()
 
 
-def test_upsert_is_idempotent_and_overwrites(store: LessonStore) -> None:
+def test_upsert_is_idempotent_and_overwrites(store: LessonStoreBase) -> None:
     first = lesson("a", "approach", CSV)
     store.upsert([first])
     store.upsert([first])
-    assert store.client.count("lessons").count == 1
+    assert store.list("a", include_inactive=True) == [first]
     store.upsert([first.model_copy(update={"evidence": 3, "tags": ["csv"]})])
     (stored,) = store.get("a", [first.id])
     assert stored.evidence == 3 and stored.tags == ["csv"]
@@ -69,12 +86,12 @@ def test_upsert_is_idempotent_and_overwrites(store: LessonStore) -> None:
     store.upsert([])
 
 
-def test_upsert_rejects_a_non_uuid_id(store: LessonStore) -> None:
+def test_upsert_rejects_a_non_uuid_id(store: LessonStoreBase) -> None:
     with pytest.raises(StoreError, match="not a uuid"):
         store.upsert([lesson("a", "fact", DATES, id="lesson-1")])
 
 
-def test_get_keeps_order_skips_other_banks_and_bad_ids(store: LessonStore) -> None:
+def test_get_keeps_order_skips_other_banks_and_bad_ids(store: LessonStoreBase) -> None:
     a1, a2, b1 = lesson("a", "approach", CSV), lesson("a", "fact", DATES), lesson("b", "approach", CSV)
     store.upsert([a1, a2, b1])
     store.set_status("a", [a2.id], "forgotten")
@@ -84,7 +101,9 @@ def test_get_keeps_order_skips_other_banks_and_bad_ids(store: LessonStore) -> No
     assert store.get("a", []) == []
 
 
-def test_similar_returns_real_cosine_best_first_active_only(store: LessonStore, embedder: FastEmbedEmbedder) -> None:
+def test_similar_returns_real_cosine_best_first_active_only(
+    store: LessonStoreBase, embedder: FastEmbedEmbedder
+) -> None:
     csv, timeout, dates = lesson("a", "approach", CSV), lesson("a", "failure", TIMEOUT), lesson("a", "fact", DATES)
     store.upsert([csv, timeout, dates])
     query = "load a csv file whose columns are separated by semicolons"
@@ -99,7 +118,7 @@ def test_similar_returns_real_cosine_best_first_active_only(store: LessonStore, 
     assert len(store.similar("a", query, limit=1)) == 1
 
 
-def test_search_is_hybrid_filtered_by_kind_and_status(store: LessonStore) -> None:
+def test_search_is_hybrid_filtered_by_kind_and_status(store: LessonStoreBase) -> None:
     csv, timeout, dates = lesson("a", "approach", CSV), lesson("a", "failure", TIMEOUT), lesson("a", "fact", DATES)
     store.upsert([csv, timeout, dates])
     top = store.search("a", "the billing API request never returns")
@@ -112,7 +131,7 @@ def test_search_is_hybrid_filtered_by_kind_and_status(store: LessonStore) -> Non
     assert timeout.id not in [x.id for x, _ in store.search("a", "billing API timeout")]
 
 
-def test_search_lexical_match_survives_a_dense_threshold(store: LessonStore) -> None:
+def test_search_lexical_match_survives_a_dense_threshold(store: LessonStoreBase) -> None:
     csv, dates = lesson("a", "approach", CSV), lesson("a", "fact", DATES)
     store.upsert([csv, dates])
     # "read_csv" is a rare term only the CSV lesson has; the dense side alone is weak for this query
@@ -121,7 +140,7 @@ def test_search_lexical_match_survives_a_dense_threshold(store: LessonStore) -> 
     assert store.search("a", "completely unrelated gardening advice", min_similarity=0.95) == []
 
 
-def test_list_orders_by_recency_and_hides_inactive(store: LessonStore) -> None:
+def test_list_orders_by_recency_and_hides_inactive(store: LessonStoreBase) -> None:
     old = lesson("a", "fact", DATES, last_seen=100.0)
     new = lesson("a", "approach", CSV, last_seen=300.0)
     gone = lesson("a", "failure", TIMEOUT, last_seen=200.0, status="forgotten")
@@ -132,7 +151,7 @@ def test_list_orders_by_recency_and_hides_inactive(store: LessonStore) -> None:
     assert store.list("nobody") == []
 
 
-def test_list_pages_through_many_lessons(store: LessonStore) -> None:
+def test_list_pages_through_many_lessons(store: LessonStoreBase) -> None:
     many = [lesson("big", "fact", f"Fact number {i} about the warehouse.", last_seen=float(i)) for i in range(300)]
     store.upsert(many)
     listed = store.list("big", limit=1000)
@@ -140,14 +159,14 @@ def test_list_pages_through_many_lessons(store: LessonStore) -> None:
     assert listed[0].last_seen == 299.0
 
 
-def test_banks_counts_active_lessons(store: LessonStore) -> None:
+def test_banks_counts_active_lessons(store: LessonStoreBase) -> None:
     assert store.banks() == {}
     store.upsert([lesson("a", "fact", DATES), lesson("a", "approach", CSV), lesson("b", "approach", CSV)])
     store.upsert([lesson("c", "fact", DATES, status="forgotten")])
     assert store.banks() == {"a": 2, "b": 1}
 
 
-def test_set_status_touches_only_the_named_bank(store: LessonStore) -> None:
+def test_set_status_touches_only_the_named_bank(store: LessonStoreBase) -> None:
     a1, b1 = lesson("a", "approach", CSV), lesson("b", "approach", CSV)
     store.upsert([a1, b1])
     assert store.set_status("a", [a1.id, b1.id], "superseded", superseded_by="x") == 1
@@ -160,7 +179,7 @@ def test_set_status_touches_only_the_named_bank(store: LessonStore) -> None:
         store.set_status("a", [a1.id], "deleted")
 
 
-def test_counts_and_status_reasons_touch_only_the_named_bank(store: LessonStore) -> None:
+def test_counts_and_status_reasons_touch_only_the_named_bank(store: LessonStoreBase) -> None:
     a1, b1 = Lesson.new("a", "fact", "Lesson one of bank a."), Lesson.new("b", "fact", "Lesson one of bank b.")
     store.upsert([a1, b1])
     assert store.set_counts("a", {a1.id: {"given": 3, "applied": 2, "helpful": 1, "harmful": 1, "evidence": 99},
@@ -174,7 +193,7 @@ def test_counts_and_status_reasons_touch_only_the_named_bank(store: LessonStore)
     assert stored.status_changed_at is not None and stored.status_changed_at > stored.first_seen - 1
 
 
-def test_a_write_may_not_touch_another_banks_point(store: LessonStore) -> None:
+def test_a_write_may_not_touch_another_banks_point(store: LessonStoreBase) -> None:
     theirs = Lesson.new("acme", "fact", "The acme export uses UTF-16.")
     store.upsert([theirs])
     forged = theirs.model_copy(update={"bank": "evil", "evidence": 50})
@@ -197,7 +216,7 @@ def test_local_path_store_persists(tmp_path: Path, embedder: FastEmbedEmbedder) 
         second.close()
 
 
-def test_rank_gives_similarity_and_hybrid_rank_from_one_call(store: LessonStore) -> None:
+def test_rank_gives_similarity_and_hybrid_rank_from_one_call(store: LessonStoreBase) -> None:
     csv = Lesson.new("a", "fact", "The sales CSV uses ';' as its separator.")
     api = Lesson.new("a", "fact", "The orders API pages its results three at a time.")
     store.upsert([csv, api, Lesson.new("b", "fact", "The sales CSV of bank b is comma separated.")])
@@ -207,7 +226,7 @@ def test_rank_gives_similarity_and_hybrid_rank_from_one_call(store: LessonStore)
     assert store.rank("a", "read the sales CSV separator", min_similarity=0.99) == []
 
 
-def test_delete_and_delete_bank_remove_points_of_one_bank(store: LessonStore) -> None:
+def test_delete_and_delete_bank_remove_points_of_one_bank(store: LessonStoreBase) -> None:
     a1, a2 = Lesson.new("a", "fact", "First lesson of bank a."), Lesson.new("a", "fact", "Second lesson of bank a.")
     b1 = Lesson.new("b", "fact", "First lesson of bank b.")
     store.upsert([a1, a2, b1])
@@ -215,3 +234,15 @@ def test_delete_and_delete_bank_remove_points_of_one_bank(store: LessonStore) ->
     assert store.get("a", [a1.id]) == [] and store.get("b", [b1.id]) == [b1]
     assert store.delete_bank("a") == 1 and store.list("a", include_inactive=True) == []
     assert store.list("b") == [b1]
+
+
+def test_warm_embeds_a_batch_once_for_the_calls_that_follow(store: LessonStoreBase) -> None:
+    fresh = uuid.uuid4().hex  # the session's embedder is shared: texts it never saw
+    texts = [f"Warm lesson one about the orders API {fresh}.", f"Warm lesson two about the sales CSV {fresh}."]
+    cache = store.embedder.cache  # type: ignore[attr-defined]
+    assert store.warm([*texts, texts[0]]) == 2
+    assert store.warm(texts) == 0
+    misses = cache.misses
+    store.similar("a", texts[0])
+    store.upsert([Lesson.new("a", "fact", text) for text in texts])
+    assert cache.misses == misses  # both calls found the vectors ready

@@ -1,4 +1,5 @@
-"""One store protocol: the Qdrant store implements it, the remote proxy is derived from it."""
+"""One store protocol: both stores (qdrant-client, the embedded Qdrant Edge shard) implement it, the remote
+proxy is derived from it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import inspect
 import pytest
 
 from lessonbank.core.settings import Settings
+from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec, method_signature
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
@@ -22,6 +24,7 @@ def test_every_protocol_method_is_implemented_with_the_same_signature() -> None:
     for name in protocol:
         expected = inspect.signature(getattr(LessonStoreProtocol, name))
         assert str(inspect.signature(getattr(LessonStore, name))) == str(expected), name
+        assert str(inspect.signature(getattr(EdgeLessonStore, name))) == str(expected), name
         assert str(inspect.signature(getattr(RemoteLessonStore, name))) == str(expected), name
 
 
@@ -29,6 +32,7 @@ def test_instances_satisfy_the_runtime_protocol() -> None:
     remote = RemoteLessonStore(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0"))
     assert isinstance(remote, LessonStoreProtocol)
     assert LessonStore.__init__ is not None and issubclass(LessonStore, LessonStoreProtocol)
+    assert issubclass(EdgeLessonStore, LessonStoreProtocol)
 
 
 def test_the_codec_binds_like_a_direct_call() -> None:

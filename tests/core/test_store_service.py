@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.exceptions import ServiceUnavailable, StoreError
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
+from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.owner import StoreOwner, open_local_store
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import REPLY_TTL, RemoteLessonStore, connect_store
@@ -104,6 +106,11 @@ def test_two_processes_share_the_embedded_store(
     assert [x.id for x in remote.list("a")] == [csv.id]
     with pytest.raises(StoreError, match="unknown lesson status"):  # the owner's error crosses back
         remote.set_status("a", [csv.id], "bogus")
+    ranked = remote.rank("a", "load a semicolon separated csv file", limit=3, min_similarity=0.2)
+    assert ranked[0][0].id == csv.id and ranked[0][0].helpful == 1 and ranked[0][1] > 0.5 and ranked[0][2] == 0
+    extra = Lesson.new("b", "fact", "A lesson of bank b that is deleted through the owner.")
+    remote.upsert([extra])
+    assert remote.delete("a", [extra.id]) == 0 and remote.delete("b", [extra.id]) == 1
 
     # the path is held: a direct open fails clearly, a second owner declines
     with pytest.raises(ServiceUnavailable, match="held by another process"):
@@ -140,6 +147,62 @@ def test_connect_store_talks_to_a_server_directly(settings: Settings) -> None:
     assert isinstance(direct, LessonStore) and not direct.is_local
     assert direct.collection == settings.collection
     direct.close()
+
+
+def test_serving_threads_answer_concurrent_callers_each_their_own(
+    settings: Settings, redis_client: redis.Redis, embedder: FastEmbedEmbedder, tmp_path: Path
+) -> None:
+    store = EdgeLessonStore(tmp_path / "qdrant", embedder)
+    owner = StoreOwner(settings, redis_client=redis_client, store=store, threads=3)
+    lessons = {bank: Lesson.new(bank, "fact", f"Bank {bank} reads its CSV files with sep=';'.") for bank in "abcdef"}
+    store.upsert(list(lessons.values()))
+    assert owner.start() and len([t for t in threading.enumerate() if t.name.startswith("lessonbank-store")]) == 3
+    errors: list[str] = []
+
+    def caller(bank: str) -> None:
+        remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 20.0}))
+        for _ in range(5):
+            ranked = remote.rank(bank, "read the CSV files", limit=3)
+            if [lesson.id for lesson, _, _ in ranked] != [lessons[bank].id]:
+                errors.append(f"{bank}: {ranked}")
+
+    callers = [threading.Thread(target=caller, args=(bank,)) for bank in lessons]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(60)
+    owner.stop()
+    store.close()
+    assert errors == []
+
+
+class HashEmbedder:
+    """Cheap 8-d vectors from the text's bytes: the purge below copies points, whatever they mean."""
+
+    dim = 8
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[float(b) + 1.0 for b in text.encode()[:8].ljust(8, b"x")] for text in texts]
+
+
+def test_a_delete_the_owner_took_is_waited_for_beyond_the_store_timeout(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    store = EdgeLessonStore(tmp_path / "qdrant", HashEmbedder())
+    store.upsert([Lesson.new("big", "fact", f"Lesson {i} of a big bank.") for i in range(3000)])
+    store.upsert([Lesson.new("doomed", "fact", "The one lesson of a doomed bank.")])
+    owner = StoreOwner(settings, redis_client=redis_client, store=store)
+    assert owner.start()
+    try:
+        remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 0.05}))
+        remote.banks()  # the owner is serving
+        started = time.monotonic()
+        assert remote.delete_bank("doomed") == 1  # copies 3,000 points into a fresh shard
+        assert time.monotonic() - started > 0.05
+        assert remote.banks() == {"big": 3000}
+    finally:
+        owner.stop()
+        store.close()
 
 
 @pytest.fixture

@@ -47,9 +47,14 @@ def test_demo_runs_twice_and_run_two_starts_with_the_lesson(
     assert "KeyError" in run_one and "steps: 4   errors: 1" in run_one
     assert "## Lessons from earlier runs" in run_two and "delimiter=';'" in run_two
     assert "steps: 2   errors: 0" in run_two
-    assert "[fact] evidence 2" in out.rsplit("after run 2:", 1)[1]  # run 2 reinforced the lesson
-    assert re.search(r"lessons at start\s+0\s+1", out)
+    after = out.rsplit("after run 2:", 1)[1]
+    # run 2 was given the lesson: repeating it is no evidence, but applying it and ending well is helpful credit
+    assert "[fact] evidence 1, helpful 1, harmful 0" in after
+    assert "[recipe] evidence 1" in after and "delimiter=';'" in after  # run 1's working code
+    assert re.search(r"lessons at start\s+0\s+2", out)  # the lesson and the recipe
+    report = re.search(r"Report of bank 'demo-csv': (\S+report\.html)", out)
+    assert report and Path(report.group(1)).is_file()
     assert len(openai_server.chat_requests()) == 2
 
-    worker_pid = int(re.search(r"Worker: celery -A workers worker \(pid (\d+)", out).group(1))  # type: ignore[union-attr]
+    worker_pid = int(re.search(r"Worker: celery -A lessonbank.workers worker \(pid (\d+)", out).group(1))  # type: ignore[union-attr]
     assert not Path(f"/proc/{worker_pid}").exists()  # everything the demo started is stopped

@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED_ENV = {"REDIS_PASSWORD": "s3cret-redis", "FLOWER_BASIC_AUTH": "admin:s3cret-flower"}
+REQUIRED_ENV = {"REDIS_PASSWORD": "s3cret-redis", "QDRANT_API_KEY": "s3cret-qdrant",
+                "FLOWER_BASIC_AUTH": "admin:s3cret-flower"}
+LLM_KEY = "sk-test-s3cret-llm"
+SECRETS = {**REQUIRED_ENV, "OPENAI_API_KEY": LLM_KEY}
 
 
 def compose_binary() -> Path:
@@ -30,7 +33,7 @@ def compose_binary() -> Path:
 
 def compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     binary = str(compose_binary())
-    clean_env = {k: v for k, v in os.environ.items() if k not in REQUIRED_ENV}
+    clean_env = {k: v for k, v in os.environ.items() if k not in SECRETS and not k.startswith("LESSONBANK_")}
     clean_env.update(env or {})
     return subprocess.run(
         [binary, "-f", str(ROOT / "docker-compose.yml"), *args],
@@ -40,9 +43,14 @@ def compose(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def config() -> dict:
-    result = compose("config", "--format", "json", env=REQUIRED_ENV)
+    """The whole stack, local LLM included, as Compose resolves it with every secret set."""
+    result = compose("--profile", "local-llm", "config", "--format", "json", env=SECRETS)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def environment(service: dict) -> dict[str, str]:
+    return {k: str(v) for k, v in (service.get("environment") or {}).items()}
 
 
 def test_compose_file_is_valid() -> None:
@@ -76,6 +84,53 @@ def test_worker_shutdown_requeues_instead_of_waiting(config: dict) -> None:
     for service in ("redis", "qdrant"):
         assert worker["depends_on"][service]["condition"] == "service_healthy"
     assert "container_name" not in worker  # --scale worker=N needs unnamed containers
+
+
+def test_each_secret_goes_only_where_it_is_used(config: dict) -> None:
+    """The LLM key to the workers alone (not beat, not Flower); the Qdrant key to Qdrant and the workers; the
+    Redis password to Redis and the services that use the queue; Flower's password to Flower."""
+    services = config["services"]
+    holders = {name: {secret for secret, value in SECRETS.items()
+                      if any(value in text for text in environment(service).values())}
+               for name, service in services.items()}
+    assert holders == {
+        "redis": {"REDIS_PASSWORD"},
+        "qdrant": {"QDRANT_API_KEY"},
+        "worker": {"REDIS_PASSWORD", "QDRANT_API_KEY", "OPENAI_API_KEY"},
+        "beat": {"REDIS_PASSWORD"},
+        "flower": {"REDIS_PASSWORD", "FLOWER_BASIC_AUTH"},
+        "llm": set(),
+    }
+    worker, qdrant = environment(services["worker"]), environment(services["qdrant"])
+    assert qdrant["QDRANT__SERVICE__API_KEY"] == worker["LESSONBANK_QDRANT_API_KEY"] == REQUIRED_ENV["QDRANT_API_KEY"]
+    assert worker["LESSONBANK_QDRANT_URL"] == "http://qdrant:6333" and worker["OPENAI_API_KEY"] == LLM_KEY
+    assert all(SECRETS[name] not in json.dumps(service.get("command")) for service in services.values()
+               for name in SECRETS)  # on no command line (ps would show it)
+
+
+def test_only_loopback_ports_and_no_port_for_the_local_llm(config: dict) -> None:
+    services = config["services"]
+    published = {name: [(p["host_ip"], int(p["published"]), p["target"]) for p in service.get("ports", [])]
+                 for name, service in services.items()}
+    assert published == {"redis": [("127.0.0.1", 6379, 6379)], "qdrant": [("127.0.0.1", 6333, 6333)],
+                         "flower": [("127.0.0.1", 5555, 5555)], "worker": [], "beat": [], "llm": []}
+    assert services["llm"]["expose"] == ["8080"]  # on the compose network only
+
+
+def test_llm_and_lease_timeouts_pass_through() -> None:
+    result = compose("config", "--format", "json",
+                     env={**REQUIRED_ENV, "LESSONBANK_LLM_TIMEOUT": "900", "LESSONBANK_LEASE_TIMEOUT": "30"})
+    assert result.returncode == 0, result.stderr
+    worker = environment(json.loads(result.stdout)["services"]["worker"])
+    assert worker["LESSONBANK_LLM_TIMEOUT"] == "900" and worker["LESSONBANK_LEASE_TIMEOUT"] == "30"
+
+
+def test_host_agents_reach_redis_and_qdrant_with_the_documented_urls() -> None:
+    """The README's service section gives agents on the host the URLs the published ports serve."""
+    section = (ROOT / "README.md").read_text().split("## Running as a service")[1].split("\n## ")[0]
+    assert "LESSONBANK_REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1:6379/0" in section
+    assert "LESSONBANK_QDRANT_URL=http://127.0.0.1:6333" in section
+    assert "LESSONBANK_QDRANT_API_KEY=$QDRANT_API_KEY" in section
 
 
 def test_flower_is_authenticated_and_local_only(config: dict) -> None:

@@ -9,10 +9,12 @@ small so that every fault resolves in seconds.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,8 @@ import redis
 from celery import Celery
 from smolagents import CodeAgent, Tool
 
-from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_steps_key
+from lessonbank.core import runs
+from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_key, run_steps_key
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.remote import RemoteLessonStore, connect_store
@@ -30,7 +33,8 @@ from lessonbank.workers import deadletters
 from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.recorded import run_records
-from tests.fixtures.redis_server import RedisServer, free_port
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.relay import Relay
 from tests.fixtures.runs import run_state, write_run
 from tests.fixtures.scripted_model import Reply as ModelReply
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
@@ -48,75 +52,8 @@ FAST = {
     "task_time_limit": 25,
     "visibility_timeout": 30,
     "distill_lock_timeout": 15,
+    "lease_timeout": 3,
 }
-
-
-class Relay:
-    """A TCP relay on a fixed loopback port in front of `target_port`; ``close()`` makes it refuse connections."""
-
-    def __init__(self, target_port: int, port: int | None = None) -> None:
-        self.target_port = target_port
-        self.port = port or free_port()
-        self._listener: socket.socket | None = None
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def open(self) -> Relay:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-        return self
-
-    def close(self) -> None:
-        """Stop listening and cut every open connection: new connections are refused."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            try:
-                listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread and stops listening
-            except OSError:
-                pass
-            listener.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._sockets += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 class Service:
@@ -248,6 +185,95 @@ class Service:
     def requests_for(self, marker: str) -> list[dict[str, Any]]:
         """The chat requests whose messages mention `marker` (e.g. a task text unique to one run)."""
         return [r for r in self.llm.chat_requests() if marker in json.dumps(r["messages"])]
+
+
+class Monitor:
+    """Every command a real redis-server executes (its ``MONITOR`` feed), to count what was sent and published.
+
+    Reconnects when the server restarts (what it executes meanwhile is not seen: counts are lower bounds then).
+    """
+
+    QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._thread = threading.Thread(target=self._run, name="redis monitor", daemon=True)
+        self.connected = threading.Event()
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        assert self.connected.wait(10), "MONITOR did not connect"
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            self._sock = sock
+            sock.settimeout(None)
+            sock.sendall(b"MONITOR\r\n")
+            buffer = b""
+            try:
+                while data := sock.recv(1 << 20):
+                    buffer += data
+                    *lines, buffer = buffer.split(b"\r\n")
+                    with self._lock:
+                        self._lines += [line.decode("utf-8", "replace") for line in lines if line.startswith(b"+")]
+                    self.connected.set()
+            except OSError:
+                pass
+            finally:
+                sock.close()
+
+    def commands(self) -> list[list[str]]:
+        """Each executed command as its arguments (escapes left as they are: ids and numbers read fine)."""
+        with self._lock:
+            lines = list(self._lines)
+        return [self.QUOTED.findall(line) for line in lines]
+
+    def published(self, queue: str, run_id: str) -> int:
+        """Task messages naming ``run_id`` pushed onto ``queue`` (by any client, or a Lua script)."""
+        return sum(1 for c in self.commands() if c[:2] == ["LPUSH", queue] and run_id in " ".join(c[2:]))
+
+    def script_sends(self, sha: str, run_id: str) -> list[list[str]]:
+        """The ``EVALSHA sha`` commands about ``run_id`` (its first argument after the keys)."""
+        found = []
+        for c in self.commands():
+            if c[:2] == ["EVALSHA", sha]:
+                keys = int(c[2])
+                if len(c) > 3 + keys and c[3 + keys] == run_id:
+                    found.append(c[4 + keys:])
+        return found
+
+    def record_sends(self, run_id: str) -> Counter[int]:
+        """How many times each step record (by seq) of the run reached Redis, closes included."""
+        sent: Counter[int] = Counter()
+        for args in self.script_sends(runs.SCRIPTS["step"], run_id):
+            sent.update(int(seq) for seq in args[4::2])
+        for args in self.script_sends(runs.SCRIPTS["close"], run_id):
+            sent[int(args[0])] += 1
+        return sent
+
+
+def deliveries(client: redis.Redis, run_id: str) -> int:
+    """Deliveries of the run's distill task to a worker (duplicates included), as the task counts them."""
+    return int(client.hget(run_key(run_id), "deliveries") or 0)
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

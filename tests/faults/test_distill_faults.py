@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import lessonbank
+from lessonbank.core.constants import DROPPED_KEY, job_key
 from lessonbank.workers import deadletters
-from tests.faults.helpers import Service, by_task, wait_until
+from tests.faults.conftest import Report
+from tests.faults.helpers import Service, by_task, deliveries, wait_until
 from tests.fixtures.openai_server import Reply, error, lessons_json
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 QUEUE = "faults-distill"
 ATTEMPTS = 3  # max_retries 2
@@ -57,8 +60,8 @@ class Case:
     attempts: int = 1
     requests: int = 1
     reason: str = ""  # in the dead letter
-    dropped_secret: int = 0
-    extra: dict[str, object] = field(default_factory=dict)
+    dropped_secret: int = 0  # lessons the quality gate dropped for carrying a secret
+    waited: float = 0.0  # seconds the retry must wait (Retry-After, capped)
 
 
 CASES: dict[str, Case] = {
@@ -69,19 +72,21 @@ CASES: dict[str, Case] = {
     "500s for good": Case([error(500, "overloaded")], "dead", attempts=ATTEMPTS, requests=ATTEMPTS,
                           reason="LLM answered 500: overloaded"),
     "429 with Retry-After": Case([error(429, "rate limited", headers={"Retry-After": "1"}), Reply(content=GOOD)],
-                                 "distilled", lessons=2, attempts=2, requests=2),
+                                 "distilled", lessons=2, attempts=2, requests=2, waited=1.0),
+    "429 asking for an hour": Case([error(429, "quota", headers={"Retry-After": "3600"}), Reply(content=GOOD)],
+                                   "distilled", lessons=2, attempts=2, requests=2, waited=1.0),  # capped at 1 s
     "truncated JSON": Case([Reply(content=GOOD[:60])], "dead", requests=2, reason="invalid after one repair"),
     "cut-off response body": Case([Reply(body=b'{"id": "chatcmpl-1", "object": "chat.comp'), Reply(content=GOOD)],
                                   "distilled", lessons=2, attempts=2, requests=2),
     "a 1 MB reply": Case([Reply(content=lessons_json(("fact", "sales " * 200_000))), Reply(content=GOOD)],
                          "distilled", lessons=2, requests=2),
     "wrong kinds": Case([invalid([{"kind": "tip", "text": "Use sep=';' for sales.csv files.", "tags": []}])],
-                        "dead", requests=2, reason="does not match the schema"),
+                        "dead", requests=2, reason="no lesson in the reply has a valid kind"),
     "wrong kind, then repaired": Case(
         [invalid([{"kind": "hint", "text": "Use sep=';' for sales.csv files.", "tags": []}]), Reply(content=GOOD)],
         "distilled", lessons=2, requests=2),
     "empty lesson text": Case([invalid([{"kind": "fact", "text": "", "tags": []}])], "dead", requests=2,
-                              reason="does not match the schema"),
+                              reason="no lesson in the reply has a valid kind"),
     "empty reply": Case([Reply(content="")], "dead", requests=2, reason="the reply is empty"),
     "a secret in a lesson": Case(
         [Reply(content=lessons_json(("fact", f"Call the billing API with the key {SECRET} in the header."),
@@ -90,41 +95,45 @@ CASES: dict[str, Case] = {
 }
 
 
-def test_llm_faults_end_stored_retried_or_dead_lettered(svc: Service) -> None:
-    tasks = {name: f"Sum the sales ({name})" for name in CASES}
+@pytest.mark.parametrize("name", list(CASES))
+def test_llm_fault_ends_stored_retried_or_dead_lettered(svc: Service, name: str, report: Report) -> None:
+    case, task, bank = CASES[name], f"Sum the sales ({name})", "llm-" + name.replace(" ", "-")
     svc.llm.reset()
-    svc.llm.handler = by_task({tasks[name]: case.replies for name, case in CASES.items()})
-    banks = {name: "llm-" + name.replace(" ", "-") for name in CASES}
-    runs = {name: svc.submit(banks[name], task=tasks[name]) for name in CASES}
-    states = svc.wait_all(runs.values(), timeout=90)
+    svc.llm.handler = by_task({task: case.replies})
+    secrets_before = int(svc.client.hget(DROPPED_KEY, "secret") or 0)
+    run_id = svc.submit(bank, task=task)
+    state = svc.wait(run_id, timeout=60)
 
-    outcomes = {}
-    for name, case in CASES.items():
-        run_id, state = runs[name], states[runs[name]]
-        letter = svc.dead_letter(run_id)
-        lessons = svc.lessons(banks[name], include_inactive=True)
-        outcomes[name] = (state["state"], len(lessons), int(state.get("distill_attempts", 0)),
-                          len(svc.requests_for(tasks[name])))
-        assert outcomes[name] == (case.state, case.lessons, case.attempts, case.requests), (name, outcomes[name])
-        if case.state == "dead":
-            assert letter is not None and letter.bank == banks[name] and letter.attempts == case.attempts
-            assert case.reason in letter.reason, (name, letter.reason)
-        else:
-            counts = json.loads(state["lessons"])
-            assert letter is None
-            assert counts["added"] == case.lessons and counts["dropped_secret"] == case.dropped_secret, counts
-            assert all(lesson.source_run_ids == [run_id] for lesson in lessons)
-        assert all(SECRET not in lesson.text for lesson in lessons)
+    letter = svc.dead_letter(run_id)
+    lessons = svc.lessons(bank, include_inactive=True)
+    requests = svc.requests_for(task)
+    outcome = (state["state"], len(lessons), int(state.get("distill_attempts", 0)), len(requests))
+    assert outcome == (case.state, case.lessons, case.attempts, case.requests), outcome
+    assert deliveries(svc.client, run_id) == case.attempts  # one delivery per attempt, no duplicate
+    if case.state == "dead":
+        assert letter is not None and letter.bank == bank and letter.attempts == case.attempts
+        assert case.reason in letter.reason, letter.reason
+    else:
+        counts = json.loads(state["lessons"])
+        assert letter is None
+        assert counts["added"] == case.lessons, counts
+        assert int(svc.client.hget(DROPPED_KEY, "secret") or 0) - secrets_before == case.dropped_secret
+        assert all(lesson.source_run_ids == [run_id] for lesson in lessons)
+    assert all(SECRET not in lesson.text for lesson in lessons)
+    if case.waited:  # the retry came no sooner than the server asked (capped by the longest backoff)
+        assert requests[1]["_at"] - requests[0]["_at"] >= case.waited
+    if name == "a 1 MB reply":  # what the worker sent back asking for a repair: a bounded excerpt, not 1 MB
+        assert len(json.dumps(requests[1])) < 40_000
+        assert svc.worker is not None and "sales sales sales" not in svc.worker.log()
+    if name == "a secret in a lesson":
+        assert [lesson.text for lesson in lessons] == [CLEAN]
+        assert svc.worker is not None and SECRET not in svc.worker.log()
+    report(f"LLM: {name}", faults=1, runs=1, deliveries=deliveries(svc.client, run_id),
+           duplicate_tasks=deliveries(svc.client, run_id) - case.attempts, llm_calls=len(requests),
+           duplicate_lessons=len(lessons) - len({lesson.text for lesson in lessons}))
 
-    # what the worker sent back when asking for a repair of the 1 MB reply: a bounded excerpt, not 1 MB
-    repair = svc.requests_for(tasks["a 1 MB reply"])[1]
-    assert len(json.dumps(repair)) < 40_000
-    [stored] = svc.lessons(banks["a secret in a lesson"])
-    assert stored.text == CLEAN
-    assert svc.worker is not None and SECRET not in svc.worker.log() and "sales sales sales" not in svc.worker.log()
 
-
-def test_llm_connection_refused_dead_letters_then_retry_stores(svc: Service) -> None:
+def test_llm_connection_refused_dead_letters_then_retry_stores(svc: Service, report: Report) -> None:
     assert svc.relay is not None
     task, bank = "Sum the sales (LLM refused)", "llm-refused"
     svc.llm.reset()
@@ -143,9 +152,12 @@ def test_llm_connection_refused_dead_letters_then_retry_stores(svc: Service) -> 
     assert svc.wait(run_id, states=("distilled",))["state"] == "distilled"
     assert svc.dead_letter(run_id) is None
     assert len(svc.requests_for(task)) == 1 and len(svc.lessons(bank)) == 2
+    report("LLM port refusing connections, then a dead-letter retry", faults=1, runs=1,
+           deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - ATTEMPTS - 1,
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=0)
 
 
-def test_store_owner_unavailable_task_retries_then_stores(svc: Service) -> None:
+def test_store_owner_unavailable_task_retries_then_stores(svc: Service, report: Report) -> None:
     """The worker's main process (which owns the embedded store) is SIGSTOPped while a pool process
     distills: the store calls time out, the task is retried, and after SIGCONT it stores the lessons
     from the checkpointed LLM output. Meanwhile an agent starts with empty instructions, quickly."""
@@ -160,12 +172,15 @@ def test_store_owner_unavailable_task_retries_then_stores(svc: Service) -> None:
     os.kill(worker.process.pid, signal.SIGSTOP)
     try:
         release.set()
-        # the pool process fails to reach the store (3 s) and publishes the retry; nobody consumes it yet
-        wait_until(lambda: svc.client.llen(QUEUE) >= 1, 20, "the retried task in the queue")
+        # the pool process fails to reach the store (3 s) and schedules the retry; the keeper that would send
+        # it is in the stopped process
+        job = job_key(f"distill:{run_id}")
+        wait_until(lambda: svc.client.hget(job, "retries") == b"1" and not svc.client.hexists(job, "holder"), 20,
+                   "the retry to be scheduled")
         agent_settings = svc.settings.model_copy(update={"store_timeout": 1.0})
         started = time.monotonic()
         assert lessonbank.build_instructions(task, bank, settings=agent_settings) == ""
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < agent_settings.store_timeout + 3  # not the socket's 30 s
         assert svc.state(run_id)["state"] == "closed"
     finally:
         os.kill(worker.process.pid, signal.SIGCONT)
@@ -174,4 +189,8 @@ def test_store_owner_unavailable_task_retries_then_stores(svc: Service) -> None:
     assert len(svc.requests_for(task)) == 1  # the retry reused the LLM's checkpointed output
     lessons = svc.lessons(bank)
     assert len(lessons) == 2 and all(lesson.evidence == 1 for lesson in lessons)
-    wait_until(lambda: "no lesson store owner answered" in worker.log(), 10, "the retry's reason in the log")
+    wait_until(lambda: re.search(r"ServiceUnavailable: .*lesson store owner", worker.log()), 10,
+               "the retry's reason in the log")
+    report("the store owner (worker main process) SIGSTOPped mid-distillation", faults=1, runs=1,
+           deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - 2,
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=0)

@@ -1,8 +1,11 @@
-"""Workers SIGKILLed in the middle of a distillation: the run is redelivered and counts once.
+"""Workers SIGKILLed in the middle of a distillation, and one run delivered twice: it counts once.
 
 The kill lands at the worst moment: the run's first lesson is already in the bank, the LLM's output is
 checkpointed, and the worker is waiting for the consolidation decision about its second lesson (which
 resembles a lesson an earlier run left). The redelivered task must not add, nor reinforce, twice.
+
+The broker's visibility timeout is an hour here, as in production: a run comes back only through its
+lease (``LESSONBANK_LEASE_TIMEOUT``, 3 s here), and the suite measures how long that takes.
 """
 
 from __future__ import annotations
@@ -18,16 +21,20 @@ from typing import Any
 
 import pytest
 
-from tests.faults.helpers import Service, wait_until
+from lessonbank.core.constants import DISTILL_TASK, JOBS_DUE_KEY, job_key
+from lessonbank.core.publish import publish
+from tests.faults.conftest import Report
+from tests.faults.helpers import Service, deliveries, wait_until
+from tests.fixtures.celery_worker import CeleryWorker
 from tests.fixtures.openai_server import Reply, lessons_json
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 QUEUE = "faults-worker"
-VISIBILITY = 10
+LEASE = 3
 SEED = "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."
 RELATED = "The delimiter in sales.csv is a semicolon: load it using pd.read_csv(path, sep=';')."  # cosine 0.87
-NEW = "The orders API paginates with a next_cursor field; loop until it is null."
+NEW = "The orders API returns its results in pages; keep asking for pages until one comes back empty."
 DECIDE_MARKER = "maintain a bank of short lessons"
 
 
@@ -35,7 +42,8 @@ DECIDE_MARKER = "maintain a bank of short lessons"
 def svc(tmp_path_factory: pytest.TempPathFactory, embed_model_path: Path) -> Iterator[Service]:
     service = Service(
         tmp_path_factory.mktemp("faults-worker"), embed_model_path, QUEUE, concurrency=1,
-        task_soft_time_limit=6, task_time_limit=8, visibility_timeout=VISIBILITY, distill_lock_timeout=3,
+        task_soft_time_limit=6, task_time_limit=8, visibility_timeout=3600, distill_lock_timeout=3,
+        lease_timeout=LEASE,
     ).start()
     try:
         yield service
@@ -74,7 +82,7 @@ def decide_requests(svc: Service) -> int:
 
 
 @pytest.mark.parametrize("kill", ["pool child", "whole worker"])
-def test_killed_mid_consolidation_counts_once(svc: Service, kill: str) -> None:
+def test_killed_mid_consolidation_counts_once(svc: Service, kill: str, report: Report) -> None:
     bank = f"killed-{kill.replace(' ', '-')}"
     svc.llm.reset()
     llm = Llm(svc)
@@ -83,24 +91,31 @@ def test_killed_mid_consolidation_counts_once(svc: Service, kill: str) -> None:
     assert svc.wait(seed_run)["state"] == "distilled"
 
     task = f"Sum the sales and the orders ({kill})"
-    submitted = time.monotonic()
     run_id = svc.submit(bank, task=task)
     wait_until(lambda: decide_requests(svc) == 1, 30, "the consolidation decision request")
-    assert [lesson.text for lesson in svc.lessons(bank)].count(NEW) == 1  # written before the kill
+    # the decision call comes before the bank's lock and any write: the kill finds nothing half-written
+    assert [lesson.text for lesson in svc.lessons(bank)].count(NEW) == 0
     worker = svc.worker
     assert worker is not None and worker.process is not None
     children = worker.child_pids()
-    assert len(children) == 1
+    assert len(children) == 1 and deliveries(svc.client, run_id) == 1
+    killed_at = time.monotonic()
     if kill == "pool child":
-        os.kill(children[0], signal.SIGKILL)  # the main process sees it and requeues the message
+        # The main process requeues the message, whose next delivery takes the dead process's job over at once;
+        # or, should it come late, the job's lease lapses first and a keeper sends the run again.
+        os.kill(children[0], signal.SIGKILL)
+        taken_over: tuple[str, ...] = ("is gone; taking it over", "lapsed")
     else:
         for pid in [*children, worker.process.pid]:
             os.kill(pid, signal.SIGKILL)
         worker.process.wait(10)
         worker.process = None
-        # A message taken by a dead worker becomes visible again after the visibility timeout.
-        time.sleep(max(0.0, submitted + VISIBILITY + 0.5 - time.monotonic()))
-        svc.start_worker()
+        svc.start_worker()  # as a supervisor would; the message itself stays with the dead worker for an hour
+        taken_over = ("lapsed",)
+    wait_until(lambda: deliveries(svc.client, run_id) >= 2, 60, "the run's next delivery", interval=0.02)
+    redelivered = time.monotonic() - killed_at
+    assert svc.worker is not None
+    wait_until(lambda: any(line in svc.worker.log() for line in taken_over), 10, f"one of {taken_over} in the log")
     llm.release.set()
 
     state = svc.wait(run_id)
@@ -112,3 +127,41 @@ def test_killed_mid_consolidation_counts_once(svc: Service, kill: str) -> None:
     assert lessons[SEED].evidence == 2 and lessons[SEED].source_run_ids == [seed_run, run_id]
     assert lessons[NEW].evidence == 1 and lessons[NEW].source_run_ids == [run_id]
     assert sum(lesson.evidence for lesson in lessons.values()) == 3  # one per (run, lesson) contribution
+    report(f"{kill} SIGKILLed mid-consolidation", faults=1, runs=1, deliveries=deliveries(svc.client, run_id),
+           duplicate_tasks=deliveries(svc.client, run_id) - int(state["distill_attempts"]),
+           llm_calls=distill_requests(svc, task), duplicate_lessons=0, redelivery_s=round(redelivered, 1))
+
+
+def test_a_run_delivered_twice_is_distilled_once(svc: Service, report: Report) -> None:
+    """Two deliveries of one run at once, to two workers (as when the broker hands a message out again while
+    the first worker still holds it), then a late third: one LLM call, the other deliveries dropped."""
+    bank, task = "delivered-twice", "Sum the sales (delivered twice)"
+    svc.llm.reset()
+    release = svc.llm.released_event()
+    lesson = "The sales export lists one row per order; sum the amount column."
+    svc.llm.handler = lambda body: Reply(content=lessons_json(("fact", lesson)), block=release)
+    assert svc.worker is not None
+    second = CeleryWorker(svc.worker_env(), QUEUE, svc.root / "second-worker.log", concurrency=1).start(
+        wait_for=("ready.",))
+    try:
+        run_id = svc.submit(bank, task=task)
+        svc.llm.wait_for_requests(1)
+        publish(svc.client, QUEUE, DISTILL_TASK, [bank, run_id])  # the same run, handed out again
+        wait_until(lambda: "dropped" in svc.worker.log() + second.log(), 30, "the second delivery to be dropped")
+        assert deliveries(svc.client, run_id) == 2 and len(svc.llm.chat_requests()) == 1
+        release.set()
+        state = svc.wait(run_id)
+        publish(svc.client, QUEUE, DISTILL_TASK, [bank, run_id])  # and once more, after it was distilled
+        wait_until(lambda: deliveries(svc.client, run_id) == 3, 30, "the late delivery")
+        wait_until(lambda: not svc.client.exists(job_key(f"distill:{run_id}")), 10, "the late job to end")
+    finally:
+        second.stop()
+    assert state["state"] == "distilled" and state["distill_attempts"] == "1"
+    assert len(svc.requests_for(task)) == 1  # one LLM call for three deliveries
+    [stored] = [item for item in svc.lessons(bank) if item.recipe is None]
+    assert stored.text == lesson and stored.evidence == 1 and stored.source_run_ids == [run_id]
+    assert svc.client.zscore(JOBS_DUE_KEY, f"distill:{run_id}") is None
+    delivered = deliveries(svc.client, run_id)
+    report("one run delivered three times (twice at once, once late)", faults=2, runs=1, deliveries=delivered,
+           duplicate_tasks=delivered - int(state["distill_attempts"]), llm_calls=len(svc.requests_for(task)),
+           duplicate_lessons=stored.evidence - 1)

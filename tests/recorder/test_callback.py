@@ -523,15 +523,22 @@ def test_secrets_never_reach_the_spool(tmp_path):
 
 def test_a_dropped_recorder_delivers_what_it_holds_and_ends_its_thread(settings, redis_client):
     import gc
+    import weakref
 
-    recorder = StepRecorder(bank=BANK, settings=settings)
-    agent = code_agent(recorder, [code_reply("x = 1"), code_reply("y = 2")], max_steps=2)
-    agent.step_callbacks._callbacks[FinalAnswerStep].clear()  # no close: nothing waits for the writer
-    agent.run("Dropped with its agent.", max_steps=2)
-    run_id, thread = recorder.run_id(agent), recorder._writer._thread
-    assert thread is not None and thread.is_alive()
-    del agent, recorder
-    gc.collect()
-    thread.join(5)
-    assert not thread.is_alive()
+    def run_and_drop() -> tuple[str, weakref.ref]:
+        recorder = StepRecorder(bank=BANK, settings=settings)
+        # only ActionStep: no final answer reaches the recorder, so no close waits for the writer
+        agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1"), code_reply("y = 2")]),
+                          step_callbacks={ActionStep: recorder.step_callbacks[ActionStep]}, verbosity_level=0)
+        agent.run("Dropped with its agent.", max_steps=2)
+        return recorder.run_id(agent) or "", weakref.ref(recorder)
+
+    before = {t for t in threading.enumerate() if t.name == "lessonbank-recorder"}
+    run_id, recorder_ref = run_and_drop()
+    mine = [t for t in threading.enumerate() if t.name == "lessonbank-recorder" and t not in before]
+    deadline = time.monotonic() + 30
+    while recorder_ref() is not None or any(t.is_alive() for t in mine):
+        assert time.monotonic() < deadline, "the dropped recorder's writer thread did not end"
+        gc.collect()
+        time.sleep(0.05)
     assert [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"]

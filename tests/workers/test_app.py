@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kombu.transport import redis as kombu_redis
 
 from lessonbank.core.constants import SWEEP_TASK
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 from lessonbank.workers.app import celery_config, create_app
+from lessonbank.workers.broker import Transport
+from lessonbank.workers.jobs import KeeperStep
 from tests.fixtures.celery_worker import REPO
 
 
@@ -31,6 +34,18 @@ def test_at_least_once_delivery() -> None:
     assert config["task_default_queue"] == "q1"
     assert config["worker_soft_shutdown_timeout"] == 20
     assert config["beat_schedule"]["sweep-runs"]["task"] == SWEEP_TASK  # type: ignore[index]
+
+
+def test_tasks_are_leased_and_the_broker_survives_an_outage() -> None:
+    """Every worker runs a keeper of leased jobs; a task in hand goes on when the broker connection drops, and
+    the broker transport turns kombu's crash on that path into the connection error it is."""
+    config = celery_config(make())
+    assert config["worker_cancel_long_running_tasks_on_connection_loss"] is False
+    app = create_app(make())
+    assert KeeperStep in app.steps["worker"]
+    with app.connection_for_write() as connection:  # no I/O: the transport object only
+        assert isinstance(connection.transport, Transport)
+        assert issubclass(connection.transport.Channel, kombu_redis.Channel)
 
 
 def test_visibility_timeout_exceeds_time_limit_plus_backoff() -> None:

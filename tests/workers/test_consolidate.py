@@ -226,3 +226,25 @@ def test_a_new_recipe_supersedes_an_old_one_that_failed(store: LessonStore) -> N
         recipe("new", "final_answer(1)"), "Working code for a task like: Count the orders of 2024-04-01", [0])
     old = store.get("b", [old_id])[0]
     assert old.status == "superseded" and old.superseded_by == new_id and "succeeded where" in old.status_reason
+
+
+def test_the_decision_is_asked_before_the_lock_and_reused_unless_the_bank_changed(store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    calls: list[int] = []
+
+    def decide(drafts, existing):  # type: ignore[no-untyped-def]
+        calls.append(len(existing))
+        return [Decision(new=1, action="skip", existing=None, text="")]
+
+    planned = Consolidator(store, "b", "r2", Thresholds(0.99, 0.5), decide=decide)
+    planned.plan([draft(SEMI_RELATED)])
+    assert calls == [1]
+    stats = planned.run([draft(SEMI_RELATED)])
+    assert calls == [1] and stats.skipped == 1  # the planned answer, no second call
+
+    changed = Consolidator(store, "b", "r3", Thresholds(0.99, 0.5), decide=decide)
+    changed.plan([draft(SEMI_RELATED)])
+    other = "In sales.csv the columns are split by a semicolon, so set sep=';' when loading it with pandas."
+    store.upsert([Lesson.new("b", "fact", other)])  # another worker wrote a related lesson meanwhile
+    changed.run([draft(SEMI_RELATED)])
+    assert calls[:2] == [1, 1] and calls[2:] == [2]  # asked again, with the bank as it is now

@@ -8,13 +8,15 @@ import json
 import pytest
 import redis
 from click.testing import CliRunner
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from lessonbank.cli.main import cli
 from lessonbank.core.constants import DEAD_LETTERS_KEY, DISTILL_TASK, run_steps_key
 from lessonbank.core.runs import mark_dead
 from lessonbank.workers import deadletters
 from tests.fixtures.recorded import distill_args
-from tests.fixtures.redis_server import free_port
+from tests.fixtures.relay import Relay
 from tests.fixtures.runs import run_state, write_run
 
 
@@ -52,25 +54,17 @@ def test_retry_of_expired_steps_keeps_nothing_broken(redis_client: redis.Redis) 
 
 def test_redis_failing_during_the_retry_keeps_the_dead_letter(redis_client: redis.Redis, redis_server) -> None:
     """The reopen, the publish and the removal of the letter are one transaction: a connection that dies
-    before EXEC leaves the run dead, its letter in place and nothing queued."""
+    after MULTI and the queued commands but before EXEC (a real TCP cut, in a relay in front of the real
+    server) leaves the run dead, its letter in place and nothing queued."""
     run_id = dead_run(redis_client)
-    failing = redis_server.client()
-    real_pipeline = failing.pipeline
-
-    def pipeline(*args, **kwargs):
-        pipe = real_pipeline(*args, **kwargs)
-
-        def execute(*_, **__):
-            failing.connection_pool.disconnect()
-            pipe.connection_pool = redis.ConnectionPool(host="127.0.0.1", port=free_port(), socket_timeout=0.5)
-            raise redis.ConnectionError("connection lost before EXEC")
-
-        pipe.execute = execute
-        return pipe
-
-    failing.pipeline = pipeline
-    with pytest.raises(redis.ConnectionError):
-        deadletters.retry(failing, run_id, "q")
+    relay = Relay(redis_server.port, cut_before=b"EXEC").open()
+    try:
+        cut = redis.Redis.from_url(relay.url, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+        with pytest.raises(redis.ConnectionError):
+            deadletters.retry(cut, run_id, "q")
+    finally:
+        relay.close()
+    assert relay.cuts == 1  # the transaction reached the server, its EXEC did not
     assert deadletters.get(redis_client, run_id) is not None
     assert run_state(redis_client, run_id)["state"] == "dead" and distill_args(redis_client, "q") == []
 
@@ -82,7 +76,7 @@ def test_cli_list(redis_url: str, redis_client: redis.Redis) -> None:
     result = runner.invoke(cli, ["--redis-url", redis_url, "dead-letters", "list"])
     assert result.exit_code == 0 and run_id in result.output and "attempts=1" in result.output
     as_json = runner.invoke(cli, ["--redis-url", redis_url, "dead-letters", "list", "--json"])
-    assert json.loads(as_json.output)["run_id"] == run_id
+    assert [letter["run_id"] for letter in json.loads(as_json.output)] == [run_id]
 
 
 def _queued(client: redis.Redis, queue: str) -> list[tuple[str, list[str]]]:

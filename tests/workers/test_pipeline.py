@@ -23,6 +23,7 @@ from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
+from lessonbank.workers.sweeper import sweep
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args
 from tests.fixtures.runs import run_state, write_run
@@ -263,3 +264,56 @@ def test_a_planted_instruction_to_send_data_is_quarantined(deps: Deps, openai_se
     (lesson,) = [lesson for lesson in store.list("b", include_inactive=True) if lesson.recipe is None]
     assert lesson.status == "quarantined" and "URL" in lesson.status_reason
     assert all(item.recipe is not None for item in store.list("b"))  # nothing of it is active
+
+
+def test_late_steps_of_a_swept_and_distilled_run_are_distilled_alone(deps: Deps, openai_server: FakeOpenAI,
+                                                                      store: LessonStore) -> None:
+    """A step that took longer than the idle timeout: the sweeper closed the run, the worker distilled it, then
+    the step arrived. It must not reopen the run; a follow-up distills just it."""
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("late")[:1], run_id="late", state="open",
+                       last_activity=1.0)
+    sweep(deps.redis, deps.settings)
+    assert run_state(deps.redis, run_id)["outcome"] == "abandoned"
+    later = ("fact", "The orders API returns its orders 2 per page.")
+    openai_server.script(Reply(content=lessons_json()), Reply(content=lessons_json(later)))
+    distill_one(deps, "b", run_id)
+    ref = runs.RunRef("b", run_id, "agent", ORDERS_TASK)
+    late = action("late", 1, "print(list_orders(date='2024-03-05', page=2))", "Execution logs:\nThe orders API returns its orders 2 per page")
+    assert runs.record_step(deps.redis, ref, 1, late.to_json(), 2.0, queue=deps.settings.queue) == 2
+    assert run_state(deps.redis, run_id)["state"] == "distilled"
+    stats = distill_one(deps, "b", run_id)
+    assert stats is not None and stats.added == 1
+    follow_up_prompt = openai_server.chat_requests()[1]["messages"][1]["content"]
+    assert "page=2" in follow_up_prompt and "print(data)" not in follow_up_prompt  # only the late step
+    state = run_state(deps.redis, run_id)
+    assert state["state"] == "distilled" and state["distilled_upto"] == "1" and "followup" not in state
+    assert distill_one(deps, "b", run_id) is None
+
+
+def test_a_purged_lesson_is_not_learnt_again(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
+    from lessonbank.core.models import lesson_id
+    from lessonbank.core.purge import add_tombstones
+
+    add_tombstones(deps.redis, "b", [lesson_id("b", CSV[1])])
+    openai_server.script(Reply(content=lessons_json(CSV, TIMEOUT)))
+    stats = distill_one(deps, "b", write_run(deps.redis, "b"))
+    assert stats is not None and stats.purged == 1 and [lesson.text for lesson in store.list("b")] == [TIMEOUT[1]]
+
+
+def test_a_run_deleted_with_its_bank_is_neither_distilled_nor_dead_lettered(deps: Deps, openai_server: FakeOpenAI,
+                                                                           store: LessonStore) -> None:
+    from lessonbank.core.purge import delete_bank_data
+
+    run_id = write_run(deps.redis, "b")
+    delete_bank_data(deps.redis, "b", deps.settings.queue)
+    assert distill_one(deps, "b", run_id) is None
+    assert openai_server.chat_requests() == [] and deps.redis.keys("*") == []
+
+
+def test_recipes_can_be_turned_off(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
+    openai_server.default = Reply(content=lessons_json())
+    deps.settings = deps.settings.model_copy(update={"recipes": False})
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("n1"), run_id="n1")
+    runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
+    distill_one(deps, "b", run_id)
+    assert store.list("b") == [] and runs.load_run(deps.redis, run_id).judged["recipe"] == ""

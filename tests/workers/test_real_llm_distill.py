@@ -20,11 +20,13 @@ from lessonbank.core.settings import Settings
 from lessonbank.core.store.remote import connect_store
 from lessonbank.recorder import StepRecorder
 from tests.fixtures.celery_worker import CeleryWorker, worker_env
-from tests.fixtures.llama_server import TEST_MODEL_NAME
+from tests.fixtures.llama_server import STARTUP_TIMEOUT, TEST_MODEL_NAME
 from tests.fixtures.runs import run_state
 from tests.fixtures.scripted_model import ScriptedModel, code_reply
 
-pytestmark = [pytest.mark.real_llm, pytest.mark.slow]
+DISTILL_WAIT = 900.0  # one attempt (no retry): well past its hard time limit, so the run ends distilled or dead
+# The llama.cpp server's start-up, the worker's, then the distillation.
+pytestmark = [pytest.mark.real_llm, pytest.mark.slow, pytest.mark.timeout(STARTUP_TIMEOUT + DISTILL_WAIT + 180)]
 
 BANK = "real-llm"
 QUEUE = "real-llm"
@@ -47,8 +49,8 @@ def fetch_orders(page: int) -> str:
 def worker(redis_url: str, llama_server: str, embed_model_path: Path, tmp_path: Path) -> Iterator[CeleryWorker]:
     env = worker_env(
         redis_url, QUEUE, tmp_path / "data", llama_server, embed_model_path,
-        distill_model=TEST_MODEL_NAME, llm_timeout=300, store_timeout=60, max_retries=1,
-        task_soft_time_limit=900, task_time_limit=960,
+        distill_model=TEST_MODEL_NAME, llm_timeout=240, store_timeout=60, max_retries=0,
+        task_soft_time_limit=600, task_time_limit=660,
     )
     worker = CeleryWorker(env, QUEUE, tmp_path / "worker.log", concurrency=1).start()
     yield worker
@@ -71,7 +73,7 @@ def test_real_model_distills_a_recorded_run(
     run_id = recorder.run_id(agent)
     assert run_id
 
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + DISTILL_WAIT
     while (state := run_state(redis_client, run_id).get("state")) not in (RUN_DISTILLED, RUN_DEAD):
         assert time.monotonic() < deadline, worker.log()[-3000:]
         time.sleep(1)

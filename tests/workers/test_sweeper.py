@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from lessonbank.core.constants import OPEN_RUNS_KEY, run_key, run_steps_key
+from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, run_key, run_steps_key
 from lessonbank.core.settings import Settings
+from lessonbank.workers import jobs
 from lessonbank.workers.sweeper import sweep
 from tests.fixtures.celery_worker import CeleryWorker, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
@@ -62,6 +63,16 @@ def test_finished_runs_get_a_ttl(redis_client: redis.Redis, settings: Settings) 
         assert 0 < redis_client.ttl(run_steps_key(run_id)) <= settings.step_ttl
         assert 0 < redis_client.ttl(run_key(run_id)) <= settings.step_ttl
     assert redis_client.ttl(run_steps_key(closed)) == -1
+
+
+def test_due_jobs_are_sent_again(redis_client: redis.Redis, settings: Settings) -> None:
+    """A retry whose time has come (or the job of a worker that died) is published by the sweeper too."""
+    job = jobs.Job("distill:r1", DISTILL_TASK, ["b", "r1"], settings.queue, "task-r1")
+    lease, _ = jobs.acquire(redis_client, job, 60, 0)
+    assert lease is not None and lease.retry(0)
+    report = sweep(redis_client, settings)
+    assert report.republished == 1 and sent(redis_client, settings) == [("b", "r1")]
+    assert sweep(redis_client, settings).republished == 0
 
 
 @pytest.mark.slow

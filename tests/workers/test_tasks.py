@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import uuid
@@ -176,7 +177,7 @@ def test_permanent_400_is_dead_lettered_then_retried(svc: Service) -> None:
 
 
 def _busy_child(svc: Service) -> int:
-    active = svc.app.control.inspect(timeout=2).active() or {}
+    active = svc.app.control.inspect(timeout=2, limit=1).active() or {}  # returns with the one worker's reply
     pids = [task["worker_pid"] for tasks in active.values() for task in tasks]
     assert len(pids) == 1, active
     return int(pids[0])
@@ -195,6 +196,9 @@ def test_pool_child_killed_mid_distillation_is_redelivered_once(svc: Service) ->
     release.set()
     assert state["state"] == "distilled"
     assert len(svc.llm.chat_requests()) == 2  # asked again after the kill
+    log = svc.worker.log()
+    assert re.search(rf"holder \S+:{child}:\w+ is gone; taking it over", log)  # at once, from the killed process
+    assert f"run {run_id}: delivery 2" in log and f"job distill:{run_id}: TransientDistillError" not in log
     lessons = svc.store.list(b)
     assert len(lessons) == 2 and all(lesson.evidence == 1 for lesson in lessons)
     deadline = time.monotonic() + 15  # the main process logs the loss of its child asynchronously

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lessonbank.core.models import StepRecord, ToolCallRecord
-from lessonbank.workers.transcript import build_transcript, cut_middle, select_steps
+from lessonbank.workers import evidence
+from lessonbank.workers.transcript import (
+    PROMPT_DATA_TOKENS,
+    brief,
+    build_transcript,
+    compact_output,
+    cut_middle,
+    estimate_tokens,
+    select_steps,
+    transcript_tokens,
+)
 from tests.fixtures.runs import make_steps
+
+REALISTIC_RUN = Path(__file__).resolve().parents[2] / "bench" / "data" / "realistic_run.jsonl"
 
 
 def _step(seq: int, **fields: object) -> StepRecord:
@@ -25,7 +39,7 @@ def test_transcript_has_every_part_of_a_step() -> None:
     steps[1].tool_calls = [ToolCallRecord(name="web_search", arguments='{"q": "csv"}')]
     text = build_transcript("Sum the sales", "success", steps, 12000)
     assert "# Task\nSum the sales" in text and "Recorded outcome: success" in text
-    assert "Thought: Thought: try approach 0" in text
+    assert "Thought: try approach 0" in text and "Thought: Thought:" not in text
     assert "Code: import pandas as pd" in text
     assert "Error: ParserError: Expected 1 fields, saw 3" in text
     assert "Observation: columns: date;region;amount (step 1)" in text
@@ -63,3 +77,61 @@ def test_too_long_run_keeps_the_instructive_steps_within_budget() -> None:
     assert "thought number 40\n" not in text
     assert "step(s) omitted" in text
     assert "Error: ValueError: bad value" in text
+
+
+def test_repeated_lines_tables_and_tracebacks_are_compacted() -> None:
+    warning = "UserWarning: Parsing dates in %d/%m/%Y format when dayfirst=False was specified."
+    table = [f"{i}  2024-01-{i + 1:02d}  north  widget  {i * 3}  9,99" for i in range(12)]
+    logs = "\n".join(["Execution logs:", warning, warning, warning, "   date  region  product  units  price",
+                      *table, "(1843, 5)", "Last output from code snippet:", "None"])
+    text = compact_output(logs)
+    assert text.count(warning) == 1 and "[the line above repeated 2 more times]" in text
+    assert table[0] in text and table[1] in text and table[-1] in text and table[5] not in text
+    assert "[... 9 more rows like these ...]" in text and "(1843, 5)" in text
+    assert "Execution logs" not in text and "Last output" not in text and len(text) < len(logs) / 2
+
+    traceback = "\n".join([
+        "Traceback (most recent call last):", '  File "<string>", line 3, in <module>', "    total = df['a'] * df['b']",
+        '  File "/usr/lib/python3.11/site-packages/pandas/core/ops/common.py", line 76, in new_method',
+        "    return method(self, other)",
+        '  File "/usr/lib/python3.11/site-packages/pandas/core/series.py", line 5819, in _arith_method',
+        "    return base.IndexOpsMixin._arith_method(self, other, op)", "TypeError: can't multiply sequence"])
+    short = compact_output(traceback)
+    assert "line 3, in <module>" in short and "total = df['a'] * df['b']" in short  # the agent's own frame
+    assert "site-packages" not in short and "[... 2 other frames ...]" in short
+    assert short.endswith("TypeError: can't multiply sequence")
+    assert compact_output("two\nplain lines") == "two\nplain lines"
+
+
+def test_thoughts_of_steps_that_did_not_fail_are_brief() -> None:
+    long = "Thought: First I look at the file. " + "Then I think about it at length. " * 20
+    steps = [_step(0, model_output=long), _step(1, model_output=long, error_type="KeyError", error_message="'x'")]
+    text = build_transcript("t", "success", steps, 100_000)
+    first, second = text.split("## Step 2")
+    thought = next(line for line in first.splitlines() if line.startswith("Thought: "))
+    assert thought.startswith("Thought: First I look at the file.") and thought.endswith(".") and len(thought) < 180
+    assert second.count("Then I think about it at length.") == 20
+    assert brief("Short enough.") == "Short enough." and brief("x" * 500).endswith(" [...]")
+    whole = build_transcript("t", "success", steps, 100_000, compact=False)
+    assert whole.count("Then I think about it at length.") == 40
+
+
+def test_token_estimate_is_on_the_high_side_of_a_bpe_tokenizer() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("2024") == 4  # one token per digit (Qwen2.5, GPT-4 split numbers finely)
+    assert estimate_tokens("the cat sat") == 3
+    assert 10 <= estimate_tokens("df = pd.read_csv('sales.csv', sep=';')") <= 24
+    assert transcript_tokens(["x " * 5000]) == 500 and transcript_tokens([]) == PROMPT_DATA_TOKENS
+
+
+def test_a_realistic_run_fits_the_token_budget_and_keeps_what_teaches() -> None:
+    steps = [StepRecord.from_json(line) for line in REALISTIC_RUN.read_text().splitlines()]
+    mined = evidence.mine(steps, "success", "success", "user")
+    tokens = transcript_tokens(e.text for e in mined)
+    text = build_transcript(steps[0].task, "success", steps, 12_000, max_tokens=tokens, repeat_task=False)
+    old = build_transcript(steps[0].task, "success", steps, 12_000, compact=False)
+    assert estimate_tokens(text) <= tokens < estimate_tokens(old) / 2
+    assert "# Task" not in text and text.startswith("# Recorded outcome: success")
+    assert "## Step 1\n" in text and "## Step 3\n" in text and "## Step 4\n" in text  # first, failure, fix
+    assert "can't multiply sequence by non-int of type 'str'" in text and "decimal=','" in text
+    assert "## Final answer\nThe region with the highest revenue in Q1 2024 is north" in text

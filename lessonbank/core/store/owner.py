@@ -1,8 +1,10 @@
-"""The owner of the embedded (local-path) Qdrant store: it opens the path and serves the other processes.
+"""The owner of the embedded lesson store: it opens the path and serves the other processes.
 
-qdrant-client's local mode lets one process open a path. The worker service's main process owns it:
-a ``StoreOwner`` serves the calls that other processes (pool children, the agent process, the CLI)
-send as requests over Redis (the wire format is in ``remote``).
+One process at a time may open the embedded store (``edge.EdgeLessonStore``). The worker service's
+main process owns it: a ``StoreOwner`` serves the calls that other processes (pool children, the
+agent process, the CLI) send as requests over Redis (the wire format is in ``remote``). A few serving
+threads take requests side by side: embedding a text releases the GIL, so one caller's embedding does
+not wait for another caller's query; writes are serialised by the store.
 """
 
 from __future__ import annotations
@@ -14,63 +16,57 @@ import time
 from typing import Any
 
 import redis
-from qdrant_client import QdrantClient
 
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.embeddings import embedder_from_settings
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
 from lessonbank.core.settings import Settings
+from lessonbank.core.store.base import LessonStoreBase
+from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.protocol import codec
-from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import REPLY_TTL
 
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
+SERVING_THREADS = 3
 
 
-def open_local_store(settings: Settings) -> LessonStore:
-    """A direct store on the embedded Qdrant path of ``settings``.
+def open_local_store(settings: Settings) -> EdgeLessonStore:
+    """A direct, open store on the embedded path of ``settings``.
 
     Raises ServiceUnavailable when another process (normally a worker) holds the path.
     """
-    path = settings.resolved_qdrant_path
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        client = QdrantClient(path=str(path))
-    except RuntimeError as e:
-        if "already accessed" not in str(e):
-            raise
-        raise ServiceUnavailable(
-            f"the embedded lesson store at {path} is held by another process (a running worker?); "
-            "go through the worker (connect_store) or set LESSONBANK_QDRANT_URL to a Qdrant server"
-        ) from e
-    return LessonStore(client, embedder_from_settings(settings), settings.collection)
+    store = EdgeLessonStore(settings.resolved_qdrant_path, embedder_from_settings(settings), settings.collection)
+    store.open()
+    return store
 
 
 class StoreOwner:
-    """Holds the embedded Qdrant path and serves ``LessonStore`` calls sent over Redis.
+    """Holds the embedded store's path and serves store calls sent over Redis.
 
-    ``start()`` opens the path (unless a ``store`` was injected) and serves in a daemon thread.
+    ``start()`` opens the path (unless a ``store`` was injected) and serves in ``threads`` daemon threads.
     """
 
     def __init__(
-        self, settings: Settings, redis_client: redis.Redis | None = None, store: LessonStore | None = None
+        self, settings: Settings, redis_client: redis.Redis | None = None, store: LessonStoreBase | None = None,
+        threads: int = SERVING_THREADS,
     ) -> None:
         self.settings = settings
         self._redis = redis_client
         self.store = store
+        self.threads = max(1, threads)
         self._owns_store = store is None
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return any(thread.is_alive() for thread in self._workers)
 
     def start(self) -> bool:
-        """Open the store and serve requests in a daemon thread; False if another process holds the path."""
+        """Open the store and serve requests in daemon threads; False if another process holds the path."""
         if self.running:
             return True
         if self.store is None:
@@ -82,28 +78,44 @@ class StoreOwner:
         if self._redis is None:
             self._redis = create_redis(self.settings, "service")
         self._stop.clear()
-        self._thread = threading.Thread(target=self._serve, name="lessonbank-store-owner", daemon=True)
-        self._thread.start()
-        logger.info("serving the lesson store at %s over Redis", self.settings.resolved_qdrant_path)
+        self._workers = [threading.Thread(target=self._serve, args=(i,), name=f"lessonbank-store-owner-{i}",
+                                          daemon=True) for i in range(self.threads)]
+        for thread in self._workers:
+            thread.start()
+        logger.info("serving the lesson store at %s over Redis (%d threads)", self.settings.resolved_qdrant_path,
+                    self.threads)
         return True
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving and, if this owner opened the store, close it (releasing the path)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        for thread in self._workers:
+            thread.join(timeout)
+        self._workers = []
         if self._owns_store and self.store is not None:
             self.store.close()
             self.store = None
 
-    def _serve(self) -> None:
-        assert self.store is not None and self._redis is not None
+    def _warm_up(self) -> None:
+        assert self.store is not None
         try:
             self.store.ensure_collection()
             self.store.embedder.embed(["warm up"])
         except LessonbankError:
             logger.exception("lesson store warm-up failed; requests will report the error")
+
+    def _maintain(self) -> None:
+        maintain = getattr(self.store, "maintain", None)
+        if callable(maintain):
+            try:
+                maintain()
+            except LessonbankError:
+                logger.exception("lesson store maintenance failed")
+
+    def _serve(self, index: int) -> None:
+        assert self.store is not None and self._redis is not None
+        if index == 0:
+            self._warm_up()
         while not self._stop.is_set():
             try:
                 item = self._redis.blpop([STORE_REQUESTS_KEY], timeout=POLL_SECONDS)
@@ -113,6 +125,8 @@ class StoreOwner:
                 continue
             if item is not None:
                 self.handle(item[1])
+            if index == 0:
+                self._maintain()
 
     def handle(self, raw: bytes | str) -> dict[str, Any] | None:
         """Run one request and push its reply; returns the reply (None when dropped)."""

@@ -1,8 +1,9 @@
-"""The one description of the lesson store. ``LessonStore`` (Qdrant) implements it; the proxy that
-forwards calls to the embedded store's owner (``remote.RemoteLessonStore``) is derived from it.
+"""The one description of the lesson store. ``LessonStore`` (qdrant-client, for a Qdrant server) and
+``EdgeLessonStore`` (the embedded Qdrant Edge shard) implement it; the proxy that forwards calls to the
+embedded store's owner (``remote.RemoteLessonStore``) is derived from it.
 
-Every method but ``ensure_collection``, ``banks`` and ``close`` names exactly one bank. Arguments and
-results are plain data or ``Lesson`` models, so a call can cross a process boundary as JSON.
+Every method but ``ensure_collection``, ``banks``, ``warm`` and ``close`` names exactly one bank.
+Arguments and results are plain data or ``Lesson`` models, so a call can cross a process boundary as JSON.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ class LessonStoreProtocol(Protocol):
 
     def delete_bank(self, bank: str) -> int:
         """Remove every lesson of ``bank`` for good; returns how many were removed."""
+        ...
+
+    def warm(self, texts: builtins.list[str]) -> int:
+        """Embed these texts in one batch, so the calls that name them next (``similar``, ``search``,
+        ``rank``, ``upsert``) find their vectors ready; returns how many were not ready yet."""
         ...
 
     def close(self) -> None:

@@ -1,8 +1,9 @@
-"""The lesson store: one Qdrant collection holding every bank's lessons.
+"""The lesson store through qdrant-client: a Qdrant server (every process talks to it directly), or
+qdrant-client's own ``:memory:`` / local-path modes (tests; stores written by earlier versions).
 
-Each point is one lesson: id = the lesson's deterministic uuid, payload = the lesson's fields,
-a dense vector ``dense`` (cosine) and a sparse lexical vector ``lexical`` (term counts, IDF modifier).
-Every read names exactly one bank and filters on it, so no call returns another bank's lessons.
+One collection holds every bank's lessons (see ``base`` for the point layout). With a server the
+payload indexes (bank as the tenant key, status, kind) keep the bank filter cheap, and ``rank`` asks
+for the dense candidates and the fused hybrid ranking in one batched request.
 """
 
 from __future__ import annotations
@@ -10,25 +11,31 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-import time
-import uuid
 from collections.abc import Iterator
-from typing import Any, get_args
+from typing import Any
 
 from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from lessonbank.core.embeddings import Embedder, sparse_vector
+from lessonbank.core.embeddings import Embedder, SparseVector
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable, StoreError
-from lessonbank.core.models import Lesson, LessonStatus
+from lessonbank.core.models import Lesson
+from lessonbank.core.store.base import (
+    COUNT_FIELDS,
+    DENSE,
+    LESSON_STATUSES,
+    LEXICAL,
+    Hit,
+    LessonStoreBase,
+    Payload,
+    hybrid_depth,
+)
+
+__all__ = ["COUNT_FIELDS", "DENSE", "LESSON_STATUSES", "LEXICAL", "LessonStore"]
 
 logger = logging.getLogger(__name__)
 
-DENSE = "dense"
-LEXICAL = "lexical"
-LESSON_STATUSES: tuple[str, ...] = get_args(LessonStatus)
-COUNT_FIELDS = frozenset({"given", "applied", "helpful", "harmful"})
 _SCROLL_PAGE = 256
 _FACET_LIMIT = 100_000
 
@@ -44,23 +51,19 @@ def _qdrant_errors(action: str) -> Iterator[None]:
         raise StoreError(f"Qdrant refused to {action}: {e}") from e
 
 
-def _valid_point_id(lesson_id: str) -> bool:
-    try:
-        uuid.UUID(lesson_id)
-    except (ValueError, AttributeError, TypeError):
-        return False
-    return True
+def _sparse(vector: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=vector.indices, values=vector.values)
 
 
-class LessonStore:
-    """Lessons of every bank in one Qdrant collection; every method names one bank.
+class LessonStore(LessonStoreBase):
+    """Lessons of every bank in one Qdrant collection, through qdrant-client; every method names one bank.
 
     The constructor does no I/O; the collection is created on first use (or by ``ensure_collection``).
     """
 
     def __init__(self, client: QdrantClient, embedder: Embedder, collection: str = "lessons") -> None:
+        super().__init__(embedder)
         self.client = client
-        self.embedder = embedder
         self.collection = collection
         self._ready = False
 
@@ -79,7 +82,7 @@ class LessonStore:
                 self._create_collection()
             else:
                 self._check_dimension()
-            if not self.is_local:  # payload indexes have no effect in the embedded modes
+            if not self.is_local:  # payload indexes have no effect in qdrant-client's local modes
                 self._create_payload_indexes()
         self._ready = True
 
@@ -121,10 +124,8 @@ class LessonStore:
             self.ensure_collection()
 
     def close(self) -> None:
-        """Close the Qdrant client (releases the embedded store's lock)."""
+        """Close the Qdrant client (releases the local path's lock)."""
         self.client.close()
-
-    # -- helpers --------------------------------------------------------------------------------
 
     @staticmethod
     def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None) -> models.Filter:
@@ -135,55 +136,36 @@ class LessonStore:
             must.append(models.FieldCondition(key="kind", match=models.MatchAny(any=builtins.list(kinds))))
         return models.Filter(must=must)
 
-    @staticmethod
-    def _lesson(payload: dict[str, Any] | None) -> Lesson:
-        return Lesson.model_validate(payload or {})
+    # -- engine primitives ----------------------------------------------------------------------
 
-    def _points(self, bank: str, lesson_ids: builtins.list[str]) -> builtins.list[models.Record]:
-        ids = builtins.list(dict.fromkeys(i for i in lesson_ids if _valid_point_id(i)))
-        if not ids:
-            return []
+    def _retrieve(
+        self, ids: builtins.list[str], fields: builtins.list[str] | None
+    ) -> builtins.list[tuple[str, Payload]]:
         with _qdrant_errors("read lessons"):
-            records = self.client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=False)
-        by_id = {str(r.id): r for r in records if (r.payload or {}).get("bank") == bank}
-        return [by_id[i] for i in ids if i in by_id]
+            records = self.client.retrieve(self.collection, ids=ids, with_payload=fields if fields else True,
+                                           with_vectors=False)
+        return [(str(r.id), r.payload or {}) for r in records]
 
-    # -- writes ---------------------------------------------------------------------------------
-
-    def upsert(self, lessons: builtins.list[Lesson]) -> None:
-        """Write lessons (point id = lesson id, so repeating a write never duplicates)."""
-        if not lessons:
-            return
-        for lesson in lessons:
-            if not _valid_point_id(lesson.id):
-                raise StoreError(f"lesson id {lesson.id!r} is not a uuid; build lessons with Lesson.new()")
-        self._ensure()
-        self._refuse_foreign(lessons)
-        dense = self.embedder.embed([lesson.text for lesson in lessons])
+    def _write(self, lessons: builtins.list[Lesson], dense: builtins.list[builtins.list[float]],
+               lexical: builtins.list[SparseVector]) -> None:
         points = [
-            models.PointStruct(
-                id=lesson.id,
-                vector={DENSE: vector, LEXICAL: sparse_vector(lesson.text)},
-                payload=lesson.model_dump(mode="json"),
-            )
-            for lesson, vector in zip(lessons, dense, strict=True)
+            models.PointStruct(id=lesson.id, vector={DENSE: vector, LEXICAL: _sparse(terms)},
+                               payload=lesson.model_dump(mode="json"))
+            for lesson, vector, terms in zip(lessons, dense, lexical, strict=True)
         ]
         with _qdrant_errors("write lessons"):
             self.client.upsert(self.collection, points=points, wait=True)
         logger.debug("upserted %d lessons", len(points))
 
-    def delete(self, bank: str, lesson_ids: builtins.list[str]) -> int:
-        """Remove those lessons of ``bank`` for good; returns how many were removed."""
-        self._ensure()
-        points = self._points(bank, lesson_ids)
-        if points:
-            with _qdrant_errors("delete lessons"):
-                self.client.delete(self.collection, points_selector=[p.id for p in points], wait=True)
-        return len(points)
+    def _set_payload(self, ids: builtins.list[str], payload: Payload) -> None:
+        with _qdrant_errors("update lessons"):
+            self.client.set_payload(self.collection, payload=payload, points=builtins.list(ids), wait=True)
 
-    def delete_bank(self, bank: str) -> int:
-        """Remove every lesson of ``bank`` for good; returns how many were removed."""
-        self._ensure()
+    def _remove(self, ids: builtins.list[str]) -> None:
+        with _qdrant_errors("delete lessons"):
+            self.client.delete(self.collection, points_selector=builtins.list(ids), wait=True)
+
+    def _remove_bank(self, bank: str) -> int:
         flt = self._filter(bank, active_only=False)
         with _qdrant_errors("delete a bank"):
             count = self.client.count(self.collection, count_filter=flt, exact=True).count
@@ -191,134 +173,62 @@ class LessonStore:
                 self.client.delete(self.collection, points_selector=models.FilterSelector(filter=flt), wait=True)
         return int(count)
 
-    def _refuse_foreign(self, lessons: builtins.list[Lesson]) -> None:
-        """No write may touch a point of another bank (ids are computable, so they are not secrets)."""
-        ids = builtins.list(dict.fromkeys(lesson.id for lesson in lessons))
-        banks = {lesson.id: lesson.bank for lesson in lessons}
-        with _qdrant_errors("read lessons"):
-            existing = self.client.retrieve(self.collection, ids=ids, with_payload=["bank"], with_vectors=False)
-        for record in existing:
-            owner = (record.payload or {}).get("bank")
-            if owner is not None and owner != banks.get(str(record.id)):
-                raise StoreError(f"lesson {record.id} belongs to another bank; refusing to overwrite it")
-
-    def set_status(
-        self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None,
-        reason: str = "",
-    ) -> int:
-        """Set the status of those lessons of ``bank`` (with why); returns how many were changed."""
-        if status not in LESSON_STATUSES:
-            raise StoreError(f"unknown lesson status {status!r} (one of {', '.join(LESSON_STATUSES)})")
-        self._ensure()
-        points = self._points(bank, lesson_ids)
-        if not points:
-            return 0
-        payload = {"status": status, "superseded_by": superseded_by, "status_reason": reason[:500],
-                   "status_changed_at": time.time()}
-        with _qdrant_errors("update lesson status"):
-            self.client.set_payload(self.collection, payload=payload, points=[p.id for p in points], wait=True)
-        return len(points)
-
-    def set_counts(self, bank: str, counts: dict[str, dict[str, int]]) -> int:
-        """Set the given/applied/helpful/harmful counts of those lessons of ``bank``; returns how many."""
-        self._ensure()
-        points = self._points(bank, list(counts))
-        for point in points:
-            update = {name: int(value) for name, value in counts[str(point.id)].items() if name in COUNT_FIELDS}
-            with _qdrant_errors("update lesson counts"):
-                self.client.set_payload(self.collection, payload=update, points=[point.id], wait=True)
-        return len(points)
-
-    # -- reads ----------------------------------------------------------------------------------
-
-    def get(self, bank: str, lesson_ids: builtins.list[str]) -> builtins.list[Lesson]:
-        """The lessons of ``bank`` with these ids (any status), in the order asked; others are left out."""
-        self._ensure()
-        return [self._lesson(p.payload) for p in self._points(bank, lesson_ids)]
-
-    def similar(self, bank: str, text: str, limit: int = 5) -> builtins.list[tuple[Lesson, float]]:
-        """Active lessons of ``bank`` by dense cosine similarity to ``text``, best first."""
-        self._ensure()
-        vector = self.embedder.embed([text])[0]
-        with _qdrant_errors("search lessons"):
-            response = self.client.query_points(
-                self.collection,
-                query=vector,
-                using=DENSE,
-                query_filter=self._filter(bank, active_only=True),
-                limit=limit,
-                with_payload=True,
-            )
-        return [(self._lesson(p.payload), float(p.score)) for p in response.points]
-
-    def search(
-        self,
-        bank: str,
-        query: str,
-        limit: int = 8,
-        kinds: builtins.list[str] | None = None,
-        min_similarity: float | None = None,
-    ) -> builtins.list[tuple[Lesson, float]]:
-        """Hybrid search of the active lessons of ``bank``: dense + lexical, fused with RRF in one query.
-
-        The score is the RRF score (rank-based, higher is better). ``min_similarity`` drops dense
-        candidates below that cosine similarity, so a query with nothing relevant returns only lexical
-        matches (or nothing).
-        """
-        self._ensure()
-        dense = self.embedder.embed([query])[0]
-        lexical = sparse_vector(query)
-        depth = max(limit * 4, 20)
-        prefetch = [models.Prefetch(query=dense, using=DENSE, limit=depth, score_threshold=min_similarity)]
-        if lexical.indices:
-            prefetch.append(models.Prefetch(query=lexical, using=LEXICAL, limit=depth))
-        with _qdrant_errors("search lessons"):
-            response = self.client.query_points(
-                self.collection,
-                prefetch=prefetch,
-                query=models.FusionQuery(fusion=models.Fusion.RRF),
-                query_filter=self._filter(bank, active_only=True, kinds=kinds),
-                limit=limit,
-                with_payload=True,
-            )
-        return [(self._lesson(p.payload), float(p.score)) for p in response.points]
-
-    def rank(
-        self, bank: str, query: str, limit: int = 8, min_similarity: float | None = None
-    ) -> builtins.list[tuple[Lesson, float, int | None]]:
-        """Dense similarity and hybrid rank of the active lessons of ``bank`` for ``query``, best first."""
-        similar = self.similar(bank, query, limit=limit)
-        if min_similarity is not None:
-            similar = [(lesson, score) for lesson, score in similar if score >= min_similarity]
-        if not similar:
-            return []
-        ranks = {lesson.id: i for i, (lesson, _) in enumerate(self.search(bank, query, limit=limit))}
-        return [(lesson, score, ranks.get(lesson.id)) for lesson, score in similar]
-
-    def list(self, bank: str, limit: int = 100, include_inactive: bool = False) -> builtins.list[Lesson]:
-        """Lessons of ``bank``, most recently seen first (active only unless ``include_inactive``)."""
-        self._ensure()
-        flt = self._filter(bank, active_only=not include_inactive)
-        lessons: builtins.list[Lesson] = []
+    def _scroll(self, bank: str, active_only: bool) -> Iterator[Payload]:
+        flt = self._filter(bank, active_only=active_only)
         offset: Any = None
-        with _qdrant_errors("list lessons"):
-            while True:
+        while True:
+            with _qdrant_errors("list lessons"):
                 records, offset = self.client.scroll(
                     self.collection, scroll_filter=flt, limit=_SCROLL_PAGE, offset=offset, with_payload=True
                 )
-                lessons.extend(self._lesson(r.payload) for r in records)
-                if offset is None:
-                    break
-        lessons.sort(key=lambda lesson: (lesson.last_seen, lesson.first_seen), reverse=True)
-        return lessons[:limit]
+            for record in records:
+                yield record.payload or {}
+            if offset is None:
+                return
 
-    def banks(self) -> dict[str, int]:
-        """Active lesson count per bank."""
-        self._ensure()
+    def _dense_request(self, bank: str, vector: builtins.list[float], limit: int,
+                       min_similarity: float | None) -> models.QueryRequest:
+        return models.QueryRequest(query=vector, using=DENSE, filter=self._filter(bank, active_only=True),
+                                   limit=limit, score_threshold=min_similarity, with_payload=True)
+
+    def _hybrid_request(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
+                        kinds: builtins.list[str] | None, min_similarity: float | None,
+                        with_payload: bool = True) -> models.QueryRequest:
+        depth = hybrid_depth(limit)
+        prefetch = [models.Prefetch(query=dense, using=DENSE, limit=depth, score_threshold=min_similarity)]
+        if lexical.indices:
+            prefetch.append(models.Prefetch(query=_sparse(lexical), using=LEXICAL, limit=depth))
+        return models.QueryRequest(prefetch=prefetch, query=models.FusionQuery(fusion=models.Fusion.RRF),
+                                   filter=self._filter(bank, active_only=True, kinds=kinds), limit=limit,
+                                   with_payload=with_payload)
+
+    def _nearest(self, bank: str, vector: builtins.list[float], limit: int) -> builtins.list[Hit]:
+        request = self._dense_request(bank, vector, limit, None)
+        with _qdrant_errors("search lessons"):
+            (response,) = self.client.query_batch_points(self.collection, [request])
+        return [(p.payload or {}, float(p.score)) for p in response.points]
+
+    def _hybrid(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
+                kinds: builtins.list[str] | None, min_similarity: float | None) -> builtins.list[Hit]:
+        request = self._hybrid_request(bank, dense, lexical, limit, kinds, min_similarity)
+        with _qdrant_errors("search lessons"):
+            (response,) = self.client.query_batch_points(self.collection, [request])
+        return [(p.payload or {}, float(p.score)) for p in response.points]
+
+    def _ranked(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
+                min_similarity: float | None) -> tuple[builtins.list[Hit], builtins.list[str]]:
+        requests = [self._dense_request(bank, dense, limit, min_similarity),
+                    self._hybrid_request(bank, dense, lexical, limit, None, None, with_payload=False)]
+        with _qdrant_errors("search lessons"):
+            similar, fused = self.client.query_batch_points(self.collection, requests)
+        if not similar.points:
+            return [], []
+        return [(p.payload or {}, float(p.score)) for p in similar.points], [str(p.id) for p in fused.points]
+
+    def _bank_counts(self) -> dict[str, int]:
         active = models.Filter(must=[models.FieldCondition(key="status", match=models.MatchValue(value="active"))])
         with _qdrant_errors("count lessons per bank"):
             response = self.client.facet(
                 self.collection, key="bank", facet_filter=active, limit=_FACET_LIMIT, exact=True
             )
         return {str(hit.value): int(hit.count) for hit in response.hits}
-

@@ -6,7 +6,8 @@ the process that owns it (``owner.StoreOwner``, in the worker service) over Redi
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "message"}}`` to
   ``store_reply_key(id)``, which expires after ``REPLY_TTL`` seconds;
 - the caller BLPOPs its reply key for at most ``settings.store_timeout`` seconds and raises
-  ``ServiceUnavailable`` when nothing came.
+  ``ServiceUnavailable`` when nothing came; a delete that the owner has taken (it rewrites the embedded
+  store's files) is waited for up to ``PURGE_WAIT`` seconds.
 
 ``RemoteLessonStore`` has no method of its own: each method of ``LessonStoreProtocol`` is forwarded,
 its arguments and result encoded with the protocol's own annotations (``protocol.codec``). This
@@ -35,6 +36,9 @@ from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, 
 logger = logging.getLogger(__name__)
 
 REPLY_TTL = 30
+# Deletes rewrite the embedded store's files (1-2 s per 10k lessons): once the owner has taken one, wait longer.
+PURGES = frozenset({"delete", "delete_bank"})
+PURGE_WAIT = 600.0
 
 
 def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -> LessonStoreProtocol:
@@ -82,19 +86,28 @@ class RemoteLessonStore:
 
     def call(self, method: str, args: dict[str, Any]) -> Any:
         """Send one request and wait for its reply (the wire-form result); raises ServiceUnavailable or
-        the error the owner reported."""
+        the error the owner reported. A delete the owner took is waited for up to ``PURGE_WAIT`` seconds:
+        it rewrites the embedded store's files."""
         request_id = uuid.uuid4().hex
         request = {"id": request_id, "method": method, "args": args, "deadline": time.time() + self.timeout}
         key = store_reply_key(request_id)
         payload = json.dumps(request)
+        taken = False
         try:
-            self.redis.rpush(STORE_REQUESTS_KEY, payload)
-            item = self.redis.blpop([key], timeout=self.timeout)
+            pipe = self.redis.pipeline(transaction=False)  # the request and the wait in one round trip
+            pipe.rpush(STORE_REQUESTS_KEY, payload)
+            pipe.blpop([key], timeout=self.timeout)
+            _, item = pipe.execute()
             if item is None:  # nobody took it: do not leave it queued for a later owner
-                self.redis.lrem(STORE_REQUESTS_KEY, 1, payload)
+                taken = self.redis.lrem(STORE_REQUESTS_KEY, 1, payload) == 0
+                if taken and method in PURGES:
+                    item = self._wait_longer(key)
         except redis.RedisError as e:
             raise ServiceUnavailable(f"Redis unreachable for lesson store requests: {e}") from e
         if item is None:
+            if taken:
+                waited = PURGE_WAIT if method in PURGES else self.timeout
+                raise ServiceUnavailable(f"the lesson store owner did not finish {method} within {waited:g}s")
             raise ServiceUnavailable(
                 f"no lesson store owner answered within {self.timeout:g}s; is a worker running?"
             )
@@ -102,6 +115,17 @@ class RemoteLessonStore:
         if not reply.get("ok"):
             _raise_remote(reply.get("error") or {})
         return reply.get("result")
+
+    def _wait_longer(self, key: str) -> Any:
+        """BLPOP ``key`` for up to ``PURGE_WAIT`` seconds, in waits shorter than the client's socket timeout."""
+        socket_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 10.0
+        chunk = max(float(socket_timeout) - 1.0, 1.0)
+        deadline = time.monotonic() + PURGE_WAIT
+        while (left := deadline - time.monotonic()) > 0:
+            item = self.redis.blpop([key], timeout=min(chunk, max(left, 1.0)))
+            if item is not None:
+                return item
+        return None
 
     def close(self) -> None:
         """Nothing to release (the Redis client is shared or closed with the process)."""
