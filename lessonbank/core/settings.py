@@ -189,7 +189,8 @@ class Settings(BaseSettings):
 
     # Lesson store and embeddings
     qdrant_url: QdrantUrl | None = Field(
-        None, description="Qdrant server URL. Unset: the embedded store (Qdrant Edge) at QDRANT_PATH, owned by the worker."
+        None,
+        description="Qdrant server URL. Unset: the embedded store (Qdrant Edge) at QDRANT_PATH, owned by the worker.",
     )
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server.")
     qdrant_path: Path | None = Field(None, description="Embedded Qdrant directory. Default: DATA_DIR/qdrant.")

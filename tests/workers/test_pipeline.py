@@ -278,7 +278,8 @@ def test_late_steps_of_a_swept_and_distilled_run_are_distilled_alone(deps: Deps,
     openai_server.script(Reply(content=lessons_json()), Reply(content=lessons_json(later)))
     distill_one(deps, "b", run_id)
     ref = runs.RunRef("b", run_id, "agent", ORDERS_TASK)
-    late = action("late", 1, "print(list_orders(date='2024-03-05', page=2))", "Execution logs:\nThe orders API returns its orders 2 per page")
+    late = action("late", 1, "print(list_orders(date='2024-03-05', page=2))",
+                  "Execution logs:\nThe orders API returns its orders 2 per page")
     assert runs.record_step(deps.redis, ref, 1, late.to_json(), 2.0, queue=deps.settings.queue) == 2
     assert run_state(deps.redis, run_id)["state"] == "distilled"
     stats = distill_one(deps, "b", run_id)
