@@ -33,7 +33,7 @@ from lessonbank.core import runs
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
-from lessonbank.core.instructions import STORE_ERRORS, compose_instructions
+from lessonbank.core.instructions import MAX_RECIPES, STORE_ERRORS, compose_instructions
 from lessonbank.core.models import Lesson, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -106,8 +106,10 @@ class AgentHook:
         holdout: float = 0.0,
         seed: int | None = None,
         parent: AgentHook | None = None,
+        recipes: bool = True,
     ) -> None:
         self.agent = agent
+        self.recipes = recipes
         self.bank = bank
         self.settings = settings
         self.recorder = recorder
@@ -141,7 +143,7 @@ class AgentHook:
         try:
             return self._source.read(lambda store: compose_instructions(
                 store, task, self.bank, max_lessons=self.max_lessons, max_chars=self.max_chars,
-                min_relevance=self.settings.min_relevance))
+                min_relevance=self.settings.min_relevance, max_recipes=MAX_RECIPES if self.recipes else 0))
         except STORE_ERRORS as e:
             self._source.unavailable(e)
         except Exception:  # never let lessons break the user's run
@@ -278,7 +280,8 @@ def _remember_managed(parent: AgentHook, managed: Managed, store: LessonStorePro
                                                                                       settings=parent.settings)
         recorder.attach(sub)
         hook = AgentHook(sub, bank, parent.settings, recorder, store,
-                         max_lessons=parent.max_lessons, max_chars=parent.max_chars, parent=parent)
+                         max_lessons=parent.max_lessons, max_chars=parent.max_chars, parent=parent,
+                         recipes=parent.recipes)
         _hook(sub, hook)
         _remember_managed(hook, managed, store, seen)
 
@@ -296,6 +299,7 @@ def remember(
     max_lessons: int = 8,
     max_chars: int = 2000,
     managed: Managed = "shared",
+    recipes: bool = True,
 ) -> StepRecorder:
     """Give ``agent`` memory across runs of ``bank``; returns the attached ``StepRecorder``.
 
@@ -306,8 +310,9 @@ def remember(
     ``LESSONBANK_HOLDOUT``) is the fraction of runs, chosen at random (``seed``), that get no lessons:
     the control arm ``lessonbank report`` compares with. Managed agents are covered too: their runs are
     recorded under ``bank`` (``managed="shared"``) or ``f"{bank}/{name}"`` (``managed="own"``) and start
-    with the lessons of their sub-task; ``remember(sub_agent)`` returns a managed agent's recorder. Calling
-    it again on the same agent changes nothing and returns the same recorder.
+    with the lessons of their sub-task; ``remember(sub_agent)`` returns a managed agent's recorder.
+    ``recipes=False`` hands out prose lessons only, never the code of earlier runs. Calling it again on
+    the same agent changes nothing and returns the same recorder.
     """
     existing: AgentHook | None = getattr(agent, ATTRIBUTE, None)
     if existing is not None:
@@ -327,7 +332,7 @@ def remember(
         recorder = StepRecorder(bank=bank, settings=settings)
     recorder.attach(agent)
     memory = AgentHook(agent, bank, settings, recorder, store, max_lessons=max_lessons, max_chars=max_chars,
-                       check=check, holdout=holdout, seed=seed)
+                       check=check, holdout=holdout, seed=seed, recipes=recipes)
     _hook(agent, memory)
     _remember_managed(memory, managed, store, {id(agent)})
     return recorder

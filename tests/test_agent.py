@@ -355,3 +355,23 @@ def test_the_readme_usage_example_runs_as_written(redis_url: str, embed_model_pa
     assert done.stderr.count("no worker answered for the lesson store") == 1  # said plainly, once
     assert "lessonbank worker" in done.stderr
     assert distill_args(redis_client, "lessonbank") != []  # the run waits, recorded, for a worker
+
+
+def test_recipes_can_be_left_out_of_the_instructions(settings: Settings, store: LessonStore) -> None:
+    from lessonbank.core.models import Recipe
+
+    recipe = Recipe(code="rows = read(sep=';')\nfinal_answer(len(rows))", task=CSV_TASK, fingerprint="f")
+    store.upsert([Lesson.new("team", "approach", f"Working code for a task like: {CSV_TASK}", origin="recipe",
+                             recipe=recipe).model_copy(update={"verified": True})])
+    with_code, _, with_probe = make_agent(settings, store)
+    prose, _, prose_probe = make_agent(settings, store)
+    first = remember(with_code, bank="team", settings=settings, store=store)
+    second = remember(prose, bank="team", settings=settings, store=store, recipes=False)
+    try:
+        with_code.run(CSV_TASK)
+        prose.run(CSV_TASK)
+        assert "```python" in str(with_probe.instructions[0]) and CSV in str(with_probe.instructions[0])
+        assert "```python" not in str(prose_probe.instructions[0]) and CSV in str(prose_probe.instructions[0])
+    finally:
+        first.close()
+        second.close()

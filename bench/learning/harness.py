@@ -41,6 +41,8 @@ class Arm:
 ARMS: dict[str, Arm] = {
     "none": Arm("none", memory=False, description="plain agent, no memory"),
     "memory": Arm("memory", memory=True, description="lessonbank.remember(agent, bank=..., check=...)"),
+    "memory-prose": Arm("memory-prose", memory=True, remember_kwargs={"recipes": False},
+                        description="lessonbank.remember(..., check=..., recipes=False): prose lessons only"),
 }
 
 

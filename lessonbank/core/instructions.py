@@ -86,7 +86,8 @@ def rank_candidates(
 
 
 def rank_lessons(
-    store: LessonStoreProtocol, bank: str, task: str, max_lessons: int = 8, min_relevance: float = 0.2
+    store: LessonStoreProtocol, bank: str, task: str, max_lessons: int = 8, min_relevance: float = 0.2,
+    max_recipes: int = MAX_RECIPES,
 ) -> list[Lesson]:
     """Lessons of ``bank`` relevant to ``task``, best first, at most ``max_lessons``: the best recipe for a
     close enough task first, then prose lessons with kinds balanced.
@@ -98,7 +99,7 @@ def rank_lessons(
     ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance)
     recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY]
     prose = [lesson for _, _, lesson in ranked if lesson.recipe is None]
-    chosen = recipes[:MAX_RECIPES]
+    chosen = recipes[:max_recipes]
     return chosen + balance_kinds(prose, max_lessons - len(chosen))
 
 
@@ -192,10 +193,13 @@ def compose_instructions(
     max_lessons: int = 8,
     max_chars: int = 2000,
     min_relevance: float = 0.2,
+    max_recipes: int = MAX_RECIPES,
 ) -> tuple[str, list[Lesson]]:
-    """The lessons block for ``task`` and the lessons it holds, without recording anything.
+    """The lessons block for ``task`` and the lessons it holds, without recording anything
+    (``max_recipes=0``: prose lessons only).
 
     Raises the store's errors; ``build_instructions`` is the forgiving entry point.
     """
-    lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance)
+    lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
+                           max_recipes=max_recipes)
     return format_lessons(lessons, bank, max_chars=max_chars)

@@ -157,6 +157,16 @@ def _recipe_applied(recipe: Recipe, run: Atoms, task: str) -> bool:
     return bool(pieces) and len(pieces & run.all()) >= math.ceil(RECIPE_SHARE * len(pieces))
 
 
+def altered(lesson: Lesson, run: Atoms, task: str) -> bool:
+    """A recipe the run applied, but with calls of its own added (a conversion, a tool it invented): when
+    such a run fails, the failure is the run's additions as much as the recipe's, so it is not blamed."""
+    if lesson.recipe is None:
+        return False
+    recipe = code_atoms(lesson.recipe.code) if lesson.recipe.language == "python" else text_atoms(lesson.recipe.code)
+    extra = {name for name in run.names - recipe.names - COMMON_NAMES if "." not in name and len(name) > 2}
+    return bool(extra)
+
+
 def chance_good(helpful: int, harmful: int) -> float:
     """P(p > 0.5) for p ~ Beta(1 + helpful, 1 + harmful): a binomial tail, exact for whole counts."""
     a, b = 1 + helpful, 1 + harmful
@@ -168,11 +178,11 @@ def should_retire(lesson: Lesson) -> bool:
     return lesson.harmful > lesson.helpful and chance_good(lesson.helpful, lesson.harmful) < RETIRE_BELOW
 
 
-def _flags(verdict: str, is_applied: bool) -> dict[str, int]:
+def _flags(verdict: str, is_applied: bool, is_altered: bool = False) -> dict[str, int]:
     flags = {"given": 1, "applied": int(is_applied), "helpful": 0, "harmful": 0}
     if is_applied and verdict == "success":
         flags["helpful"] = 1
-    elif is_applied and verdict == "failure":
+    elif is_applied and verdict == "failure" and not is_altered:
         flags["harmful"] = 1
     return flags
 
@@ -189,7 +199,7 @@ class CreditReport:
 
 
 def apply_credit(store: LessonStoreProtocol, bank: str, given: list[str], applied_ids: set[str], verdict: str,
-                 previous: dict[str, Any] | None) -> CreditReport:
+                 previous: dict[str, Any] | None, altered_ids: set[str] | frozenset[str] = frozenset()) -> CreditReport:
     """Move the counts of the run's given lessons to what ``verdict`` implies, minus what an earlier
     credit of the same run already gave (the caller holds the bank's lock)."""
     report = CreditReport()
@@ -197,7 +207,7 @@ def apply_credit(store: LessonStoreProtocol, bank: str, given: list[str], applie
     lessons = {lesson.id: lesson for lesson in store.get(bank, list(dict.fromkeys(given)))}
     updates: dict[str, dict[str, int]] = {}
     for lesson_id in dict.fromkeys(given):
-        target = _flags(verdict, lesson_id in applied_ids)
+        target = _flags(verdict, lesson_id in applied_ids, lesson_id in altered_ids)
         report.credited[lesson_id] = target
         lesson = lessons.get(lesson_id)
         old = before.get(lesson_id, {})

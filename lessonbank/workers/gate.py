@@ -8,6 +8,9 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 |------------------------|--------------------------------------------------------------------------------|
 | ``secret``             | looks like it carries a secret                                                 |
 | ``contentless``        | is too short to say anything, or is generic advice ("always check your code")  |
+| ``describes_tool``     | only says what a tool is for ("`get_invoice` is used to retrieve invoices")    |
+| ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
+| ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
 | ``first_person_plan``  | is a plan in the first person ("I will ...", "Let me ...")                     |
 | ``refers_to_transcript`` | points into the transcript ("step 3", "the above", "this run")               |
@@ -54,6 +57,25 @@ _NOTHING = re.compile(
     r"|\bthe (?:run|task|agent|execution)(?: \w+){0,2} (?:was (?:completed |)successful(?:ly)?|succeeded|"
     r"completed successfully|finished successfully)"
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
+    r"|\b(?:was|were) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
+)
+# A lesson that only says what a tool is for: its docstring already does.
+_TOOL_PURPOSE = re.compile(
+    r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?(?: function| tool| method)? (?:is used|can be used|is a "
+    r"(?:function|tool)(?: \w+){0,2}) to (?:retrieve|get|fetch|obtain|read|load|return|list|look up)\b"
+)
+# Advice to change the agent itself (its tools, imports, permissions): not the agent's to act on.
+_AGENT_SETUP = re.compile(
+    r"(?i)\b(?:add|allow|authori[sz]e|enable|install|import|register|whitelist)(?: \S+){0,6}? (?:to|in|into) "
+    r"(?:the |its )?(?:list of )?(?:allowed|authori[sz]ed|permitted|available) (?:tools|imports|modules|functions)\b"
+    r"|\b(?:agent'?s?|its) (?:security|sandbox|tool) (?:settings|configuration|permissions|list)\b"
+    r"|\bauthori[sz]ed imports\b"
+)
+# smolagents' words for a function the agent may not or cannot call.
+_UNCALLABLE = re.compile(
+    r"(?i)'([a-z_][a-z0-9_.]{0,60})' is not among the explicitly allowed tools"
+    r"|forbidden function evaluation: '([a-z_][a-z0-9_.]{0,60})'"
+    r"|(?:name|function) '([a-z_][a-z0-9_.]{0,60})' is not defined"
 )
 _FIRST_PERSON = re.compile(
     r"(?i)^\W*(?:i|we|let(?:'s| me| us))\b"
@@ -88,6 +110,18 @@ class GateContext:
         self._task_tokens = set(tokens(self.task))
         self._given = [(normalize_lesson_text(text), set(tokens(text))) for text in self.given]
         self._haystack = f"{self.task}\n{self.observed}".lower()
+        self._uncallable = {
+            next(group for group in match.groups() if group).lower() for match in _UNCALLABLE.finditer(self.observed)
+        }
+
+
+def _uncallable(text: str, ctx: GateContext) -> bool:
+    """The lesson tells the agent to call something the run was refused (a tool it does not have)."""
+    if not ctx._uncallable:
+        return False
+    named = {next(group for group in m.groups() if group).split("(")[0].strip().lower()
+             for m in _CODE_NAME.finditer(text)}
+    return bool(named & ctx._uncallable)
 
 
 def _overlap(a: set[str], b: set[str]) -> float:
@@ -145,6 +179,9 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("first_person_plan", lambda text, ctx: bool(_FIRST_PERSON.search(text))),
     ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))),
     ("contentless", _contentless),
+    ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text))),
+    ("agent_setup", lambda text, ctx: bool(_AGENT_SETUP.search(text))),
+    ("uncallable", _uncallable),
     ("restates_task", _restates_task),
     ("restates_answer", _restates_answer),
     ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
@@ -152,7 +189,8 @@ RULES: tuple[tuple[str, Rule], ...] = (
 )
 
 # Lessons an agent or a user hands in have no run to be compared with: only these rules apply.
-CONTEXT_FREE = ("secret", "nothing_happened", "first_person_plan", "refers_to_transcript", "contentless")
+CONTEXT_FREE = ("secret", "nothing_happened", "first_person_plan", "refers_to_transcript", "contentless",
+                "describes_tool", "agent_setup")
 
 
 def reason_to_drop(text: str, ctx: GateContext, rules: Iterable[str] | None = None) -> str | None:

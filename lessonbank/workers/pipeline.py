@@ -275,12 +275,16 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
         if not deps.redis.exists(run_key(run_id)):
             return None
         lessons = deps.store.get(bank, given) if given else []
+        altered: set[str] = set()
         if run.steps:
             atoms = credit.run_atoms(run.steps)
             applied = {lesson.id for lesson in lessons if credit.applied(lesson, atoms, run.task)}
+            altered = {lesson.id for lesson in lessons
+                       if lesson.id in applied and credit.altered(lesson, atoms, run.task)}
         else:  # the steps expired: what the run applied was decided when they were there
             applied = {lid for lid, flags in (previous or {}).get("lessons", {}).items() if flags.get("applied")}
-        report = credit.apply_credit(deps.store, bank, given, applied, verdict, previous)
+            altered = {lid for lid in applied if not previous or not previous["lessons"][lid].get("harmful")}
+        report = credit.apply_credit(deps.store, bank, given, applied, verdict, previous, altered)
         _retract_recipe(deps, run, verdict, source)
         runs.save_credit(deps.redis, run_id, report.record(verdict))
     _summarize(deps, run, sorted(applied), verdict, source)

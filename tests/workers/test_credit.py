@@ -99,3 +99,22 @@ def test_a_loose_value_in_prose_matches_the_keyword_a_quoted_one_does_not() -> N
     assert applied(pages, run_atoms(run_of("n = sum(len(list_orders(page=p)) for p in (1, 2, 3))")), TASK)
     semi = Lesson.new("b", "approach", SEMI)
     assert not applied(semi, run_atoms(run_of("rows = csv.DictReader(f, delimiter=',')")), TASK)
+
+
+def test_a_recipe_the_run_altered_is_not_blamed_for_its_failure(store: LessonStore) -> None:
+    from lessonbank.workers.credit import altered
+
+    recipe = Recipe(code="rows = get_invoice(invoice_id='A-1')['lines']\n"
+                         "total = sum(r['qty'] * r['unit_price_cents'] for r in rows) / 100\nfinal_answer(total)",
+                    params=["A-1"], fingerprint="inv")
+    lesson = Lesson.new("b", "approach", "Working code for: invoice total", recipe=recipe)
+    faithful = run_atoms(run_of(recipe.code.replace("A-1", "B-7")))
+    changed = run_atoms(run_of(recipe.code.replace("A-1", "B-7").replace("final_answer(total)",
+                                                                        "final_answer(currency_converter(total))")))
+    task = "What is the total of invoice B-7?"
+    assert applied(lesson, faithful, task) and not altered(lesson, faithful, task)
+    assert applied(lesson, changed, task) and altered(lesson, changed, task)
+    store.upsert([lesson])
+    apply_credit(store, "b", [lesson.id], {lesson.id}, "failure", None, altered_ids={lesson.id})
+    stored = store.get("b", [lesson.id])[0]
+    assert (stored.applied, stored.harmful) == (1, 0)

@@ -96,3 +96,20 @@ def test_lessons_that_could_leak_data_are_quarantined(text: str, reason: str) ->
 
     found = quarantine_reason(text)
     assert (reason in found) if reason else found == ""
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        ("describes_tool", "The `get_invoice` function is used to retrieve invoice data."),
+        ("nothing_happened", "The invoice details were successfully retrieved from the billing tool."),
+        ("agent_setup", "Add currency_converter to the list of allowed tools before converting the total."),
+        ("agent_setup", "The agent's security settings should be updated to allow the requests module."),
+        ("uncallable", "Convert the total with currency_converter(total, 'EUR') before answering."),
+    ],
+)
+def test_what_a_small_distiller_writes_about_tools_it_lacks(reason: str, text: str) -> None:
+    observed = (OBSERVED + "\nInterpreterError: Forbidden function evaluation: 'currency_converter' is not among "
+                "the explicitly allowed tools or defined/imported in the preceding code")
+    ctx = GateContext(task=TASK, final_answer="300.0", observed=observed, given=GIVEN)
+    assert reason_to_drop(text, ctx) == reason
