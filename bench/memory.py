@@ -1,7 +1,12 @@
-"""Memory an agent process pays for the recorder: RSS growth with a ``StepRecorder`` attached, against the same
-agent process without anything of lessonbank's.
+"""Memory an agent process pays for lessonbank: RSS growth with a ``StepRecorder`` attached, and with the whole
+``lessonbank.remember(agent, bank=...)`` (recording, instructions from a store owner in another process, the
+close of each run), against the same agent process without anything of lessonbank's.
 
-    python bench/memory.py [--steps 100] [--repeats 3]
+    python bench/memory.py [--steps 100] [--repeats 3] [--with-otel]
+
+By default the processes run as a default install would (``pip install lessonbank``, no ``otel`` extra):
+opentelemetry, which the ``dev`` extra installs here and which redis-py imports when it finds it, is hidden
+from them (both arms); ``--with-otel`` measures with it.
 
 Each measurement is a fresh process that imports smolagents (and, for the second agent kind, ``openai``, as
 an agent talking to an OpenAI-compatible server does), then runs a scripted CodeAgent for ``--steps`` steps
@@ -20,10 +25,12 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, ROOT, plt_or_none, print_table, redis_server, row, spread, write_result
+from common import RESULTS, ROOT, embed_model_path, plt_or_none, print_table, redis_server, row, spread, write_result
 
 TARGET_MB = {"scripted": None, "openai": 8.0}
 KINDS = {"scripted": "(a) scripted agent", "openai": "(b) agent that imports openai"}
@@ -33,6 +40,15 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
 
     mode, kind, steps, url, data_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    if sys.argv[6] == "no-otel":  # a default install: the otel extra is not there
+        class NoOtel:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "opentelemetry":
+                    raise ModuleNotFoundError(name)
+                return None
+
+        sys.meta_path.insert(0, NoOtel())
+    HEAVY = ("celery", "kombu", "qdrant_client", "qdrant_edge", "fastembed", "onnxruntime", "numpy", "tokenizers")
 
     def status_mb(field):
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -46,12 +62,15 @@ CHILD = textwrap.dedent("""
 
     imported = status_mb("VmRSS")
     callbacks = None
-    if mode == "recorder":
+    settings = None
+    if mode in ("recorder", "remember"):
         from lessonbank.core.settings import Settings
+
+        settings = Settings(_env_file=None, redis_url=url, data_dir=Path(data_dir), store_timeout=60)
+    if mode == "recorder":
         from lessonbank.recorder import StepRecorder
 
-        recorder = StepRecorder(bank="bench-memory", settings=Settings(_env_file=None, redis_url=url,
-                                                                        data_dir=Path(data_dir)))
+        recorder = StepRecorder(bank="bench-memory", settings=settings)
         callbacks = recorder.step_callbacks
     built = status_mb("VmRSS")
     per_run = 10
@@ -61,28 +80,77 @@ CHILD = textwrap.dedent("""
         replies.append(final_code(f"run {run} done"))
     agent = CodeAgent(tools=[], model=ScriptedModel(replies), step_callbacks=callbacks, verbosity_level=0,
                       max_steps=per_run + 1)
+    if mode == "remember":
+        import lessonbank
+
+        lessonbank.remember(agent, bank="bench-memory", settings=settings)
     for run in range(steps // per_run):
         agent.run(f"Count, run {run}.")
     foreign = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("lessonbank", "redis")})
+    heavy = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in HEAVY})
     print(json.dumps({"rss_imported_mb": imported, "rss_built_mb": built, "rss_after_mb": status_mb("VmRSS"),
-                      "peak_mb": status_mb("VmHWM"), "lessonbank_or_redis_imported": foreign}))
+                      "peak_mb": status_mb("VmHWM"), "lessonbank_or_redis_imported": foreign,
+                      "heavy": heavy}))
 """)
 
 
-def measure(mode: str, kind: str, steps: int, url: str, tmp: Path) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, kind, str(steps), url, str(tmp / "data")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, check=True)
+MODES = ("none", "recorder", "remember")
+LABELS = {"recorder": "StepRecorder attached", "remember": "lessonbank.remember (recording, instructions, closes)"}
+OWNER = textwrap.dedent("""
+    import signal, sys
+    from pathlib import Path
+    from lessonbank.core.models import Lesson
+    from lessonbank.core.settings import Settings
+    from lessonbank.core.store.owner import StoreOwner
+
+    settings = Settings(_env_file=None, redis_url=sys.argv[1], data_dir=Path(sys.argv[2]),
+                        embed_model_path=Path(sys.argv[3]))
+    owner = StoreOwner(settings)
+    assert owner.start(), "the store path is held"
+    lessons = [Lesson.new("bench-memory", "fact", text, origin="added") for text in (
+        "Counting runs print the value of x at every step before the final answer.",
+        "A count is done when the run prints its last value; answer with the run's number.",
+    )]
+    assert owner.store is not None
+    owner.store.upsert(lessons)
+    print("ready", flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    owner.stop()
+""")
+
+
+def measure(mode: str, kind: str, steps: int, url: str, tmp: Path, otel: bool) -> dict[str, Any]:
+    argv = [sys.executable, "-c", CHILD, mode, kind, str(steps), url, str(tmp / "data"), "otel" if otel else "no-otel"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@contextmanager
+def store_owner(url: str, data_dir: Path) -> Iterator[None]:
+    """The worker side of ``remember``'s instructions: a store owner in a process of its own, holding two lessons."""
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, url, str(data_dir), str(embed_model_path())], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", "the store owner did not start"
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def figures(kind: str, samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     median = {mode: {key: spread([s[key] for s in found], 1) for key in ("rss_after_mb", "peak_mb", "rss_built_mb")}
               for mode, found in samples.items()}
-    growth = round(median["recorder"]["rss_after_mb"]["median"] - median["none"]["rss_after_mb"]["median"], 1)
-    peak = round(median["recorder"]["peak_mb"]["median"] - median["none"]["peak_mb"]["median"], 1)
-    imports = round(median["recorder"]["rss_built_mb"]["median"] - median["none"]["rss_built_mb"]["median"], 1)
-    return {"kind": kind, "growth_mb": growth, "peak_growth_mb": peak, "imports_and_build_mb": imports,
-            "target_mb": TARGET_MB[kind], "medians": median,
+    base = median["none"]
+    arms = {}
+    for mode in MODES[1:]:
+        arms[mode] = {
+            "growth_mb": round(median[mode]["rss_after_mb"]["median"] - base["rss_after_mb"]["median"], 1),
+            "peak_growth_mb": round(median[mode]["peak_mb"]["median"] - base["peak_mb"]["median"], 1),
+            "imports_and_build_mb": round(median[mode]["rss_built_mb"]["median"] - base["rss_built_mb"]["median"], 1),
+            "heavy": sorted({name for s in samples[mode] for name in s.get("heavy", [])}),
+        }
+    return {"kind": kind, "arms": arms, "target_mb": TARGET_MB[kind], "medians": median,
             "baseline_clean": all(not s["lessonbank_or_redis_imported"] for s in samples["none"])}
 
 
@@ -90,52 +158,62 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     plt = plt_or_none()
     if plt is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
     labels = [KINDS[r["kind"]] for r in results]
-    ax.barh([y - 0.2 for y in range(len(results))], [r["imports_and_build_mb"] for r in results], height=0.4,
-            color="C7", label="imports + StepRecorder built")
-    ax.barh([y + 0.2 for y in range(len(results))], [r["growth_mb"] for r in results], height=0.4, color="C0",
-            label="after the steps (the figure)")
+    for offset, (mode, color) in zip((-0.2, 0.2), (("recorder", "C0"), ("remember", "C2")), strict=True):
+        ax.barh([y + offset for y in range(len(results))], [r["arms"][mode]["growth_mb"] for r in results],
+                height=0.38, color=color, label=LABELS[mode])
     for y, r in enumerate(results):
         if r["target_mb"] is not None:
             ax.plot([r["target_mb"]] * 2, [y - 0.45, y + 0.45], color="C3", ls="--", lw=1.2,
                     label=f"target {r['target_mb']:.0f} MB")
     ax.set_yticks(range(len(results)), labels)
-    ax.set(xlabel="RSS added by the recorder (MB), against no lessonbank at all",
-           title="Agent process memory with the recorder attached")
+    ax.set(xlabel="RSS added after the steps (MB), against no lessonbank at all",
+           title="Agent process memory with lessonbank")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
+def _rows(results: list[dict[str, Any]], steps: int, otel: bool) -> list[dict[str, Any]]:
+    rows = []
+    env = "otel extra installed" if otel else "default install"
+    for r in results:
+        none = r["medians"]["none"]["rss_after_mb"]
+        for mode in MODES[1:]:
+            arm, found = r["arms"][mode], r["medians"][mode]["rss_after_mb"]
+            target = f"<= {r['target_mb']:.0f} MB" if r["target_mb"] is not None and mode == "remember" else ""
+            met = arm["growth_mb"] <= r["target_mb"] if target else None
+            heavy = f"; imported {', '.join(arm['heavy'])}" if arm["heavy"] else "; nothing heavy imported"
+            rows.append(row(f"agent RSS growth, {KINDS[r['kind']]}, {LABELS[mode]}, {steps} steps, {env} (MB)",
+                            f"+{arm['growth_mb']:.1f} (peak +{arm['peak_growth_mb']:.1f}{heavy})",
+                            f"no lessonbank {none['median']:.1f} ({none['min']:.1f}-{none['max']:.1f})",
+                            found["median"] / none["median"], target, met))
+    return rows
+
+
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=100, help="Steps per process (runs of 10 steps).")
     parser.add_argument("--repeats", type=int, default=3, help="Processes per mode and agent kind.")
+    parser.add_argument("--with-otel", action="store_true", help="Let the processes import opentelemetry.")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     results = []
-    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp) / "redis") as url:
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp) / "redis") as url, \
+            store_owner(url, Path(tmp) / "data"):
         for kind in KINDS:
-            samples: dict[str, list[dict[str, Any]]] = {"none": [], "recorder": []}
+            samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
             for _ in range(args.repeats):
                 for mode in samples:
-                    samples[mode].append(measure(mode, kind, args.steps, url, Path(tmp)))
+                    samples[mode].append(measure(mode, kind, args.steps, url, Path(tmp), args.with_otel))
             results.append({**figures(kind, samples), "samples": samples})
-    rows = []
-    for r in results:
-        none, rec = r["medians"]["none"]["rss_after_mb"], r["medians"]["recorder"]["rss_after_mb"]
-        target = f"<= {r['target_mb']:.0f} MB" if r["target_mb"] is not None else ""
-        met = r["growth_mb"] <= r["target_mb"] if r["target_mb"] is not None else None
-        rows.append(row(f"agent RSS growth, {KINDS[r['kind']]}, {args.steps} steps (MB)",
-                        f"+{r['growth_mb']:.1f} (peak +{r['peak_growth_mb']:.1f}; "
-                        f"recorder {rec['min']:.1f}-{rec['max']:.1f})",
-                        f"no lessonbank {none['median']:.1f} ({none['min']:.1f}-{none['max']:.1f})",
-                        rec["median"] / none["median"], target, met))
+    rows = _rows(results, args.steps, args.with_otel)
     result: dict[str, Any] = {"benchmark": "memory", "seconds": round(time.perf_counter() - started, 1),
-                              "steps": args.steps, "repeats": args.repeats, "results": results, "rows": rows}
+                              "steps": args.steps, "repeats": args.repeats, "with_otel": args.with_otel,
+                              "results": results, "rows": rows}
     png = plot(results, args.out / "memory.png")
     result["plot"] = str(png) if png else None
     write_result("memory", result, args.out)
@@ -145,11 +223,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
 def main() -> None:
     result = run()
     print(f"median of {result['repeats']} processes per mode and agent kind, {result['seconds']} s")
-    for r, line in zip(result["results"], result["rows"], strict=True):
+    clean = all(r["baseline_clean"] for r in result["results"])
+    for line in result["rows"]:
         verdict = "(no target)" if line["met"] == "" else "ok" if line["met"] == "yes" else "MISSED"
-        clean = "" if r["baseline_clean"] else "  (baseline imported lessonbank or redis!)"
         print(f"{line['figure']:60s} {line['value']} | baseline {line['baseline']} | target {line['target'] or '-'}"
-              f" | {verdict}{clean}")
+              f" | {verdict}{'' if clean else '  (baseline imported lessonbank or redis!)'}")
     print()
     print_table(result["rows"])
 

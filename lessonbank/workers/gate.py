@@ -85,6 +85,8 @@ _FIRST_PERSON = re.compile(
 _TRANSCRIPT = re.compile(
     r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
     r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
+    r"|\b(?:the|this) (?:run|agent) (?:ended|failed|succeeded|finished|was judged|stopped|gave up)\b"
+    r"|\brecorded outcome\b|\bjudged (?:a )?(?:success|failure)\b|\bfinal answer (?:was|is):? |\bfinal answer: "
 )
 _URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
 _EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")

@@ -31,6 +31,8 @@ JUNK = [
     ("refers_to_transcript", "As shown in step 3, the header line lists the columns of the file."),
     ("refers_to_transcript", "The approach above works well for reading the semicolon separated file."),
     ("refers_to_transcript", "This run discovered that the separator of the file is a semicolon (E1)."),
+    ("refers_to_transcript", "The run ended with recorded outcome success, judged failure (by check); final answer: 5"),
+    ("refers_to_transcript", "The agent failed because it read only the first page of the sales file."),
     ("restates_task", "Compute the total of the 'amount' column in the sales file /data/sales.csv."),
     ("restates_answer", "The total of the 'amount' column in the sales file is 300.0."),
     ("ungrounded", "The EUR to USD exchange rate on that day was approximately 1.0876."),
