@@ -28,7 +28,7 @@ from typing import Any
 import redis
 from smolagents import ActionStep, ChatMessage, CodeAgent, MessageRole, Model, TokenUsage, tool
 
-from lessonbank import local_llm
+from lessonbank import llama_server, local_llm
 from lessonbank.core.connections import create_redis, masked_url
 from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_key
 from lessonbank.core.embeddings import default_model_dir
@@ -271,7 +271,7 @@ def _llm(settings: Settings, model_key: str, workdir: Path, say: Say) -> Iterato
         local_llm.install_llama_cpp(
             log_path, settings.data_dir, heartbeat=lambda seconds: say(f"  still working... {seconds:.0f} s")
         )
-    server = local_llm.LlamaServer(
+    server = llama_server.LlamaServer(
         path, _free_port(), n_threads=settings.local_llm_threads, n_ctx=settings.local_llm_ctx, alias=spec.alias,
         log_path=workdir / "llama-server.log",
     )

@@ -15,7 +15,8 @@ from click.testing import CliRunner, Result
 from lessonbank import local_llm
 from lessonbank.cli.main import cli
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
-from lessonbank.local_llm import LlamaServer, ModelSpec
+from lessonbank.llama_server import LlamaServer
+from lessonbank.local_llm import ModelSpec
 from tests.fixtures.redis_server import free_port
 
 PARTS = [b"GGUF" + bytes(range(256)) * 40, b"middle part " * 500, b"tail"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import free_port, redis_server
 
-from lessonbank import local_llm
+from lessonbank import llama_server, local_llm
 from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.settings import Settings
 
@@ -51,7 +51,7 @@ def llama(model_key: str, workdir: Path, n_ctx: int, threads: int) -> Iterator[t
     """(base URL, model alias) of a llama.cpp server on the cached GGUF of ``model_key``."""
     spec = local_llm.model_spec(model_key)
     path = local_llm.model_path(Settings().data_dir, spec)
-    server = local_llm.LlamaServer(path, free_port(), n_threads=threads, n_ctx=n_ctx, alias=spec.alias,
+    server = llama_server.LlamaServer(path, free_port(), n_threads=threads, n_ctx=n_ctx, alias=spec.alias,
                                    log_path=workdir / "llama-server.log")
     logger.info("starting llama.cpp on %s (n_ctx %d, %d threads)", spec.filename, n_ctx, threads)
     server.start(timeout=600)

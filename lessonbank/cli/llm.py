@@ -10,7 +10,7 @@ from types import FrameType
 
 import click
 
-from lessonbank import local_llm
+from lessonbank import llama_server, local_llm
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 
@@ -103,7 +103,7 @@ def serve(obj: CliContext, model_key: str | None, port: int | None, host: str, t
         raise fail("llama-cpp-python[server] is not installed; run: lessonbank llm setup")
     log_path = _logs_dir(obj) / f"llama-server-{key}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    server = local_llm.LlamaServer(
+    server = llama_server.LlamaServer(
         path,
         port or settings.local_llm_port,
         host=host,

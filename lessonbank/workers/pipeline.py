@@ -31,7 +31,8 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.workers import credit, evidence, gate, observe, recipes
-from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds, llm_decider
+from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
+from lessonbank.workers.decide import llm_decider
 from lessonbank.workers.distiller import DistillOutput, DraftLesson, distill
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.transcript import build_transcript, transcript_tokens

@@ -135,7 +135,6 @@ def test_delete_a_bank_leaves_nothing_of_it_in_redis(two_banks: tuple[dict[str, 
     assert ok(env, "banks", "delete", GONE, "--yes").stdout.strip() == f"Bank '{GONE}' held nothing; nothing deleted."
 
 
-@pytest.mark.xfail(strict=False, reason="needs an embedded engine that rewrites its files without deleted points")
 def test_delete_a_bank_leaves_none_of_its_texts_in_the_store_files(
         two_banks: tuple[dict[str, str | None], list[str], list[str]]) -> None:
     env, _, _ = two_banks

@@ -35,3 +35,20 @@ def test_unknown_run_and_missing_flag_are_one_line_errors(settings: Settings) ->
     assert unknown.exit_code == 1 and "no run nope in Redis" in unknown.output
     assert runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "nope"]).exit_code == 2
     assert lessonbank.feedback("nope", True, settings=settings) is False
+
+
+def test_a_unique_prefix_names_the_run_and_an_ambiguous_one_is_refused(settings: Settings,
+                                                                     redis_client: redis.Redis) -> None:
+    first = write_run(redis_client, "b", run_id="abc123" + "0" * 26)
+    second = write_run(redis_client, "b", run_id="abc456" + "0" * 26)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "abc1", "--failure"])
+    assert result.exit_code == 0, result.output
+    assert f"{first}: recorded as a failure" in result.output
+    assert run_state(redis_client, first)["verdict"] == "failure"
+    assert "verdict" not in run_state(redis_client, second)
+    ambiguous = runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "abc", "--success"])
+    assert ambiguous.exit_code == 1 and "run id prefix 'abc' is ambiguous in Redis: 2 match" in ambiguous.output
+    assert "verdict" not in run_state(redis_client, second)
+    glob = runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "*", "--success"])
+    assert glob.exit_code == 1 and "no run * in Redis" in glob.output  # a glob character is not a wildcard

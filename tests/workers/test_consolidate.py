@@ -12,7 +12,8 @@ from qdrant_client import QdrantClient
 
 from lessonbank.core.models import Lesson, Recipe, lesson_id, recipe_id
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers.consolidate import Consolidator, Decision, Thresholds, llm_decider
+from lessonbank.workers.consolidate import Consolidator, Thresholds
+from lessonbank.workers.decide import Decision, llm_decider
 from lessonbank.workers.distiller import DraftLesson
 from lessonbank.workers.llm import ChatLLM
 from tests.fixtures.openai_server import FakeOpenAI, Reply
