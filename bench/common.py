@@ -159,3 +159,14 @@ def plt_or_none() -> Any:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot written")
         return None
     return plt
+
+
+def save_plot(fig: Any, ax: Any, path: Path) -> Path:
+    """Legend beside the data (never over it), saved at 110 dpi, the figure closed."""
+    import matplotlib.pyplot as plt
+
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

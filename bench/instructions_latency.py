@@ -50,6 +50,7 @@ from common import (
     print_table,
     redis_server,
     row,
+    save_plot,
     spread,
     write_result,
 )
@@ -373,11 +374,7 @@ def plot(sizes: list[dict[str, Any]], path: Path) -> Path | None:
     ax.set_xlabel("lessons in the bank (embedded store)")
     ax.set_ylabel("latency per call (ms; line p50, band to p95)")
     ax.set_title("Instructions latency vs lesson count")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_plot(fig, ax, path)
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:

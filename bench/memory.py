@@ -30,7 +30,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, ROOT, embed_model_path, plt_or_none, print_table, redis_server, row, spread, write_result
+from common import (
+    RESULTS,
+    ROOT,
+    embed_model_path,
+    plt_or_none,
+    print_table,
+    redis_server,
+    row,
+    save_plot,
+    spread,
+    write_result,
+)
 
 TARGET_MB = {"scripted": None, "openai": 8.0}
 KINDS = {"scripted": "(a) scripted agent", "openai": "(b) agent that imports openai"}
@@ -170,10 +181,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     ax.set_yticks(range(len(results)), labels)
     ax.set(xlabel="RSS added after the steps (MB), against no lessonbank at all",
            title="Agent process memory with lessonbank")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_plot(fig, ax, path)
 
 
 def _rows(results: list[dict[str, Any]], steps: int, otel: bool) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, plt_or_none, print_table, ratio, row, write_result
+from common import RESULTS, plt_or_none, print_table, ratio, row, save_plot, write_result
 
 from lessonbank.core.models import StepRecord
 from lessonbank.core.settings import Settings
@@ -147,11 +147,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     ax.set_xlabel("steps in the run")
     ax.set_ylabel("distill prompt (Qwen2.5 tokens, schema included)")
     ax.set_title("Distill prompt size by run length")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_plot(fig, ax, path)
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from common import RESULTS, ROOT, free_port, plt_or_none, print_table, redis_server, row, write_result
+from common import RESULTS, ROOT, free_port, plt_or_none, print_table, redis_server, row, save_plot, write_result
 from smolagents import CodeAgent
 from smolagents.memory import ActionStep, FinalAnswerStep
 
@@ -324,12 +324,6 @@ def figures(m: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _save(fig: Any, ax: Any, path: Path) -> Path:
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
-
-
 def _cdf(ax: Any, samples: list[float], label: str) -> None:
     values = sorted(samples)
     ax.plot(values, [100 * (i + 1) / len(values) for i in range(len(values))], lw=1.2, label=label)
@@ -346,7 +340,7 @@ def plots(m: dict[str, Any], out: Path) -> list[str]:
     ax.axvline(TARGET_P99_US, color="grey", ls="--", lw=0.8, label=f"target p99 {TARGET_P99_US:.0f} us")
     ax.set(xscale="log", xlabel="time in the step callback (us)", ylabel="steps at or below (%)",
            title="Recorder callback against a bare LPUSH, paired per step")
-    written.append(_save(fig, ax, out / "recorder_overhead.png"))
+    written.append(save_plot(fig, ax, out / "recorder_overhead.png"))
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
     fresh = {name: statistics.median(values) / 1e6 for name, values in m["fresh"].items()}
@@ -360,7 +354,7 @@ def plots(m: dict[str, Any], out: Path) -> list[str]:
     ax.bar(0, 0, color="C0", label="recorder")
     ax.bar(0, 0, color="C1", label="bare LPUSH (baseline)")
     ax.set(xscale="log", xlabel="time (ms)", title="Run close and first callback")
-    written.append(_save(fig, ax, out / "recorder_close.png"))
+    written.append(save_plot(fig, ax, out / "recorder_close.png"))
 
     fig, ax = plt.subplots(figsize=(7, 2.6))
     cpu = m["cpu_us"]
@@ -368,27 +362,27 @@ def plots(m: dict[str, Any], out: Path) -> list[str]:
             label="agent's thread (callback, LPUSH call)")
     ax.barh(["recorder"], [cpu["writer"]], left=[cpu["callbacks"]], color="C9", label="recorder's writer thread")
     ax.set(xlabel="CPU time per record (us)", title="CPU cost of a record, all threads")
-    written.append(_save(fig, ax, out / "recorder_cpu.png"))
+    written.append(save_plot(fig, ax, out / "recorder_cpu.png"))
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
     _cdf(ax, m["lag_ms"], "hand-over to readable in Redis")
     ax.axvline(TARGET_LAG_MS, color="grey", ls="--", lw=0.8, label=f"promise {TARGET_LAG_MS:.0f} ms")
     ax.set(xlabel="delivery lag (ms)", ylabel="records at or below (%)", title="Delivery lag of step records")
-    written.append(_save(fig, ax, out / "recorder_delivery.png"))
+    written.append(save_plot(fig, ax, out / "recorder_delivery.png"))
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
     _cdf(ax, [x / 1000 for x in m["down_ns"]], "recorder callback, Redis down")
     ax.axvline(TARGET_P99_US, color="grey", ls="--", lw=0.8, label=f"target p99 {TARGET_P99_US:.0f} us")
     ax.set(xscale="log", xlabel="time in the step callback (us)", ylabel="steps at or below (%)",
            title=f"Redis down: {m['down']['spooled']} of {m['down']['expected']} records in the spool")
-    written.append(_save(fig, ax, out / "recorder_redis_down.png"))
+    written.append(save_plot(fig, ax, out / "recorder_redis_down.png"))
 
     fig, ax = plt.subplots(figsize=(7, 2.6))
     pay = m["payload"]
     ax.barh(["step record in Redis", "json.dumps(step.dict())"],
             [pay["redis_bytes_per_step"], pay["step_dict_bytes_per_step"]], color=["C0", "C1"], label="per step")
     ax.set(xscale="log", xlabel="bytes per step", title=f"Payload, {pay['steps']}-step run")
-    written.append(_save(fig, ax, out / "recorder_payload.png"))
+    written.append(save_plot(fig, ax, out / "recorder_payload.png"))
     plt.close("all")
     return [str(path) for path in written]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, embed_model_path, plt_or_none, print_table, ratio, row, write_result
+from common import RESULTS, embed_model_path, plt_or_none, print_table, ratio, row, save_plot, write_result
 
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.instructions import rank_lessons
@@ -140,11 +140,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of tasks (MRR: mean 1/rank)")
     ax.set_title(f"Retrieval quality, {result['pairs']} tasks, {result['lessons_in_bank']} lessons in the bank")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_plot(fig, ax, path)
 
 
 def main() -> None:

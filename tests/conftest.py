@@ -56,3 +56,4 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
 from tests.fixtures.embed_model import embed_model_path, embedder  # noqa: E402,F401
 from tests.fixtures.llama_server import llama_server  # noqa: E402,F401
 from tests.fixtures.openai_server import openai_server  # noqa: E402,F401
+from tests.fixtures.spans import spans  # noqa: E402,F401

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 import redis
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from qdrant_client import QdrantClient
 from smolagents import CodeAgent
@@ -26,28 +25,11 @@ from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.telemetry import start_run
 from tests.fixtures.recorded import run_hash
 from tests.fixtures.scripted_model import ScriptedModel, final_code
+from tests.fixtures.spans import provider
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
 TASK = "Load data/sales.csv and compute the total revenue per region"
 SECRET_TASK = TASK + " with token=abcdef0123456789abcdef"
-
-
-def provider() -> TracerProvider:
-    """The process's SDK tracer provider (set once per process: OpenTelemetry allows no second one)."""
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        return current
-    made = TracerProvider()
-    trace.set_tracer_provider(made)
-    return made
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider().add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()  # a shut-down exporter drops what later tests record
 
 
 @pytest.fixture

@@ -133,7 +133,7 @@ class Writer:
     def _loop(self) -> None:
         me = threading.current_thread()
         while self._thread is me:
-            self._wait()
+            self._wait(me)
             more = True
             while more:
                 with self._io:
@@ -142,14 +142,17 @@ class Writer:
             with self._io:
                 self.transport.close()
 
-    def _wait(self) -> None:
+    def _wait(self, me: threading.Thread) -> None:
         """Wait LINGER for more records (they go out as one batch); when none came, sleep until ``put``
-        wakes the thread (or the breaker allows the next probe of a spool)."""
+        wakes the thread (or the breaker allows the next probe of a spool).
+
+        ``retire`` and ``_stop`` unset ``_thread`` before they send their wake-up: a wake-up taken
+        while lingering is seen here, and the thread does not go to sleep for good."""
         try:
             self._wake.get(timeout=LINGER)
         except queue.Empty:
             pass
-        if not self._items:
+        if not self._items and self._thread is me:
             self._idle = True
             if not self._items:  # checked after _idle is set: a put() in between sends a wake-up
                 try:

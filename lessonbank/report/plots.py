@@ -19,6 +19,13 @@ PLOT_TITLES = {
     "tool_errors": "Error rate per tool",
 }
 ARM_COLOURS = {"lessons": "#1f77b4", "control": "#ff7f0e"}
+# The lessons arm is drawn over the control arm, thicker; control is dashed with hollow markers: where the
+# two arms coincide (both always succeed, say) both stay visible.
+ARM_STYLES: dict[str, dict[str, Any]] = {
+    "lessons": {"marker": "o", "markersize": 4, "linestyle": "-", "linewidth": 2.2, "zorder": 3},
+    "control": {"marker": "s", "markersize": 6, "linestyle": "--", "linewidth": 1.4, "markerfacecolor": "none",
+                "zorder": 2},
+}
 KIND_COLOURS = {"fact": "#2ca02c", "approach": "#1f77b4", "failure": "#d62728"}
 TOOLS_PLOTTED = 20
 SIZE = (8.0, 3.6)
@@ -76,7 +83,7 @@ def _runs_plot(document: dict[str, Any], key: str, ylabel: str) -> bytes | None:
     for arm, points in series.items():
         kept = [p for p in points if p[key] is not None]
         if kept:
-            axes.plot(_times(kept), [p[key] for p in kept], marker=".", color=ARM_COLOURS[arm],
+            axes.plot(_times(kept), [p[key] for p in kept], color=ARM_COLOURS[arm], **ARM_STYLES[arm],
                       label=f"{arm} arm ({document['arms'][arm]['runs']} runs)")
     if key == "success_rate":
         axes.set_ylim(-0.02, 1.02)

@@ -11,6 +11,9 @@ run gave is kept with the run, so a later verdict (a user's feedback after disti
 by its difference instead of adding to it. A lesson whose harmful evidence clearly outweighs its
 helpful evidence (under a Beta(1 + helpful, 1 + harmful) belief, less than a 10 % chance that applying
 it ends well more often than not) is retired: kept for audit with the reason, no longer given to runs.
+So is a lesson given to ``IDLE_AFTER`` runs and applied by none of them (a plan, a wrong diagnosis or a
+platitude the agents never act on): it costs every run prompt space and no run shows it helps. Lessons a
+user added or imported are never retired as idle: the user vouched for them.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
 
 logger = logging.getLogger(__name__)
 
 RETIRE_BELOW = 0.10
+IDLE_AFTER = 8
 RECIPE_SHARE = 0.75
 COMMON_NAMES = frozenset({
     "print", "len", "int", "str", "float", "list", "dict", "set", "sum", "range", "open", "json", "loads", "dumps",
@@ -178,6 +183,18 @@ def should_retire(lesson: Lesson) -> bool:
     return lesson.harmful > lesson.helpful and chance_good(lesson.helpful, lesson.harmful) < RETIRE_BELOW
 
 
+def is_idle(lesson: Lesson) -> bool:
+    """Given to ``IDLE_AFTER`` runs or more, applied by none, and not vouched for by a user."""
+    return lesson.given >= IDLE_AFTER and lesson.applied == 0 and lesson.origin not in USER_ORIGINS
+
+
+def retire_reason(lesson: Lesson) -> str:
+    if should_retire(lesson):
+        return (f"harmful in {lesson.harmful} of {lesson.applied} runs that applied it, helpful in "
+                f"{lesson.helpful} (chance it helps: {chance_good(lesson.helpful, lesson.harmful):.0%})")
+    return f"given to {lesson.given} runs, applied by none"
+
+
 def _flags(verdict: str, is_applied: bool, is_altered: bool = False) -> dict[str, int]:
     flags = {"given": 1, "applied": int(is_applied), "helpful": 0, "harmful": 0}
     if is_applied and verdict == "success":
@@ -217,14 +234,12 @@ def apply_credit(store: LessonStoreProtocol, bank: str, given: list[str], applie
         counts = {name: max(getattr(lesson, name) + delta[name], 0) for name in COUNTS}
         updates[lesson_id] = counts
         lesson = lesson.model_copy(update=counts)
-        if lesson.status == "active" and should_retire(lesson):
+        if lesson.status == "active" and (should_retire(lesson) or is_idle(lesson)):
             report.retired.append(lesson_id)
     if updates:
         store.set_counts(bank, updates)
     for lesson_id in report.retired:
-        lesson = lessons[lesson_id].model_copy(update=updates[lesson_id])
-        reason = (f"harmful in {lesson.harmful} of {lesson.applied} runs that applied it, helpful in "
-                  f"{lesson.helpful} (chance it helps: {chance_good(lesson.helpful, lesson.harmful):.0%})")
+        reason = retire_reason(lessons[lesson_id].model_copy(update=updates[lesson_id]))
         store.set_status(bank, [lesson_id], "retired", reason=reason)
         logger.info("bank %s: lesson %s retired: %s", bank, lesson_id, reason)
     return report

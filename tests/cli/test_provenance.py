@@ -4,7 +4,6 @@ run's task), unique id prefixes, readable times and a recipe's code; real embedd
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import redis
@@ -14,7 +13,6 @@ from qdrant_client import QdrantClient
 from lessonbank.cli.main import cli
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, Provenance, Recipe
-from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from tests.fixtures.runs import make_steps, write_run
 
@@ -44,22 +42,15 @@ TWINS = lessons_sharing_a_first_character()
 
 
 @pytest.fixture
-def env(settings: Settings, tmp_path: Path, embed_model_path: Path, embedder: FastEmbedEmbedder,
-        redis_client: redis.Redis) -> dict[str, str | None]:
+def env(env: dict[str, str | None], embedder: FastEmbedEmbedder, redis_client: redis.Redis) -> dict[str, str | None]:
+    """The CLI environment (tests/cli/conftest.py) with a recorded run and the lessons in its store."""
     steps = make_steps(BANK, "run-a", TASK, error_at=0)
     steps[1].observations = "columns: date;region;amount \x1b[31mred\x1b[0m " + "x" * 500
     write_run(redis_client, BANK, task=TASK, run_id="run-a", steps=steps)
-    client = QdrantClient(path=str(tmp_path / "qdrant"))
+    client = QdrantClient(path=str(env["LESSONBANK_QDRANT_PATH"]))
     LessonStore(client, embedder).upsert([SEPARATOR, *TWINS])
     client.close()
-    return {
-        "LESSONBANK_REDIS_URL": settings.redis_url,
-        "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
-        "LESSONBANK_QDRANT_PATH": str(tmp_path / "qdrant"),
-        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
-        "LESSONBANK_QDRANT_URL": None,
-        "LESSONBANK_BANK": None,
-    }
+    return env
 
 
 def show(env: dict[str, str | None], *args: str) -> Result:

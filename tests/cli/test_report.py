@@ -21,7 +21,6 @@ from lessonbank.cli.main import cli
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, StepRecord, TokenUsageRecord
 from lessonbank.core.runs import RunRef, close_run, load_run, record_step
-from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.summary import save_summary, summarize_run
 from tests.test_report import BLOCK_MATPLOTLIB
@@ -75,18 +74,6 @@ def write_scenario(client: redis.Redis, arms: tuple[str, ...] = ("lessons", "con
         for i, verdict in enumerate(verdicts):
             at = BASE + 600 * i + 60 * a
             record_run(client, f"{arm}-{i}", arm, verdict, (tokens_in, tokens_out), i in failing, at)
-
-
-@pytest.fixture
-def env(settings: Settings, tmp_path: Path, embed_model_path: Path) -> dict[str, str | None]:
-    return {
-        "LESSONBANK_REDIS_URL": settings.redis_url,
-        "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
-        "LESSONBANK_QDRANT_PATH": str(tmp_path / "qdrant"),
-        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
-        "LESSONBANK_QDRANT_URL": None,
-        "LESSONBANK_BANK": None,
-    }
 
 
 @pytest.fixture

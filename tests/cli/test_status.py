@@ -29,15 +29,8 @@ from tests.fixtures.redis_server import free_port
 
 
 @pytest.fixture
-def env(settings: Settings, tmp_path: Path, embed_model_path: Path) -> dict[str, str | None]:
-    return {
-        "LESSONBANK_REDIS_URL": settings.redis_url,
-        "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
-        "LESSONBANK_QDRANT_PATH": str(tmp_path / "qdrant"),
-        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
-        "LESSONBANK_QDRANT_URL": None,
-        "LESSONBANK_QUEUE": "lessonbank-test",
-    }
+def env(env: dict[str, str | None]) -> dict[str, str | None]:
+    return {**env, "LESSONBANK_QUEUE": "lessonbank-test"}
 
 
 def status(env: dict[str, str | None], *args: str) -> Result:

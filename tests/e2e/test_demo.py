@@ -6,6 +6,7 @@ against the scripted server so that it is checked on every CI run in seconds.)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
+from tests.fixtures.celery_worker import REPO
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 
 pytestmark = pytest.mark.slow
@@ -58,3 +61,37 @@ def test_demo_runs_twice_and_run_two_starts_with_the_lesson(
 
     worker_pid = int(re.search(r"Worker: celery -A lessonbank.workers worker \(pid (\d+)", out).group(1))  # type: ignore[union-attr]
     assert not Path(f"/proc/{worker_pid}").exists()  # everything the demo started is stopped
+
+
+def test_the_report_example_runs_both_arms_and_screenshots_the_report(
+    redis_url: str, openai_server: FakeOpenAI, embed_model_path: Path, tmp_path: Path
+) -> None:
+    # scripts/report_example.py makes the README's screenshot; here on the scripted server, six runs
+    openai_server.default = Reply(content=lessons_json(("fact", LESSON)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LESSONBANK_", "OPENAI_"))}
+    env.update({
+        "LESSONBANK_REDIS_URL": redis_url, "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
+        "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path), "OPENAI_BASE_URL": openai_server.url,
+        "OPENAI_API_KEY": "test-key", "LESSONBANK_DISTILL_MODEL": "fake-model",
+    })
+    shot = tmp_path / "docs" / "report.png"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "report_example.py"), "--runs", "6", "--holdout", "0.5", "--seed", "7",
+         "--out", str(shot), "--size", "900x1400", "--timeout", "120"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = re.findall(r"run \d+: (\d+) steps, (\d+) errors, (with|without) lessons, distilled", result.stdout)
+    assert len(runs) == 6
+    given = [r for r in runs if r[2] == "with"]
+    assert given and all(r[:2] == ("2", "0") for r in given)  # a run given the lessons reads the file right at once
+    assert all(r[:2] == ("4", "1") for r in runs if r[2] == "without")
+
+    document = json.loads((shot.with_suffix("") / "report.json").read_text())
+    arms = document["arms"]
+    assert arms["lessons"]["runs"] + arms["control"]["runs"] == 6 and arms["control"]["runs"] > 0
+    assert arms["lessons"]["runs"] == len(given)  # seed 7 holds the first run out: every lessons-arm run had some
+    assert arms["control"]["mean_steps"] == 4 and arms["lessons"]["mean_steps"] == 2
+    image = Image.open(shot)
+    assert image.size == (900, 1400)
+    assert len(image.convert("RGB").getcolors(maxcolors=1 << 16) or range(1 << 16)) > 50  # a painted page

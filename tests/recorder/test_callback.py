@@ -18,6 +18,7 @@ from smolagents.memory import ActionStep, FinalAnswerStep, PlanningStep
 from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY
 from lessonbank.core.settings import Settings
 from lessonbank.recorder import StepRecorder
+from tests.faults.helpers import wait_until
 from tests.fixtures.recorded import distill_args, queued_tasks, run_hash, run_records
 from tests.fixtures.scripted_model import (
     ScriptedModel,
@@ -542,3 +543,25 @@ def test_a_dropped_recorder_delivers_what_it_holds_and_ends_its_thread(settings,
         gc.collect()
         time.sleep(0.05)
     assert [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"]
+
+
+def test_a_writer_retired_while_it_lingers_for_more_records_still_ends(settings, redis_client, monkeypatch):
+    # The thread lingers after each batch for more records; a retirement whose wake-up it takes there
+    # used to send it to sleep for good (the dropped-recorder test above failed now and then).
+    from lessonbank.recorder import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "LINGER", 1.0)  # a window this test cannot miss
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1")]),
+                      step_callbacks={ActionStep: recorder.step_callbacks[ActionStep]}, verbosity_level=0)
+    agent.run("Retired while lingering.", max_steps=1)
+    run_id = recorder.run_id(agent) or ""
+    writer = recorder._writer
+    thread = writer._thread
+    assert thread is not None and thread.is_alive()
+    wait_until(lambda: writer.pending == 0 and len(run_records(redis_client, run_id)) == 2, 5,
+               "both records delivered")
+    time.sleep(0.2)  # well inside the linger that follows the delivery
+    writer.retire()
+    thread.join(5)
+    assert not thread.is_alive(), "a writer retired while lingering never ended"

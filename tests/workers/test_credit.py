@@ -10,7 +10,7 @@ from qdrant_client import QdrantClient
 
 from lessonbank.core.models import Lesson, Recipe, StepRecord
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers.credit import applied, apply_credit, chance_good, run_atoms, should_retire
+from lessonbank.workers.credit import IDLE_AFTER, applied, apply_credit, chance_good, run_atoms, should_retire
 
 TASK = "What is the total of the 'amount' column in /data/sales.csv?"
 SEMI = "The sales CSV separates fields with ';': pass delimiter=';' to csv.DictReader."
@@ -86,6 +86,27 @@ def test_a_lesson_applied_by_three_failing_runs_is_retired(store: LessonStore) -
     (stored,) = store.get("b", [wrong.id])
     assert report.retired == [wrong.id] and stored.status == "retired" and stored.harmful == 3
     assert "harmful in 3 of 3 runs" in stored.status_reason
+
+
+def test_a_lesson_no_run_applies_is_retired_as_idle_unless_a_user_added_it(store: LessonStore) -> None:
+    # A 1.5B distiller's plans and wrong diagnoses are handed out but never acted on: after IDLE_AFTER runs
+    # they stop taking prompt space. One applied run keeps a lesson; a user's own lessons are never idle.
+    idle = Lesson.new("b", "failure", "The agent did not handle errors when reading the file.")
+    used = Lesson.new("b", "approach", SEMI)
+    added = Lesson.new("b", "fact", CENTS, origin="added")
+    store.upsert([idle, used, added])
+    ids = [idle.id, used.id, added.id]
+    retired: list[str] = []
+    for number in range(1, IDLE_AFTER + 1):
+        report = apply_credit(store, "b", ids, {used.id} if number == IDLE_AFTER else set(), "success", None)
+        retired += report.retired
+        if number < IDLE_AFTER:
+            assert report.retired == [], f"retired after {number} runs"
+    stored = {lesson.id: lesson for lesson in store.get("b", ids)}
+    assert retired == [idle.id] and stored[idle.id].status == "retired"
+    assert stored[idle.id].status_reason == f"given to {IDLE_AFTER} runs, applied by none"
+    assert stored[used.id].status == "active" and stored[added.id].status == "active"
+    assert stored[added.id].given == IDLE_AFTER and stored[added.id].applied == 0
 
 
 def test_a_sentence_ending_in_a_keyword_value_is_still_matched() -> None:

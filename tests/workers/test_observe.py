@@ -19,8 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 from qdrant_client import QdrantClient
@@ -43,23 +42,6 @@ from tests.fixtures.runs import run_state, write_run
 CSV = ("fact", "The sales CSV files are separated by ';': read them with pandas.read_csv(path, sep=';').")
 TIMEOUT = ("failure", "The billing API hangs without a timeout: always pass timeout=10 to requests.get.")
 AGENT_SPAN = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-def provider() -> TracerProvider:
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        return current
-    made = TracerProvider()
-    trace.set_tracer_provider(made)
-    return made
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider().add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()
 
 
 @pytest.fixture
