@@ -53,7 +53,7 @@ def screenshot(page: Path, png: Path, width: int, height: int) -> None:
               help="Local model that distills (unused with OPENAI_BASE_URL).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/report.png"),
               show_default=True, help="Screenshot to write; the report goes to a folder beside it.")
-@click.option("--size", default="1200x2900", show_default=True, help="Browser window, WIDTHxHEIGHT pixels.")
+@click.option("--size", default="1200x2600", show_default=True, help="Browser window, WIDTHxHEIGHT pixels.")
 @click.option("--timeout", type=float, default=1200.0, show_default=True, help="Seconds to wait per distillation.")
 def main(runs: int, holdout: float, seed: int, model_key: str, out: Path, size: str, timeout: float) -> None:
     """Run the demo's agent RUNS times with a control arm and screenshot the bank's report."""

@@ -12,7 +12,15 @@ from lessonbank.cli.context import CliContext, bank_option, echo_json, fail, jso
 from lessonbank.cli.store_access import EVERY_LESSON, cli_store, find_lessons
 from lessonbank.core import purge
 from lessonbank.core.exceptions import ServiceUnavailable
-from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind, LessonOrigin, LessonStatus, lesson_id
+from lessonbank.core.models import (
+    LESSON_KINDS,
+    RELEASED_BY_USER,
+    Lesson,
+    LessonKind,
+    LessonOrigin,
+    LessonStatus,
+    lesson_id,
+)
 
 if TYPE_CHECKING:
     from lessonbank.cli.intake import Checked, Intake
@@ -21,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["bank_option", "json_option", "lessons"]
 
 IMPORT_BATCH = 64
+RELEASABLE = frozenset({"quarantined", "retired"})
 STATUSES: tuple[str, ...] = get_args(LessonStatus)
 TEXT_CHARS = 300
 
@@ -254,16 +263,17 @@ def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: 
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @pass_cli
 def release_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], yes: bool) -> None:
-    """Release quarantined lessons: you vouch for them, and runs get them from now on."""
+    """Release quarantined or retired lessons: you vouch for them, and runs get them from now on (a
+    released lesson is not retired again for going unapplied, only if runs that apply it fail)."""
     with cli_store(cli) as store:
         found, _ = find_lessons(store, bank, lesson_ids)
         for lesson in found:
-            if lesson.status != "quarantined":
-                raise fail(f"lesson {lesson.id} is {lesson.status}, not quarantined")
+            if lesson.status not in RELEASABLE:
+                raise fail(f"lesson {lesson.id} is {lesson.status}, not quarantined or retired")
             click.echo(_line(lesson))
         if not yes:
             click.confirm(f"Hand these {len(found)} lesson(s) to the runs of bank {bank!r}?", abort=True)
-        changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason="released by a user")
+        changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason=RELEASED_BY_USER)
     click.echo(f"Released {changed} lesson(s).")
 
 

@@ -17,10 +17,12 @@ STEP_RECORD_VERSION = 1
 StepKind = Literal["action", "planning", "final", "run_end"]
 LessonKind = Literal["fact", "approach", "failure"]
 # active: handed to runs; superseded: replaced by a merged or newer lesson (superseded_by); retired: its
-# harmful evidence outweighed its helpful evidence (status_reason); quarantined: held back until a user
-# releases it (it carries URLs, e-mail addresses or instructions to send data somewhere); forgotten: hidden
-# by a user.
+# harmful evidence outweighed its helpful evidence, or no run applied it (status_reason), until a user
+# releases it; quarantined: held back until a user releases it (it carries URLs, e-mail addresses or
+# instructions to send data somewhere); forgotten: hidden by a user.
 LessonStatus = Literal["active", "superseded", "retired", "quarantined", "forgotten"]
+# The status reason of a lesson a user released (from quarantine or retirement): they vouch for it.
+RELEASED_BY_USER = "released by a user"
 LessonOrigin = Literal["distilled", "recipe", "remembered", "imported", "added"]
 # How a run ended, as its recorder saw it.
 RunOutcome = Literal["success", "max_steps", "error", "interrupted", "abandoned", "unknown"]

@@ -16,8 +16,10 @@ Which tools a step called:
   counts once).
 
 A failing step's error goes to the tools named in its failing line (``Code execution failed at line
-'...'``, ``Error executing tool 'name'``), else to the step's only tool; ``final_answer`` is blamed only
-when it raised itself (the failing line names no other tool). Latency: the duration of the steps that
+'...'``, ``Error executing tool 'name'``); a failing line that calls no tool is an error of the agent's
+own code (``row['amount']`` on a row the tool returned whole) and goes to no tool; an error without a
+failing line (a timeout, say) goes to the step's only tool. ``final_answer`` is blamed only when it
+raised itself (the failing line names no other tool). Latency: the duration of the steps that
 called exactly one tool; error messages are normalised (numbers, quoted strings, ids, paths replaced by
 placeholders) and capped.
 """
@@ -197,8 +199,7 @@ def blamed_tools(step: StepRecord, called: Sequence[str]) -> list[str]:
         line = message[len(_CODE_FAILED):].split(_DUE_TO, 1)[0]
         named = [n for n in names if re.search(rf"\b{re.escape(n)}\s*\(", line)]
         others = [n for n in named if n != FINAL_ANSWER]
-        if named:
-            return others or named
+        return others or named  # none named: the agent's own code failed, not a tool
     if len(names) == 1 and names[0] != FINAL_ANSWER:
         return names
     return []

@@ -13,7 +13,8 @@ helpful evidence (under a Beta(1 + helpful, 1 + harmful) belief, less than a 10 
 it ends well more often than not) is retired: kept for audit with the reason, no longer given to runs.
 So is a lesson given to ``IDLE_AFTER`` runs and applied by none of them (a plan, a wrong diagnosis or a
 platitude the agents never act on): it costs every run prompt space and no run shows it helps. Lessons a
-user added or imported are never retired as idle: the user vouched for them.
+user added, imported or released (``lessons release`` brings a retired lesson back) are never retired as
+idle: the user vouched for them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lessonbank.core.instructions import USER_ORIGINS
-from lessonbank.core.models import Lesson, Recipe, StepRecord
+from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
 
 logger = logging.getLogger(__name__)
@@ -184,8 +185,10 @@ def should_retire(lesson: Lesson) -> bool:
 
 
 def is_idle(lesson: Lesson) -> bool:
-    """Given to ``IDLE_AFTER`` runs or more, applied by none, and not vouched for by a user."""
-    return lesson.given >= IDLE_AFTER and lesson.applied == 0 and lesson.origin not in USER_ORIGINS
+    """Given to ``IDLE_AFTER`` runs or more, applied by none, and not vouched for by a user (added,
+    imported or released by one)."""
+    return (lesson.given >= IDLE_AFTER and lesson.applied == 0 and lesson.origin not in USER_ORIGINS
+            and lesson.status_reason != RELEASED_BY_USER)
 
 
 def retire_reason(lesson: Lesson) -> str:

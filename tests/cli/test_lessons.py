@@ -249,6 +249,19 @@ def test_quarantined_lessons_are_listed_with_their_reason_and_released(seeded: d
     assert json.loads(ok(seeded, "lessons", "list", "-b", "team", "--status", "quarantined", "--json").stdout) == []
 
 
+def test_a_retired_lesson_is_released_by_a_user(seeded: dict[str, str | None], embedder: FastEmbedEmbedder) -> None:
+    client = QdrantClient(path=str(seeded["LESSONBANK_QDRANT_PATH"]))
+    LessonStore(client, embedder).set_status("team", [TEAM[1].id], "retired", reason="given to 8 runs, applied by none")
+    client.close()
+    assert TIMEOUT not in ok(seeded, "lessons", "list", "--bank", "team").stdout
+    assert "Released 1 lesson(s)." in ok(seeded, "lessons", "release", "-b", "team", TEAM[1].id[:8], "--yes").stdout
+    [lesson] = json.loads(ok(seeded, "lessons", "show", "-b", "team", "--json", TEAM[1].id).stdout)
+    assert (lesson["status"], lesson["status_reason"]) == ("active", "released by a user")
+    assert TIMEOUT in ok(seeded, "lessons", "list", "--bank", "team").stdout
+    failed(seeded, "lessons", "release", "--bank", "team", TEAM[1].id[:8], "--yes",
+           match="is active, not quarantined or retired")
+
+
 def test_ids_are_taken_by_unique_prefix(seeded: dict[str, str | None]) -> None:
     out = ok(seeded, "lessons", "forget", "--bank", "team", TEAM[1].id[:7].upper(), "--yes").stdout
     assert "Forgot 1 lesson(s)." in out and TIMEOUT not in ok(seeded, "lessons", "list", "-b", "team").stdout

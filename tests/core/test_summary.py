@@ -91,6 +91,19 @@ def test_tool_stats_blames_the_failing_line_and_never_final_answer_unless_it_rai
     assert sorted(stats["search"].seconds) == [1.5, 2.5, 30.0]  # steps that called exactly that tool
 
 
+def test_an_error_in_the_agents_own_code_is_blamed_on_no_tool() -> None:
+    # The demo's control runs: the tool returned the file whole, the agent's code indexed a row wrongly.
+    # The failing line calls no tool, so the tool is not "failing with KeyError".
+    steps = [
+        action(0, "rows = read_text_file(path='sales.csv')\ntotal = sum(float(r['amount']) for r in rows)",
+               error=failed_at("total = sum(float(r['amount']) for r in rows)", "KeyError: 'amount'")),
+        action(1, "text = read_text_file(path='sales.csv')", error="Timed out after 30 seconds"),
+    ]
+    stats = tool_stats(steps, ["read_text_file", "final_answer"])
+    assert (stats["read_text_file"].calls, stats["read_text_file"].errors) == (2, 1)
+    assert stats["read_text_file"].error_messages == ["Timed out after <n> seconds"]  # no failing line: its tool
+
+
 def test_tool_calling_agent_steps_use_their_tool_calls() -> None:
     message = ("Error executing tool 'web_search' with arguments {'query': 'q 7'}: HTTPError: 503 Server Error "
                "for url https://api.example.com/v1/search\nPlease try again or use another tool")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from qdrant_client import QdrantClient
 
-from lessonbank.core.models import Lesson, Recipe, StepRecord
+from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers.credit import IDLE_AFTER, applied, apply_credit, chance_good, run_atoms, should_retire
 
@@ -94,8 +94,9 @@ def test_a_lesson_no_run_applies_is_retired_as_idle_unless_a_user_added_it(store
     idle = Lesson.new("b", "failure", "The agent did not handle errors when reading the file.")
     used = Lesson.new("b", "approach", SEMI)
     added = Lesson.new("b", "fact", CENTS, origin="added")
-    store.upsert([idle, used, added])
-    ids = [idle.id, used.id, added.id]
+    released = Lesson.new("b", "fact", PROSE).model_copy(update={"status_reason": RELEASED_BY_USER})
+    store.upsert([idle, used, added, released])
+    ids = [idle.id, used.id, added.id, released.id]
     retired: list[str] = []
     for number in range(1, IDLE_AFTER + 1):
         report = apply_credit(store, "b", ids, {used.id} if number == IDLE_AFTER else set(), "success", None)
@@ -105,8 +106,8 @@ def test_a_lesson_no_run_applies_is_retired_as_idle_unless_a_user_added_it(store
     stored = {lesson.id: lesson for lesson in store.get("b", ids)}
     assert retired == [idle.id] and stored[idle.id].status == "retired"
     assert stored[idle.id].status_reason == f"given to {IDLE_AFTER} runs, applied by none"
-    assert stored[used.id].status == "active" and stored[added.id].status == "active"
-    assert stored[added.id].given == IDLE_AFTER and stored[added.id].applied == 0
+    assert stored[used.id].status == stored[added.id].status == stored[released.id].status == "active"
+    assert stored[added.id].given == stored[released.id].given == IDLE_AFTER and stored[added.id].applied == 0
 
 
 def test_a_sentence_ending_in_a_keyword_value_is_still_matched() -> None:
