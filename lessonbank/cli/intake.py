@@ -52,7 +52,7 @@ HIDDEN_STATUSES = frozenset({"forgotten", "retired", "superseded"})
 GATE_REASONS = {
     "secret": "it looks like it carries a secret",
     "nothing_happened": "it says that nothing went wrong",
-    "first_person_plan": "it is a plan in the first person",
+    "first_person_plan": "it is a plan or a story in the first person",
     "refers_to_transcript": "it points into a transcript ('step 3', 'the above', 'this run')",
     "contentless": "it is too short or too generic to say anything",
 }

@@ -12,8 +12,8 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
-| ``first_person_plan``  | is a plan in the first person ("I will ...", "Let me ...")                     |
-| ``refers_to_transcript`` | points into the transcript ("step 3", "the above", "this run")               |
+| ``first_person_plan``  | is a plan or a story in the first person ("I will", "Let me", "so I assumed")  |
+| ``refers_to_transcript`` | points into the transcript or prompt ("step 3", "this run", "lesson 2")      |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
@@ -81,12 +81,18 @@ _FIRST_PERSON = re.compile(
     r"(?i)^\W*(?:i|we|let(?:'s| me| us))\b"
     r"|\b(?:i|we)(?:'ll| will| am going to| are going to| need to| should| have to| must| can)\b"
     r"|\bmy (?:plan|next step|approach)\b"
+    # a later sentence that starts a plan ("... not found. Let me look at the header line.")
+    r"|[.!?;:]\W{0,3}let(?:'s| me| us)\b"
+    # the narrator "I" (capital, a verb after it) opening a clause: "so I assumed it was successful"
+    r"|(?:[.!?;:,]\W{0,3}|\b(?:so|and|then|but|because|when|since|after|before|until|that) )(?-i:I [a-z])"
 )
 _TRANSCRIPT = re.compile(
     r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
     r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
     r"|\b(?:the|this) (?:run|agent) (?:ended|failed|succeeded|finished|was judged|stopped|gave up)\b"
     r"|\brecorded outcome\b|\bjudged (?:a )?(?:success|failure)\b|\bfinal answer (?:was|is):? |\bfinal answer: "
+    # the distill prompt's own lists: "This is a duplicate of lesson 2."
+    r"|\b(?:duplicates?|copy|repeats?|same as) (?:of )?(?:the )?(?:existing |given |earlier )?lesson(?: #?\d+)?\b"
 )
 _URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
 _EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")

@@ -85,7 +85,7 @@ def test_lessons_are_checked_like_distilled_ones(env: dict[str, str | None], tmp
     assert "Imported 2 lesson(s) into bank 'team' (1 quarantined: see `lessons list --status quarantined`; " \
            "5 skipped)." in result.stdout
     assert result.stderr.splitlines() == [
-        "line 2 skipped: first_person_plan: it is a plan in the first person",
+        "line 2 skipped: first_person_plan: it is a plan or a story in the first person",
         "line 3 skipped: secret: it looks like it carries a secret",
         "line 4 skipped: its text is 1201 characters long (at most 1200)",
         "line 6 skipped: the same lesson as an earlier line",

@@ -28,11 +28,16 @@ JUNK = [
     ("first_person_plan", "I will use a list comprehension to filter out rows with missing values."),
     ("first_person_plan", "Let me read the header line before parsing the sales file rows."),
     ("first_person_plan", "We need to read the file with the correct delimiter before summing."),
+    # written by the local 1.5B distiller in a real run of the demo's task
+    ("first_person_plan", "The 'amount' column was not found. Let me look at the header line."),
+    ("first_person_plan", "The code snippet did not print anything, so I assumed it was successful."),
     ("refers_to_transcript", "As shown in step 3, the header line lists the columns of the file."),
     ("refers_to_transcript", "The approach above works well for reading the semicolon separated file."),
     ("refers_to_transcript", "This run discovered that the separator of the file is a semicolon (E1)."),
     ("refers_to_transcript", "The run ended with recorded outcome success, judged failure (by check); final answer: 5"),
     ("refers_to_transcript", "The agent failed because it read only the first page of the sales file."),
+    ("refers_to_transcript",
+     "The 'amount' column was not found in the header line of the sales file. This is a duplicate of lesson 2."),
     ("restates_task", "Compute the total of the 'amount' column in the sales file /data/sales.csv."),
     ("restates_answer", "The total of the 'amount' column in the sales file is 300.0."),
     ("ungrounded", "The EUR to USD exchange rate on that day was approximately 1.0876."),
@@ -42,6 +47,9 @@ JUNK = [
 
 GOOD = [
     "The sales CSV files separate fields with ';': read them with csv.DictReader(..., delimiter=';').",
+    "Reading the sales file with delimiter=';' works; the header line lists date, region and amount.",
+    "Each row of the sales file is one line: the KeyError: 'amount' means the separator was wrong.",
+    "The Phase I rows of the sales file come first; their amount column is empty.",
     "Reading the sales file with the default comma delimiter fails with KeyError: 'amount'.",
     "The header line of the sales file is date;region;amount, so the separator is a semicolon.",
 ]
@@ -61,7 +69,7 @@ def test_screen_counts_drops_by_reason() -> None:
     texts = [text for _, text in JUNK] + GOOD
     kept, dropped = screen(texts, CTX)
     assert [texts[i] for i in kept] == GOOD
-    assert sum(dropped.values()) == len(JUNK) and dropped["first_person_plan"] == 3
+    assert sum(dropped.values()) == len(JUNK) and dropped["first_person_plan"] == 5
 
 
 def test_context_free_rules_for_lessons_without_a_run() -> None:
@@ -76,7 +84,8 @@ def test_a_short_answer_is_not_mistaken_for_a_restatement() -> None:
 
 
 def test_rules_stay_fast_on_hostile_text() -> None:
-    hostile = ["_a" * 600, "I " * 600, "step " * 600, "`" * 1200, "x(" * 600, "1." * 600]
+    hostile = ["_a" * 600, "I " * 600, "step " * 600, "`" * 1200, "x(" * 600, "1." * 600, ". " * 600,
+               "duplicate of " * 100, "Ia " * 400]
     started = time.perf_counter()
     for text in hostile:
         reason_to_drop(text[:1200], GateContext(task=text, final_answer=text[:70], observed=text * 10))
