@@ -58,6 +58,7 @@ _NOTHING = re.compile(
     r"completed successfully|finished successfully)"
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
     r"|\b(?:was|were) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
+    r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
 )
 # A lesson that only says what a tool is for: its docstring already does.
 _TOOL_PURPOSE = re.compile(

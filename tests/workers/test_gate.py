@@ -25,6 +25,8 @@ JUNK = [
     ("nothing_happened", "No failure occurred during this run."),
     ("nothing_happened", "The task was completed successfully without issues."),
     ("nothing_happened", "No errors were encountered while reading the file and summing the column."),
+    ("nothing_happened", "The run did not fail, but it could have been more efficient by directly calculating the "
+                         "sum without converting each amount to a float and rounding."),  # the 1.5B distiller's
     ("first_person_plan", "I will use a list comprehension to filter out rows with missing values."),
     ("first_person_plan", "Let me read the header line before parsing the sales file rows."),
     ("first_person_plan", "We need to read the file with the correct delimiter before summing."),
