@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 MAX_SOURCE_RUNS = 200
 MAX_TAGS = 8
 NEIGHBOURS = 5
+# Statuses a run's same text does not overwrite: a user's forget, the outcomes' retirement.
+HELD_BACK = frozenset({"forgotten", "retired"})
 
 
 @dataclass
@@ -249,8 +251,19 @@ class Consolidator:
             return True
         return False
 
+    def _held_back(self, lesson_id_: str) -> bool:
+        """A user forgot this lesson, or outcomes retired it: a run writing the same text again does not
+        revive it (with fresh counts) behind their back; ``lessons unforget`` / ``release`` do."""
+        found = self.store.get(self.bank, [lesson_id_])
+        if not found or found[0].status not in HELD_BACK:
+            return False
+        self.stats.skipped += 1
+        logger.info("bank %s run %s: lesson %s is %s; a run's same text does not revive it", self.bank, self.run_id,
+                    lesson_id_, found[0].status)
+        return True
+
     def _add(self, draft: DraftLesson) -> None:
-        if self._tombstoned(lesson_id(self.bank, draft.text)):
+        if self._tombstoned(lesson_id(self.bank, draft.text)) or self._held_back(lesson_id(self.bank, draft.text)):
             return
         lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
                             origin=self.origin, steps=draft.steps)
@@ -348,7 +361,7 @@ class Consolidator:
                         self.bank, self.run_id, target.id)
             return
         new_id = lesson_id(self.bank, draft.text)
-        if self._tombstoned(new_id):
+        if self._tombstoned(new_id) or self._held_back(new_id):
             return
         if self._exact(draft.text) is None:
             self._add(draft)

@@ -57,6 +57,21 @@ def test_same_run_twice_changes_nothing(store: LessonStore) -> None:
     assert {lesson.id: lesson.model_dump() for lesson in store.list("b")} == before
 
 
+@pytest.mark.parametrize("status", ["forgotten", "retired"])
+def test_a_forgotten_or_retired_lesson_is_not_revived_by_a_run_writing_it_again(
+    store: LessonStore, status: str
+) -> None:
+    # The control runs of the demo distil the same wrong diagnosis again and again: a user's forget and the
+    # outcomes' retirement must hold, not be overwritten by a fresh active copy with its counts reset.
+    run(store, "r1", SEMI)
+    held = lesson_id("b", SEMI)
+    store.set_status("b", [held], status, reason="given to 8 runs, applied by none")
+    stats = run(store, "r2", SEMI, KELVIN)
+    [lesson] = store.get("b", [held])
+    assert (lesson.status, lesson.source_run_ids) == (status, ["r1"])
+    assert (stats.added, stats.skipped) == (1, 1) and held not in stats.lesson_ids
+
+
 def test_near_duplicate_reinforces_instead_of_adding(store: LessonStore) -> None:
     run(store, "r1", SEMI)
     stats = run(store, "r2", SEMI_REWORDED)
