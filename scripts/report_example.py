@@ -22,13 +22,12 @@ from pathlib import Path
 import click
 
 from lessonbank.agent import remember
+from lessonbank.cli.context import CliContext
+from lessonbank.cli.report import report
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import RUN_DISTILLED
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.remote import connect_store
-from lessonbank.core.summary import load_summaries
 from lessonbank.demo import BANK, SALES_CSV, TASK, make_agent, right_total, run_once, services, wait_distilled
-from lessonbank.report import build_report, render_plots, report_tables, write_report
 
 
 def screenshot(page: Path, png: Path, width: int, height: int) -> None:
@@ -57,7 +56,9 @@ def screenshot(page: Path, png: Path, width: int, height: int) -> None:
 @click.option("--timeout", type=float, default=1200.0, show_default=True, help="Seconds to wait per distillation.")
 def main(runs: int, holdout: float, seed: int, model_key: str, out: Path, size: str, timeout: float) -> None:
     """Run the demo's agent RUNS times with a control arm and screenshot the bank's report."""
-    width, height = (int(part) for part in size.lower().split("x"))
+    width, _, height = size.lower().partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        raise click.BadParameter(f"expected WIDTHxHEIGHT in pixels (1200x2600), got {size!r}", param_hint="--size")
     with services(Settings(), model_key, click.echo) as env:
         csv_path = env.workdir / "sales.csv"
         csv_path.write_text(SALES_CSV)
@@ -71,14 +72,11 @@ def main(runs: int, holdout: float, seed: int, model_key: str, out: Path, size: 
                        f"{'with' if view.instructions else 'without'} lessons, {state}")
             if state != RUN_DISTILLED:
                 raise click.ClickException(f"run {number} was not distilled ({state}); worker log: {env.worker_log}")
-        store = connect_store(env.settings)
-        document = build_report(BANK, load_summaries(client, BANK),
-                                store.list(BANK, limit=1000, include_inactive=True), None)
         folder = out.with_suffix("")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        written = write_report(folder, document, report_tables(document), render_plots(document))
-        click.echo(f"report: {', '.join(str(path) for path in written)}")
-    screenshot(folder / "report.html", out, width, height)
+        # the report a user gets: `lessonbank report --bank BANK --out FOLDER`, on the services' settings
+        report.main(["--bank", BANK, "--out", str(folder)], obj=CliContext(settings=env.settings),
+                    standalone_mode=False)
+    screenshot(folder / "report.html", out, int(width), int(height))
     click.echo(f"screenshot: {out}")
 
 

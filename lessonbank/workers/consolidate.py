@@ -263,7 +263,8 @@ class Consolidator:
         return True
 
     def _add(self, draft: DraftLesson) -> None:
-        if self._tombstoned(lesson_id(self.bank, draft.text)) or self._held_back(lesson_id(self.bank, draft.text)):
+        new_id = lesson_id(self.bank, draft.text)
+        if self._tombstoned(new_id) or self._held_back(new_id):
             return
         lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
                             origin=self.origin, steps=draft.steps)
