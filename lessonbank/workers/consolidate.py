@@ -15,7 +15,12 @@ For each new lesson, in order:
 3. nothing related: the lesson is added.
 
 A merge with rewritten text writes a new lesson that carries the old one's evidence and history and
-marks the old one ``superseded`` with a pointer to it; nothing is deleted. Every write remembers the
+marks the old one ``superseded`` with a pointer to it; nothing is deleted. A run writing a merged-away
+text reinforces the lesson it was merged into.
+
+What was taken out of the bank stays out: a run writing the text of a lesson a user forgot, outcomes
+retired, or a contradiction replaced, or a rewording of a forgotten or retired one (at least
+``duplicate_similarity``), neither revives it nor reinforces its replacement. Every write remembers the
 contributing run id, and a lesson that already lists the run is never reinforced again; the caller
 also keeps which of the run's lessons were written, so distilling the same run twice changes nothing.
 
@@ -32,7 +37,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from lessonbank.core.exceptions import PermanentDistillError
-from lessonbank.core.models import Lesson, LessonOrigin, Provenance, Recipe, lesson_id, recipe_id
+from lessonbank.core.models import Lesson, LessonOrigin, LessonStatus, Provenance, Recipe, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.workers.decide import Decider, Decision
@@ -43,8 +48,10 @@ logger = logging.getLogger(__name__)
 MAX_SOURCE_RUNS = 200
 MAX_TAGS = 8
 NEIGHBOURS = 5
-# Statuses a run's same text does not overwrite: a user's forget, the outcomes' retirement.
-HELD_BACK = frozenset({"forgotten", "retired"})
+# Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
+HELD_BACK: frozenset[LessonStatus] = frozenset({"forgotten", "retired"})
+# The reason a contradicted lesson is superseded with (a merge leaves the reason empty).
+CONTRADICTED = "contradicted by run"
 
 
 @dataclass
@@ -173,6 +180,8 @@ class Consolidator:
         if exact is not None:
             self._reinforce(exact, draft)
             return []
+        if self._held_back(lesson_id(self.bank, draft.text)):
+            return []
         neighbours, close = self._neighbours(draft)
         if neighbours and neighbours[0][1] >= self.thresholds.duplicate:
             self._reinforce(neighbours[0][0], draft)
@@ -202,7 +211,7 @@ class Consolidator:
         for index, draft in enumerate(drafts):
             if index in done or draft.quarantine or self.scrubber.has_secret(draft.text):
                 continue
-            if self._exact(draft.text) is not None:
+            if self._exact(draft.text) is not None or _kept_out(self._stored(lesson_id(self.bank, draft.text))):
                 continue
             neighbours, close = self._neighbours(draft)
             if close and not neighbours[0][1] >= self.thresholds.duplicate:
@@ -215,18 +224,22 @@ class Consolidator:
         except PermanentDistillError as e:
             logger.info("bank %s run %s: no decision before the lock (%s); asking under it", self.bank, self.run_id, e)
 
+    def _stored(self, lesson_id_: str) -> Lesson | None:
+        found = self.store.get(self.bank, [lesson_id_])
+        return found[0] if found else None
+
     def _exact(self, text: str) -> Lesson | None:
-        """The lesson with this text's id, following a supersede pointer; None if absent or forgotten."""
-        found = self.store.get(self.bank, [lesson_id(self.bank, text)])
+        """The active lesson with this text's id, following the pointers of merges; None if absent or kept out
+        (a lesson superseded because it was contradicted does not lead to the claim that replaced it)."""
+        lesson = self._stored(lesson_id(self.bank, text))
         for _ in range(5):
-            if not found:
+            if lesson is None or _kept_out(lesson):
                 return None
-            lesson = found[0]
             if lesson.status == "active":
                 return lesson
             if lesson.status != "superseded" or not lesson.superseded_by:
                 return None
-            found = self.store.get(self.bank, [lesson.superseded_by])
+            lesson = self._stored(lesson.superseded_by)
         return None
 
     def _reinforce(self, lesson: Lesson, draft: DraftLesson) -> None:
@@ -252,20 +265,33 @@ class Consolidator:
         return False
 
     def _held_back(self, lesson_id_: str) -> bool:
-        """A user forgot this lesson, or outcomes retired it: a run writing the same text again does not
-        revive it (with fresh counts) behind their back; ``lessons unforget`` / ``release`` do."""
-        found = self.store.get(self.bank, [lesson_id_])
-        if not found or found[0].status not in HELD_BACK:
+        """A user forgot this lesson, outcomes retired it or a contradiction replaced it: a run writing the
+        same text again does not revive it (with fresh counts) behind their back; ``lessons unforget`` /
+        ``release`` do."""
+        lesson = self._stored(lesson_id_)
+        if lesson is None or not _kept_out(lesson):
             return False
         self.stats.skipped += 1
-        logger.info("bank %s run %s: lesson %s is %s; a run's same text does not revive it", self.bank, self.run_id,
-                    lesson_id_, found[0].status)
+        why = f" ({lesson.status_reason})" if lesson.status_reason else ""
+        logger.info("bank %s run %s: lesson %s is %s%s; a run's same text does not revive it", self.bank,
+                    self.run_id, lesson_id_, lesson.status, why)
         return True
 
-    def _add(self, draft: DraftLesson) -> None:
+    def _rewords_held_back(self, draft: DraftLesson) -> bool:
+        """The draft says again, in other words, what a user forgot or outcomes retired: not learnt anew."""
+        for lesson, score in self.store.similar(self.bank, draft.text, limit=1, statuses=sorted(HELD_BACK)):
+            if score >= self.thresholds.duplicate:
+                self.stats.skipped += 1
+                logger.info("bank %s run %s: a new lesson rewords %s lesson %s (similarity %.2f); not learnt again",
+                            self.bank, self.run_id, lesson.status, lesson.id, score)
+                return True
+        return False
+
+    def _add(self, draft: DraftLesson) -> bool:
+        """Write the draft as a new lesson; False when it was refused (purged, held back, a rewording)."""
         new_id = lesson_id(self.bank, draft.text)
-        if self._tombstoned(new_id) or self._held_back(new_id):
-            return
+        if self._tombstoned(new_id) or self._held_back(new_id) or self._rewords_held_back(draft):
+            return False
         lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
                             origin=self.origin, steps=draft.steps)
         lesson.verified = self.verified
@@ -278,6 +304,7 @@ class Consolidator:
         self.store.upsert([lesson])
         self.stats.added += 1
         self.stats.lesson_ids.append(lesson.id)
+        return True
 
     # -- related drafts: one decision for the run -----------------------------------------------
 
@@ -364,9 +391,9 @@ class Consolidator:
         new_id = lesson_id(self.bank, draft.text)
         if self._tombstoned(new_id) or self._held_back(new_id):
             return
-        if self._exact(draft.text) is None:
-            self._add(draft)
-        reason = f"contradicted by run {self.run_id}" + (" (judged a success)" if self.verified else "")
+        if self._exact(draft.text) is None and not self._add(draft):
+            return
+        reason = f"{CONTRADICTED} {self.run_id}" + (" (judged a success)" if self.verified else "")
         self.store.set_status(self.bank, [target.id], "superseded", superseded_by=new_id, reason=reason)
         self.stats.replaced += 1
         logger.info("bank %s: lesson %s superseded by %s (%s)", self.bank, target.id, new_id, reason)
@@ -401,6 +428,14 @@ class Consolidator:
                 self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason)
                 self.stats.replaced += 1
         return rid
+
+
+def _kept_out(lesson: Lesson | None) -> bool:
+    """Forgotten, retired, or superseded because a contradiction replaced it."""
+    if lesson is None:
+        return False
+    return lesson.status in HELD_BACK or (
+        lesson.status == "superseded" and lesson.status_reason.startswith(CONTRADICTED))
 
 
 def _existing(pending: list[tuple[DraftLesson, list[Lesson]]]) -> list[Lesson]:

@@ -173,8 +173,10 @@ class FixedSource:
     def __init__(self, scored: list[tuple[Lesson, float]]) -> None:
         self.scored = scored
 
-    def similar(self, bank: str, text: str, limit: int = 5) -> list[tuple[Lesson, float]]:
-        return [pair for pair in self.scored if pair[0].bank == bank][:limit]
+    def similar(self, bank: str, text: str, limit: int = 5,
+                statuses: list[str] | None = None) -> list[tuple[Lesson, float]]:
+        wanted = statuses or ["active"]
+        return [pair for pair in self.scored if pair[0].bank == bank and pair[0].status in wanted][:limit]
 
     def rank(
         self, bank: str, query: str, limit: int = 8, min_similarity: float | None = None

@@ -118,6 +118,19 @@ def test_similar_returns_real_cosine_best_first_active_only(
     assert len(store.similar("a", query, limit=1)) == 1
 
 
+def test_similar_searches_the_statuses_asked_for(store: LessonStoreBase) -> None:
+    csv, timeout, dates = lesson("a", "approach", CSV), lesson("a", "failure", TIMEOUT), lesson("a", "fact", DATES)
+    store.upsert([csv, timeout, dates, lesson("b", "approach", CSV + " ")])
+    store.set_status("a", [csv.id], "retired", reason="given to 8 runs, applied by none")
+    store.set_status("a", [dates.id], "forgotten")
+    query = "load a csv file whose columns are separated by semicolons"
+    held = store.similar("a", query, limit=5, statuses=["forgotten", "retired"])
+    assert [x.id for x, _ in held] == [csv.id, dates.id] and held[0][1] > 0.5  # not the active one, nor bank b's
+    assert [x.id for x, _ in store.similar("a", query, statuses=["retired"])] == [csv.id]
+    assert [x.id for x, _ in store.similar("a", query)] == [timeout.id]
+    assert [x.id for x, _ in store.similar("a", query, statuses=["active"])] == [timeout.id]
+
+
 def test_search_is_hybrid_filtered_by_kind_and_status(store: LessonStoreBase) -> None:
     csv, timeout, dates = lesson("a", "approach", CSV), lesson("a", "failure", TIMEOUT), lesson("a", "fact", DATES)
     store.upsert([csv, timeout, dates])

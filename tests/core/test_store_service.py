@@ -104,6 +104,7 @@ def test_two_processes_share_the_embedded_store(
     assert remote.set_counts("a", {csv.id: {"given": 1, "helpful": 1}}) == 1
     assert remote.set_status("a", [timeout.id, other.id], "forgotten") == 1
     assert [x.id for x in remote.list("a")] == [csv.id]
+    assert [x.id for x, _ in remote.similar("a", "the billing API", statuses=["forgotten"])] == [timeout.id]
     with pytest.raises(StoreError, match="unknown lesson status"):  # the owner's error crosses back
         remote.set_status("a", [csv.id], "bogus")
     ranked = remote.rank("a", "load a semicolon separated csv file", limit=3, min_similarity=0.2)

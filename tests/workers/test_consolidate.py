@@ -72,6 +72,55 @@ def test_a_forgotten_or_retired_lesson_is_not_revived_by_a_run_writing_it_again(
     assert (stats.added, stats.skipped) == (1, 1) and held not in stats.lesson_ids
 
 
+@pytest.mark.parametrize("status", ["forgotten", "retired"])
+def test_a_rewording_of_a_forgotten_or_retired_lesson_is_not_learnt_again(store: LessonStore, status: str) -> None:
+    # The 1.5B distiller rewords its diagnoses from run to run: retired noise must not come back as "new".
+    run(store, "r1", SEMI)
+    held = lesson_id("b", SEMI)
+    store.set_status("b", [held], status, reason="given to 8 runs, applied by none")
+    stats = run(store, "r2", SEMI_REWORDED, KELVIN)
+    assert (stats.added, stats.skipped, stats.reinforced) == (1, 1, 0)
+    assert [lesson.text for lesson in store.list("b")] == [KELVIN]
+    [lesson] = store.get("b", [held])
+    assert (lesson.status, lesson.evidence, lesson.source_run_ids) == (status, 1, ["r1"])
+
+
+def test_a_run_repeating_a_contradicted_claim_reinforces_neither_claim(store: LessonStore) -> None:
+    wrong = "The orders API returned no orders, so the shop has no orders that day."
+    right = "The orders API returns orders in pages: follow the 'next' field until it is null."
+    run(store, "r1", wrong)
+    Consolidator(store, "b", "r2", Thresholds(0.99, 0.1), decide=lambda d, e: replace(1), verified=True).run(
+        [draft(right)])
+    stats = run(store, "r3", wrong)
+    assert (stats.reinforced, stats.added, stats.skipped) == (0, 0, 1)
+    old, new = store.get("b", [lesson_id("b", wrong), lesson_id("b", right)])
+    assert (old.status, old.source_run_ids) == ("superseded", ["r1"])
+    assert (new.status, new.evidence, new.source_run_ids) == ("active", 1, ["r2"])
+
+
+def test_merged_away_text_still_reinforces_the_lesson_it_was_merged_into(store: LessonStore) -> None:
+    run(store, "r1", SEMI)
+    merged = "sales.csv uses ';' as separator: pass sep=';' to pandas.read_csv."
+    Consolidator(store, "b", "r2", Thresholds(0.99, 0.1),
+                 decide=lambda d, e: [Decision(new=1, action="merge", existing=1, text=merged)]).run(
+        [draft(SEMI_RELATED)])
+    assert store.get("b", [lesson_id("b", SEMI)])[0].superseded_by == lesson_id("b", merged)
+    assert run(store, "r3", SEMI).reinforced == 1
+    assert store.get("b", [lesson_id("b", merged)])[0].source_run_ids == ["r1", "r2", "r3"]
+
+
+def test_a_contradiction_rewording_a_retired_lesson_does_not_replace_anything(store: LessonStore) -> None:
+    retired = "The orders API returns all orders at once; there is never a second page to fetch."
+    current = "The orders API returns orders in pages: follow the 'next' field until it is null."
+    run(store, "r1", retired, current)
+    store.set_status("b", [lesson_id("b", retired)], "retired", reason="harmful in 3 runs")
+    again = "The orders API returns every order at once, there is never a second page to fetch."
+    stats = Consolidator(store, "b", "r2", Thresholds(0.9, 0.1), decide=lambda d, e: replace(1),
+                         verified=True).run([draft(again)])
+    assert (stats.replaced, stats.added) == (0, 0)
+    assert [lesson.text for lesson in store.list("b")] == [current]
+
+
 def test_near_duplicate_reinforces_instead_of_adding(store: LessonStore) -> None:
     run(store, "r1", SEMI)
     stats = run(store, "r2", SEMI_REWORDED)

@@ -115,8 +115,9 @@ class LessonStoreBase(ABC):
         """Payloads of the points of ``bank`` (active only if asked)."""
 
     @abstractmethod
-    def _nearest(self, bank: str, vector: builtins.list[float], limit: int) -> builtins.list[Hit]:
-        """Active points of ``bank`` by dense cosine similarity, best first."""
+    def _nearest(self, bank: str, vector: builtins.list[float], limit: int,
+                 statuses: builtins.list[str]) -> builtins.list[Hit]:
+        """Points of ``bank`` whose status is one of ``statuses``, by dense cosine similarity, best first."""
 
     @abstractmethod
     def _hybrid(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
@@ -228,11 +229,14 @@ class LessonStoreBase(ABC):
         self._ensure()
         return [lesson_of(payload) for _, payload in self._points(bank, lesson_ids)]
 
-    def similar(self, bank: str, text: str, limit: int = 5) -> builtins.list[tuple[Lesson, float]]:
-        """Active lessons of ``bank`` by dense cosine similarity to ``text``, best first."""
+    def similar(self, bank: str, text: str, limit: int = 5,
+                statuses: builtins.list[LessonStatus] | None = None) -> builtins.list[tuple[Lesson, float]]:
+        """Lessons of ``bank`` by dense cosine similarity to ``text``, best first: the active ones, or those
+        whose status is one of ``statuses``."""
         self._ensure()
         vector = self.embedder.embed([text])[0]
-        return [(lesson_of(payload), score) for payload, score in self._nearest(bank, vector, limit)]
+        wanted: builtins.list[str] = builtins.list(dict.fromkeys(statuses)) if statuses else ["active"]
+        return [(lesson_of(payload), score) for payload, score in self._nearest(bank, vector, limit, wanted)]
 
     def search(
         self,

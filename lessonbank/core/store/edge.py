@@ -78,9 +78,12 @@ def _condition(key: str, value: str) -> qe.FieldCondition:
     return qe.FieldCondition(key, match=qe.MatchValue(value))
 
 
-def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None) -> qe.Filter:
+def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None,
+            statuses: builtins.list[str] | None = None) -> qe.Filter:
     must: builtins.list[Any] = [_condition("bank", bank)]
-    if active_only:
+    if statuses and statuses != ["active"]:
+        must.append(qe.FieldCondition("status", match=qe.MatchAny(builtins.list(statuses))))
+    elif active_only or statuses:
         must.append(_condition("status", "active"))
     if kinds:
         must.append(qe.FieldCondition("kind", match=qe.MatchAny(builtins.list(kinds))))
@@ -341,8 +344,9 @@ class EdgeLessonStore(LessonStoreBase):
         payloads = dict(self._retrieve([point_id for point_id, _ in hits], None))
         return [(payloads[point_id], score) for point_id, score in hits if point_id in payloads]
 
-    def _nearest(self, bank: str, vector: builtins.list[float], limit: int) -> builtins.list[Hit]:
-        (hits,) = self._search([self._dense_request(_filter(bank, True), vector, limit, None)])
+    def _nearest(self, bank: str, vector: builtins.list[float], limit: int,
+                 statuses: builtins.list[str]) -> builtins.list[Hit]:
+        (hits,) = self._search([self._dense_request(_filter(bank, True, statuses=statuses), vector, limit, None)])
         return self._payloads(hits)
 
     def _candidates(self, flt: qe.Filter, dense: builtins.list[float], lexical: SparseVector, depth: int,

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from lessonbank.core.models import Lesson
+from lessonbank.core.models import Lesson, LessonStatus
 
 
 @runtime_checkable
@@ -33,8 +33,10 @@ class LessonStoreProtocol(Protocol):
         """The lessons of ``bank`` with these ids (any status), in the order asked; others are left out."""
         ...
 
-    def similar(self, bank: str, text: str, limit: int = 5) -> builtins.list[tuple[Lesson, float]]:
-        """Active lessons of ``bank`` by dense cosine similarity to ``text``, best first."""
+    def similar(self, bank: str, text: str, limit: int = 5,
+                statuses: builtins.list[LessonStatus] | None = None) -> builtins.list[tuple[Lesson, float]]:
+        """Lessons of ``bank`` by dense cosine similarity to ``text``, best first: the active ones, or those
+        whose status is one of ``statuses``."""
         ...
 
     def search(

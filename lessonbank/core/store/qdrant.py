@@ -128,9 +128,12 @@ class LessonStore(LessonStoreBase):
         self.client.close()
 
     @staticmethod
-    def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None) -> models.Filter:
+    def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None,
+                statuses: builtins.list[str] | None = None) -> models.Filter:
         must: builtins.list[models.Condition] = [models.FieldCondition(key="bank", match=models.MatchValue(value=bank))]
-        if active_only:
+        if statuses and statuses != ["active"]:
+            must.append(models.FieldCondition(key="status", match=models.MatchAny(any=builtins.list(statuses))))
+        elif active_only or statuses:
             must.append(models.FieldCondition(key="status", match=models.MatchValue(value="active")))
         if kinds:
             must.append(models.FieldCondition(key="kind", match=models.MatchAny(any=builtins.list(kinds))))
@@ -187,8 +190,8 @@ class LessonStore(LessonStoreBase):
                 return
 
     def _dense_request(self, bank: str, vector: builtins.list[float], limit: int,
-                       min_similarity: float | None) -> models.QueryRequest:
-        return models.QueryRequest(query=vector, using=DENSE, filter=self._filter(bank, active_only=True),
+                       min_similarity: float | None, statuses: builtins.list[str] | None = None) -> models.QueryRequest:
+        return models.QueryRequest(query=vector, using=DENSE, filter=self._filter(bank, True, statuses=statuses),
                                    limit=limit, score_threshold=min_similarity, with_payload=True)
 
     def _hybrid_request(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
@@ -202,8 +205,9 @@ class LessonStore(LessonStoreBase):
                                    filter=self._filter(bank, active_only=True, kinds=kinds), limit=limit,
                                    with_payload=with_payload)
 
-    def _nearest(self, bank: str, vector: builtins.list[float], limit: int) -> builtins.list[Hit]:
-        request = self._dense_request(bank, vector, limit, None)
+    def _nearest(self, bank: str, vector: builtins.list[float], limit: int,
+                 statuses: builtins.list[str]) -> builtins.list[Hit]:
+        request = self._dense_request(bank, vector, limit, None, statuses)
         with _qdrant_errors("search lessons"):
             (response,) = self.client.query_batch_points(self.collection, [request])
         return [(p.payload or {}, float(p.score)) for p in response.points]
