@@ -363,7 +363,7 @@ class Consolidator:
         if same is not None:  # the merged text is already a lesson of its own
             self._reinforce(same, draft)
             return
-        if self._tombstoned(lesson_id(self.bank, text)):
+        if self._tombstoned(lesson_id(self.bank, text)) or self._held_back(lesson_id(self.bank, text)):
             return
         merged = reinforced(target, self.run_id, draft.tags, self.now, draft.steps, self.verified).model_copy(
             update={"id": lesson_id(self.bank, text), "text": text, "status": "active", "superseded_by": None}

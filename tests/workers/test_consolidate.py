@@ -12,7 +12,7 @@ from qdrant_client import QdrantClient
 
 from lessonbank.core.models import Lesson, Recipe, lesson_id, recipe_id
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers.consolidate import Consolidator, Thresholds
+from lessonbank.workers.consolidate import CONTRADICTED, Consolidator, Thresholds
 from lessonbank.workers.decide import Decision, llm_decider
 from lessonbank.workers.distiller import DraftLesson
 from lessonbank.workers.llm import ChatLLM
@@ -107,6 +107,23 @@ def test_merged_away_text_still_reinforces_the_lesson_it_was_merged_into(store: 
     assert store.get("b", [lesson_id("b", SEMI)])[0].superseded_by == lesson_id("b", merged)
     assert run(store, "r3", SEMI).reinforced == 1
     assert store.get("b", [lesson_id("b", merged)])[0].source_run_ids == ["r1", "r2", "r3"]
+
+
+@pytest.mark.parametrize("status", ["forgotten", "retired", "contradicted"])
+def test_a_merge_rewriting_into_a_held_back_text_does_not_revive_it(store: LessonStore, status: str) -> None:
+    run(store, "r1", SEMI, KELVIN)
+    held = lesson_id("b", KELVIN)
+    if status == "contradicted":
+        store.set_status("b", [held], "superseded", superseded_by=lesson_id("b", SEMI), reason=f"{CONTRADICTED} r0")
+    else:
+        store.set_status("b", [held], status)  # type: ignore[arg-type]
+    stats = Consolidator(store, "b", "r2", Thresholds(0.99, 0.1),
+                         decide=lambda d, e: [Decision(new=1, action="merge", existing=1, text=KELVIN)]).run(
+        [draft(SEMI_RELATED)])
+    assert stats.merged == 0
+    [lesson] = store.get("b", [held])
+    assert lesson.status == ("superseded" if status == "contradicted" else status)
+    assert lesson.source_run_ids == ["r1"] and store.get("b", [lesson_id("b", SEMI)])[0].status == "active"
 
 
 def test_a_contradiction_rewording_a_retired_lesson_does_not_replace_anything(store: LessonStore) -> None:
