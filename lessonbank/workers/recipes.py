@@ -7,7 +7,9 @@ ToolCallingAgent run, the sequence of tool calls with their arguments. Secrets a
 capped, the code must parse.
 
 Literals that come from the task (a date, an id, a file name) are the recipe's parameters: the next
-run must adapt them. The fingerprint hashes the code with its local names renamed in order of first
+run must adapt them. An answer the model copied from an observation (``final_answer(152.74)`` after
+printing ``total``) is answered with the variable it printed instead, or the recipe would hand the next
+run this run's answer. The fingerprint hashes the code with its local names renamed in order of first
 use and its parameters replaced, so the same code from several runs of similar tasks is one recipe.
 """
 
@@ -152,15 +154,71 @@ def fingerprint(statements: list[ast.stmt], tools: Iterable[str], params: Iterab
     return hashlib.sha256(ast.dump(normalized, annotate_fields=False).encode()).hexdigest()[:32]
 
 
+def _printed_name(stmt: ast.stmt) -> str | None:
+    """The one variable a ``print(...)`` statement shows (``print(x)``, ``print("total:", x)``, ``print(f"{x}")``)."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id in PRINTERS):
+        return None
+    shown = [n for arg in stmt.value.args for n in ast.walk(arg)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return shown[0].id if len(shown) == 1 else None
+
+
+def _shows(observation: str, literal: str) -> bool:
+    """``literal`` appears in ``observation`` as a whole value (not inside a longer number or word)."""
+    start = observation.find(literal)
+    while start >= 0:
+        before = observation[start - 1] if start else " "
+        after = observation[start + len(literal):start + len(literal) + 2]
+        if not (before.isalnum() or before in "._") and not (after[:1].isalnum() or after[:1] == "_" or (
+                after[:1] == "." and after[1:2].isdigit())):
+            return True
+        start = observation.find(literal, start + 1)
+    return False
+
+
+def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) -> None:
+    """``final_answer(152.74)`` after an earlier step printed ``total`` as 152.74 becomes ``final_answer(total)``.
+
+    The model often copies the value it read from an observation into its answer; kept as is, the recipe
+    would hand the next run this run's answer. Only a literal the task did not supply, equal to what an
+    EARLIER step printed of one variable, is replaced. ``steps``: each step's statements and its
+    observations, in order; changed in place.
+    """
+    printed: list[tuple[str, str]] = []  # (variable, observations of the step that printed it)
+    assigned: set[str] = set()
+    for statements, observations in steps:
+        for node in (n for stmt in statements for n in ast.walk(stmt)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "final_answer"
+                    and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
+                continue
+            value = node.args[0].value
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                continue
+            literal = str(value).strip()
+            if not literal or is_param(literal, task):
+                continue
+            for name, shown in reversed(printed):
+                if name in assigned and _shows(shown, literal):
+                    node.args[0] = ast.Name(id=name, ctx=ast.Load())
+                    break
+        for stmt in statements:
+            assigned |= _names(stmt, ast.Store)
+            shown_name = _printed_name(stmt)
+            if shown_name is not None:
+                printed.append((shown_name, observations))
+
+
 def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor) -> Recipe | None:
-    statements: list[ast.stmt] = []
+    parsed_steps: list[tuple[list[ast.stmt], str]] = []
     for step in steps:
         if step.kind != "action" or step.error_type or step.error_message or not step.code.strip():
             continue
         parsed = _parse(step.code)
         if parsed is not None:
-            statements.extend(parsed)
-    kept = prune(statements)
+            parsed_steps.append((parsed, step.observations))
+    answer_from_variables(parsed_steps, task)
+    kept = prune([stmt for statements, _ in parsed_steps for stmt in statements])
     if not kept or not any(_calls_final_answer(s) for s in kept):
         return None
     code = redactor.redact("\n".join(ast.unparse(s) for s in kept))

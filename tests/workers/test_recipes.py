@@ -93,3 +93,55 @@ def test_prune_keeps_what_the_answer_needs() -> None:
     assert [ast.unparse(s) for s in prune(body)] == ["import csv", "x = 1", "rows = csv.reader(open('f'))",
                                                      "z = x", "final_answer(z)"]
     assert fingerprint(prune(body), [], []) == fingerprint(prune(body), [], [])
+
+
+INVOICE_TASK = "Using get_invoice, what is the total of invoice INV-1471 in euros? Answer with the number only."
+LOGS = "Execution logs:\n{}\nLast output from code snippet:\nNone"
+
+
+def test_an_answer_copied_from_an_observation_becomes_the_variable_it_printed() -> None:
+    # The 1.5B agent printed the total, then typed the number it read: kept as is, the recipe handed the
+    # next invoice's run this invoice's total.
+    steps = [step(0, "result = get_invoice(invoice_id='INV-1471')\n"
+                     "total = sum(line['qty'] * line['unit_price_cents'] / 100 for line in result['lines'])\n"
+                     "print(total)", observations=LOGS.format("152.74")),
+             step(1, "final_answer(152.74)")]
+    recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code.splitlines()[-1] == "final_answer(total)" and "152.74" not in recipe.code
+    assert "total = sum(" in recipe.code and recipe.params == ["INV-1471"]
+    printed_with_a_label = [step(0, "n = len(get_invoice(invoice_id='INV-1471')['lines'])\nprint('lines:', n)",
+                                 observations=LOGS.format("lines: 12")), step(1, "final_answer(12)")]
+    recipe = extract(printed_with_a_label, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(n)"
+
+
+def test_an_answer_literal_stays_unless_an_earlier_step_printed_exactly_it() -> None:
+    head = "result = get_invoice(invoice_id='INV-1471')\ntotal = result['total_cents'] / 100\n"
+    cases = {  # the final step's code, the observations of the printing step -> the literal stays
+        "same step": [step(0, head + "print(total)\nfinal_answer(152.74)", observations=LOGS.format("152.74"))],
+        "inside a longer number": [step(0, head + "print(total)", observations=LOGS.format("1152.745")),
+                                   step(1, "final_answer(152.74)")],
+        "two variables printed": [step(0, head + "n = 3\nprint(total, n)", observations=LOGS.format("152.74 3")),
+                                  step(1, "final_answer(152.74)")],
+        "a value the task gave": [step(0, head + "k = 'INV-1471'\nprint(k)", observations=LOGS.format("INV-1471")),
+                                  step(1, "final_answer('INV-1471')")],
+        "printed by a failed step": [step(0, head + "print(total)", error="KeyError: 'total_cents'",
+                                          observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
+    }
+    for name, steps in cases.items():
+        recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
+        assert recipe is not None, name
+        assert recipe.code.splitlines()[-1] in ("final_answer(152.74)", "final_answer('INV-1471')"), name
+
+
+def test_a_huge_adversarial_observation_is_scanned_in_linear_time() -> None:
+    import time
+
+    flood = "152.74" * 400_000 + "1" * 1_000_000  # every occurrence glued to the next: none is a whole value
+    steps = [step(0, "total = get_invoice(invoice_id='INV-1471')['total']\nprint(total)", observations=flood),
+             step(1, "final_answer(152.74)")]
+    started = time.perf_counter()
+    recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
+    assert time.perf_counter() - started < 2.0
+    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(152.74)"
