@@ -13,7 +13,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
 | ``first_person_plan``  | is a plan or a story in the first person ("I will", "Let me", "so I assumed")  |
-| ``refers_to_transcript`` | points into the transcript or prompt ("step 3", "this run", "lesson 2")      |
+| ``refers_to_transcript`` | points into the transcript or prompt ("step 3", "lesson 2", the run's error) |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
@@ -59,6 +59,8 @@ _NOTHING = re.compile(
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
     r"|\b(?:was|were) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
     r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
+    # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
+    r"|\b(?:the|this) (?:run|agent|task)(?: \w+){0,2}? successfully\b"
 )
 # A lesson that only says what a tool is for: its docstring already does.
 _TOOL_PURPOSE = re.compile(
@@ -94,6 +96,8 @@ _TRANSCRIPT = re.compile(
     r"|\brecorded outcome\b|\bjudged (?:a )?(?:success|failure)\b|\bfinal answer (?:was|is):? |\bfinal answer: "
     # the distill prompt's own lists: "This is a duplicate of lesson 2."
     r"|\b(?:duplicates?|copy|repeats?|same as) (?:of )?(?:the )?(?:existing |given |earlier )?lesson(?: #?\d+)?\b"
+    # the run's own step limit: "The error AgentMaxStepsError: Reached max steps was observed ..."
+    r"|\bAgentMaxStepsError\b|(?-i:\bReached max steps\b)"
 )
 _URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
 _EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")

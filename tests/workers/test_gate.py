@@ -33,6 +33,12 @@ JUNK = [
     # written by the local 1.5B distiller in a real run of the demo's task
     ("first_person_plan", "The 'amount' column was not found. Let me look at the header line."),
     ("first_person_plan", "The code snippet did not print anything, so I assumed it was successful."),
+    # written by the local 1.5B distiller in a real run of the learning benchmark's invoice task
+    ("nothing_happened", "The run successfully retrieved the invoice data for INV-1471 and calculated its total "
+                         "amount in euros."),
+    ("refers_to_transcript", "The error AgentMaxStepsError: Reached max steps was observed, indicating that the code "
+                             "did not complete within the allowed number of steps. This suggests a problem with the "
+                             "logic or data handling in the `get_invoice` function."),
     ("refers_to_transcript", "As shown in step 3, the header line lists the columns of the file."),
     ("refers_to_transcript", "The approach above works well for reading the semicolon separated file."),
     ("refers_to_transcript", "This run discovered that the separator of the file is a semicolon (E1)."),
@@ -54,6 +60,8 @@ GOOD = [
     "The Phase I rows of the sales file come first; their amount column is empty.",
     "Reading the sales file with the default comma delimiter fails with KeyError: 'amount'.",
     "The header line of the sales file is date;region;amount, so the separator is a semicolon.",
+    "csv.DictReader with delimiter=';' successfully reads every row of the sales file.",
+    "Reading the sales file line by line reached the maximum steps; read it once with delimiter=';'.",
 ]
 
 
