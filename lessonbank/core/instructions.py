@@ -11,7 +11,8 @@ Selection
        1 + harmful) belief), the fused rank, the evidence and recency (half-life of 30 days).
     4. The best recipe of a task close enough to this one first, as a fenced code block; then prose
        lessons, each kind present (facts, what worked, what to avoid) first getting an equal share of
-       the rest of ``max_lessons``.
+       the rest of ``max_lessons``. Next to a recipe, a "what worked" sentence is left out unless runs
+       showed it helps or a user added it: the code already says what worked.
 
 The block says where the lessons come from (earlier runs of the same bank), how many runs each was
 seen in, and that they are advisory: they were drawn from earlier tool output, which is untrusted, so
@@ -98,9 +99,17 @@ def rank_lessons(
         return []
     ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance)
     recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY]
-    prose = [lesson for _, _, lesson in ranked if lesson.recipe is None]
     chosen = recipes[:max_recipes]
+    prose = [lesson for _, _, lesson in ranked
+             if lesson.recipe is None and not (chosen and _restates_recipe(lesson))]
     return chosen + balance_kinds(prose, max_lessons - len(chosen))
+
+
+def _restates_recipe(lesson: Lesson) -> bool:
+    """A "what worked" sentence next to the code that worked: at best it repeats the recipe, at worst it
+    misdescribes it (a 1.5B distiller wrote "sum up the total amount in cents" of code that summed euros,
+    and the next run divided by 100 again). Kept only when runs showed it helps, or a user added it."""
+    return lesson.kind == "approach" and lesson.helpful == 0 and lesson.origin not in USER_ORIGINS
 
 
 def balance_kinds(ranked: Sequence[Lesson], max_lessons: int) -> list[Lesson]:

@@ -220,6 +220,25 @@ def test_the_best_recipe_comes_first_as_a_code_block() -> None:
     assert text.index("```python") < text.index("Facts:") and len(given) == 2
 
 
+def test_next_to_a_recipe_an_unproven_what_worked_sentence_is_left_out() -> None:
+    # Seen in a learning run: the distiller described code that summed euros as summing cents, and the run
+    # given both the recipe and that sentence divided by 100 again.
+    recipe = Recipe(code="r = get_invoice(invoice_id='INV-1')\nfinal_answer(sum(x['c'] for x in r['lines']) / 100)",
+                    task="Total of invoice INV-1 in euros?", params=["INV-1"], checks=["syntax"], fingerprint="f1")
+    code = make("b", "approach", "Working code for a task like: Total of invoice INV-1 in euros?", recipe=recipe,
+                origin="recipe")
+    words = make("b", "approach", "Retrieve the invoice with get_invoice, then sum up the total amount in cents.",
+                 evidence=2, verified=True)
+    proven = make("b", "approach", "Call get_invoice once per invoice id; it returns every line.", evidence=2,
+                  applied=2, helpful=2)
+    fact = make("b", "fact", "get_invoice lists unit prices in cents.", evidence=2)
+    source = FixedSource([(words, 0.8), (proven, 0.75), (fact, 0.7), (code, 0.65)])
+    assert [x.text for x in rank_lessons(source, "b", "task", min_relevance=0.2)] == [code.text, proven.text, fact.text]
+    no_recipe = FixedSource([(words, 0.8), (proven, 0.75), (fact, 0.7)])  # without code, the sentence is the approach
+    assert words in rank_lessons(no_recipe, "b", "task", min_relevance=0.2)
+    assert words in rank_lessons(source, "b", "task", min_relevance=0.2, max_recipes=0)
+
+
 def test_relevance_floor_and_relevance_dominate() -> None:
     far = make("b", "fact", "far", evidence=10)
     near = make("b", "fact", "near", evidence=1)
