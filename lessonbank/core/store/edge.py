@@ -80,11 +80,12 @@ def _condition(key: str, value: str) -> qe.FieldCondition:
 
 def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None,
             statuses: builtins.list[str] | None = None) -> qe.Filter:
+    """Points of ``bank``: whose status is one of ``statuses`` if given, else active ones if ``active_only``."""
     must: builtins.list[Any] = [_condition("bank", bank)]
-    if statuses and statuses != ["active"]:
+    if statuses and len(statuses) > 1:
         must.append(qe.FieldCondition("status", match=qe.MatchAny(builtins.list(statuses))))
-    elif active_only or statuses:
-        must.append(_condition("status", "active"))
+    elif statuses or active_only:
+        must.append(_condition("status", statuses[0] if statuses else "active"))
     if kinds:
         must.append(qe.FieldCondition("kind", match=qe.MatchAny(builtins.list(kinds))))
     return qe.Filter(must=must)

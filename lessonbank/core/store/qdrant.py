@@ -130,11 +130,13 @@ class LessonStore(LessonStoreBase):
     @staticmethod
     def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None,
                 statuses: builtins.list[str] | None = None) -> models.Filter:
+        """Points of ``bank``: whose status is one of ``statuses`` if given, else active ones if ``active_only``."""
         must: builtins.list[models.Condition] = [models.FieldCondition(key="bank", match=models.MatchValue(value=bank))]
-        if statuses and statuses != ["active"]:
+        if statuses and len(statuses) > 1:
             must.append(models.FieldCondition(key="status", match=models.MatchAny(any=builtins.list(statuses))))
-        elif active_only or statuses:
-            must.append(models.FieldCondition(key="status", match=models.MatchValue(value="active")))
+        elif statuses or active_only:
+            value = statuses[0] if statuses else "active"
+            must.append(models.FieldCondition(key="status", match=models.MatchValue(value=value)))
         if kinds:
             must.append(models.FieldCondition(key="kind", match=models.MatchAny(any=builtins.list(kinds))))
         return models.Filter(must=must)
