@@ -154,14 +154,35 @@ def fingerprint(statements: list[ast.stmt], tools: Iterable[str], params: Iterab
     return hashlib.sha256(ast.dump(normalized, annotate_fields=False).encode()).hexdigest()[:32]
 
 
-def _printed_name(stmt: ast.stmt) -> str | None:
-    """The one variable a ``print(...)`` statement shows (``print(x)``, ``print("total:", x)``, ``print(f"{x}")``)."""
+REPLAYABLE_CALLS = frozenset({"round", "float", "int", "str", "abs"})
+
+
+def _base_name(expr: ast.expr) -> str | None:
+    """The variable an expression reads, when evaluating it again is safe: ``x``, ``x['total']``, ``x.total``,
+    ``round(x['total'], 2)`` (constant keys, a few pure builtins); None otherwise."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) or isinstance(expr, ast.Attribute):
+        return _base_name(expr.value)
+    if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in REPLAYABLE_CALLS
+            and expr.args and not expr.keywords and all(isinstance(a, ast.Constant) for a in expr.args[1:])):
+        return _base_name(expr.args[0])
+    return None
+
+
+def _printed_value(stmt: ast.stmt) -> ast.expr | None:
+    """The one value a ``print(...)`` statement shows (``print(x)``, ``print("total:", x['total'])``,
+    ``print(f"{x}")``), if evaluating it again is safe."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
             and stmt.value.func.id in PRINTERS):
         return None
-    shown = [n for arg in stmt.value.args for n in ast.walk(arg)
-             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-    return shown[0].id if len(shown) == 1 else None
+    shown: list[ast.expr] = []
+    for arg in stmt.value.args:
+        if isinstance(arg, ast.JoinedStr):
+            shown += [part.value for part in arg.values if isinstance(part, ast.FormattedValue)]
+        elif not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            shown.append(arg)
+    return shown[0] if len(shown) == 1 and _base_name(shown[0]) is not None else None
 
 
 def _shows(observation: str, literal: str) -> bool:
@@ -182,10 +203,10 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
 
     The model often copies the value it read from an observation into its answer; kept as is, the recipe
     would hand the next run this run's answer. Only a literal the task did not supply, equal to what an
-    EARLIER step printed of one variable, is replaced. ``steps``: each step's statements and its
-    observations, in order; changed in place.
+    EARLIER step printed of one variable (``total``, ``result['total']``, ``round(total, 2)``), is replaced
+    by that expression. ``steps``: each step's statements and its observations, in order; changed in place.
     """
-    printed: list[tuple[str, str]] = []  # (variable, observations of the step that printed it)
+    printed: list[tuple[ast.expr, str]] = []  # (what was printed, observations of the step that printed it)
     assigned: set[str] = set()
     for statements, observations in steps:
         for node in (n for stmt in statements for n in ast.walk(stmt)):
@@ -198,15 +219,15 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
             literal = str(value).strip()
             if not literal or is_param(literal, task):
                 continue
-            for name, shown in reversed(printed):
-                if name in assigned and _shows(shown, literal):
-                    node.args[0] = ast.Name(id=name, ctx=ast.Load())
+            for expr, shown in reversed(printed):
+                if _base_name(expr) in assigned and _shows(shown, literal):
+                    node.args[0] = copy.deepcopy(expr)
                     break
         for stmt in statements:
             assigned |= _names(stmt, ast.Store)
-            shown_name = _printed_name(stmt)
-            if shown_name is not None:
-                printed.append((shown_name, observations))
+            shown_value = _printed_value(stmt)
+            if shown_value is not None:
+                printed.append((shown_value, observations))
 
 
 def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor) -> Recipe | None:

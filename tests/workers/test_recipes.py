@@ -114,6 +114,13 @@ def test_an_answer_copied_from_an_observation_becomes_the_variable_it_printed() 
                                  observations=LOGS.format("lines: 12")), step(1, "final_answer(12)")]
     recipe = extract(printed_with_a_label, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
     assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(n)"
+    for printed, answer in (("result['total']", "final_answer(result['total'])"),
+                            ("round(result['total'], 2)", "final_answer(round(result['total'], 2))"),
+                            ("f'Total: {result.total}'", "final_answer(result.total)")):
+        steps = [step(0, f"result = get_invoice(invoice_id='INV-1471')\nprint({printed})",
+                      observations=LOGS.format("Total: 152.74")), step(1, "final_answer(152.74)")]
+        recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
+        assert recipe is not None and recipe.code.splitlines()[-1] == answer, printed
 
 
 def test_an_answer_literal_stays_unless_an_earlier_step_printed_exactly_it() -> None:
@@ -126,6 +133,10 @@ def test_an_answer_literal_stays_unless_an_earlier_step_printed_exactly_it() -> 
                                   step(1, "final_answer(152.74)")],
         "a value the task gave": [step(0, head + "k = 'INV-1471'\nprint(k)", observations=LOGS.format("INV-1471")),
                                   step(1, "final_answer('INV-1471')")],
+        "a call that may not be replayed": [step(0, head + "print(get_invoice(invoice_id='INV-1471')['total'])",
+                                                  observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
+        "a whole expression of two values": [step(0, head + "n = 2\nprint(total * n)",
+                                                  observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
         "printed by a failed step": [step(0, head + "print(total)", error="KeyError: 'total_cents'",
                                           observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
     }
