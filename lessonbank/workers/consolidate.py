@@ -20,9 +20,11 @@ text reinforces the lesson it was merged into.
 
 What was taken out of the bank stays out: a run writing the text of a lesson a user forgot, outcomes
 retired, or a contradiction replaced, or a rewording of a forgotten or retired one (at least
-``duplicate_similarity``), neither revives it nor reinforces its replacement. Every write remembers the
-contributing run id, and a lesson that already lists the run is never reinforced again; the caller
-also keeps which of the run's lessons were written, so distilling the same run twice changes nothing.
+``duplicate_similarity``), neither revives it nor reinforces its replacement.
+
+Every write remembers the contributing run id, and a lesson that already lists the run is never
+reinforced again; the caller also keeps which of the run's lessons were written, so distilling the same
+run twice changes nothing.
 
 Recipes are consolidated by the fingerprint of their normalised code (``add_recipe``): the same code
 from another run reinforces one recipe; a new recipe supersedes older recipes for similar tasks whose
