@@ -178,11 +178,12 @@ class Consolidator:
             if not self.store.get(self.bank, [lesson_id(self.bank, draft.text)]):
                 self._add(draft)
             return []
-        exact = self._exact(draft.text)
+        stored = self._stored(lesson_id(self.bank, draft.text))
+        exact = self._follow(stored)
         if exact is not None:
             self._reinforce(exact, draft)
             return []
-        if self._held_back(lesson_id(self.bank, draft.text)):
+        if self._held_back(stored):
             return []
         neighbours, close = self._neighbours(draft)
         if neighbours and neighbours[0][1] >= self.thresholds.duplicate:
@@ -213,7 +214,8 @@ class Consolidator:
         for index, draft in enumerate(drafts):
             if index in done or draft.quarantine or self.scrubber.has_secret(draft.text):
                 continue
-            if self._exact(draft.text) is not None or _kept_out(self._stored(lesson_id(self.bank, draft.text))):
+            stored = self._stored(lesson_id(self.bank, draft.text))
+            if _kept_out(stored) or self._follow(stored) is not None:
                 continue
             neighbours, close = self._neighbours(draft)
             if close and not neighbours[0][1] >= self.thresholds.duplicate:
@@ -231,9 +233,12 @@ class Consolidator:
         return found[0] if found else None
 
     def _exact(self, text: str) -> Lesson | None:
-        """The active lesson with this text's id, following the pointers of merges; None if absent or kept out
-        (a lesson superseded because it was contradicted does not lead to the claim that replaced it)."""
-        lesson = self._stored(lesson_id(self.bank, text))
+        """The active lesson with this text's id, following the pointers of merges; None if absent or kept out."""
+        return self._follow(self._stored(lesson_id(self.bank, text)))
+
+    def _follow(self, lesson: Lesson | None) -> Lesson | None:
+        """``lesson`` if active, else where its merges led; None if kept out (a lesson superseded because it was
+        contradicted does not lead to the claim that replaced it)."""
         for _ in range(5):
             if lesson is None or _kept_out(lesson):
                 return None
@@ -266,17 +271,16 @@ class Consolidator:
             return True
         return False
 
-    def _held_back(self, lesson_id_: str) -> bool:
-        """A user forgot this lesson, outcomes retired it or a contradiction replaced it: a run writing the
-        same text again does not revive it (with fresh counts) behind their back; ``lessons unforget`` /
+    def _held_back(self, lesson: Lesson | None) -> bool:
+        """A user forgot this stored lesson, outcomes retired it or a contradiction replaced it: a run writing
+        the same text again does not revive it (with fresh counts) behind their back; ``lessons unforget`` /
         ``release`` do."""
-        lesson = self._stored(lesson_id_)
         if lesson is None or not _kept_out(lesson):
             return False
         self.stats.skipped += 1
         why = f" ({lesson.status_reason})" if lesson.status_reason else ""
         logger.info("bank %s run %s: lesson %s is %s%s; a run's same text does not revive it", self.bank,
-                    self.run_id, lesson_id_, lesson.status, why)
+                    self.run_id, lesson.id, lesson.status, why)
         return True
 
     def _rewords_held_back(self, draft: DraftLesson) -> bool:
@@ -292,7 +296,7 @@ class Consolidator:
     def _add(self, draft: DraftLesson) -> bool:
         """Write the draft as a new lesson; False when it was refused (purged, held back, a rewording)."""
         new_id = lesson_id(self.bank, draft.text)
-        if self._tombstoned(new_id) or self._held_back(new_id) or self._rewords_held_back(draft):
+        if self._tombstoned(new_id) or self._held_back(self._stored(new_id)) or self._rewords_held_back(draft):
             return False
         lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
                             origin=self.origin, steps=draft.steps)
@@ -361,14 +365,16 @@ class Consolidator:
         if not text or lesson_id(self.bank, text) == target.id or self.scrubber.has_secret(text):
             self._reinforce(target, draft)
             return
-        same = self._exact(text)
+        merged_id = lesson_id(self.bank, text)
+        stored = self._stored(merged_id)
+        same = self._follow(stored)
         if same is not None:  # the merged text is already a lesson of its own
             self._reinforce(same, draft)
             return
-        if self._tombstoned(lesson_id(self.bank, text)) or self._held_back(lesson_id(self.bank, text)):
+        if self._tombstoned(merged_id) or self._held_back(stored):
             return
         merged = reinforced(target, self.run_id, draft.tags, self.now, draft.steps, self.verified).model_copy(
-            update={"id": lesson_id(self.bank, text), "text": text, "status": "active", "superseded_by": None}
+            update={"id": merged_id, "text": text, "status": "active", "superseded_by": None}
         )
         self.store.upsert([merged])
         self.store.set_status(self.bank, [target.id], "superseded", superseded_by=merged.id)
@@ -391,7 +397,7 @@ class Consolidator:
                         self.bank, self.run_id, target.id)
             return
         new_id = lesson_id(self.bank, draft.text)
-        if self._tombstoned(new_id) or self._held_back(new_id):
+        if self._tombstoned(new_id) or self._held_back(self._stored(new_id)):
             return
         if self._exact(draft.text) is None and not self._add(draft):
             return
