@@ -41,6 +41,8 @@ from lessonbank.core.exceptions import ConfigurationError
 logger = logging.getLogger(__name__)
 
 REDACTED = "[REDACTED]"
+# A matched value at most this long is searched again for a secret that starts inside it.
+RESCAN_CHARS = 256
 
 # ``keep(text, match)``: True when a match of the pattern is not a secret after all.
 Keep = Callable[[str, re.Match[str]], bool]
@@ -68,8 +70,16 @@ class Rule:
         if self.triggers and not any(trigger in folded for trigger in self.triggers):
             return []
         keep = self.keep
-        matches = self.pattern.finditer(folded if self.folded else text)
-        found = [match.span(self.group) for match in matches if keep is None or not keep(text, match)]
+        subject = folded if self.folded else text
+        found: list[tuple[int, int]] = []
+        pos = 0
+        while pos <= len(subject) and (match := self.pattern.search(subject, pos)) is not None:
+            if keep is None or not keep(text, match):
+                found.append(match.span(self.group))
+            # A secret's name can open the value this match took (``password: password="s3cr3t"``): the next
+            # search starts at a short value (a long one is not scanned again, so the scan stays linear).
+            start, end = match.span(self.group)
+            pos = start if match.start() < start and end - start <= RESCAN_CHARS else max(match.end(), pos + 1)
         return [(start - self.back, end) for start, end in found if end > start >= 0]
 
 

@@ -365,3 +365,10 @@ def test_the_steps_that_used_to_hold_the_callback_for_seconds(redactor):
         assert _best_of_3(redactor.redact, text) < BOUND
     out = redactor.redact(step)
     assert blob in out and "abc123def456" not in out
+
+
+def test_a_secret_whose_name_opens_another_assignments_value_is_found(redactor):
+    # found by the fuzz test: the first match took 'password=' as the value of 'password: ' and hid the rest
+    for text in ('password: password="00000000000Aa7" ', "token: token=s3cr3tvalue42\n", 'secret=secret="abcdef123"'):
+        out = redactor.redact(text)
+        assert "00000000000Aa7" not in out and "s3cr3tvalue42" not in out and "abcdef123" not in out, out
