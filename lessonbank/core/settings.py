@@ -135,8 +135,11 @@ class Settings(BaseSettings):
     )
     distill_model: Name = Field("gpt-4o-mini", description="Chat model that distills runs into lessons.")
     llm_timeout: Seconds = Field(120.0, description="Seconds one LLM call may take.")
+    llm_max_tokens: int = Field(1024, ge=16, le=131072, description="At most this many tokens in one LLM reply "
+                                                                   "(a model that loops stops there).")
     max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
-    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes.")
+    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, and the "
+                                            "corrected lines of failed steps as observed fixes.")
     transcript_budget_chars: int = Field(
         12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
     )

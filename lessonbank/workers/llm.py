@@ -5,6 +5,10 @@ vLLM), then ``json_object`` carrying the schema (llama.cpp's server), then plain
 rejects one form with a 400/422 about the response format (or, as llama.cpp's server does for
 ``json_schema``, a 500 whose message names ``response_format``) is asked again in the next, and the
 form that worked is remembered. Any other 4xx (but 429) is permanent.
+Every reply is capped at ``max_tokens`` (``LESSONBANK_LLM_MAX_TOKENS``): a small model that loops (a JSON
+object that never closes, whitespace forever) stops there instead of running until ``llm_timeout``, and
+its cut reply is handled as malformed. A server that refuses ``max_tokens`` (OpenAI's reasoning models)
+gets ``max_completion_tokens``, and that is remembered.
 Replies are parsed leniently (code fences and prose around the JSON object are stripped) and
 validated with pydantic.
 """
@@ -30,6 +34,7 @@ from lessonbank.core.settings import Settings
 logger = logging.getLogger(__name__)
 
 MODES = ("json_schema", "json_object", "plain")
+LIMITS = ("max_tokens", "max_completion_tokens")
 FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 T = TypeVar("T", bound=BaseModel)
 
@@ -144,6 +149,12 @@ def _rejects_format(error: openai.APIStatusError) -> bool:
     return error.status_code == 500 and "response_format" in f"{error.message} {error.body}"
 
 
+def _rejects_limit(error: openai.APIStatusError) -> bool:
+    """Whether the server refused ``max_tokens`` itself (OpenAI's reasoning models want the other name)."""
+    return error.status_code in (400, 422) and "max_tokens" in f"{error.message} {error.body}" and (
+        "max_completion_tokens" in f"{error.message} {error.body}" or "unsupported" in str(error.body).lower())
+
+
 def response_format(mode: str, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
     if mode == "json_schema":
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
@@ -155,11 +166,13 @@ def response_format(mode: str, name: str, schema: dict[str, Any]) -> dict[str, A
 class ChatLLM:
     """Structured chat completions with one model; remembers which output form the server accepts."""
 
-    def __init__(self, client: openai.OpenAI, model: str, timeout: float = 120.0) -> None:
+    def __init__(self, client: openai.OpenAI, model: str, timeout: float = 120.0, max_tokens: int = 1024) -> None:
         self.client = client
         self.model = model
         self.timeout = timeout
+        self.max_tokens = max_tokens
         self._mode_index = 0
+        self._limit = LIMITS[0]
 
     def complete(self, messages: list[dict[str, str]], name: str, schema: dict[str, Any]) -> ChatReply:
         """One completion; raises TransientDistillError / PermanentDistillError.
@@ -171,7 +184,8 @@ class ChatLLM:
         with observe.llm_call(self.model, name) as call:
             while True:
                 mode = MODES[self._mode_index]
-                kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.2}
+                kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.2,
+                                          self._limit: self.max_tokens}
                 fmt = response_format(mode, name, schema)
                 if fmt is not None:
                     kwargs["response_format"] = fmt
@@ -179,6 +193,10 @@ class ChatLLM:
                 try:
                     response = self.client.chat.completions.create(**kwargs)
                 except openai.APIStatusError as e:
+                    if self._limit == LIMITS[0] and _rejects_limit(e):
+                        self._limit = LIMITS[1]
+                        logger.info("LLM rejected max_tokens (%s); sending max_completion_tokens", e.status_code)
+                        continue
                     if self._mode_index + 1 < len(MODES) and _rejects_format(e):
                         self._mode_index += 1
                         logger.info("LLM rejected response_format %s (%s); trying %s", mode, e.status_code,
@@ -193,6 +211,9 @@ class ChatLLM:
                 text = ""
                 if response.choices and response.choices[0].message.content:
                     text = response.choices[0].message.content
+                if response.choices and response.choices[0].finish_reason == "length":
+                    logger.warning("LLM reply cut at LESSONBANK_LLM_MAX_TOKENS=%d tokens (%s call); it is handled "
+                                   "as malformed", self.max_tokens, name)
                 usage = response.usage
                 reply = ChatReply(
                     text=text,

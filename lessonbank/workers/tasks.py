@@ -60,7 +60,8 @@ def deps() -> Deps:
             settings=settings,
             redis=client,
             store=connect_store(settings, client),
-            llm=ChatLLM(make_client(settings), settings.distill_model, timeout=settings.llm_timeout),
+            llm=ChatLLM(make_client(settings), settings.distill_model, timeout=settings.llm_timeout,
+                        max_tokens=settings.llm_max_tokens),
             scrubber=Redactor(settings.redact_patterns),
         )
     return _deps[pid]

@@ -205,3 +205,33 @@ def test_schema_sent_to_the_llm_is_strict_and_has_no_length_bounds() -> None:
     lesson = schema["$defs"]["_SchemaLesson"]
     assert lesson["additionalProperties"] is False
     assert set(lesson["required"]) == {"kind", "text", "tags", "evidence"}
+
+
+LOOPING = '{"outcome": "failure", "lessons": [{"kind": "fact", "text": "' + "\n " * 400_000  # never closes
+
+
+def test_a_looping_model_is_cut_at_max_tokens_and_handled_as_malformed(openai_server: FakeOpenAI,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Before the cap, a 1.5B model emitting whitespace forever held a worker until llm_timeout (15 minutes
+    in the learning benchmark); now each reply stops at max_tokens: one repair, then a permanent error."""
+    openai_server.script(Reply(content=LOOPING), Reply(content=LOOPING))
+    client = openai.OpenAI(base_url=openai_server.url, api_key="k", timeout=5, max_retries=0)
+    with caplog.at_level("WARNING", logger="lessonbank.workers.llm"), pytest.raises(PermanentDistillError):
+        run(ChatLLM(client, "m", timeout=5, max_tokens=300))
+    requests = openai_server.chat_requests()
+    assert [r["max_tokens"] for r in requests] == [300, 300]
+    assert "LLM reply cut at LESSONBANK_LLM_MAX_TOKENS=300 tokens" in caplog.text
+
+
+def test_a_server_refusing_max_tokens_gets_max_completion_tokens(openai_server: FakeOpenAI) -> None:
+    openai_server.script(
+        error(400, "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                   "Use 'max_completion_tokens' instead."),
+        Reply(content=GOOD), Reply(content=GOOD))
+    llm = llm_for(openai_server)
+    assert len(run(llm).output.lessons) == 2
+    assert len(run(llm).output.lessons) == 2  # remembered: no second refusal
+    first, second, third = openai_server.chat_requests()
+    assert first["max_tokens"] == 1024 and "max_completion_tokens" not in first
+    assert second["max_completion_tokens"] == 1024 and "max_tokens" not in second
+    assert third["max_completion_tokens"] == 1024
