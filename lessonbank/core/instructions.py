@@ -3,7 +3,8 @@
 Selection
     1. Eligibility: active lessons with independent evidence — two runs, a run judged a success,
        helpful credit, or added by a user (one unverified run is not enough: it may have read a
-       poisoned page).
+       poisoned page) — and observed fixes (``workers/fixes.py``: a failing line and the corrected
+       line that worked, values not copied from what the run read).
     2. Relevance floor: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine
        similarity and its rank in the hybrid (dense + lexical, fused) search; only lessons at or above
        ``settings.min_relevance`` can be given. A task unrelated to everything the bank knows gets ``""``.
@@ -58,12 +59,12 @@ STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, 
 
 
 def eligible(lesson: Lesson) -> bool:
-    """Whether the lesson may be handed to runs: active, and either added by a user, or backed by
-    independent evidence (two runs), a run that ended well, or helpful credit."""
+    """Whether the lesson may be handed to runs: active, and either added by a user, an observed fix, or
+    backed by independent evidence (two runs), a run that ended well, or helpful credit."""
     if lesson.status != "active":
         return False
-    return (lesson.origin in USER_ORIGINS or lesson.recipe is not None or lesson.evidence >= 2
-            or lesson.verified or lesson.helpful > 0)
+    return (lesson.origin in USER_ORIGINS or lesson.origin == "observed" or lesson.recipe is not None
+            or lesson.evidence >= 2 or lesson.verified or lesson.helpful > 0)
 
 
 def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> float:

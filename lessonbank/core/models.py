@@ -23,7 +23,7 @@ LessonKind = Literal["fact", "approach", "failure"]
 LessonStatus = Literal["active", "superseded", "retired", "quarantined", "forgotten"]
 # The status reason of a lesson a user released (from quarantine or retirement): they vouch for it.
 RELEASED_BY_USER = "released by a user"
-LessonOrigin = Literal["distilled", "recipe", "remembered", "imported", "added"]
+LessonOrigin = Literal["distilled", "recipe", "observed", "remembered", "imported", "added"]
 # How a run ended, as its recorder saw it.
 RunOutcome = Literal["success", "max_steps", "error", "interrupted", "abandoned", "unknown"]
 # Whether the run did its job, and who said so (most trusted first).
@@ -112,9 +112,9 @@ def lesson_id(bank: str, text: str) -> str:
     return str(uuid.uuid5(LESSON_NAMESPACE, f"{bank}\n{normalize_lesson_text(text)}"))
 
 
-def recipe_id(bank: str, fingerprint: str) -> str:
-    """Deterministic id of a recipe: uuid5 of bank + the fingerprint of its normalised code."""
-    return str(uuid.uuid5(LESSON_NAMESPACE, f"{bank}\nrecipe {fingerprint}"))
+def recipe_id(bank: str, fingerprint: str, kind: str = "recipe") -> str:
+    """Deterministic id of a recipe (or an observed fix): uuid5 of bank + the fingerprint of its normalised code."""
+    return str(uuid.uuid5(LESSON_NAMESPACE, f"{bank}\n{kind} {fingerprint}"))
 
 
 class Provenance(BaseModel):

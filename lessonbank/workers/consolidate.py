@@ -28,7 +28,8 @@ run twice changes nothing.
 
 Recipes are consolidated by the fingerprint of their normalised code (``add_recipe``): the same code
 from another run reinforces one recipe; a new recipe supersedes older recipes for similar tasks whose
-harmful credit outweighs their helpful credit.
+harmful credit outweighs their helpful credit. Observed fixes (``workers/fixes.py``) are kept the same
+way, by fingerprint: the same correction from several runs is one fact with more evidence.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Literal
 
 from lessonbank.core.exceptions import PermanentDistillError
 from lessonbank.core.models import Lesson, LessonOrigin, LessonStatus, Provenance, Recipe, lesson_id, recipe_id
@@ -48,6 +50,7 @@ from lessonbank.workers.distiller import DraftLesson
 logger = logging.getLogger(__name__)
 
 MAX_SOURCE_RUNS = 200
+CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by fingerprint, never by the LLM
 MAX_TAGS = 8
 NEIGHBOURS = 5
 # Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
@@ -194,8 +197,11 @@ class Consolidator:
         return close
 
     def _neighbours(self, draft: DraftLesson) -> tuple[list[tuple[Lesson, float]], list[Lesson]]:
-        """The draft's nearest active lessons, and those close enough for the decision call."""
-        neighbours = self.store.similar(self.bank, draft.text, limit=NEIGHBOURS)
+        """The draft's nearest active lessons, and those close enough for the decision call. Recipes and
+        observed fixes are not among them: their text is the run's own code, kept by fingerprint, and no
+        distilled sentence may reinforce, merge into or replace it."""
+        neighbours = [(lesson, score) for lesson, score in self.store.similar(self.bank, draft.text, limit=NEIGHBOURS)
+                      if lesson.origin not in CODE_ORIGINS]
         close = [  # the run's own lessons are not "existing" ones to merge with
             lesson for lesson, score in neighbours
             if score >= self.thresholds.related and self.run_id not in lesson.source_run_ids
@@ -408,21 +414,42 @@ class Consolidator:
 
     # -- recipes --------------------------------------------------------------------------------
 
+    def _fingerprinted(self, rid: str, kind: str, steps: list[int]) -> Literal["new", "kept", "refused"]:
+        """``new`` if the recipe or fix ``rid`` is not stored yet, ``kept`` if it is (and is reinforced),
+        ``refused`` if a user purged it or it is no longer active."""
+        if self._tombstoned(rid):
+            return "refused"
+        found = self.store.get(self.bank, [rid])
+        if found and found[0].status != "active":
+            logger.info("bank %s: %s %s is %s; a run's same code does not revive it", self.bank, kind, rid,
+                        found[0].status)
+            return "refused"
+        if found:
+            existing = found[0]
+            draft = DraftLesson(kind=existing.kind, text=existing.text, tags=existing.tags, steps=steps)
+            self._reinforce(existing, draft)  # the first run's code stays the lesson
+            return "kept"
+        return "new"
+
+    def add_fix(self, text: str, fingerprint: str, steps: list[int]) -> str | None:
+        """Store an observed fix (``workers/fixes.py``) as a fact, or reinforce the same fix; returns its id
+        (None if a user purged it or it is held back)."""
+        fid = recipe_id(self.bank, fingerprint, kind="fix")
+        known = self._fingerprinted(fid, "fix", steps)
+        if known != "new":
+            return fid if known == "kept" else None
+        lesson = Lesson.new(self.bank, "fact", text, tags=["fix"], run_id=self.run_id, origin="observed", steps=steps)
+        self.store.upsert([lesson.model_copy(update={"id": fid, "verified": self.verified})])
+        self.stats.added += 1
+        self.stats.lesson_ids.append(fid)
+        return fid
+
     def add_recipe(self, recipe: Recipe, text: str, steps: list[int]) -> str | None:
         """Store the recipe (or reinforce the same code's recipe); returns its id (None if refused)."""
         rid = recipe_id(self.bank, recipe.fingerprint)
-        if self._tombstoned(rid):
-            return None
-        found = self.store.get(self.bank, [rid])
-        if found and found[0].status != "active":
-            logger.info("bank %s: recipe %s is %s; a run's same code does not revive it", self.bank, rid,
-                        found[0].status)
-            return None
-        if found:
-            existing = found[0]
-            draft = DraftLesson(kind="approach", text=existing.text, tags=existing.tags, steps=steps)
-            self._reinforce(existing, draft)  # the first run's code stays the recipe
-            return rid
+        known = self._fingerprinted(rid, "recipe", steps)
+        if known != "new":
+            return rid if known == "kept" else None
         lesson = Lesson.new(self.bank, "approach", text, tags=["recipe"], run_id=self.run_id, origin="recipe",
                             steps=steps, recipe=recipe)
         lesson = lesson.model_copy(update={"id": rid, "verified": True})

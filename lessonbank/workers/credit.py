@@ -3,8 +3,12 @@
 Applied is decided deterministically first: a lesson's distinctive tokens — keyword arguments with
 their values (``delimiter=';'``), quoted literals, code names — must appear in the run's code or tool
 arguments, and tokens the task itself contains do not count (any attempt would use them). A recipe is
-applied when most of its own calls and literals are in the run's code. Only applied lessons get
-credit: crediting everything retrieved together reinforces noise.
+applied when most of its own calls and literals are in the run's code. An observed fix is applied when
+the run used what its corrected line changed: the same new key or literal, or a value of the same shape
+(``date="02.01.2024"`` applies ``date="17.03.2024"``). Only applied lessons get credit: crediting
+everything retrieved together reinforces noise. A failed run blames an observed fix only if one of its
+failing lines is the fix's own (the same call with the corrected value): the fix says how one call
+works, not how the whole run ends.
 
 The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a
 run gave is kept with the run, so a later verdict (a user's feedback after distillation) replaces it
@@ -31,6 +35,7 @@ from typing import Any
 from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.workers import fixes
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +146,9 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
     """Whether a run whose code/tool calls have ``run`` atoms applied ``lesson``."""
     if lesson.recipe is not None:
         return _recipe_applied(lesson.recipe, run, task)
+    if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
+        exact, shaped = pieces
+        return bool(exact & run.all() or exact & run.kwarg_values() or shaped & _shapes(run))
     atoms = text_atoms(lesson.text)
     mine = _distinctive(atoms, task)
     if mine.kwargs & run.kwargs or mine.literals & (run.literals | run.kwarg_values()):
@@ -161,6 +169,51 @@ def _recipe_applied(recipe: Recipe, run: Atoms, task: str) -> bool:
                                                                   for other in kwargs)}
     pieces = kwargs | (mine.literals - params) | mine.names
     return bool(pieces) and len(pieces & run.all()) >= math.ceil(RECIPE_SHARE * len(pieces))
+
+
+_WORDS_ONLY = re.compile(r"[a ]*")
+
+
+def _shaped(atom: str) -> str:
+    """``date=17.03.2024`` -> ``date=9.9.9``; a literal -> its shape."""
+    key, sep, value = atom.partition("=")
+    return f"{key}={fixes.shape(value)}" if sep else fixes.shape(atom)
+
+
+def _shapes(run: Atoms) -> set[str]:
+    return {_shaped(kwarg) for kwarg in run.kwargs if not kwarg.endswith("=")} | {
+        fixes.shape(literal) for literal in run.literals}
+
+
+def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
+    """What an observed fix's corrected line changed: (exact kwargs and literals, their shapes when the
+    shape says more than "a word"); None if the text is not a fix's."""
+    fixed, failed = fixes.fixed_line(lesson.text), fixes.failed_line(lesson.text)
+    if fixed is None or failed is None:
+        return None
+    new, old = code_atoms(fixed), code_atoms(failed)
+    kwargs = {k for k in new.kwargs - old.kwargs if not k.endswith("=")}
+    literals = new.literals - old.literals
+    exact = _distinctive(Atoms(kwargs, literals, set()), task)
+    shaped = ({_shaped(k) for k in kwargs} - {_shaped(k) for k in old.kwargs}) | (
+        {fixes.shape(t) for t in literals} - {fixes.shape(t) for t in old.literals})
+    shaped = {s for s in shaped if not _WORDS_ONLY.fullmatch(s.partition("=")[2] if "=" in s else s)}
+    return exact.kwargs | exact.literals, shaped
+
+
+def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
+    """An observed fix that no failing line of the run used: a failed run does not blame it."""
+    if lesson.origin != "observed" or (pieces := _fix_pieces(lesson, task)) is None:
+        return False
+    exact, shaped = pieces
+    for step in steps:
+        if step.kind != "action" or not (step.error_type or step.error_message):
+            continue
+        line = fixes.failing_line(step)
+        atoms = code_atoms(line) if line else Atoms()
+        if exact & atoms.all() or shaped & _shapes(atoms):
+            return False
+    return True
 
 
 def altered(lesson: Lesson, run: Atoms, task: str) -> bool:

@@ -2,8 +2,9 @@
 
 read the run -> wait briefly for the user's check -> judge the outcome (user, check, the run's own
 signals; the LLM only when nobody else can) -> mine evidence -> ONE LLM call (output checkpointed in
-Redis) -> quality gate -> consolidate and keep the recipe of a run that ended well, under the bank's
-lock -> mark the run distilled -> credit the lessons the run was given and applied.
+Redis) -> quality gate -> consolidate, keep the recipe of a run that ended well and the fixes the run
+observed, under the bank's lock -> mark the run distilled -> credit the lessons the run was given and
+applied.
 
 A verdict that arrives after distillation (``lessonbank.feedback``) queues ``credit_one`` for the run,
 which replaces the run's earlier credit by its difference.
@@ -30,7 +31,7 @@ from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import credit, evidence, gate, observe, recipes
+from lessonbank.workers import credit, evidence, fixes, gate, observe, recipes
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.decide import llm_decider
 from lessonbank.workers.distiller import DistillOutput, DraftLesson, distill
@@ -188,7 +189,9 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     recipe = None
     if verdict == "success" and source in TRUSTED and deps.settings.recipes:
         recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
-    stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=verdict == "success" and source in TRUSTED)
+    observed = _fixes(deps, run)
+    stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=verdict == "success" and source in TRUSTED,
+                                    observed=observed)
     if not deps.redis.exists(run_key(run_id)):
         logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
         return stats
@@ -228,9 +231,21 @@ def follow_up(deps: Deps, bank: str, run: runs.Run) -> ConsolidationStats | None
     return stats
 
 
+def _fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
+    """The fixes the run observed that may be kept (none with recipes off, none that need a user's eye)."""
+    if not deps.settings.recipes:
+        return []
+    found = [fix for fix in fixes.extract(run.steps, run.task, deps.scrubber)
+             if not gate.quarantine_reason(fix.text)]
+    if found:
+        logger.info("bank %s run %s: %d observed fix(es): %s", run.bank, run.run_id, len(found),
+                    "; ".join(evidence.one_line(fix.fixed, 80) for fix in found))
+    return found
+
+
 @observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)
 def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
-                 verified: bool) -> tuple[ConsolidationStats, str | None]:
+                 verified: bool, observed: list[fixes.Fix] | None = None) -> tuple[ConsolidationStats, str | None]:
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
@@ -248,6 +263,8 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
             runs.save_progress(deps.redis, run.run_id, done)
 
         stats = consolidator.run(drafts, done=set(done), on_done=written)
+        for fix in observed or []:
+            consolidator.add_fix(fix.text, fix.fingerprint, list(fix.steps))
         recipe_id = None
         if recipe is not None:
             steps = [s.seq for s in run.steps if s.kind == "action" and not (s.error_type or s.error_message)]
@@ -280,8 +297,8 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
         if run.steps:
             atoms = credit.run_atoms(run.steps)
             applied = {lesson.id for lesson in lessons if credit.applied(lesson, atoms, run.task)}
-            altered = {lesson.id for lesson in lessons
-                       if lesson.id in applied and credit.altered(lesson, atoms, run.task)}
+            altered = {lesson.id for lesson in lessons if lesson.id in applied and (
+                credit.altered(lesson, atoms, run.task) or credit.blameless(lesson, run.steps, run.task))}
         else:  # the steps expired: what the run applied was decided when they were there
             applied = {lid for lid, flags in (previous or {}).get("lessons", {}).items() if flags.get("applied")}
             altered = {lid for lid in applied if not previous or not previous["lessons"][lid].get("harmful")}

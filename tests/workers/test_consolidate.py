@@ -330,3 +330,39 @@ def test_the_decision_is_asked_before_the_lock_and_reused_unless_the_bank_change
     store.upsert([Lesson.new("b", "fact", other)])  # another worker wrote a related lesson meanwhile
     changed.run([draft(SEMI_RELATED)])
     assert calls[:2] == [1, 1] and calls[2:] == [2]  # asked again, with the bank as it is now
+
+
+FIX = ('`w = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; the corrected line '
+       '`w = get_weather(city="Graz", date="17.03.2024")` worked.')
+
+
+def test_an_observed_fix_is_kept_by_fingerprint_and_no_sentence_rewrites_it(store: LessonStore) -> None:
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_fix(FIX, "f" * 32, [0, 1])
+    assert fid == recipe_id("b", "f" * 32, kind="fix")
+    assert Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_fix(FIX, "f" * 32, [0, 1]) == fid  # same run
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_fix(FIX, "f" * 32, [3, 4]) == fid
+    (fix,) = store.list("b")
+    assert (fix.origin, fix.kind, fix.evidence, fix.source_run_ids) == ("observed", "fact", 2, ["r1", "r2"])
+
+    shown: list[list[str]] = []
+
+    def decide(drafts: list[DraftLesson], existing: list[Lesson]) -> list[Decision]:
+        shown.append([lesson.text for lesson in existing])
+        return [Decision(new=1, action="merge", existing=1, text="Dates are DD.MM.YYYY.")]
+
+    near = FIX.replace("worked.", "worked fine.")  # a distilled copy, as close as a duplicate
+    related = "get_weather wants its date as DD.MM.YYYY, e.g. 17.03.2024, not 2024-03-17."
+    stats = Consolidator(store, "b", "r3", Thresholds(0.9, 0.6), decide=decide).run([draft(near), draft(related)])
+    assert stats.added == 2 and stats.reinforced == stats.merged == 0
+    assert all(FIX not in texts for texts in shown)  # never offered to the LLM as a merge target
+    (fix,) = [lesson for lesson in store.list("b") if lesson.id == fid]
+    assert (fix.text, fix.evidence, fix.status) == (FIX, 2, "active")
+
+
+def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store: LessonStore) -> None:
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_fix(FIX, "e" * 32, [0, 1])
+    assert fid is not None
+    store.set_status("b", [fid], "retired", reason="harmful in 3 of 3 runs that applied it")
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_fix(FIX, "e" * 32, [0, 1]) is None
+    (fix,) = store.list("b", include_inactive=True)
+    assert (fix.status, fix.evidence) == ("retired", 1)

@@ -4,6 +4,7 @@ the real embedder, and a real HTTP server speaking the OpenAI protocol."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -13,20 +14,24 @@ import openai
 import pytest
 import redis
 from qdrant_client import QdrantClient
+from smolagents import CodeAgent, tool
 
 from lessonbank.core import runs
 from lessonbank.core.constants import DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
+from lessonbank.core.instructions import eligible, rank_lessons
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.recorder import StepRecorder
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args
 from tests.fixtures.runs import run_state, write_run
+from tests.fixtures.scripted_model import ScriptedModel, code_reply
 
 CSV = ("fact", "The sales CSV files are separated by ';': read them with pandas.read_csv(path, sep=';').")
 TIMEOUT = ("failure", "The billing API hangs without a timeout: always pass timeout=10 to requests.get.")
@@ -318,3 +323,78 @@ def test_recipes_can_be_turned_off(deps: Deps, openai_server: FakeOpenAI, store:
     runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
     distill_one(deps, "b", run_id)
     assert store.list("b") == [] and runs.load_run(deps.redis, run_id).judged["recipe"] == ""
+
+
+@tool
+def get_weather(city: str, date: str) -> dict:
+    """Return the weather records of a city for one day.
+
+    Args:
+        city: City name.
+        date: The day.
+    """
+    if not re.fullmatch(r"\d\d\.\d\d\.\d{4}", date):
+        raise ValueError(f"invalid date {date!r}: expected DD.MM.YYYY, e.g. 31.12.2023")
+    if city == "Oslo":
+        raise ValueError("no records for Oslo")
+    return {"city": city, "records": [{"max_c": 15.0}]}
+
+
+def weather_run(settings: Settings, city: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
+    """A real CodeAgent run of ``codes`` (one step each, then an answer), recorded by the real recorder."""
+    recorder = StepRecorder(bank="b", settings=settings)
+    model = ScriptedModel([code_reply(code) for code in codes] + [code_reply("final_answer(None)")])
+    agent = CodeAgent(tools=[get_weather], model=model, max_steps=len(codes) + 2,
+                      step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    recorder.run(agent, f"What was the highest temperature in {city} on 2024-01-02?")
+    run_id = recorder.run_id(agent)
+    recorder.close(interrupt_open_runs=False)
+    assert run_id
+    if given:
+        recorder_client = redis.Redis.from_url(settings.redis_url)
+        recorder_client.hset(run_key(run_id), "given", json.dumps(list(given)))
+        recorder_client.close()
+    runs.set_verdict(redis.Redis.from_url(settings.redis_url), "b", run_id, verdict, "check", "", "q")
+    return run_id
+
+
+def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps: Deps, openai_server: FakeOpenAI,
+                                                                            store: LessonStore) -> None:
+    """Recorded by the real recorder from a real CodeAgent: smolagents' own error names the failing line."""
+    openai_server.default = Reply(content=lessons_json())  # the distiller found nothing: the fix still stands
+    wrong = 'w = get_weather(city="Graz", date="2024-01-02")\nprint(w)'
+    right = 'w = get_weather(city="Graz", date="02.01.2024")\nprint(w)'
+    first = weather_run(deps.settings, "Graz", [wrong, right], verdict=False)
+    distill_one(deps, "b", first)
+    (fix,) = store.list("b")
+    assert fix.origin == "observed" and fix.kind == "fact" and fix.tags == ["fix"]
+    assert 'date="02.01.2024")` worked' in fix.text and fix.provenance[0].steps == [0, 1]
+    assert eligible(fix)  # from one run: the tool rejecting one call and running the next is the evidence
+    assert [lesson.id for lesson in rank_lessons(store, "b", "Highest temperature in Lyon on 2024-05-06?")] == [fix.id]
+
+    second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
+                         verdict=False)
+    distill_one(deps, "b", second)
+    (fix,) = store.list("b")
+    assert fix.evidence == 2 and fix.source_run_ids == [first, second]
+
+    applied = weather_run(deps.settings, "Rome", ['w = get_weather(city="Rome", date="06.05.2024")\nprint(w)',
+                                                  "print(w['high'])"], verdict=False, given=[fix.id])
+    distill_one(deps, "b", applied)  # failed at its own key, not at the fix's line: not blamed
+    (fix,) = store.list("b")
+    assert (fix.given, fix.applied, fix.helpful, fix.harmful, fix.evidence) == (1, 1, 0, 0, 2)
+
+    broken = weather_run(deps.settings, "Oslo", ['w = get_weather(city="Oslo", date="06.05.2024")'], verdict=False,
+                         given=[fix.id])
+    distill_one(deps, "b", broken)  # the fix's own call failed
+    (fix,) = store.list("b")
+    assert (fix.given, fix.applied, fix.harmful) == (2, 2, 1)
+
+
+def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
+    openai_server.default = Reply(content=lessons_json())
+    deps.settings = deps.settings.model_copy(update={"recipes": False})
+    run_id = weather_run(deps.settings, "Graz", ['w = get_weather(city="Graz", date="2024-01-02")',
+                                                 'w = get_weather(city="Graz", date="02.01.2024")'], verdict=False)
+    distill_one(deps, "b", run_id)
+    assert store.list("b") == []

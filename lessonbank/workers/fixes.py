@@ -1,0 +1,225 @@
+"""Observed fixes: a line a step failed at, and the corrected line a later step got past it with, kept
+as a fact without an LLM.
+
+A small agent that ran ``get_weather(city="Graz", date="2024-03-17")``, got a ValueError and then ran
+``get_weather(city="Graz", date="17.03.2024")`` has found out how the tool wants its dates. The distiller's
+account of it is often wrong ("the field name is 'high_temperature'") and worded anew by every run, so it
+never gathers the two runs of evidence a lesson needs before runs get it; and a run that fails for another
+reason afterwards leaves no recipe. The two lines themselves are what the next run needs::
+
+    `result = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; the corrected line
+    `result = get_weather(city="Graz", date="17.03.2024")` worked.
+
+Only a fix that corrects values is kept, so that what the run read cannot write the next run's code:
+
+- the corrected line calls nothing the failing line did not call, and does not answer (``final_answer``);
+- a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not
+  copied from what the run had observed before (tool output, error messages): a page or an error message
+  cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
+  Subscript keys may come from what it observed: ``result['data']['items']`` is the shape of the data;
+- both lines parse on their own, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no
+  error message, only the exception's name.
+
+Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
+line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
+correction (``'9-9-9'`` -> ``'9.9.9'`` for a date, the keys for a subscript) and drops what the task
+changes (the city, local names), so the same fix seen by several runs is one lesson with more evidence.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass
+
+from lessonbank.core.models import StepRecord
+from lessonbank.core.redact import Redactor
+
+MAX_LINE = 200
+MAX_LINES = 400  # lines of the later step compared with the failing one
+MIN_RATIO = 0.5
+MAX_FIXES = 3
+LOOSE_NUMBER = 10_000  # smaller numbers are not worth copying from a page (a limit, a page number)
+ANSWERERS = frozenset({"final_answer"})
+_FAILED_AT = re.compile(r"failed at line '([^\n]{1,400}?)' due to: ([^\n]{0,200})")
+_EXCEPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]{0,60})(?::|$)")
+_DIGITS = re.compile(r"[0-9]+")
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A failing line and the corrected line that worked; ``steps`` are their record ``seq``."""
+
+    failed: str
+    fixed: str
+    error: str
+    steps: tuple[int, int]
+    fingerprint: str
+
+    @property
+    def text(self) -> str:
+        return fix_text(self.failed, self.error, self.fixed)
+
+
+def fix_text(failed: str, error: str, fixed: str) -> str:
+    return f"`{failed}` failed with {error}; the corrected line `{fixed}` worked."
+
+
+def fixed_line(text: str) -> str | None:
+    """The corrected line of a fix lesson's text (None for another text)."""
+    parts = text.split("`")
+    if len(parts) != 5 or not parts[4].startswith(" worked"):
+        return None
+    return parts[3]
+
+
+def failed_line(text: str) -> str | None:
+    parts = text.split("`")
+    return parts[1] if len(parts) == 5 and parts[4].startswith(" worked") else None
+
+
+def _failed(step: StepRecord) -> bool:
+    return bool(step.error_type or step.error_message)
+
+
+def _parse_line(line: str) -> ast.Module | None:
+    """One line of code as a module; a block header (``for x in y:``) gets a body to parse."""
+    for source in (line, line + " pass"):
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+    return None
+
+
+def _key_constants(tree: ast.AST) -> set[int]:
+    """ids of the constants that index a subscript: the data's keys."""
+    return {id(n) for sub in ast.walk(tree) if isinstance(sub, ast.Subscript)
+            for n in ast.walk(sub.slice) if isinstance(n, ast.Constant)}
+
+
+def _constants(tree: ast.AST) -> list[tuple[ast.Constant, bool]]:
+    keys = _key_constants(tree)
+    return [(n, id(n) in keys) for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+
+
+def _calls(tree: ast.AST) -> set[str]:
+    return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+
+def shape(value: object) -> str:
+    """A value with its digits and letters folded: ``'17.03.2024'`` -> ``'9.9.9'``, ``'Graz'`` -> ``'a'``."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    return _LETTERS.sub("a", _DIGITS.sub("9", str(value)))
+
+
+def _copied(value: object, seen: str, task: str) -> bool:
+    """Whether a value the corrected line passes could have been copied from what the run observed."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int | float) and abs(value) < LOOSE_NUMBER:
+        return False
+    text = str(value)
+    return bool(text.strip()) and text.lower() not in task.lower() and text in seen
+
+
+class _Skeleton(ast.NodeTransformer):
+    """Local names -> ``v``; values both lines share -> ``_``; changed values -> their shape (keys kept)."""
+
+    def __init__(self, shared: set[str], keys: set[int], called: set[str]) -> None:
+        self.shared, self.keys, self.called = shared, keys, called
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 (ast's naming)
+        return node if node.id in self.called else ast.Name(id="v", ctx=node.ctx)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:  # noqa: N802
+        if repr(node.value) in self.shared:
+            return ast.Name(id="_", ctx=ast.Load())
+        return node if id(node) in self.keys else ast.Constant(value=shape(node.value))
+
+
+def _skeleton(tree: ast.Module, shared: set[str]) -> str:
+    called = {name for name in _calls(tree) if "." not in name}
+    return ast.unparse(_Skeleton(shared, _key_constants(tree), called).visit(tree))
+
+
+def _exception(step: StepRecord) -> str:
+    """The exception's name (never its message: that is text the run observed)."""
+    message = step.error_message
+    if "due to: " in message:
+        message = message[message.rfind("due to: ") + len("due to: "):]
+    match = _EXCEPTION.match(message)
+    if match:
+        return match.group(1)
+    return step.error_type if step.error_type.isidentifier() else "an error"
+
+
+def _best_match(failed: str, code: str) -> str | None:
+    """The line of ``code`` most like ``failed`` (None if none is close enough or it is the same line)."""
+    best, best_ratio = None, MIN_RATIO
+    for line in code.splitlines()[:MAX_LINES]:
+        line = line.strip()
+        if not line or len(line) > MAX_LINE or line.startswith("#"):
+            continue
+        matcher = difflib.SequenceMatcher(None, failed, line, autojunk=False)
+        if matcher.real_quick_ratio() > best_ratio and matcher.quick_ratio() > best_ratio:
+            ratio = matcher.ratio()
+            if ratio > best_ratio:
+                best, best_ratio = line, ratio
+    if best is None or " ".join(best.split()) == " ".join(failed.split()):
+        return None
+    return best
+
+
+def failing_line(step: StepRecord) -> str:
+    """The line smolagents says the step failed at ("" when it names none)."""
+    match = _FAILED_AT.search(step.error_message)
+    return match.group(1).strip() if match else ""
+
+
+def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redactor: Redactor) -> Fix | None:
+    failed = failing_line(failed_step)  # none named: the fix cannot be pinned to a line
+    if not failed or len(failed) > MAX_LINE or "`" in failed:
+        return None
+    fixed = _best_match(failed, later.code)
+    if fixed is None or "`" in fixed:
+        return None
+    before, after = _parse_line(failed), _parse_line(fixed)
+    if before is None or after is None:
+        return None
+    calls = _calls(after)
+    if not calls <= _calls(before) or calls & ANSWERERS:
+        return None
+    old = {repr(node.value) for node, _ in _constants(before)}
+    for node, is_key in _constants(after):
+        if repr(node.value) not in old and not is_key and _copied(node.value, seen, task):
+            return None
+    if redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
+        return None
+    error = _exception(failed_step)
+    shared = old & {repr(node.value) for node, _ in _constants(after)}
+    print_ = f"{error}|{_skeleton(before, shared)}|{_skeleton(after, shared)}"
+    fingerprint = hashlib.sha256(print_.encode()).hexdigest()[:32]
+    return Fix(failed, fixed, error, (failed_step.seq, later.seq), fingerprint)
+
+
+def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]:
+    """The fixes a run observed: for each failed step, its failing line and the corrected line of the
+    next step that did not fail (at most ``MAX_FIXES``, each fingerprint once)."""
+    actions = [step for step in steps if step.kind == "action"]
+    found: list[Fix] = []
+    for index, step in enumerate(actions):
+        if not _failed(step) or len(found) >= MAX_FIXES:
+            continue
+        later = next((s for s in actions[index + 1:] if not _failed(s) and s.code.strip()), None)
+        if later is None:
+            continue
+        seen = "\n".join(part for s in actions if s.seq < later.seq for part in (s.observations, s.error_message))
+        fix = _fix(step, later, seen, task, redactor)
+        if fix is not None and all(fix.fingerprint != other.fingerprint for other in found):
+            found.append(fix)
+    return found
