@@ -16,6 +16,7 @@ from PIL import Image, ImageStat
 from lessonbank.core.models import Lesson, RunSummary, ToolStats
 from lessonbank.report import build_report, render_html, render_plots, render_text, report_tables
 from lessonbank.report.stats import mean, mean_difference, newcombe, wilson
+from lessonbank.report.tables import lessons_table
 
 NOW = 1_700_000_000.0
 
@@ -143,6 +144,14 @@ def test_text_tables_print_markup_and_control_characters_literally() -> None:
     found = [Lesson.new("b", "fact", "[bold red]not markup[/] \x1b[31mred\x1b[0m")]
     text = render_text(report_tables(build_report("b", summaries, found, now=NOW)), "h", width=200)
     assert "[bold red]not markup[/]" in text and "\x1b" not in text
+
+
+def test_the_lessons_table_marks_what_was_kept_from_code() -> None:
+    found = [Lesson.new("b", "fact", "`x = f(d='2024-01-02')` failed with ValueError; the corrected line "
+                                     "`x = f(d='02.01.2024')` worked.", origin="observed"),
+             Lesson.new("b", "fact", "CSV files use ';' as separator")]
+    rows = {row[10][:3]: row[1] for row in lessons_table(build_report("b", [], found, now=NOW)).rows}
+    assert rows == {"`x ": "fact (fix)", "CSV": "fact"}
 
 
 BLOCK_MATPLOTLIB = textwrap.dedent("""

@@ -97,6 +97,11 @@ def comparison_table(document: dict[str, Any]) -> Table:
     return Table(title, headers, rows, document["note"])
 
 
+def _code_mark(row: dict[str, Any]) -> str:
+    """Lessons kept from a run's code, not written by the distiller: recipes and observed fixes."""
+    return " (recipe)" if row["recipe"] else " (fix)" if row.get("origin") == "observed" else ""
+
+
 def lessons_table(document: dict[str, Any]) -> Table:
     counts = document["lesson_counts"]
     by_status = ", ".join(f"{n} {status}" for status, n in counts["by_status"].items() if n)
@@ -108,7 +113,7 @@ def lessons_table(document: dict[str, Any]) -> Table:
     headers = ["id", "kind", "status", "given", "applied", "helpful", "harmful", "utility", "evidence",
                "source runs", "text"]
     rows = [
-        [row["id"][:8], row["kind"] + (" (recipe)" if row["recipe"] else ""), row["status"], str(row["given"]),
+        [row["id"][:8], row["kind"] + _code_mark(row), row["status"], str(row["given"]),
          str(row["applied"]), str(row["helpful"]), str(row["harmful"]), f"{row['utility']:.2f}",
          str(row["evidence"]), str(row["source_runs"]), row["text"]]
         for row in lessons[:LESSONS_SHOWN]
