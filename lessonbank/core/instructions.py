@@ -4,7 +4,8 @@ Selection
     1. Eligibility: active lessons with independent evidence — two runs, a run judged a success,
        helpful credit, or added by a user (one unverified run is not enough: it may have read a
        poisoned page) — and observed fixes (``workers/fixes.py``: a failing line and the corrected
-       line that worked, values not copied from what the run read).
+       line that worked, values not copied from what the run read). A fix that rewrote a value's form
+       (a date's parts in another order) also says how to write the task's own values that way.
     2. Relevance floor: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine
        similarity and its rank in the hybrid (dense + lexical, fused) search; only lessons at or above
        ``settings.min_relevance`` can be given. A task unrelated to everything the bank knows gets ``""``.
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 
 import redis
 
+from lessonbank.core import fixtext
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
@@ -156,8 +158,10 @@ def format_recipe(lesson: Lesson) -> str:
     return f"{head}\n```{fence}\n{recipe.code.strip()}\n```"
 
 
-def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000) -> tuple[str, list[Lesson]]:
+def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
+                   task: str = "") -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds.
+    An observed fix that rewrote a value's form says what that means for ``task``'s own values.
 
     Lessons that do not fit are left out whole; no lesson fits -> ``("", [])``.
     """
@@ -180,7 +184,8 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000) 
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        line = f"- {_one_line(lesson.text)} {_seen(lesson)}"
+        here = fixtext.for_task(lesson.text, task) if lesson.origin == "observed" and task else ""
+        line = f"- {_one_line(lesson.text)} {_seen(lesson)}" + (f" {here}" if here else "")
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
         if cost > budget:
             continue
@@ -212,4 +217,4 @@ def compose_instructions(
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
                            max_recipes=max_recipes)
-    return format_lessons(lessons, bank, max_chars=max_chars)
+    return format_lessons(lessons, bank, max_chars=max_chars, task=task)

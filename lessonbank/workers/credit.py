@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lessonbank.core import fixtext
 from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
@@ -177,26 +178,27 @@ _WORDS_ONLY = re.compile(r"[a ]*")
 def _shaped(atom: str) -> str:
     """``date=17.03.2024`` -> ``date=9.9.9``; a literal -> its shape."""
     key, sep, value = atom.partition("=")
-    return f"{key}={fixes.shape(value)}" if sep else fixes.shape(atom)
+    return f"{key}={fixtext.shape(value)}" if sep else fixtext.shape(atom)
 
 
 def _shapes(run: Atoms) -> set[str]:
     return {_shaped(kwarg) for kwarg in run.kwargs if not kwarg.endswith("=")} | {
-        fixes.shape(literal) for literal in run.literals}
+        fixtext.shape(literal) for literal in run.literals}
 
 
 def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
     """What an observed fix's corrected line changed: (exact kwargs and literals, their shapes when the
     shape says more than "a word"); None if the text is not a fix's."""
-    fixed, failed = fixes.fixed_line(lesson.text), fixes.failed_line(lesson.text)
-    if fixed is None or failed is None:
+    found = fixtext.lines(lesson.text)
+    if found is None:
         return None
+    failed, fixed = found
     new, old = code_atoms(fixed), code_atoms(failed)
     kwargs = {k for k in new.kwargs - old.kwargs if not k.endswith("=")}
     literals = new.literals - old.literals
     exact = _distinctive(Atoms(kwargs, literals, set()), task)
     shaped = ({_shaped(k) for k in kwargs} - {_shaped(k) for k in old.kwargs}) | (
-        {fixes.shape(t) for t in literals} - {fixes.shape(t) for t in old.literals})
+        {fixtext.shape(t) for t in literals} - {fixtext.shape(t) for t in old.literals})
     shaped = {s for s in shaped if not _WORDS_ONLY.fullmatch(s.partition("=")[2] if "=" in s else s)}
     return exact.kwargs | exact.literals, shaped
 

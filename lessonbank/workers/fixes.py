@@ -34,6 +34,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from lessonbank.core import fixtext
 from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
 
@@ -45,8 +46,6 @@ LOOSE_NUMBER = 10_000  # smaller numbers are not worth copying from a page (a li
 ANSWERERS = frozenset({"final_answer"})
 _FAILED_AT = re.compile(r"failed at line '([^\n]{1,400}?)' due to: ([^\n]{0,200})")
 _EXCEPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]{0,60})(?::|$)")
-_DIGITS = re.compile(r"[0-9]+")
-_LETTERS = re.compile(r"[^\W\d_]+")
 
 
 @dataclass(frozen=True)
@@ -61,24 +60,7 @@ class Fix:
 
     @property
     def text(self) -> str:
-        return fix_text(self.failed, self.error, self.fixed)
-
-
-def fix_text(failed: str, error: str, fixed: str) -> str:
-    return f"`{failed}` failed with {error}; the corrected line `{fixed}` worked."
-
-
-def fixed_line(text: str) -> str | None:
-    """The corrected line of a fix lesson's text (None for another text)."""
-    parts = text.split("`")
-    if len(parts) != 5 or not parts[4].startswith(" worked"):
-        return None
-    return parts[3]
-
-
-def failed_line(text: str) -> str | None:
-    parts = text.split("`")
-    return parts[1] if len(parts) == 5 and parts[4].startswith(" worked") else None
+        return fixtext.fix_text(self.failed, self.error, self.fixed)
 
 
 def _failed(step: StepRecord) -> bool:
@@ -110,13 +92,6 @@ def _calls(tree: ast.AST) -> set[str]:
     return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
 
-def shape(value: object) -> str:
-    """A value with its digits and letters folded: ``'17.03.2024'`` -> ``'9.9.9'``, ``'Graz'`` -> ``'a'``."""
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    return _LETTERS.sub("a", _DIGITS.sub("9", str(value)))
-
-
 def _copied(value: object, seen: str, task: str) -> bool:
     """Whether a value the corrected line passes could have been copied from what the run observed."""
     if isinstance(value, bool) or value is None:
@@ -139,7 +114,7 @@ class _Skeleton(ast.NodeTransformer):
     def visit_Constant(self, node: ast.Constant) -> ast.AST:  # noqa: N802
         if repr(node.value) in self.shared:
             return ast.Name(id="_", ctx=ast.Load())
-        return node if id(node) in self.keys else ast.Constant(value=shape(node.value))
+        return node if id(node) in self.keys else ast.Constant(value=fixtext.shape(node.value))
 
 
 def _skeleton(tree: ast.Module, shared: set[str]) -> str:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from lessonbank.core import fixtext
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.workers import credit, fixes
@@ -38,7 +39,8 @@ def extract(steps: list[StepRecord], task: str = GRAZ) -> list[fixes.Fix]:
 
 def test_a_rejected_argument_and_the_corrected_call_are_one_fact() -> None:
     (fix,) = extract(date_run("Graz", "2024-03-17", "17.03.2024"))
-    assert fix.text == ('`result = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; the corrected '
+    assert fix.text == ('Pass `date` like "17.03.2024", not like "2024-03-17": '
+                        '`result = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; the corrected '
                         'line `result = get_weather(city="Graz", date="17.03.2024")` worked.')
     assert fix.steps == (0, 1)
     assert "expected DD.MM.YYYY" not in fix.text  # the error message is what the run read: never quoted
@@ -175,8 +177,13 @@ def test_a_failed_run_blames_a_fix_only_when_the_fix_own_line_failed() -> None:
 
 def test_only_a_fix_text_gives_its_lines_back() -> None:
     (fix,) = extract(date_run("Graz", "2024-03-17", "17.03.2024"))
-    assert fixes.fixed_line(fix.text) == fix.fixed and fixes.failed_line(fix.text) == fix.failed
-    assert fixes.fixed_line("Use `sep=';'` for the sales files.") is None
+    assert fixtext.lines(fix.text) == (fix.failed, fix.fixed)
+    wrong = "print(r['high'])"
+    (keyed,) = extract([step(0, wrong, failed_at=wrong, error="KeyError: 'high'"), step(1, "print(r['max_c'])")])
+    assert keyed.text.startswith("`print(r['high'])` failed with KeyError")  # no keyword changed: no lead
+    assert fixtext.lines(keyed.text) == (wrong, "print(r['max_c'])")
+    assert fixtext.lines("Use `sep=';'` for the sales files.") is None
+    assert fixtext.lines("`a` and `b` worked.") is None
 
 
 def test_a_huge_later_step_is_compared_in_bounded_time() -> None:

@@ -19,7 +19,7 @@ from smolagents import CodeAgent, tool
 from lessonbank.core import runs
 from lessonbank.core.constants import DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
-from lessonbank.core.instructions import eligible, rank_lessons
+from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -371,6 +371,9 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert 'date="02.01.2024")` worked' in fix.text and fix.provenance[0].steps == [0, 1]
     assert eligible(fix)  # from one run: the tool rejecting one call and running the next is the evidence
     assert [lesson.id for lesson in rank_lessons(store, "b", "Highest temperature in Lyon on 2024-05-06?")] == [fix.id]
+    text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
+    assert 'Pass `date` like "02.01.2024", not like "2024-01-02"' in text
+    assert 'For this task, write "2024-05-06" as "06.05.2024".' in text
 
     second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
                          verdict=False)

@@ -1,0 +1,133 @@
+"""The text of an observed fix (``workers/fixes.py`` keeps them), read back by credit and by the
+instructions builder.
+
+A fix's text quotes the line a step failed at and the corrected line that worked, in backticks, after
+an optional lead naming the value that changed::
+
+    Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(city="Lyon", date="2024-01-02")`
+    failed with ValueError; the corrected line `w = get_weather(city="Lyon", date="02.01.2024")` worked.
+
+When the correction rewrote a value's parts in another order with other separators (a date, a time, a
+version), ``carry_over`` applies the same rewriting to the values of a new task that look like the one
+that failed: for "What was the highest temperature in Porto on 2024-09-15?" the instructions say to write
+"15.09.2024". A small model copies the task's "2024-09-15" into its first call even when told how the
+tool wants dates; it uses a value it is handed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+WORKED = " worked"
+CORRECTED = "; the corrected line "
+MAX_CARRIED = 3
+_GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
+_DIGITS = re.compile(r"[0-9]+")
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+def fix_text(failed: str, error: str, fixed: str) -> str:
+    """The lesson text of a fix (backticks inside the lines are refused before this is called)."""
+    lead = ""
+    changed = changed_keywords(failed, fixed)
+    if len(changed) == 1:
+        keyword, old, new = changed[0]
+        lead = f"Pass `{keyword}` like {json.dumps(new)}, not like {json.dumps(old)}: "
+    return f"{lead}`{failed}` failed with {error}{CORRECTED}`{fixed}`{WORKED}."
+
+
+def lines(text: str) -> tuple[str, str] | None:
+    """(failing line, corrected line) of a fix's text; None for any other text."""
+    parts = text.split("`")
+    if len(parts) < 5 or len(parts) % 2 == 0 or not parts[-1].startswith(WORKED):
+        return None
+    if not (parts[-3].startswith(" failed with ") and parts[-3].endswith(CORRECTED)):
+        return None
+    return parts[-4], parts[-2]
+
+
+def shape(value: object) -> str:
+    """A value with its digits and letters folded: ``'17.03.2024'`` -> ``'9.9.9'``, ``'Graz'`` -> ``'a'``."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    return _LETTERS.sub("a", _DIGITS.sub("9", str(value)))
+
+
+def _keywords(line: str) -> dict[str, str]:
+    """``name=value`` of the string constants passed by keyword in one line of code."""
+    try:
+        tree = ast.parse(line)
+    except (SyntaxError, ValueError, RecursionError):
+        return {}
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg and isinstance(node.value, ast.Constant) and isinstance(
+                node.value.value, str):
+            found.setdefault(node.arg, node.value.value)
+    return found
+
+
+def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:
+    """(keyword, failed value, corrected value) of the string keyword arguments the correction changed."""
+    before, after = _keywords(failed), _keywords(fixed)
+    return [(name, before[name], value) for name, value in after.items() if name in before and before[name] != value]
+
+
+def _pattern(value: str) -> re.Pattern[str]:
+    """A value of the same form: the same digit counts, letters, and separators, standing alone."""
+    parts = []
+    for match in re.finditer(r"[0-9]+|[^\W\d_]+|.", value):
+        piece = match.group(0)
+        if piece.isdigit():
+            parts.append(rf"[0-9]{{{len(piece)}}}")
+        elif _LETTERS.fullmatch(piece):
+            parts.append(r"[^\W\d_]+")
+        else:
+            parts.append(re.escape(piece))
+    return re.compile(r"(?<![\w.\-/:])" + "".join(parts) + r"(?![\w\-/:]|\.\w)")
+
+
+def _reorder(old: str, new: str) -> list[int] | None:
+    """For each part of ``new``, the position of the same part in ``old`` (None unless ``new`` only
+    reorders ``old``'s parts, each found once)."""
+    old_groups, new_groups = _GROUP.findall(old), _GROUP.findall(new)
+    if not old_groups or len(set(old_groups)) != len(old_groups) or sorted(old_groups) != sorted(new_groups):
+        return None
+    order = [old_groups.index(group) for group in new_groups]
+    return order if order != list(range(len(order))) or _GROUP.sub("", old) != _GROUP.sub("", new) else None
+
+
+def carry_over(old: str, new: str, task: str) -> list[tuple[str, str]]:
+    """(value in the task, the same value rewritten the way ``old`` was corrected to ``new``)."""
+    if len(old) > 40 or len(new) > 40:
+        return []
+    order = _reorder(old, new)
+    if order is None:
+        return []
+    template = re.split(r"([0-9]+|[^\W\d_]+)", new)  # separators at even indices, parts at odd ones
+    carried: list[tuple[str, str]] = []
+    for match in _pattern(old).finditer(task[:4000]):
+        value = match.group(0)
+        groups = _GROUP.findall(value)
+        if len(groups) != len(order) or value == old:
+            continue
+        rebuilt = [piece if i % 2 == 0 else groups[order[i // 2]] for i, piece in enumerate(template)]
+        pair = (value, "".join(rebuilt))
+        if pair not in carried:
+            carried.append(pair)
+        if len(carried) >= MAX_CARRIED:
+            break
+    return carried
+
+
+def for_task(text: str, task: str) -> str:
+    """What the fix means for ``task``: the task's values rewritten as the correction did ("" if none)."""
+    found = lines(text)
+    if found is None:
+        return ""
+    pairs = [pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)]
+    if not pairs:
+        return ""
+    return "For this task, write " + ", ".join(f"{json.dumps(v)} as {json.dumps(w)}" for v, w in pairs) + "."

@@ -1,0 +1,53 @@
+"""Reading an observed fix back, and carrying a value's corrected form over to a new task's values."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lessonbank.core import fixtext
+from lessonbank.core.instructions import format_lessons
+from lessonbank.core.models import Lesson
+
+FAILED = 'w = get_weather(city="Lyon", date="2024-01-02")'
+FIXED = 'w = get_weather(city="Lyon", date="02.01.2024")'
+
+
+@pytest.mark.parametrize(("old", "new", "task", "carried"), [
+    ("2024-01-02", "02.01.2024", "Highest temperature in Porto on 2024-09-15?", [("2024-09-15", "15.09.2024")]),
+    ("2024-01-02", "02.01.2024", "Compare 2024-09-15 with 2023-12-31.",
+     [("2024-09-15", "15.09.2024"), ("2023-12-31", "31.12.2023")]),
+    ("2024-01-02", "2024/01/02", "Orders on 2024-09-15", [("2024-09-15", "2024/09/15")]),  # separators only
+    ("03/17/2024", "2024-03-17", "Sales on 05/06/2024.", [("05/06/2024", "2024-05-06")]),
+    ("14:05", "14.05", "Trains after 09:30", [("09:30", "09.30")]),
+    ("2024-01-02", "02.01.2024", "Highest temperature in Porto on 15 Sep 2024?", []),  # another form: nothing
+    ("2024-01-02", "02.01.2024", "Build 12024-09-151 is out", []),  # part of a longer value
+    ("2024-02-02", "02.02.2024", "Weather on 2024-09-15", []),  # ambiguous: which 02 went where
+    ("Lyon", "lyon", "Weather in Porto", []),  # not a reordering of parts
+    ("2024-01-02", "02.01.2024", "Weather on 2024-01-02", []),  # the very value that failed: the fix says it
+])
+def test_a_reformatted_value_is_carried_over_to_the_task_values_of_its_old_form(
+    old: str, new: str, task: str, carried: list[tuple[str, str]]
+) -> None:
+    assert fixtext.carry_over(old, new, task) == carried
+
+
+def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
+    fix = Lesson.new("b", "fact", fixtext.fix_text(FAILED, "ValueError", FIXED), origin="observed")
+    assert fix.text.startswith('Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(')
+    text, given = format_lessons([fix], "b", task="What was the highest temperature in Porto on 2024-09-15?")
+    assert given == [fix]
+    assert '(seen in 1 run) For this task, write "2024-09-15" as "15.09.2024".' in text
+    plain, _ = format_lessons([fix], "b")
+    assert "For this task" not in plain
+    distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
+    assert "For this task" not in format_lessons([distilled], "b", task="On 2024-09-15?")[0]
+
+
+def test_carrying_over_is_linear_on_hostile_tasks() -> None:
+    old = "a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.1"
+    started = time.perf_counter()
+    fixtext.carry_over(old, "1.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a", "a." * 200_000 + "!")
+    fixtext.carry_over("2024-01-02", "02.01.2024", "2024-" * 100_000)
+    assert time.perf_counter() - started < 2.0
