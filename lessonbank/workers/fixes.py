@@ -5,10 +5,12 @@ A small agent that ran ``get_weather(city="Graz", date="2024-03-17")``, got a Va
 ``get_weather(city="Graz", date="17.03.2024")`` has found out how the tool wants its dates. The distiller's
 account of it is often wrong ("the field name is 'high_temperature'") and worded anew by every run, so it
 never gathers the two runs of evidence a lesson needs before runs get it; and a run that fails for another
-reason afterwards leaves no recipe. The two lines themselves are what the next run needs::
+reason afterwards leaves no recipe. The two lines themselves are what the next run needs (the text is
+``core.fixtext``'s)::
 
-    `result = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; the corrected line
-    `result = get_weather(city="Graz", date="17.03.2024")` worked.
+    Pass `date` like "17.03.2024", not like "2024-03-17": `result = get_weather(city="Graz",
+    date="2024-03-17")` failed with ValueError; the corrected line `result = get_weather(city="Graz",
+    date="17.03.2024")` worked.
 
 Only a fix that corrects values is kept, so that what the run read cannot write the next run's code:
 
@@ -93,13 +95,14 @@ def _calls(tree: ast.AST) -> set[str]:
 
 
 def _copied(value: object, seen: str, task: str) -> bool:
-    """Whether a value the corrected line passes could have been copied from what the run observed."""
+    """Whether a value the corrected line passes could have been copied from what the run observed
+    (``seen``, lower-cased)."""
     if isinstance(value, bool) or value is None:
         return False
     if isinstance(value, int | float) and abs(value) < LOOSE_NUMBER:
         return False
-    text = str(value)
-    return bool(text.strip()) and text.lower() not in task.lower() and text in seen
+    text = str(value).lower()
+    return bool(text.strip()) and text not in task.lower() and text in seen
 
 
 class _Skeleton(ast.NodeTransformer):
@@ -193,7 +196,8 @@ def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]
         later = next((s for s in actions[index + 1:] if not _failed(s) and s.code.strip()), None)
         if later is None:
             continue
-        seen = "\n".join(part for s in actions if s.seq < later.seq for part in (s.observations, s.error_message))
+        seen = "\n".join(part for s in actions if s.seq < later.seq
+                         for part in (s.observations, s.error_message)).lower()
         fix = _fix(step, later, seen, task, redactor)
         if fix is not None and all(fix.fingerprint != other.fingerprint for other in found):
             found.append(fix)

@@ -193,3 +193,10 @@ def test_a_huge_later_step_is_compared_in_bounded_time() -> None:
     started = time.perf_counter()
     extract(steps)
     assert time.perf_counter() - started < 3.0
+
+
+def test_a_value_copied_in_other_case_is_still_a_copy() -> None:
+    failed_at = 'page = fetch(url="https://a.example/x")'
+    steps = [step(0, failed_at, failed_at=failed_at, error="ValueError: MOVED TO HTTPS://B.EXAMPLE/Y"),
+             step(1, 'page = fetch(url="https://b.example/y")', observations="ok")]
+    assert extract(steps, "Get the page.") == []
