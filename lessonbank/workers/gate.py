@@ -8,7 +8,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 |------------------------|--------------------------------------------------------------------------------|
 | ``secret``             | looks like it carries a secret                                                 |
 | ``contentless``        | is too short to say anything, or is generic advice ("always check your code")  |
-| ``describes_tool``     | only says what a tool is for ("`get_invoice` is used to retrieve invoices")    |
+| ``describes_tool``     | only says what a tool is (or was) used for ("`get_invoice` is used to retrieve") |
 | ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
@@ -64,8 +64,9 @@ _NOTHING = re.compile(
 )
 # A lesson that only says what a tool is for: its docstring already does.
 _TOOL_PURPOSE = re.compile(
-    r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?(?: function| tool| method)? (?:is used|can be used|is a "
-    r"(?:function|tool)(?: \w+){0,2}) to (?:retrieve|get|fetch|obtain|read|load|return|list|look up)\b"
+    r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?(?: function| tool| method)? "
+    r"(?:is used|was used|can be used|is a (?:function|tool)(?: \w+){0,2}) "
+    r"to (?:retrieve|get|fetch|obtain|read|load|return|list|look up)\b"
 )
 # Advice to change the agent itself (its tools, imports, permissions): not the agent's to act on.
 _AGENT_SETUP = re.compile(

@@ -123,6 +123,8 @@ def test_lessons_that_could_leak_data_are_quarantined(text: str, reason: str) ->
     ("reason", "text"),
     [
         ("describes_tool", "The `get_invoice` function is used to retrieve invoice data."),
+        # verbatim from a quick learning run: given next to the recipe, the next run divided by 100 twice
+        ("describes_tool", "The `get_invoice` function was used to retrieve the invoice data for INV-1471."),
         ("nothing_happened", "The invoice details were successfully retrieved from the billing tool."),
         ("agent_setup", "Add currency_converter to the list of allowed tools before converting the total."),
         ("agent_setup", "The agent's security settings should be updated to allow the requests module."),
