@@ -36,7 +36,7 @@ from lessonbank.core import fixtext
 from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import fixes
+from lessonbank.workers import evidence
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
     for step in steps:
         if step.kind != "action" or not (step.error_type or step.error_message):
             continue
-        line = fixes.failing_line(step)
+        line = evidence.named_failing_line(step)
         atoms = code_atoms(line) if line else Atoms()
         if exact & atoms.all() or shaped & _shapes(atoms):
             return False

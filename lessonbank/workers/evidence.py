@@ -36,6 +36,7 @@ SHAPE_WORDS = re.compile(
 )
 PAGINATION_KEYS = frozenset({"page", "pages", "next", "next_page", "cursor", "next_cursor", "offset", "limit",
                              "total", "total_pages", "per_page", "has_more", "more"})
+_FAILED_AT = re.compile(r"failed at line '([^\n]{1,400}?)' due to: ")
 LOGS_HEADER = "Execution logs:"
 LAST_OUTPUT = "Last output from code snippet:"
 
@@ -76,7 +77,7 @@ def printed(observation: str) -> str:
     return text
 
 
-def _failed(step: StepRecord) -> bool:
+def failed(step: StepRecord) -> bool:
     return bool(step.error_type or step.error_message)
 
 
@@ -87,17 +88,28 @@ def _action(step: StepRecord) -> str:
     return "; ".join(f"{call.name}({call.arguments})" for call in step.tool_calls)
 
 
-def _error(step: StepRecord) -> str:
+def error_detail(step: StepRecord) -> str:
+    """The step's error without smolagents' framing ("Code execution failed at line '...' due to: ")."""
     message = step.error_message
-    if "due to: " in message:  # smolagents: "Code execution failed at line '...' due to: ValueError: ..."
+    if "due to: " in message:
         message = message[message.rfind("due to: ") + len("due to: "):]
-    return one_line(f"{step.error_type}: {message}".strip(": "), 200)
+    return message
+
+
+def _error(step: StepRecord) -> str:
+    return one_line(f"{step.error_type}: {error_detail(step)}".strip(": "), 200)
+
+
+def named_failing_line(step: StepRecord) -> str:
+    """The line smolagents says the step failed at ("" when it names none)."""
+    match = _FAILED_AT.search(step.error_message)
+    return match.group(1).strip() if match else ""
 
 
 def _failing_line(step: StepRecord) -> str:
-    match = re.search(r"failed at line '([^\n]{1,400}?)' due to: ", step.error_message)
-    if match:
-        return match.group(1)
+    named = named_failing_line(step)
+    if named:
+        return named
     lines = [line for line in step.code.splitlines() if line.strip()]
     return lines[-1] if lines else _action(step)
 
@@ -115,16 +127,16 @@ def _error_fixes(miner: _Miner) -> set[int]:
     actions = [s for s in miner.steps if s.kind == "action"]
     used: set[int] = set()
     for index, step in enumerate(actions):
-        if not _failed(step):
+        if not failed(step):
             continue
-        fix = next((later for later in actions[index + 1:] if not _failed(later)), None)
-        failed = f"step {step.seq} failed at `{one_line(_failing_line(step), 160)}` with {_error(step)}"
+        fix = next((later for later in actions[index + 1:] if not failed(later)), None)
+        where = f"step {step.seq} failed at `{one_line(_failing_line(step), 160)}` with {_error(step)}"
         if fix is None:
-            miner.add("error", [step.seq], f"{failed}; no later step got past it.")
+            miner.add("error", [step.seq], f"{where}; no later step got past it.")
             continue
         lines = " / ".join(one_line(line, 120) for line in changed_lines(_action(step), _action(fix)))
         seen = one_line(printed(fix.observations), 160)
-        text = f"{failed}. Step {fix.seq} then succeeded with: `{lines}`" + (f" and printed: {seen}" if seen else "")
+        text = f"{where}. Step {fix.seq} then succeeded with: `{lines}`" + (f" and printed: {seen}" if seen else "")
         miner.add("error_fix", [step.seq, fix.seq], text)
         used.update({step.seq, fix.seq})
     return used
@@ -179,7 +191,7 @@ def _shapes(miner: _Miner) -> None:
     seen: set[str] = set()
     count = 0
     for step in miner.steps:
-        if step.kind != "action" or _failed(step) or count >= MAX_SHAPES:
+        if step.kind != "action" or failed(step) or count >= MAX_SHAPES:
             continue
         shape = _shape_of(printed(step.observations))
         if shape and shape not in seen:

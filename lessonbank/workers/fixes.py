@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from lessonbank.core import fixtext
 from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
+from lessonbank.workers import evidence
 
 MAX_LINE = 200
 MAX_LINES = 400  # lines of the later step compared with the failing one
@@ -46,7 +47,6 @@ MIN_RATIO = 0.5
 MAX_FIXES = 3
 LOOSE_NUMBER = 10_000  # smaller numbers are not worth copying from a page (a limit, a page number)
 ANSWERERS = frozenset({"final_answer"})
-_FAILED_AT = re.compile(r"failed at line '([^\n]{1,400}?)' due to: ([^\n]{0,200})")
 _EXCEPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]{0,60})(?::|$)")
 
 
@@ -63,10 +63,6 @@ class Fix:
     @property
     def text(self) -> str:
         return fixtext.fix_text(self.failed, self.error, self.fixed)
-
-
-def _failed(step: StepRecord) -> bool:
-    return bool(step.error_type or step.error_message)
 
 
 def _parse_line(line: str) -> ast.Module | None:
@@ -127,10 +123,7 @@ def _skeleton(tree: ast.Module, shared: set[str]) -> str:
 
 def _exception(step: StepRecord) -> str:
     """The exception's name (never its message: that is text the run observed)."""
-    message = step.error_message
-    if "due to: " in message:
-        message = message[message.rfind("due to: ") + len("due to: "):]
-    match = _EXCEPTION.match(message)
+    match = _EXCEPTION.match(evidence.error_detail(step))
     if match:
         return match.group(1)
     return step.error_type if step.error_type.isidentifier() else "an error"
@@ -153,14 +146,8 @@ def _best_match(failed: str, code: str) -> str | None:
     return best
 
 
-def failing_line(step: StepRecord) -> str:
-    """The line smolagents says the step failed at ("" when it names none)."""
-    match = _FAILED_AT.search(step.error_message)
-    return match.group(1).strip() if match else ""
-
-
 def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redactor: Redactor) -> Fix | None:
-    failed = failing_line(failed_step)  # none named: the fix cannot be pinned to a line
+    failed = evidence.named_failing_line(failed_step)  # none named: the fix cannot be pinned to a line
     if not failed or len(failed) > MAX_LINE or "`" in failed:
         return None
     fixed = _best_match(failed, later.code)
@@ -191,9 +178,9 @@ def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]
     actions = [step for step in steps if step.kind == "action"]
     found: list[Fix] = []
     for index, step in enumerate(actions):
-        if not _failed(step) or len(found) >= MAX_FIXES:
+        if not evidence.failed(step) or len(found) >= MAX_FIXES:
             continue
-        later = next((s for s in actions[index + 1:] if not _failed(s) and s.code.strip()), None)
+        later = next((s for s in actions[index + 1:] if not evidence.failed(s) and s.code.strip()), None)
         if later is None:
             continue
         seen = "\n".join(part for s in actions if s.seq < later.seq
