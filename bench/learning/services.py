@@ -33,6 +33,10 @@ WORKER_ENV = {
     "LESSONBANK_LLM_TIMEOUT": "900", "LESSONBANK_TASK_SOFT_TIME_LIMIT": "1800", "LESSONBANK_TASK_TIME_LIMIT": "1900",
     "LESSONBANK_VISIBILITY_TIMEOUT": "7200", "LESSONBANK_TRANSCRIPT_BUDGET_CHARS": "6000",
     "LESSONBANK_MAX_RETRIES": "2", "LESSONBANK_DISTILL_LOCK_TIMEOUT": "600", "LESSONBANK_IDLE_TIMEOUT": "3600",
+    # The distiller samples with a fixed seed too, like the agents: the same run distills into (nearly) the
+    # same lessons in every invocation, so two versions of the worker are compared on paired banks. Not
+    # exactly: llama-cpp-python reuses cached prompt prefixes, which can flip a token whose logit is almost tied.
+    "LESSONBANK_LLM_SEED": "20261202",
 }
 
 

@@ -137,6 +137,8 @@ class Settings(BaseSettings):
     llm_timeout: Seconds = Field(120.0, description="Seconds one LLM call may take.")
     llm_max_tokens: int = Field(1024, ge=16, le=131072, description="At most this many tokens in one LLM reply "
                                                                    "(a model that loops stops there).")
+    llm_seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Sampling seed sent with every LLM call: "
+                                 "a server that honours it distills the same run the same way. Unset: none sent.")
     max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
     recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, and the "
                                             "corrected lines of failed steps as observed fixes.")
@@ -339,16 +341,18 @@ def expected(name: str) -> str | None:
     bounds = {kind.__name__.lower(): getattr(m, kind.__name__.lower())
               for m in info.metadata for kind in (Ge, Gt, Le, Lt) if isinstance(m, kind)}
     unit = next((f" of {m.name}" for m in info.metadata if isinstance(m, Unit)), "")
-    kind = ("a whole number" if info.annotation is int else "a number") + unit
-    low = bounds.get("ge", bounds.get("gt"))
-    if "le" in bounds:
-        return f"{kind} from {low:g} to {bounds['le']:g}"
-    if "lt" in bounds:
-        return f"{kind} from {low:g} up to (not including) {bounds['lt']:g}"
-    if "gt" in bounds:
-        return f"{kind} above {bounds['gt']:g}"
-    if "ge" in bounds:
-        return f"{kind} of at least {bounds['ge']:g}"
+    whole = info.annotation is int or set(get_args(info.annotation)) == {int, type(None)}
+    kind = ("a whole number" if whole else "a number") + unit
+    show = {key: str(int(value)) if whole else f"{value:g}" for key, value in bounds.items()}
+    low = show.get("ge", show.get("gt"))
+    if "le" in show:
+        return f"{kind} from {low} to {show['le']}"
+    if "lt" in show:
+        return f"{kind} from {low} up to (not including) {show['lt']}"
+    if "gt" in show:
+        return f"{kind} above {show['gt']}"
+    if "ge" in show:
+        return f"{kind} of at least {show['ge']}"
     if any(isinstance(m, MinLen) for m in info.metadata):
         return "a non-empty string"
     return None

@@ -8,7 +8,8 @@ form that worked is remembered. Any other 4xx (but 429) is permanent.
 Every reply is capped at ``max_tokens`` (``LESSONBANK_LLM_MAX_TOKENS``): a small model that loops (a JSON
 object that never closes, whitespace forever) stops there instead of running until ``llm_timeout``, and
 its cut reply is handled as malformed. A server that refuses ``max_tokens`` (OpenAI's reasoning models)
-gets ``max_completion_tokens``, and that is remembered.
+gets ``max_completion_tokens``, and that is remembered. ``LESSONBANK_LLM_SEED`` is sent as ``seed``: a server
+that honours it (llama.cpp, vLLM) samples the same way for the same prompt (up to near-ties in its logits).
 Replies are parsed leniently (code fences and prose around the JSON object are stripped) and
 validated with pydantic.
 """
@@ -166,11 +167,19 @@ def response_format(mode: str, name: str, schema: dict[str, Any]) -> dict[str, A
 class ChatLLM:
     """Structured chat completions with one model; remembers which output form the server accepts."""
 
-    def __init__(self, client: openai.OpenAI, model: str, timeout: float = 120.0, max_tokens: int = 1024) -> None:
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChatLLM:
+        """The distiller's LLM as the settings describe it (endpoint, model, timeout, reply cap, seed)."""
+        return cls(make_client(settings), settings.distill_model, timeout=settings.llm_timeout,
+                   max_tokens=settings.llm_max_tokens, seed=settings.llm_seed)
+
+    def __init__(self, client: openai.OpenAI, model: str, timeout: float = 120.0, max_tokens: int = 1024,
+                 seed: int | None = None) -> None:
         self.client = client
         self.model = model
         self.timeout = timeout
         self.max_tokens = max_tokens
+        self.seed = seed
         self._mode_index = 0
         self._limit = LIMITS[0]
 
@@ -186,6 +195,8 @@ class ChatLLM:
                 mode = MODES[self._mode_index]
                 kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.2,
                                           self._limit: self.max_tokens}
+                if self.seed is not None:
+                    kwargs["seed"] = self.seed
                 fmt = response_format(mode, name, schema)
                 if fmt is not None:
                     kwargs["response_format"] = fmt

@@ -30,7 +30,7 @@ from lessonbank.core.runs import mark_dead
 from lessonbank.core.store.remote import connect_store
 from lessonbank.workers import deadletters, jobs
 from lessonbank.workers.app import app
-from lessonbank.workers.llm import ChatLLM, make_client, retry_after
+from lessonbank.workers.llm import ChatLLM, retry_after
 from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 
@@ -60,8 +60,7 @@ def deps() -> Deps:
             settings=settings,
             redis=client,
             store=connect_store(settings, client),
-            llm=ChatLLM(make_client(settings), settings.distill_model, timeout=settings.llm_timeout,
-                        max_tokens=settings.llm_max_tokens),
+            llm=ChatLLM.from_settings(settings),
             scrubber=Redactor(settings.redact_patterns),
         )
     return _deps[pid]

@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 QUEUE = "faults-distill"
 ATTEMPTS = 3  # max_retries 2
+SEED = 20261202  # sent as LESSONBANK_LLM_SEED: every call of the worker carries it
 GOOD = lessons_json(
     ("fact", "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."),
     ("failure", "pandas.read_csv with the default comma separator fails on sales.csv with a ParserError."),
@@ -39,7 +40,8 @@ CLEAN = "Authenticate to the billing API with the key from the BILLING_KEY envir
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, embed_model_path: Path) -> Iterator[Service]:
-    service = Service(tmp_path_factory.mktemp("faults-distill"), embed_model_path, QUEUE, relay=True).start()
+    service = Service(tmp_path_factory.mktemp("faults-distill"), embed_model_path, QUEUE, relay=True,
+                      llm_seed=SEED).start()
     try:
         yield service
     finally:
@@ -109,6 +111,7 @@ def test_llm_fault_ends_stored_retried_or_dead_lettered(svc: Service, name: str,
     requests = svc.requests_for(task)
     outcome = (state["state"], len(lessons), int(state.get("distill_attempts", 0)), len(requests))
     assert outcome == (case.state, case.lessons, case.attempts, case.requests), outcome
+    assert [r.get("seed") for r in requests] == [SEED] * len(requests)  # LESSONBANK_LLM_SEED, every call
     assert deliveries(svc.client, run_id) == case.attempts  # one delivery per attempt, no duplicate
     if case.state == "dead":
         assert letter is not None and letter.bank == bank and letter.attempts == case.attempts

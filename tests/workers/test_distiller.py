@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import openai
 import pytest
 
-from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError
+from lessonbank.core.exceptions import ConfigurationError, PermanentDistillError, TransientDistillError
+from lessonbank.core.settings import Settings
 from lessonbank.workers.distiller import DistillSchema, build_messages, distill, frame
 from lessonbank.workers.evidence import Evidence
 from lessonbank.workers.llm import ChatLLM, extract_json, strict_schema
@@ -235,3 +237,22 @@ def test_a_server_refusing_max_tokens_gets_max_completion_tokens(openai_server: 
     assert first["max_tokens"] == 1024 and "max_completion_tokens" not in first
     assert second["max_completion_tokens"] == 1024 and "max_tokens" not in second
     assert third["max_completion_tokens"] == 1024
+
+
+def test_the_seed_setting_is_sent_with_every_call_and_nothing_when_unset(openai_server: FakeOpenAI,
+                                                                        tmp_path: Path) -> None:
+    openai_server.script(Reply(content=GOOD), Reply(content=GOOD))
+    seeded = Settings(_env_file=None, data_dir=tmp_path, openai_base_url=openai_server.url, llm_seed=4242,
+                      llm_max_tokens=500)
+    assert len(run(ChatLLM.from_settings(seeded)).output.lessons) == 2
+    assert len(run(ChatLLM.from_settings(seeded.model_copy(update={"llm_seed": None}))).output.lessons) == 2
+    first, second = openai_server.chat_requests()
+    assert first["seed"] == 4242 and first["max_tokens"] == 500
+    assert "seed" not in second
+
+
+def test_a_bad_seed_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LESSONBANK_LLM_SEED", "-1")
+    with pytest.raises(ConfigurationError) as refused:
+        Settings(_env_file=None)
+    assert str(refused.value) == "LESSONBANK_LLM_SEED must be a whole number from 0 to 2147483647 (got '-1')"
