@@ -77,6 +77,30 @@ def printed(observation: str) -> str:
     return text
 
 
+RESULT_CHARS = 20_000  # of a step's printed output read for what it got back
+_NONEMPTY_LIST = re.compile(r"\[\s*[^\]\s]")
+_EMPTY_CONTAINER = re.compile(r"[\[{(]\s*[\]})]")
+_KEYED = re.compile(r"\{\s*['\"]")
+
+
+def result(observation: str) -> str:
+    """What a step's printed output shows of the data it got back: ``"data"`` (a list with something in it,
+    or a keyed record holding no empty container), ``"empty"`` (containers, every list in them empty:
+    ``{'city': 'Graz', 'records': []}``; or a bare ``None``), or ``""`` (nothing printed, plain text: unknown)."""
+    text = printed(observation)[:RESULT_CHARS]
+    if _NONEMPTY_LIST.search(text):
+        return "data"
+    if _EMPTY_CONTAINER.search(text) or text in ("None", "''", '""'):
+        return "empty"
+    return "data" if _KEYED.search(text) else ""
+
+
+def call_results(steps: list[StepRecord]) -> list[tuple[str, str]]:
+    """(code, what it got back) of each action step: ``"failed"``, or its ``result``."""
+    return [(_action(step), "failed" if failed(step) else result(step.observations)) for step in steps
+            if step.kind == "action"]
+
+
 def failed(step: StepRecord) -> bool:
     return bool(step.error_type or step.error_message)
 

@@ -20,7 +20,10 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
   Subscript keys may come from what it observed: ``result['data']['items']`` is the shape of the data;
 - both lines parse on their own, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no
-  error message, only the exception's name.
+  error message, only the exception's name;
+- the corrected step did not get an empty result back (``{'records': []}``): a tool that accepts a wrong
+  value without an error (a date with its day and month swapped) would otherwise make it a "fix"; the
+  next step that got data (or printed nothing) is compared instead.
 
 Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
 line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
@@ -174,13 +177,16 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
 
 def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]:
     """The fixes a run observed: for each failed step, its failing line and the corrected line of the
-    next step that did not fail (at most ``MAX_FIXES``, each fingerprint once)."""
+    next step that did not fail and did not get an empty result back (at most ``MAX_FIXES``, each
+    fingerprint once)."""
     actions = [step for step in steps if step.kind == "action"]
     found: list[Fix] = []
     for index, step in enumerate(actions):
         if not evidence.failed(step) or len(found) >= MAX_FIXES:
             continue
-        later = next((s for s in actions[index + 1:] if not evidence.failed(s) and s.code.strip()), None)
+        # A step that ran but got nothing back may have passed a wrong value the tool accepts: not the fix.
+        later = next((s for s in actions[index + 1:] if not evidence.failed(s) and s.code.strip()
+                      and evidence.result(s.observations) != "empty"), None)
         if later is None:
             continue
         seen = "\n".join(part for s in actions if s.seq < later.seq

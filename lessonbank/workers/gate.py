@@ -17,6 +17,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
+| ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data |
 | ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
 
 A lesson that passes but carries a URL, an e-mail address or an instruction to send data somewhere is
@@ -107,6 +108,17 @@ _EXFILTRATE = re.compile(
     r"(?:to|at|into) (?:the )?(?:\S+ ){0,3}(?:server|endpoint|address|url|webhook|attacker|inbox|channel|host)\b"
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?!\w|\.\d)")
+# "did not return any records", "returned no results", "no data was found", "came back empty"
+_GOT_NOTHING = re.compile(
+    r"(?i)\b(?:did(?:n't| not)|does(?:n't| not)|could(?:n't| not)|can(?:'t|not)|failed to|(?:was|were) unable to)"
+    r" (?:\w+ ){0,2}?(?:return|find|retrieve|get|fetch|provide|give|contain|yield)\b"
+    r"|\breturn(?:s|ed)? (?:no|nothing|none|an empty|empty|zero)\b"
+    r"|\bno (?:\w+ ){0,3}?(?:data|records?|results?|entries|items|rows|matches|values?) (?:(?:was|were|is|are) )?"
+    r"(?:found|returned|available)\b"
+    r"|\b(?:is|was|are|were|came back) empty\b"
+)
+# The values a lesson pins its claim to: a quoted string, or a number, date or id of 3 characters or more.
+_VALUE = re.compile(r"[\"']([^\"'`\n]{3,60})[\"']|(?<![\w.])(\d[\d./:-]{1,30}\d)(?!\w)")
 _CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
 
 
@@ -118,6 +130,7 @@ class GateContext:
     final_answer: str = ""
     observed: str = ""
     given: Sequence[str] = ()
+    results: Sequence[tuple[str, str]] = ()  # (code, what it got back or "failed") per step: evidence.call_results
     redactor: Redactor = field(default_factory=Redactor)
 
     def __post_init__(self) -> None:
@@ -180,6 +193,27 @@ def _ungrounded(text: str, ctx: GateContext) -> bool:
     return False
 
 
+def _contradicts_observed(text: str, ctx: GateContext) -> bool:
+    """The lesson says a call got nothing back, but each value it pins that on (the ones the run's code
+    passed) was passed by a step that ran and printed data, calling the function the lesson names if it
+    names one the run called: "`get_weather` did not return any records for Porto on 15.09.2024" after
+    ``get_weather(city="Porto", date="15.09.2024")`` printed a record. A small distiller writes this when
+    the run misread its output; given to the next run, it makes that run give up. A lesson that contrasts
+    a rejected value with the working one ("2024-09-15 returns nothing, 15.09.2024 works") is kept."""
+    if not ctx.results or not _GOT_NOTHING.search(text):
+        return False
+    values = {match.group(1) or match.group(2) for match in _VALUE.finditer(text)}
+    pinned = [value for value in values if any(value in code for code, _ in ctx.results)]
+    if not pinned:
+        return False  # pinned to no call: it may be true of every call
+    named = {re.split(r"[(=\s]", next(group for group in m.groups() if group).strip(), maxsplit=1)[0]
+             for m in _CODE_NAME.finditer(text)}
+    called = {name for name in named if name and any(f"{name}(" in code for code, _ in ctx.results)}
+    return all(any(got == "data" and value in code and (not called or any(f"{name}(" in code for name in called))
+                   for code, got in ctx.results)
+               for value in pinned)
+
+
 def _copies_given(text: str, ctx: GateContext) -> bool:
     normal, mine = normalize_lesson_text(text), set(tokens(text))
     return any(normal == other or _overlap(mine, other_tokens) >= GIVEN_OVERLAP for other, other_tokens in ctx._given)
@@ -199,6 +233,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("restates_task", _restates_task),
     ("restates_answer", _restates_answer),
     ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
+    ("contradicts_observed", _contradicts_observed),
     ("copies_given", _copies_given),
 )
 

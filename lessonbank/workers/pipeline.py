@@ -136,7 +136,7 @@ def _lessons_of(deps: Deps, run: runs.Run, mined: list[evidence.Evidence], verdi
 def _screen(deps: Deps, run: runs.Run, drafts: list[DraftLesson], given: list[Lesson]) -> list[DraftLesson]:
     context = gate.GateContext(task=run.task, final_answer=evidence.final_answer(run.steps),
                                observed=evidence.observed_text(run.steps), given=[g.text for g in given],
-                               redactor=deps.scrubber)
+                               results=evidence.call_results(run.steps), redactor=deps.scrubber)
     kept, dropped = gate.screen([draft.text for draft in drafts], context)
     count_drops(deps.redis, run.bank, run.run_id, dropped)
     return [drafts[i].model_copy(update={"quarantine": gate.quarantine_reason(drafts[i].text)}) for i in kept]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
+
+import pytest
 
 from lessonbank.core.models import StepRecord, ToolCallRecord
-from lessonbank.workers.evidence import changed_lines, final_answer, mine, observed_text, printed
+from lessonbank.workers.evidence import call_results, changed_lines, final_answer, mine, observed_text, printed, result
 
 
 def step(seq: int, code: str = "", observations: str = "", error: str = "", **fields: object) -> StepRecord:
@@ -68,3 +71,35 @@ def test_evidence_is_capped() -> None:
     many = [step(i, f"x{i} = f()", error=f"ValueError: {i}") for i in range(40)]
     found = mine(many, "error", "failure", "signals")
     assert len(found) <= 12 and all(len(item.text) < 700 for item in found)
+
+
+@pytest.mark.parametrize(("printed_output", "got"), [
+    ("{'city': 'Porto', 'records': [{'station': 'Porto-1', 'max_c': 26.3}]}", "data"),
+    ("{'city': 'Porto', 'date': '12.09.2024', 'records': []}", "empty"),
+    ("{'status': 'ok', 'data': {'items': [], 'total': 0}}", "empty"),
+    ("{'max_c': 26.3, 'min_c': 18.1}", "data"),
+    ("[]", "empty"),
+    ("None", "empty"),
+    ("['a;b;c', '1;2;3']", "data"),
+    ("", ""),
+    ("the file has 3 lines", ""),
+])
+def test_what_a_step_got_back(printed_output: str, got: str) -> None:
+    framed = f"Execution logs:\n{printed_output}\nLast output from code snippet:\nNone"
+    assert result(framed) == got
+
+
+def test_call_results_mark_the_steps_that_failed() -> None:
+    steps = [StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code="x = f('a')",
+                        error_type="AgentExecutionError", error_message="boom"),
+             StepRecord(id="r:1", bank="b", run_id="r", kind="action", seq=1, code="x = f('b')\nprint(x)",
+                        observations="Execution logs:\n[1, 2]\nLast output from code snippet:\nNone"),
+             StepRecord(id="r:2", bank="b", run_id="r", kind="final", seq=2, action_output="2")]
+    assert call_results(steps) == [("x = f('a')", "failed"), ("x = f('b')\nprint(x)", "data")]
+
+
+def test_result_is_linear_on_hostile_output() -> None:
+    started = time.perf_counter()
+    for text in ("[" + " " * 200_000, "[ " * 100_000, "{" * 200_000, "(" + " " * 200_000 + ")"):
+        result(text)
+    assert time.perf_counter() - started < 1.0

@@ -200,3 +200,23 @@ def test_a_value_copied_in_other_case_is_still_a_copy() -> None:
     steps = [step(0, failed_at, failed_at=failed_at, error="ValueError: MOVED TO HTTPS://B.EXAMPLE/Y"),
              step(1, 'page = fetch(url="https://b.example/y")', observations="ok")]
     assert extract(steps, "Get the page.") == []
+
+
+def test_a_corrected_call_that_got_nothing_back_is_not_a_fix() -> None:
+    """A tool that accepts a date with its day and month swapped answers with an empty list, not an error:
+    that "correction" would otherwise share the right one's fingerprint and rewrite the next task's date."""
+    wrong = 'w = get_weather(city="Ghent", date="2024-12-09")'
+    swapped = 'w = get_weather(city="Ghent", date="12.09.2024")'
+    steps = [step(0, f"{wrong}\nprint(w)", failed_at=wrong, error="ValueError: invalid date"),
+             step(1, f"{swapped}\nprint(w)",
+                  observations="Execution logs:\n{'city': 'Ghent', 'date': '12.09.2024', 'records': []}\n"
+                               "Last output from code snippet:\nNone")]
+    assert extract(steps, "What was the highest temperature in Ghent on 2024-12-09?") == []
+    right = 'w = get_weather(city="Ghent", date="09.12.2024")'
+    got = step(2, f"{right}\nprint(w)", observations="Execution logs:\n{'records': [{'max_c': 14.7}]}")
+    (fix,) = extract([*steps, got], "What was the highest temperature in Ghent on 2024-12-09?")
+    assert fix.fixed == right and fix.steps == (0, 2)  # the step that got data is the fix
+    # the same correction whose step printed nothing (no data, no empty list) still counts: it ran
+    quiet = [steps[0], step(1, 'w = get_weather(city="Ghent", date="09.12.2024")',
+                            observations="Execution logs:\nLast output from code snippet:\nNone")]
+    assert len(extract(quiet, "What was the highest temperature in Ghent on 2024-12-09?")) == 1

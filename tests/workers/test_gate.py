@@ -95,10 +95,12 @@ def test_a_short_answer_is_not_mistaken_for_a_restatement() -> None:
 
 def test_rules_stay_fast_on_hostile_text() -> None:
     hostile = ["_a" * 600, "I " * 600, "step " * 600, "`" * 1200, "x(" * 600, "1." * 600, ". " * 600,
-               "duplicate of " * 100, "Ia " * 400]
+               "duplicate of " * 100, "Ia " * 400, "did not return " + "'abc' " * 200,
+               "no data found " + "12.34 " * 200 + "get_x(" * 100]
     started = time.perf_counter()
     for text in hostile:
-        reason_to_drop(text[:1200], GateContext(task=text, final_answer=text[:70], observed=text * 10))
+        reason_to_drop(text[:1200], GateContext(task=text, final_answer=text[:70], observed=text * 10,
+                                                results=[(text * 10, "data")] * 20))
     assert time.perf_counter() - started < 1.0
 
 
@@ -136,3 +138,40 @@ def test_what_a_small_distiller_writes_about_tools_it_lacks(reason: str, text: s
                 "the explicitly allowed tools or defined/imported in the preceding code")
     ctx = GateContext(task=TASK, final_answer="300.0", observed=observed, given=GIVEN)
     assert reason_to_drop(text, ctx) == reason
+
+
+WEATHER_TASK = "Using get_weather, what was the highest temperature in Porto on 2024-09-15?"
+WEATHER_RESULTS = [
+    ('highest_temp = get_weather(city="Porto", date="2024-09-15")\nprint(highest_temp)', "failed"),
+    ('highest_temp = get_weather(city="Porto", date="15.09.2024")\nprint(highest_temp)', "data"),
+    ('print("No data found for Porto on 15.09.2024.")', ""),
+]
+PORTO = "{'city': 'Porto', 'date': '15.09.2024', 'records': [{'station': 'Porto-1', 'max_c': 26.3}]}"
+WEATHER_CTX = GateContext(task=WEATHER_TASK, observed="\n".join([*(code for code, _ in WEATHER_RESULTS), PORTO]),
+                          results=WEATHER_RESULTS)
+
+
+@pytest.mark.parametrize("text", [
+    # written by the local 1.5B distiller in a learning benchmark run whose step 2 printed Porto's record
+    "The `get_weather` function did not return any weather records for Porto on 15.09.2024.",
+    "No data found for Porto on 15.09.2024.",
+    "get_weather returned an empty list of records for the date 15.09.2024.",
+])
+def test_a_claim_that_a_call_got_nothing_is_dropped_when_that_call_printed_data(text: str) -> None:
+    assert reason_to_drop(text, WEATHER_CTX) == "contradicts_observed"
+
+
+@pytest.mark.parametrize("text", [
+    "The `get_weather` function did not return any weather records for 2024-09-15.",  # that call failed: true
+    "get_weather returns no records for dates written like 2024-09-15; pass 15.09.2024 instead.",  # a contrast
+    "Weather stations may return no records for a day that has not happened yet.",  # pinned to no call
+    "The get_weather tool takes dates written as 15.09.2024 (day.month.year).",  # no claim of nothing
+])
+def test_claims_the_run_does_not_contradict_pass(text: str) -> None:
+    assert reason_to_drop(text, WEATHER_CTX) is None
+
+
+def test_a_claim_of_nothing_is_true_when_the_call_printed_an_empty_list() -> None:
+    empty = [(code, "empty" if got == "data" else got) for code, got in WEATHER_RESULTS]
+    ctx = GateContext(task=WEATHER_TASK, observed=WEATHER_CTX.observed, results=empty)
+    assert reason_to_drop("No data found for Porto on 15.09.2024.", ctx) is None

@@ -337,7 +337,9 @@ def get_weather(city: str, date: str) -> dict:
         raise ValueError(f"invalid date {date!r}: expected DD.MM.YYYY, e.g. 31.12.2023")
     if city == "Oslo":
         raise ValueError("no records for Oslo")
-    return {"city": city, "records": [{"max_c": 15.0}]}
+    if date == "01.02.2024":  # 2024-01-02 with its day and month swapped: accepted, but nothing that day
+        return {"city": city, "date": date, "records": []}
+    return {"city": city, "date": date, "records": [{"max_c": 15.0}]}
 
 
 def weather_run(settings: Settings, city: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
@@ -401,3 +403,24 @@ def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI
                                                  'w = get_weather(city="Graz", date="02.01.2024")'], verdict=False)
     distill_one(deps, "b", run_id)
     assert store.list("b") == []
+
+
+def test_a_misread_result_and_a_swapped_date_teach_nothing_wrong(deps: Deps, openai_server: FakeOpenAI,
+                                                                 store: LessonStore) -> None:
+    """A real CodeAgent run: the ISO date fails, the date with day and month swapped is accepted with no
+    records, the right one prints a record. The distiller claims the right call found nothing (the 1.5B
+    distiller's words): the gate drops that; the fix is the right date, not the swapped one."""
+    misread = "The `get_weather` function did not return any weather records for Graz on 02.01.2024."
+    good = "get_weather wants dates as DD.MM.YYYY: 02.01.2024 returned a record for Graz."
+    openai_server.default = Reply(content=lessons_json(("fact", misread), ("fact", good)))
+    run_id = weather_run(deps.settings, "Graz", ['w = get_weather(city="Graz", date="2024-01-02")\nprint(w)',
+                                                 'w = get_weather(city="Graz", date="01.02.2024")\nprint(w)',
+                                                 'w = get_weather(city="Graz", date="02.01.2024")\nprint(w)'],
+                         verdict=False)
+    distill_one(deps, "b", run_id)
+    lessons = store.list("b")
+    assert sorted(lesson.text for lesson in lessons if lesson.origin == "distilled") == [good]
+    assert deps.redis.hget(DROPPED_KEY, "contradicts_observed") == b"1"
+    (fix,) = [lesson for lesson in lessons if lesson.origin == "observed"]
+    assert 'date="02.01.2024")` worked' in fix.text and "01.02.2024" not in fix.text
+    assert fix.provenance[0].steps == [0, 2]
