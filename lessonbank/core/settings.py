@@ -138,7 +138,7 @@ class Settings(BaseSettings):
     llm_max_tokens: int = Field(1024, ge=16, le=131072, description="At most this many tokens in one LLM reply "
                                                                    "(a model that loops stops there).")
     llm_seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Sampling seed sent with every LLM call: "
-                                 "a server that honours it distills the same run the same way. Unset: none sent.")
+                                 "a server that honours it samples the same way for the same prompt. Unset: none sent.")
     max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
     recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, and the "
                                             "corrected lines of failed steps as observed fixes.")
