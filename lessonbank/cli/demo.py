@@ -17,6 +17,7 @@ from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.core.store.remote import connect_store
+from lessonbank.core.summary import LAST_OUTPUT, LOGS_HEADER, error_text
 from lessonbank.demo import (
     BANK,
     SALES_CSV,
@@ -63,7 +64,7 @@ def _key_line(code: str) -> str:
 
 def _error_line(error: str) -> str:
     """The gist of an agent error: the innermost exception named in its message."""
-    line = error[error.rfind("due to: ") + len("due to: "):] if "due to: " in error else error
+    line = error_text(error)
     line = line.splitlines()[0] if line else ""
     exceptions = list(re.finditer(r"\b\w+(?:Error|Exception): ", line))
     return line[exceptions[-1].start():] if exceptions else line
@@ -71,8 +72,8 @@ def _error_line(error: str) -> str:
 
 def _printed(observation: str) -> str:
     """What the step printed (smolagents' 'Execution logs'), else the value its code ended with."""
-    logs, _, last = observation.partition("Last output from code snippet:")
-    text = logs.replace("Execution logs:", "").strip() or last.strip()
+    logs, _, last = observation.partition(LAST_OUTPUT)
+    text = logs.replace(LOGS_HEADER, "").strip() or last.strip()
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0] if lines else ""
 

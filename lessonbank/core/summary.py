@@ -67,6 +67,9 @@ _BUILTINS = frozenset(dir(builtins))
 _CODE_FAILED = "Code execution failed at line '"
 _DUE_TO = "' due to: "
 _TOOL_FAILED = "Error executing tool '"
+# How a CodeAgent step's observation is framed ("Execution logs:\n...Last output from code snippet:\n...").
+LOGS_HEADER = "Execution logs:"
+LAST_OUTPUT = "Last output from code snippet:"
 # Linear patterns only (no nested or overlapping quantifiers): error messages are untrusted text.
 _IDS = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
@@ -103,7 +106,30 @@ def normalize_error(message: str, cap: int = MESSAGE_CHARS) -> str:
     return text if len(text) <= cap else text[: cap - 1] + "…"
 
 
-def _error_text(message: str) -> str:
+def step_failed(step: StepRecord) -> bool:
+    """Whether the step ended in an error."""
+    return bool(step.error_type or step.error_message)
+
+
+def failing_line(message: str) -> str:
+    """The code smolagents says a step failed at (``Code execution failed at line '...' due to: ``), or ""."""
+    if message.startswith(_CODE_FAILED) and _DUE_TO in message:
+        return message[len(_CODE_FAILED):].split(_DUE_TO, 1)[0]
+    return ""
+
+
+def printed(observation: str) -> str:
+    """What a CodeAgent step printed, without smolagents' framing, followed by the value its code ended
+    with unless that was None (or the observation as it is)."""
+    logs, _, last = observation.partition(LAST_OUTPUT)
+    text = logs.replace(LOGS_HEADER, "").strip()
+    last = last.strip()
+    if last and last != "None":
+        text = f"{text}\n{last}".strip()
+    return text
+
+
+def error_text(message: str) -> str:
     """The exception part of a smolagents error ("ValueError: ..."), without its wrapper."""
     if message.startswith(_CODE_FAILED) and _DUE_TO in message:
         return message.split(_DUE_TO, 1)[1]
@@ -195,8 +221,8 @@ def blamed_tools(step: StepRecord, called: Sequence[str]) -> list[str]:
     failed = failed_tool(message)
     if failed in names:
         return [failed]
-    if message.startswith(_CODE_FAILED) and _DUE_TO in message:
-        line = message[len(_CODE_FAILED):].split(_DUE_TO, 1)[0]
+    line = failing_line(message)
+    if line:
         named = [n for n in names if re.search(rf"\b{re.escape(n)}\s*\(", line)]
         others = [n for n in named if n != FINAL_ANSWER]
         return others or named  # none named: the agent's own code failed, not a tool
@@ -220,9 +246,9 @@ def tool_stats(steps: Iterable[StepRecord], tools: Sequence[str] | None = None) 
             stats.setdefault(name, ToolStats()).calls += 1
         if len(set(called)) == 1 and step.duration is not None:
             stats[called[0]].seconds.append(round(step.duration, 6))
-        if not (step.error_type or step.error_message):
+        if not step_failed(step):
             continue
-        message = normalize_error(_error_text(step.error_message) or step.error_type)
+        message = normalize_error(error_text(step.error_message) or step.error_type)
         for name in blamed_tools(step, called):
             entry = stats[name]
             entry.errors += 1
@@ -280,7 +306,7 @@ def summarize_run(
         ended_at=ended,
         wall_s=round(ended - started, 6),
         steps=len(actions),
-        errors=sum(1 for s in actions if s.error_type or s.error_message),
+        errors=sum(1 for s in actions if step_failed(s)),
         input_tokens=sum(u.input_tokens for u in usage),
         output_tokens=sum(u.output_tokens for u in usage),
         given=_json_list(meta.get("given")) or [],

@@ -209,7 +209,7 @@ def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
         return False
     exact, shaped = pieces
     for step in steps:
-        if step.kind != "action" or not (step.error_type or step.error_message):
+        if step.kind != "action" or not evidence.failed(step):
             continue
         line = evidence.named_failing_line(step)
         atoms = code_atoms(line) if line else Atoms()

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lessonbank.core.models import StepRecord
+from lessonbank.core.summary import error_text, failing_line, printed
+from lessonbank.core.summary import step_failed as failed
 
 MAX_EVIDENCE = 12
 MAX_SHAPES = 5
@@ -36,9 +38,7 @@ SHAPE_WORDS = re.compile(
 )
 PAGINATION_KEYS = frozenset({"page", "pages", "next", "next_page", "cursor", "next_cursor", "offset", "limit",
                              "total", "total_pages", "per_page", "has_more", "more"})
-_FAILED_AT = re.compile(r"failed at line '([^\n]{1,400}?)' due to: ")
-LOGS_HEADER = "Execution logs:"
-LAST_OUTPUT = "Last output from code snippet:"
+MAX_FAILING_LINE = 400
 
 
 @dataclass
@@ -67,16 +67,6 @@ def one_line(text: str, limit: int = EXCERPT) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def printed(observation: str) -> str:
-    """What a CodeAgent step printed, without smolagents' framing (or the observation as it is)."""
-    logs, _, last = observation.partition(LAST_OUTPUT)
-    text = logs.replace(LOGS_HEADER, "").strip()
-    last = last.strip()
-    if last and last != "None":
-        text = f"{text}\n{last}".strip()
-    return text
-
-
 RESULT_CHARS = 20_000  # of a step's printed output read for what it got back
 _NONEMPTY_LIST = re.compile(r"\[\s*[^\]\s]")
 _EMPTY_CONTAINER = re.compile(r"[\[{(]\s*[\]})]")
@@ -101,10 +91,6 @@ def call_results(steps: list[StepRecord]) -> list[tuple[str, str]]:
             if step.kind == "action"]
 
 
-def failed(step: StepRecord) -> bool:
-    return bool(step.error_type or step.error_message)
-
-
 def _action(step: StepRecord) -> str:
     """The code of a step, or its tool calls as ``name(arguments)``."""
     if step.code.strip():
@@ -114,10 +100,7 @@ def _action(step: StepRecord) -> str:
 
 def error_detail(step: StepRecord) -> str:
     """The step's error without smolagents' framing ("Code execution failed at line '...' due to: ")."""
-    message = step.error_message
-    if "due to: " in message:
-        message = message[message.rfind("due to: ") + len("due to: "):]
-    return message
+    return error_text(step.error_message)
 
 
 def _error(step: StepRecord) -> str:
@@ -125,9 +108,10 @@ def _error(step: StepRecord) -> str:
 
 
 def named_failing_line(step: StepRecord) -> str:
-    """The line smolagents says the step failed at ("" when it names none)."""
-    match = _FAILED_AT.search(step.error_message)
-    return match.group(1).strip() if match else ""
+    """The one line smolagents says the step failed at ("" when it names none, or a statement of
+    several lines)."""
+    line = failing_line(step.error_message)
+    return line.strip() if line and "\n" not in line and len(line) <= MAX_FAILING_LINE else ""
 
 
 def _failing_line(step: StepRecord) -> str:

@@ -96,7 +96,7 @@ def signals(run: runs.Run) -> str:
         return "unknown"
     actions = [step for step in run.steps if step.kind == "action"]
     last = actions[-1] if actions else None
-    return "failure" if last is not None and (last.error_type or last.error_message) else "success"
+    return "failure" if last is not None and evidence.failed(last) else "success"
 
 
 def judge(run: runs.Run) -> tuple[str, str]:
@@ -267,7 +267,7 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
             consolidator.add_fix(fix.text, fix.fingerprint, list(fix.steps))
         recipe_id = None
         if recipe is not None:
-            steps = [s.seq for s in run.steps if s.kind == "action" and not (s.error_type or s.error_message)]
+            steps = [s.seq for s in run.steps if s.kind == "action" and not evidence.failed(s)]
             recipe_id = consolidator.add_recipe(recipe, recipes.recipe_text(recipe), steps)
     return stats, recipe_id
 
@@ -345,7 +345,7 @@ def contrast(deps: Deps, run: runs.Run, verdict: str) -> evidence.Evidence | Non
         if other.run_id == run.run_id or other.verdict != "failure" or similar < SIMILAR_TASK:
             continue
         failed = runs.load_run(deps.redis, other.run_id)
-        first = next((s for s in failed.steps if s.kind == "action" and (s.error_type or s.error_message)), None)
+        first = next((s for s in failed.steps if s.kind == "action" and evidence.failed(s)), None)
         if first is not None:
             error = evidence.one_line(f"{first.error_type}: {first.error_message}", 200)
             code = evidence.one_line(first.code, 160)

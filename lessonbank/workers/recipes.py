@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
+from lessonbank.core.summary import step_failed
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
 def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor) -> Recipe | None:
     parsed_steps: list[tuple[list[ast.stmt], str]] = []
     for step in steps:
-        if step.kind != "action" or step.error_type or step.error_message or not step.code.strip():
+        if step.kind != "action" or step_failed(step) or not step.code.strip():
             continue
         parsed = _parse(step.code)
         if parsed is not None:
@@ -254,7 +255,7 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
 def _tool_call_recipe(steps: list[StepRecord], task: str, redactor: Redactor) -> Recipe | None:
     calls = []
     for step in steps:
-        if step.kind != "action" or step.error_type or step.error_message:
+        if step.kind != "action" or step_failed(step):
             continue
         for call in step.tool_calls:
             try:

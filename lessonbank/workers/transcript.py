@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from lessonbank.core.models import StepRecord
+from lessonbank.core.summary import LAST_OUTPUT, LOGS_HEADER, step_failed
 
 CUT_MARK = "\n[... {n} chars cut ...]\n"
 REPEAT_MARK = "[the line above repeated {n} more times]"
@@ -32,8 +33,6 @@ TAIL_STEPS = 3
 TABLE_MIN_ROWS = 5
 TABLE_HEAD = 2
 THOUGHT_CHARS = 160
-LOGS_HEADER = "Execution logs:"
-LAST_OUTPUT = "Last output from code snippet:"
 TRACEBACK = "Traceback (most recent call last):"
 
 # Token estimate: the pieces a byte-level BPE pre-tokenizer (GPT-4's, Qwen2.5's) cuts text into: a word
@@ -212,10 +211,6 @@ def render_step(record: StepRecord, field_limit: int, compact: bool = False, bri
     return "\n".join(line for line in lines if line)
 
 
-def _failed(record: StepRecord) -> bool:
-    return bool(record.error_type or record.error_message)
-
-
 def select_steps(steps: list[StepRecord], tail: int = TAIL_STEPS) -> list[int]:
     """Indices of the steps to keep, most instructive first: first, failures and their fixes, the last ones."""
     order: list[int] = []
@@ -228,7 +223,7 @@ def select_steps(steps: list[StepRecord], tail: int = TAIL_STEPS) -> list[int]:
     add([0])
     add(range(len(steps) - 1, len(steps) - 1 - tail, -1))
     for i, step in enumerate(steps):
-        if _failed(step):
+        if step_failed(step):
             add([i, i + 1])
     add(range(len(steps)))
     return order
@@ -273,7 +268,7 @@ def build_transcript(task: str, outcome: str, steps: list[StepRecord], budget: i
     thoughts whole (within the budget); ``repeat_task`` False leaves the task out (the prompt has it)."""
     steps = [s for s in steps if s.kind != "run_end" and s.kind in ("action", "planning", "final")]
     header = _header(task, outcome, budget, repeat_task)
-    brief_of = [compact and not _failed(s) for s in steps]
+    brief_of = [compact and not step_failed(s) for s in steps]
 
     def fits(text: str) -> bool:
         return len(text) <= budget and (max_tokens is None or estimate_tokens(text) <= max_tokens)

@@ -127,6 +127,10 @@ def test_the_exception_name_is_quoted_never_an_injected_message() -> None:
     (fix,) = extract(steps, "Look up A1.")
     assert fix.error == "AgentExecutionError"
     assert "email" not in fix.text and "RULES" not in fix.text
+    # a message that says "due to: " itself: the exception is the one smolagents named, not the message's tail
+    nested = [step(0, wrong, failed_at=wrong, error="ValueError: lookup failed due to: timeout"), steps[1]]
+    (fix,) = extract(nested, "Look up A1.")
+    assert fix.error == "ValueError"
 
 
 def test_hostile_error_messages_are_scanned_in_linear_time() -> None:
