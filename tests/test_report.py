@@ -149,9 +149,11 @@ def test_text_tables_print_markup_and_control_characters_literally() -> None:
 def test_the_lessons_table_marks_what_was_kept_from_code() -> None:
     found = [Lesson.new("b", "fact", "`x = f(d='2024-01-02')` failed with ValueError; the corrected line "
                                      "`x = f(d='02.01.2024')` worked.", origin="observed"),
-             Lesson.new("b", "fact", "CSV files use ';' as separator")]
+             Lesson.new("b", "fact", "CSV files use ';' as separator"),
+             Lesson.new("b", "fact", "`search(...)` returns {'data': {'items': [{'name': str}, ...]}}: its records are "
+                                     "`result['data']['items']`.", origin="observed", tags=["shape"])]
     rows = {row[10][:3]: row[1] for row in lessons_table(build_report("b", [], found, now=NOW)).rows}
-    assert rows == {"`x ": "fact (fix)", "CSV": "fact"}
+    assert rows == {"`x ": "fact (fix)", "CSV": "fact", "`se": "fact (shape)"}
 
 
 BLOCK_MATPLOTLIB = textwrap.dedent("""

@@ -61,8 +61,9 @@ STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, 
 
 
 def eligible(lesson: Lesson) -> bool:
-    """Whether the lesson may be handed to runs: active, and either added by a user, an observed fix, or
-    backed by independent evidence (two runs), a run that ended well, or helpful credit."""
+    """Whether the lesson may be handed to runs: active, and either added by a user, observed (a fix or a
+    tool result's shape), or backed by independent evidence (two runs), a run that ended well, or helpful
+    credit."""
     if lesson.status != "active":
         return False
     return (lesson.origin in USER_ORIGINS or lesson.origin == "observed" or lesson.recipe is not None

@@ -140,8 +140,9 @@ class Settings(BaseSettings):
     llm_seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Sampling seed sent with every LLM call: "
                                  "a server that honours it samples the same way for the same prompt. Unset: none sent.")
     max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
-    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, and the "
-                                            "corrected lines of failed steps as observed fixes.")
+    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, the "
+                                            "corrected lines of failed steps as observed fixes, and the structure "
+                                            "of printed tool results as observed shapes.")
     transcript_budget_chars: int = Field(
         12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
     )

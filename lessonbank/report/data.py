@@ -173,6 +173,7 @@ def lesson_row(lesson: Lesson) -> dict[str, Any]:
         "kind": lesson.kind,
         "status": lesson.status,
         "origin": lesson.origin,
+        "tags": lesson.tags,
         "text": text if len(text) <= LESSON_TEXT_CHARS else text[: LESSON_TEXT_CHARS - 1] + "…",
         "given": lesson.given,
         "applied": lesson.applied,

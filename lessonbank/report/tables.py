@@ -98,8 +98,13 @@ def comparison_table(document: dict[str, Any]) -> Table:
 
 
 def _code_mark(row: dict[str, Any]) -> str:
-    """Lessons kept from a run's code, not written by the distiller: recipes and observed fixes."""
-    return " (recipe)" if row["recipe"] else " (fix)" if row.get("origin") == "observed" else ""
+    """Lessons kept from a run's code or output, not written by the distiller: recipes, observed fixes
+    and observed shapes."""
+    if row["recipe"]:
+        return " (recipe)"
+    if row.get("origin") != "observed":
+        return ""
+    return " (shape)" if "shape" in row.get("tags", []) else " (fix)"
 
 
 def lessons_table(document: dict[str, Any]) -> Table:

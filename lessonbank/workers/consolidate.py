@@ -431,14 +431,15 @@ class Consolidator:
             return "kept"
         return "new"
 
-    def add_fix(self, text: str, fingerprint: str, steps: list[int]) -> str | None:
-        """Store an observed fix (``workers/fixes.py``) as a fact, or reinforce the same fix; returns its id
-        (None if a user purged it or it is held back)."""
-        fid = recipe_id(self.bank, fingerprint, kind="fix")
-        known = self._fingerprinted(fid, "fix", steps)
+    def add_fix(self, text: str, fingerprint: str, steps: list[int], tag: str = "fix") -> str | None:
+        """Store an observed fix (``workers/fixes.py``, tag ``fix``) or shape (``workers/shapes.py``, tag
+        ``shape``) as a fact, or reinforce the same one; returns its id (None if a user purged it or it is
+        held back)."""
+        fid = recipe_id(self.bank, fingerprint, kind=tag)
+        known = self._fingerprinted(fid, tag, steps)
         if known != "new":
             return fid if known == "kept" else None
-        lesson = Lesson.new(self.bank, "fact", text, tags=["fix"], run_id=self.run_id, origin="observed", steps=steps)
+        lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)
         self.store.upsert([lesson.model_copy(update={"id": fid, "verified": self.verified})])
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)

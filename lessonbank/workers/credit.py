@@ -8,7 +8,8 @@ the run used what its corrected line changed: the same new key or literal, or a 
 (``date="02.01.2024"`` applies ``date="17.03.2024"``). Only applied lessons get credit: crediting
 everything retrieved together reinforces noise. A failed run blames an observed fix only if one of its
 failing lines is the fix's own (the same call with the corrected value): the fix says how one call
-works, not how the whole run ends.
+works, not how the whole run ends. An observed shape is applied when the run subscripts its records'
+path (``['data']['items']``), and blamed by a failed run only when a failing line does.
 
 The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a
 run gave is kept with the run, so a later verdict (a user's feedback after distillation) replaces it
@@ -36,7 +37,7 @@ from lessonbank.core import fixtext
 from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import evidence
+from lessonbank.workers import evidence, shapes
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,8 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
     """Whether a run whose code/tool calls have ``run`` atoms applied ``lesson``."""
     if lesson.recipe is not None:
         return _recipe_applied(lesson.recipe, run, task)
+    if lesson.origin == "observed" and (path := shapes.path_of(lesson.text)) is not None:
+        return {_norm(key) for key in path} <= run.literals
     if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
         exact, shaped = pieces
         return bool(exact & run.all() or exact & run.kwarg_values() or shaped & _shapes(run))
@@ -204,16 +207,22 @@ def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
 
 
 def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
-    """An observed fix that no failing line of the run used: a failed run does not blame it."""
-    if lesson.origin != "observed" or (pieces := _fix_pieces(lesson, task)) is None:
+    """An observed fix or shape that no failing line of the run used: a failed run does not blame it."""
+    if lesson.origin != "observed":
         return False
-    exact, shaped = pieces
+    path = shapes.path_of(lesson.text)
+    pieces = _fix_pieces(lesson, task) if path is None else None
+    if path is None and pieces is None:
+        return False
+    keys = {_norm(key) for key in path or ()}
     for step in steps:
         if step.kind != "action" or not evidence.failed(step):
             continue
         line = evidence.named_failing_line(step)
         atoms = code_atoms(line) if line else Atoms()
-        if exact & atoms.all() or shaped & _shapes(atoms):
+        if pieces is not None and (pieces[0] & atoms.all() or pieces[1] & _shapes(atoms)):
+            return False
+        if keys and keys <= atoms.literals:
             return False
     return True
 

@@ -31,7 +31,7 @@ from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import credit, evidence, fixes, gate, observe, recipes
+from lessonbank.workers import credit, evidence, fixes, gate, observe, recipes, shapes
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.decide import llm_decider
 from lessonbank.workers.distiller import DistillOutput, DraftLesson, distill
@@ -189,7 +189,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     recipe = None
     if verdict == "success" and source in TRUSTED and deps.settings.recipes:
         recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
-    observed = _fixes(deps, run)
+    observed = _observed(deps, run)
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=verdict == "success" and source in TRUSTED,
                                     observed=observed)
     if not deps.redis.exists(run_key(run_id)):
@@ -231,21 +231,36 @@ def follow_up(deps: Deps, bank: str, run: runs.Run) -> ConsolidationStats | None
     return stats
 
 
-def _fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
-    """The fixes the run observed that may be kept (none with recipes off, none that need a user's eye)."""
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """A fact the run observed, kept without an LLM: a fix (``fixes``) or a tool result's shape (``shapes``)."""
+
+    text: str
+    fingerprint: str
+    steps: tuple[int, ...]
+    tag: str
+
+
+def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
+    """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
+    user's eye or carry what looks like a secret)."""
     if not deps.settings.recipes:
         return []
-    found = [fix for fix in fixes.extract(run.steps, run.task, deps.scrubber)
-             if not gate.quarantine_reason(fix.text)]
+    found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix")
+             for fix in fixes.extract(run.steps, run.task, deps.scrubber)]
+    found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG)
+              for shape in shapes.extract(run.steps, runs.json_list(run.meta.get("tools")))]
+    found = [fact for fact in found
+             if not gate.quarantine_reason(fact.text) and not deps.scrubber.has_secret(fact.text)]
     if found:
-        logger.info("bank %s run %s: %d observed fix(es): %s", run.bank, run.run_id, len(found),
-                    "; ".join(evidence.one_line(fix.fixed, 80) for fix in found))
+        logger.info("bank %s run %s: %d observed fact(s): %s", run.bank, run.run_id, len(found),
+                    "; ".join(f"{fact.tag} {evidence.one_line(fact.text, 100)}" for fact in found))
     return found
 
 
 @observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)
 def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
-                 verified: bool, observed: list[fixes.Fix] | None = None) -> tuple[ConsolidationStats, str | None]:
+                 verified: bool, observed: list[Observed] | None = None) -> tuple[ConsolidationStats, str | None]:
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
@@ -263,8 +278,8 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
             runs.save_progress(deps.redis, run.run_id, done)
 
         stats = consolidator.run(drafts, done=set(done), on_done=written)
-        for fix in observed or []:
-            consolidator.add_fix(fix.text, fix.fingerprint, list(fix.steps))
+        for fact in observed or []:
+            consolidator.add_fix(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag)
         recipe_id = None
         if recipe is not None:
             steps = [s.seq for s in run.steps if s.kind == "action" and not evidence.failed(s)]

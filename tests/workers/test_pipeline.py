@@ -175,11 +175,11 @@ def test_junk_of_every_kind_leaves_only_the_good_lesson(deps: Deps, openai_serve
     run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("j1"), run_id="j1")
     deps.settings = deps.settings.model_copy(update={"max_lessons": 10})
     stats = distill_one(deps, "b", run_id)
-    assert [lesson.text for lesson in store.list("b") if lesson.recipe is None] == [good]
+    assert [lesson.text for lesson in store.list("b") if lesson.origin == "distilled"] == [good]
     dropped = {k.decode(): int(v) for k, v in deps.redis.hgetall(DROPPED_KEY).items()}
     assert dropped == {"nothing_happened": 1, "first_person_plan": 1, "refers_to_transcript": 1,
                        "restates_answer": 1, "restates_task": 1, "ungrounded": 1, "contentless": 1}
-    assert stats is not None and stats.added == 1
+    assert stats is not None and stats.added == 2  # the good lesson and the shape step 0 printed
 
 
 def test_a_run_given_a_lesson_that_repeats_it_adds_no_evidence(deps: Deps, openai_server: FakeOpenAI,
@@ -229,7 +229,7 @@ def test_no_recipe_from_a_run_judged_failed(deps: Deps, openai_server: FakeOpenA
     run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("f1"), run_id="f1")
     runs.set_verdict(deps.redis, "b", run_id, False, "check", "", "q")
     distill_one(deps, "b", run_id)
-    assert store.list("b") == []
+    assert [lesson.tags for lesson in store.list("b")] == [["shape"]]  # what step 0 printed; no recipe
     messages = openai_server.chat_requests()[0]["messages"]
     assert "judged a FAILURE (by check)" in messages[0]["content"]
 
@@ -342,6 +342,10 @@ def get_weather(city: str, date: str) -> dict:
     return {"city": city, "date": date, "records": [{"max_c": 15.0}]}
 
 
+def fixes_in(store: LessonStore) -> list[Lesson]:
+    return [lesson for lesson in store.list("b") if lesson.tags == ["fix"]]
+
+
 def weather_run(settings: Settings, city: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
     """A real CodeAgent run of ``codes`` (one step each, then an answer), recorded by the real recorder."""
     recorder = StepRecorder(bank="b", settings=settings)
@@ -368,11 +372,12 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     right = 'w = get_weather(city="Graz", date="02.01.2024")\nprint(w)'
     first = weather_run(deps.settings, "Graz", [wrong, right], verdict=False)
     distill_one(deps, "b", first)
-    (fix,) = store.list("b")
+    (fix,) = fixes_in(store)
     assert fix.origin == "observed" and fix.kind == "fact" and fix.tags == ["fix"]
     assert 'date="02.01.2024")` worked' in fix.text and fix.provenance[0].steps == [0, 1]
     assert eligible(fix)  # from one run: the tool rejecting one call and running the next is the evidence
-    assert [lesson.id for lesson in rank_lessons(store, "b", "Highest temperature in Lyon on 2024-05-06?")] == [fix.id]
+    ranked = {lesson.id for lesson in rank_lessons(store, "b", "Highest temperature in Lyon on 2024-05-06?")}
+    assert ranked == {lesson.id for lesson in store.list("b")} and fix.id in ranked  # the fix and the shape
     text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
     assert 'Pass `date` like "02.01.2024", not like "2024-01-02"' in text
     assert 'For this task, write "2024-05-06" as "06.05.2024".' in text
@@ -380,19 +385,19 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
                          verdict=False)
     distill_one(deps, "b", second)
-    (fix,) = store.list("b")
+    (fix,) = fixes_in(store)
     assert fix.evidence == 2 and fix.source_run_ids == [first, second]
 
     applied = weather_run(deps.settings, "Rome", ['w = get_weather(city="Rome", date="06.05.2024")\nprint(w)',
                                                   "print(w['high'])"], verdict=False, given=[fix.id])
     distill_one(deps, "b", applied)  # failed at its own key, not at the fix's line: not blamed
-    (fix,) = store.list("b")
+    (fix,) = fixes_in(store)
     assert (fix.given, fix.applied, fix.helpful, fix.harmful, fix.evidence) == (1, 1, 0, 0, 2)
 
     broken = weather_run(deps.settings, "Oslo", ['w = get_weather(city="Oslo", date="06.05.2024")'], verdict=False,
                          given=[fix.id])
     distill_one(deps, "b", broken)  # the fix's own call failed
-    (fix,) = store.list("b")
+    (fix,) = fixes_in(store)
     assert (fix.given, fix.applied, fix.harmful) == (2, 2, 1)
 
 
@@ -420,7 +425,67 @@ def test_a_misread_result_and_a_swapped_date_teach_nothing_wrong(deps: Deps, ope
     distill_one(deps, "b", run_id)
     lessons = store.list("b")
     assert sorted(lesson.text for lesson in lessons if lesson.origin == "distilled") == [good]
+    assert [lesson.tags for lesson in lessons if lesson.origin == "observed"].count(["shape"]) == 1
     assert deps.redis.hget(DROPPED_KEY, "contradicts_observed") == b"1"
-    (fix,) = [lesson for lesson in lessons if lesson.origin == "observed"]
+    (fix,) = [lesson for lesson in lessons if lesson.tags == ["fix"]]
     assert 'date="02.01.2024")` worked' in fix.text and "01.02.2024" not in fix.text
     assert fix.provenance[0].steps == [0, 2]
+
+
+@tool
+def search_catalog(query: str) -> dict:
+    """Search the product catalog.
+
+    Args:
+        query: Words to look for in product names.
+    """
+    items = [{"name": f"{query} {size}", "price": price} for size, price in (("small", 9.5), ("large", 31.0))]
+    return {"status": "ok", "data": {"items": items, "total": 17}, "took_ms": 12}
+
+
+def catalog_run(settings: Settings, query: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
+    """A real CodeAgent run of ``codes`` with ``search_catalog``, recorded by the real recorder."""
+    recorder = StepRecorder(bank="b", settings=settings)
+    model = ScriptedModel([code_reply(code) for code in codes] + [code_reply("final_answer(None)")])
+    agent = CodeAgent(tools=[search_catalog], model=model, max_steps=len(codes) + 2,
+                      step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    recorder.run(agent, f"Using search_catalog, how many '{query}' products cost less than 20 euros?")
+    run_id = recorder.run_id(agent)
+    recorder.close(interrupt_open_runs=False)
+    assert run_id
+    client = redis.Redis.from_url(settings.redis_url)
+    if given:
+        client.hset(run_key(run_id), "given", json.dumps(list(given)))
+    runs.set_verdict(client, "b", run_id, verdict, "check", "", "q")
+    client.close()
+    return run_id
+
+
+def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_server: FakeOpenAI,
+                                                            store: LessonStore) -> None:
+    """A real CodeAgent run prints the catalog's answer, then loops over its keys and fails: the structure it
+    saw (no value of it) is a fact the next run gets, and a run that reads the records there applies it."""
+    openai_server.default = Reply(content=lessons_json())  # the distiller found nothing: the shape still stands
+    first = catalog_run(deps.settings, "lamp", ['r = search_catalog("lamp")\nprint(r)',
+                                                "count = sum(1 for p in r if p['price'] < 20)"], verdict=False)
+    distill_one(deps, "b", first)
+    (shape,) = store.list("b")
+    assert shape.origin == "observed" and shape.tags == ["shape"] and eligible(shape)
+    assert shape.text == ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, "
+                          "'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
+                          "`result['data']['items']`.")
+    text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
+                                   "b")
+    assert "its records are `result['data']['items']`" in text
+
+    applied = catalog_run(deps.settings, "mug", ['items = search_catalog("mug")["data"]["items"]\n'
+                                                 'final_answer(sum(1 for p in items if p["price"] < 20))'],
+                          verdict=True, given=[shape.id])
+    distill_one(deps, "b", applied)  # it ended well: a recipe of its code, and credit to the shape
+    (shape,) = [lesson for lesson in store.list("b") if lesson.tags == ["shape"]]
+    assert (shape.given, shape.applied, shape.helpful, shape.harmful) == (1, 1, 1, 0)
+
+    again = catalog_run(deps.settings, "chair", ['print(search_catalog("chair"))'], verdict=False)
+    distill_one(deps, "b", again)  # the same structure printed by another run: more evidence, one fact
+    (shape,) = [lesson for lesson in store.list("b") if lesson.tags == ["shape"]]
+    assert shape.evidence == 2 and shape.source_run_ids == [first, again]

@@ -1,0 +1,183 @@
+"""Observed shapes: what a tool's result looks like, kept as a fact without an LLM.
+
+A small agent that calls ``search_catalog("lamp")`` and loops over the result gets the dict's keys, not
+the products: the items sit under ``data.items``. A run that printed the result has seen where they are,
+and the next run needs exactly that, in a form it can use::
+
+    `search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}, ...],
+    'total': int}, 'took_ms': int}: its records are `result['data']['items']`.
+
+What is kept, so that what the run read cannot write the next run's instructions:
+
+- only the result's structure: its keys and the type names of its values, never a value. Every key must
+  be a plain name (letters, digits, ``_``, at most 40 characters), else nothing is kept: a page cannot
+  smuggle a sentence in as a key;
+- only from a step that did not fail, printed one tool call's result and nothing else (``r = tool(...)``
+  and ``print(r)``, or ``print(tool(...))``), and whose printed output reads whole as one Python or JSON
+  literal (at most ``MAX_PRINTED`` characters);
+- only a dict with exactly one list of records (a list of dicts) inside it, and no empty list anywhere (an
+  empty result says nothing of the records' fields);
+- at most ``MAX_KEYS`` keys per dict and ``MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
+
+Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint
+is the tool and the shape, so every run that prints the same tool's same shape adds evidence to one fact.
+A run applied it when its code subscripts the records' path (``['data']['items']``); a failed run blames
+it only when one of its failing lines does, since that is where a wrong shape would fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lessonbank.core.models import StepRecord
+from lessonbank.workers import evidence
+
+MAX_PRINTED = 20_000
+MAX_KEYS = 12
+MAX_DEPTH = 4
+MAX_SHAPE = 300
+MAX_SHAPES = 3
+TAG = "shape"
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+_TEXT = re.compile(r"^`([A-Za-z_][A-Za-z0-9_]{0,60})\(\.\.\.\)` returns .{1,400}: its records are `result((?:\['"
+                   r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\.$")
+_PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
+_BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One tool's result structure as a run printed it; ``steps`` is the ``seq`` of the step that printed it."""
+
+    tool: str
+    shape: str
+    path: tuple[str, ...]
+    steps: tuple[int, ...]
+
+    @property
+    def text(self) -> str:
+        return f"`{self.tool}(...)` returns {self.shape}: its records are `result{path_text(self.path)}`."
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{TAG}|{self.tool}|{self.shape}".encode()).hexdigest()[:32]
+
+
+class _Unfit(Exception):
+    """A value whose structure is not kept (a key that is not a plain name, an empty list, too large)."""
+
+
+def path_text(path: tuple[str, ...]) -> str:
+    return "".join(f"['{key}']" for key in path)
+
+
+def path_of(text: str) -> tuple[str, ...] | None:
+    """The records' path a shape fact names; None if ``text`` is not a shape fact's."""
+    match = _TEXT.match(text)
+    return tuple(_PATH_KEY.findall(match.group(2))) if match else None
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    if depth > MAX_DEPTH:
+        return "..."
+    if isinstance(value, dict):
+        if not value:
+            raise _Unfit("an empty dict")
+        parts = []
+        for key in list(value)[:MAX_KEYS]:
+            if not isinstance(key, str) or not _KEY.fullmatch(key):
+                raise _Unfit("a key that is not a plain name")
+            parts.append(f"'{key}': {_describe(value[key], depth + 1)}")
+        return "{" + ", ".join(parts) + (", ..." if len(value) > MAX_KEYS else "") + "}"
+    if isinstance(value, list | tuple):
+        if not value:
+            raise _Unfit("an empty list")
+        return f"[{_describe(value[0], depth + 1)}, ...]"
+    if value is None or isinstance(value, bool | int | float | str):
+        return type(value).__name__
+    raise _Unfit(f"a {type(value).__name__}")
+
+
+def _record_paths(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The paths of the lists of dicts under ``value`` (not inside another such list)."""
+    if isinstance(value, dict) and len(path) < MAX_DEPTH:
+        return [found for key, inner in list(value.items())[:MAX_KEYS] for found in _record_paths(inner, (*path, key))]
+    if isinstance(value, list) and path and value and isinstance(value[0], dict):
+        return [path]
+    return []
+
+
+def _literal(text: str) -> Any:
+    """``text`` read whole as one JSON or Python literal (None when it is not one)."""
+    if not text or len(text) > MAX_PRINTED or text[0] not in "{[":
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _printed_call(code: str, tools: set[str]) -> str | None:
+    """The tool whose result the code prints, and nothing else: ``r = tool(...); print(r)`` or ``print(tool(...))``."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    prints = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "print"]
+    if len(prints) != 1 or len(prints[0].args) != 1 or prints[0].keywords:
+        return None
+    shown = prints[0].args[0]
+    if isinstance(shown, ast.Name):
+        assigned = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == shown.id for t in node.targets)]
+        if len(assigned) != 1:
+            return None
+        shown = assigned[0]
+    if not (isinstance(shown, ast.Call) and isinstance(shown.func, ast.Name)):
+        return None
+    name = shown.func.id
+    known = name in tools if tools else name not in _BUILTINS
+    return name if known and name != "final_answer" else None
+
+
+def _shape(step: StepRecord, tools: set[str]) -> Shape | None:
+    tool = _printed_call(step.code, tools)
+    if tool is None:
+        return None
+    value = _literal(evidence.printed(step.observations))
+    if not isinstance(value, dict):
+        return None
+    paths = _record_paths(value)
+    if len(paths) != 1:
+        return None
+    try:
+        shape = _describe(value)
+    except (_Unfit, RecursionError):
+        return None
+    if len(shape) > MAX_SHAPE:
+        return None
+    return Shape(tool, shape, paths[0], (step.seq,))
+
+
+def extract(steps: list[StepRecord], tools: list[str]) -> list[Shape]:
+    """The shapes of tool results the run printed (at most ``MAX_SHAPES``, each fingerprint once)."""
+    known = set(tools)
+    found: list[Shape] = []
+    for step in steps:
+        if step.kind != "action" or evidence.failed(step) or not step.code.strip() or len(found) >= MAX_SHAPES:
+            continue
+        shape = _shape(step, known)
+        if shape is not None and all(shape.fingerprint != other.fingerprint for other in found):
+            found.append(shape)
+    return found
