@@ -19,6 +19,9 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   copied from what the run had observed before (tool output, error messages): a page or an error message
   cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
   Subscript keys may come from what it observed: ``result['data']['items']`` is the shape of the data;
+- the correction is not just the task's own value put in place of another of the same form
+  (``invoice_id='INV-4356'``, the task's id, after a wrong one copied from a lesson): that says nothing
+  another task can reuse (the task's date in place of the run's own ``05/03/2024`` is a fix of the form);
 - both lines parse on their own, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no
   error message, only the exception's name;
 - the corrected step did not get an empty result back (``{'records': []}``): a tool that accepts a wrong
@@ -93,6 +96,12 @@ def _calls(tree: ast.AST) -> set[str]:
     return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
 
 
+def _given(value: object, task: str) -> bool:
+    """Whether the task itself holds the value (as written)."""
+    text = str(value).strip().lower()
+    return len(text) >= 2 and text in task.lower()
+
+
 def _copied(value: object, seen: str, task: str) -> bool:
     """Whether a value the corrected line passes could have been copied from what the run observed
     (``seen``, lower-cased)."""
@@ -163,9 +172,14 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     if not calls <= _calls(before) or calls & ANSWERERS:
         return None
     old = {repr(node.value) for node, _ in _constants(before)}
-    for node, is_key in _constants(after):
-        if repr(node.value) not in old and not is_key and _copied(node.value, seen, task):
-            return None
+    new = [node.value for node, is_key in _constants(after) if repr(node.value) not in old and not is_key]
+    if any(_copied(value, seen, task) for value in new):
+        return None
+    kept = {repr(node.value) for node, _ in _constants(after)}
+    replaced = [node.value for node, is_key in _constants(before) if repr(node.value) not in kept and not is_key]
+    if new and all(_given(value, task) for value in new) and (
+            sorted(map(fixtext.shape, new)) == sorted(map(fixtext.shape, replaced))):
+        return None  # the task's own value in place of another of the same form: nothing another task can reuse
     if redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(failed_step)

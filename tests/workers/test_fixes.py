@@ -224,3 +224,15 @@ def test_a_corrected_call_that_got_nothing_back_is_not_a_fix() -> None:
     quiet = [steps[0], step(1, 'w = get_weather(city="Ghent", date="09.12.2024")',
                             observations="Execution logs:\nLast output from code snippet:\nNone")]
     assert len(extract(quiet, "What was the highest temperature in Ghent on 2024-12-09?")) == 1
+
+
+def test_putting_the_task_own_value_in_is_not_a_fix() -> None:
+    """Seen in the learning benchmark: a run copied the id of the recipe it was given ('INV-1471'), the tool
+    refused it, and the next step passed the task's own id. "Pass invoice_id like INV-4356" helps no other task."""
+    wrong = "result = get_invoice(invoice_id='INV-1471')"
+    steps = [step(0, f"{wrong}\nprint(result)", failed_at=wrong, error="ValueError: no invoice INV-1471"),
+             step(1, "result = get_invoice(invoice_id='INV-4356')\nprint(result)",
+                  observations="Execution logs:\n{'invoice': 'INV-4356', 'amount_cents': 14680}")]
+    assert extract(steps, "Using get_invoice, what is the total of invoice INV-4356 in euros?") == []
+    # a value the task gives in another form is still a fix (the date example)
+    assert len(extract(date_run("Graz", "2024-03-17", "17.03.2024"))) == 1
