@@ -431,7 +431,7 @@ class Consolidator:
             return "kept"
         return "new"
 
-    def add_fix(self, text: str, fingerprint: str, steps: list[int], tag: str = "fix") -> str | None:
+    def add_observed(self, text: str, fingerprint: str, steps: list[int], tag: str = "fix") -> str | None:
         """Store an observed fix (``workers/fixes.py``, tag ``fix``) or shape (``workers/shapes.py``, tag
         ``shape``) as a fact, or reinforce the same one; returns its id (None if a user purged it or it is
         held back)."""

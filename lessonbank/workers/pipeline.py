@@ -279,7 +279,7 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
 
         stats = consolidator.run(drafts, done=set(done), on_done=written)
         for fact in observed or []:
-            consolidator.add_fix(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag)
+            consolidator.add_observed(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag)
         recipe_id = None
         if recipe is not None:
             steps = [s.seq for s in run.steps if s.kind == "action" and not evidence.failed(s)]

@@ -337,10 +337,10 @@ FIX = ('`w = get_weather(city="Graz", date="2024-03-17")` failed with ValueError
 
 
 def test_an_observed_fix_is_kept_by_fingerprint_and_no_sentence_rewrites_it(store: LessonStore) -> None:
-    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_fix(FIX, "f" * 32, [0, 1])
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(FIX, "f" * 32, [0, 1])
     assert fid == recipe_id("b", "f" * 32, kind="fix")
-    assert Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_fix(FIX, "f" * 32, [0, 1]) == fid  # same run
-    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_fix(FIX, "f" * 32, [3, 4]) == fid
+    assert Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(FIX, "f" * 32, [0, 1]) == fid  # same run
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(FIX, "f" * 32, [3, 4]) == fid
     (fix,) = store.list("b")
     assert (fix.origin, fix.kind, fix.evidence, fix.source_run_ids) == ("observed", "fact", 2, ["r1", "r2"])
 
@@ -360,9 +360,9 @@ def test_an_observed_fix_is_kept_by_fingerprint_and_no_sentence_rewrites_it(stor
 
 
 def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store: LessonStore) -> None:
-    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_fix(FIX, "e" * 32, [0, 1])
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(FIX, "e" * 32, [0, 1])
     assert fid is not None
     store.set_status("b", [fid], "retired", reason="harmful in 3 of 3 runs that applied it")
-    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_fix(FIX, "e" * 32, [0, 1]) is None
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(FIX, "e" * 32, [0, 1]) is None
     (fix,) = store.list("b", include_inactive=True)
     assert (fix.status, fix.evidence) == ("retired", 1)
