@@ -346,22 +346,29 @@ def fixes_in(store: LessonStore) -> list[Lesson]:
     return [lesson for lesson in store.list("b") if lesson.tags == ["fix"]]
 
 
-def weather_run(settings: Settings, city: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
-    """A real CodeAgent run of ``codes`` (one step each, then an answer), recorded by the real recorder."""
+def recorded_run(settings: Settings, tool_: Any, task: str, codes: list[str], verdict: bool,
+                 given: list[str] = ()) -> str:
+    """A real CodeAgent run of ``codes`` (one step each, then an answer) with ``tool_``, recorded by the real
+    recorder; ``given`` lessons are written into its record and the check's ``verdict`` set."""
     recorder = StepRecorder(bank="b", settings=settings)
     model = ScriptedModel([code_reply(code) for code in codes] + [code_reply("final_answer(None)")])
-    agent = CodeAgent(tools=[get_weather], model=model, max_steps=len(codes) + 2,
+    agent = CodeAgent(tools=[tool_], model=model, max_steps=len(codes) + 2,
                       step_callbacks=recorder.step_callbacks, verbosity_level=0)
-    recorder.run(agent, f"What was the highest temperature in {city} on 2024-01-02?")
+    recorder.run(agent, task)
     run_id = recorder.run_id(agent)
     recorder.close(interrupt_open_runs=False)
     assert run_id
+    client = redis.Redis.from_url(settings.redis_url)
     if given:
-        recorder_client = redis.Redis.from_url(settings.redis_url)
-        recorder_client.hset(run_key(run_id), "given", json.dumps(list(given)))
-        recorder_client.close()
-    runs.set_verdict(redis.Redis.from_url(settings.redis_url), "b", run_id, verdict, "check", "", "q")
+        client.hset(run_key(run_id), "given", json.dumps(list(given)))
+    runs.set_verdict(client, "b", run_id, verdict, "check", "", "q")
+    client.close()
     return run_id
+
+
+def weather_run(settings: Settings, city: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
+    return recorded_run(settings, get_weather, f"What was the highest temperature in {city} on 2024-01-02?", codes,
+                        verdict, given)
 
 
 def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps: Deps, openai_server: FakeOpenAI,
@@ -444,21 +451,9 @@ def search_catalog(query: str) -> dict:
 
 
 def catalog_run(settings: Settings, query: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
-    """A real CodeAgent run of ``codes`` with ``search_catalog``, recorded by the real recorder."""
-    recorder = StepRecorder(bank="b", settings=settings)
-    model = ScriptedModel([code_reply(code) for code in codes] + [code_reply("final_answer(None)")])
-    agent = CodeAgent(tools=[search_catalog], model=model, max_steps=len(codes) + 2,
-                      step_callbacks=recorder.step_callbacks, verbosity_level=0)
-    recorder.run(agent, f"Using search_catalog, how many '{query}' products cost less than 20 euros?")
-    run_id = recorder.run_id(agent)
-    recorder.close(interrupt_open_runs=False)
-    assert run_id
-    client = redis.Redis.from_url(settings.redis_url)
-    if given:
-        client.hset(run_key(run_id), "given", json.dumps(list(given)))
-    runs.set_verdict(client, "b", run_id, verdict, "check", "", "q")
-    client.close()
-    return run_id
+    return recorded_run(settings, search_catalog,
+                        f"Using search_catalog, how many '{query}' products cost less than 20 euros?", codes,
+                        verdict, given)
 
 
 def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_server: FakeOpenAI,
