@@ -75,6 +75,26 @@ def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:
     return [(name, before[name], value) for name, value in after.items() if name in before and before[name] != value]
 
 
+def subject(text: str) -> tuple[str, str, str] | None:
+    """(function, keyword, form of the corrected value) of a fix that changed one keyword's value; None for
+    any other text. Two fixes with the same subject teach the same thing (``date`` like "9.9.9") from
+    different wrong forms: the instructions give the better one only."""
+    found = lines(text)
+    if found is None:
+        return None
+    changed = changed_keywords(*found)
+    if len(changed) != 1:
+        return None
+    keyword, _, new = changed[0]
+    try:
+        tree = ast.parse(found[1])
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    callee = next((ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                   and any(k.arg == keyword for k in node.keywords)), "")
+    return callee, keyword, shape(new)
+
+
 def _pattern(value: str) -> re.Pattern[str]:
     """A value of the same form: the same digit counts, letters, and separators, standing alone."""
     parts = []

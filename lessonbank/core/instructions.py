@@ -106,7 +106,24 @@ def rank_lessons(
     chosen = recipes[:max_recipes]
     prose = [lesson for _, _, lesson in ranked
              if lesson.recipe is None and not (chosen and _restates_recipe(lesson))]
-    return chosen + balance_kinds(prose, max_lessons - len(chosen))
+    return chosen + balance_kinds(_one_fix_per_subject(prose), max_lessons - len(chosen))
+
+
+def _one_fix_per_subject(ranked: Sequence[Lesson]) -> list[Lesson]:
+    """``ranked`` without the observed fixes that teach what a better-ranked one already does: the same
+    keyword of the same function, corrected to the same form from another wrong one (``date`` like
+    "17.03.2024", once from "2024-03-17" and once from "17/03/2024"). A small model given both reads two
+    rules where there is one, and the block has room for less."""
+    seen: set[tuple[str, str, str]] = set()
+    kept: list[Lesson] = []
+    for lesson in ranked:
+        subject = fixtext.subject(lesson.text) if lesson.origin == "observed" else None
+        if subject is not None:
+            if subject in seen:
+                continue
+            seen.add(subject)
+        kept.append(lesson)
+    return kept
 
 
 def _restates_recipe(lesson: Lesson) -> bool:
@@ -186,7 +203,8 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
             given.append(lesson)
             continue
         here = fixtext.for_task(lesson.text, task) if lesson.origin == "observed" and task else ""
-        line = f"- {_one_line(lesson.text)} {_seen(lesson)}" + (f" {here}" if here else "")
+        # what the fix means for this task leads: a small model acts on the first words of a line
+        line = "- " + (f"{here} " if here else "") + f"{_one_line(lesson.text)} {_seen(lesson)}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
         if cost > budget:
             continue

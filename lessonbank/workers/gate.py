@@ -8,6 +8,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 |------------------------|--------------------------------------------------------------------------------|
 | ``secret``             | looks like it carries a secret                                                 |
 | ``contentless``        | is too short to say anything, or is generic advice ("always check your code")  |
+| ``vague``              | points at a value without saying which ("use the correct date format")         |
 | ``describes_tool``     | only says what a tool is (or was) used for ("`get_invoice` is used to retrieve") |
 | ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
@@ -63,6 +64,22 @@ _NOTHING = re.compile(
     # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
     r"|\b(?:the|this) (?:run|agent|task)(?: \w+){0,2}? successfully\b"
 )
+# A lesson that points at a value without saying which: "with the correct date format", "retry with a
+# different date format", "ensure the query is correctly formatted". The next run cannot act on it, and a
+# verified run's narration of this kind was handed to runs at once.
+_VAGUE = re.compile(
+    r"(?i)\b(?:the|a|an) (?:correct|right|proper|valid|expected|appropriate|required|different|suitable|"
+    r"supported|accepted|acceptable) (?:[a-z]+ ){0,2}?(?:format|value|parameter|argument|input|key|field|"
+    r"column|name|type|syntax|units?|separator|delimiter|encoding|structure|path)s?\b"
+    r"|\b(?:correctly|properly|appropriately) (?:formatted|specified|structured|encoded|typed)\b"
+)
+# What says which: a quoted value, a number, a date format's letters (DD.MM.YYYY), ISO, a strftime
+# directive, or code that is more than a name (a bare name counts unless it is a function the run called).
+_SAYS_WHICH = re.compile(
+    r"\"[^\"\n]{1,60}\"|(?<!\w)'[^'\n]{1,60}'(?!\w)|\d|(?-i:\b(?:YYYY|YY|MM|DD|HH|SS|ISO)\b)|%[a-zA-Z]"
+    r"|`[\w\s()]{0,80}[^\w`\s()][^`\n]{0,80}`"
+)
+_BARE_NAME = re.compile(r"`([A-Za-z_]\w{0,60})(?:\(\))?`")
 # A lesson that only says what a tool is for: its docstring already does.
 _TOOL_PURPOSE = re.compile(
     r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?(?: function| tool| method)? "
@@ -159,6 +176,14 @@ def _contentless(text: str, ctx: GateContext) -> bool:
     return len(text) < MIN_CHARS or len(set(tokens(text))) < MIN_CONTENT_TOKENS or bool(_GENERIC.search(text))
 
 
+def _vague(text: str, ctx: GateContext) -> bool:
+    """The lesson names "the correct format" (or a different one) and says nowhere which it is."""
+    if not _VAGUE.search(text) or _SAYS_WHICH.search(text):
+        return False
+    # a name in backticks says which when it is not the function the run called (a key, a column)
+    return all(f"{match.group(1).lower()}(" in ctx._haystack for match in _BARE_NAME.finditer(text))
+
+
 def _restates_task(text: str, ctx: GateContext) -> bool:
     mine = set(tokens(text))
     return bool(mine) and (mine <= ctx._task_tokens or _overlap(mine, ctx._task_tokens) >= TASK_OVERLAP)
@@ -227,6 +252,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("first_person_plan", lambda text, ctx: bool(_FIRST_PERSON.search(text))),
     ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))),
     ("contentless", _contentless),
+    ("vague", _vague),
     ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text))),
     ("agent_setup", lambda text, ctx: bool(_AGENT_SETUP.search(text))),
     ("uncallable", _uncallable),

@@ -38,7 +38,7 @@ def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
     assert fix.text.startswith('Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(')
     text, given = format_lessons([fix], "b", task="What was the highest temperature in Porto on 2024-09-15?")
     assert given == [fix]
-    assert '(seen in 1 run) For this task, write "2024-09-15" as "15.09.2024".' in text
+    assert '- For this task, write "2024-09-15" as "15.09.2024". Pass `date` like "02.01.2024"' in text
     plain, _ = format_lessons([fix], "b")
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
@@ -51,3 +51,15 @@ def test_carrying_over_is_linear_on_hostile_tasks() -> None:
     fixtext.carry_over(old, "1.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a", "a." * 200_000 + "!")
     fixtext.carry_over("2024-01-02", "02.01.2024", "2024-" * 100_000)
     assert time.perf_counter() - started < 2.0
+
+
+def test_subject_names_the_function_keyword_and_corrected_form() -> None:
+    from lessonbank.core.fixtext import fix_text, subject
+
+    text = fix_text('w = api.get_weather(city="Lyon", date="2024-01-02")', "ValueError",
+                    'w = api.get_weather(city="Lyon", date="02.01.2024")')
+    assert subject(text) == ("api.get_weather", "date", "9.9.9")
+    both = fix_text('w = get_weather(city="lyon", date="2024-01-02")', "ValueError",
+                    'w = get_weather(city="Lyon", date="02.01.2024")')
+    assert subject(both) is None  # two values changed: no one subject
+    assert subject("The weather tool wants dates as DD.MM.YYYY.") is None

@@ -259,3 +259,30 @@ def test_format_leaves_out_what_does_not_fit() -> None:
     text, given = format_lessons(lessons, "b", max_chars=450)
     assert [lesson.text for lesson in given] == ["short one"]
     assert "What to avoid:\n- short one" in text and len(text) <= 450
+
+
+def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
+    """Seen in the learning benchmark: a date fix from "2024-01-02" and one from "15/09/2024", both to
+    DD.MM.YYYY, took two of four lines of the block; the runs given both went astray."""
+    from lessonbank.core.fixtext import fix_text
+
+    iso = fix_text('w = get_weather(city="Lyon", date="2024-01-02")', "ValueError",
+                   'w = get_weather(city="Lyon", date="02.01.2024")')
+    slashes = fix_text('r = get_weather(city="Porto", date="15/09/2024")', "ValueError",
+                       'r = get_weather(city="Porto", date="15.09.2024")')
+    city = fix_text('r = get_weather(city="porto", date="15.09.2024")', "ValueError",
+                    'r = get_weather(city="Porto", date="15.09.2024")')
+    other_tool = fix_text('r = get_rain(city="Porto", date="15/09/2024")', "ValueError",
+                          'r = get_rain(city="Porto", date="15.09.2024")')
+    helped, fresh, by_city, rain = (make("b", "fact", text, origin="observed", verified=False, **extra)
+                                    for text, extra in ((iso, {"applied": 1, "helpful": 1}), (slashes, {}),
+                                                        (city, {}), (other_tool, {})))
+    source = FixedSource([(fresh, 0.75), (helped, 0.75), (by_city, 0.7), (rain, 0.7)])
+    ranked = rank_lessons(source, "b", "Highest temperature in Ghent on 2024-12-09?", min_relevance=0.2)
+    assert helped in ranked and fresh not in ranked  # equally relevant: the one runs showed to help is kept
+    assert by_city in ranked and rain in ranked  # another keyword, another function: other lessons
+    text, _ = format_lessons(ranked, "b", task="Highest temperature in Ghent on 2024-12-09?")
+    assert text.count('Pass `date` like') == 2 and 'write "2024-12-09" as "09.12.2024"' in text
+    # the same lessons as unrelated prose (not observed fixes) are all kept
+    prose = [make("b", "fact", text) for text in (iso, slashes)]
+    assert len(rank_lessons(FixedSource([(x, 0.7) for x in prose]), "b", "task", min_relevance=0.2)) == 2

@@ -175,3 +175,52 @@ def test_a_claim_of_nothing_is_true_when_the_call_printed_an_empty_list() -> Non
     empty = [(code, "empty" if got == "data" else got) for code, got in WEATHER_RESULTS]
     ctx = GateContext(task=WEATHER_TASK, observed=WEATHER_CTX.observed, results=empty)
     assert reason_to_drop("No data found for Porto on 15.09.2024.", ctx) is None
+
+
+WEATHER_TASK = "What was the highest temperature in Graz on 2024-03-17? Answer with the number only."
+WEATHER_OBSERVED = """result = get_weather(city="Graz", date="2024-03-17")
+ValueError: unknown date
+result = get_weather(city="Graz", date="17.03.2024")
+print(result['records'][0]['max_c'])
+{'city': 'Graz', 'date': '17.03.2024', 'records': [{'station': 'north', 'max_c': 12.5, 'min_c': 1.0}]}"""
+WEATHER = GateContext(task=WEATHER_TASK, final_answer="12.5", observed=WEATHER_OBSERVED)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # verbatim from the local 1.5B distiller in the learning benchmark (a verified run's "what worked")
+        "The run correctly identified the highest temperature by using the `get_weather` function with the correct "
+        "date format and ensuring that the input was correctly formatted.",
+        "The approach was to use the `get_weather` function with a correct date format.",
+        "Retry the task by using a different date format.",
+        "To fix this issue, you should ensure that the query is correctly formatted before calling the tool.",
+        "Call `get_weather()` with the expected input type for the city and the date.",
+    ],
+)
+def test_a_lesson_that_does_not_say_which_value_is_vague(text: str) -> None:
+    assert reason_to_drop(text, WEATHER) == "vague"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # verbatim from the same distiller: they say which format
+        "The error indicates that the date format is incorrect. The correct format should be DD.MM.YYYY.",
+        "The failure occurred because the date '2024-03-17' is not in the expected format (DD.MM.YYYY).",
+        "`get_weather` wants the date in a different format: \"17.03.2024\", not the ISO form of the task.",
+        "Read the temperatures with the correct key `records` of the weather result, not the city.",
+        "Use the correct key: `result['records'][0]['max_c']` is the first station's highest temperature.",
+        "Format the date with the correct directive %d.%m.%Y before calling the weather tool.",
+    ],
+)
+def test_a_lesson_that_says_which_value_is_not_vague(text: str) -> None:
+    assert reason_to_drop(text, WEATHER) is None
+
+
+def test_vague_is_fast_on_hostile_text() -> None:
+    hostile = "the correct format " + "`" * 600 + "`a" * 300 + " " + "'" * 400
+    started = time.perf_counter()
+    for _ in range(20):
+        reason_to_drop(hostile[:1200], GateContext(task="t", observed=hostile * 10))
+    assert time.perf_counter() - started < 1.0
