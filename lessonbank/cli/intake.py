@@ -55,6 +55,9 @@ GATE_REASONS = {
     "first_person_plan": "it is a plan or a story in the first person",
     "refers_to_transcript": "it points into a transcript ('step 3', 'the above', 'this run')",
     "contentless": "it is too short or too generic to say anything",
+    "vague": "it points at a value without saying which ('the correct date format')",
+    "describes_tool": "it only says what a tool is for (its docstring does)",
+    "agent_setup": "it asks to change the agent itself (its tools or settings)",
 }
 SECRET = f"secret: {GATE_REASONS['secret']}"
 _FINGERPRINT = re.compile(r"[0-9a-f]{8,64}")

@@ -265,7 +265,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
 
 # Lessons an agent or a user hands in have no run to be compared with: only these rules apply.
 CONTEXT_FREE = ("secret", "nothing_happened", "first_person_plan", "refers_to_transcript", "contentless",
-                "describes_tool", "agent_setup")
+                "vague", "describes_tool", "agent_setup")
 
 
 def reason_to_drop(text: str, ctx: GateContext, rules: Iterable[str] | None = None) -> str | None:

@@ -218,6 +218,8 @@ def test_add_a_lesson_of_your_own(seeded: dict[str, str | None]) -> None:
 
     failed(seeded, "lessons", "add", "-b", "team", "I will read the file first and then sum the column.",
            match="lesson refused: first_person_plan: it is a plan or a story in the first person")
+    failed(seeded, "lessons", "add", "-b", "team", "Always call the orders API with the correct date format.",
+           match="lesson refused: vague: it points at a value without saying which")
     failed(seeded, "lessons", "add", "-b", "team", "Call the orders API with password=hunter2hunter2 in the header.",
            match="lesson refused: secret")
     failed(seeded, "lessons", "add", "-b", "team", "x" * 1201, match="1201 characters long (at most 1200)")

@@ -86,6 +86,9 @@ def test_context_free_rules_for_lessons_without_a_run() -> None:
     empty = GateContext()
     assert reason_to_drop("I will read the file first and then sum it.", empty, CONTEXT_FREE) == "first_person_plan"
     assert reason_to_drop("The billing API needs timeout=10 or it hangs.", empty, CONTEXT_FREE) is None
+    # an agent's remember() call or a user's `lessons add` with no value in it
+    assert reason_to_drop("Always call the weather tool with the correct date format.", empty, CONTEXT_FREE) == "vague"
+    assert reason_to_drop("Read the weather with the correct key `records`.", empty, CONTEXT_FREE) is None
 
 
 def test_a_short_answer_is_not_mistaken_for_a_restatement() -> None:
