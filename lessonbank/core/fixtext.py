@@ -1,5 +1,6 @@
 """The text of an observed fix (``workers/fixes.py`` keeps them), read back by credit and by the
-instructions builder.
+instructions builder; and the rewriting of a task's values (a date's parts in another order) that fixes
+and recipes carry over to a new task.
 
 A fix's text quotes the line a step failed at and the corrected line that worked, in backticks, after
 an optional lead naming the value that changed::
@@ -142,12 +143,30 @@ def carry_over(old: str, new: str, task: str) -> list[tuple[str, str]]:
     return carried
 
 
+_COMPOUND = re.compile(r"(?<![\w.\-/:])[^\W_]{1,10}(?:[^\w\s][^\W_]{1,10}){1,5}(?![\w\-/:]|\.\w)")
+
+
+def rewritten_from(value: str, task: str) -> str | None:
+    """The value of ``task`` that ``value`` rewrites (its parts in another order or with other separators:
+    "17.03.2024" rewrites the task's "2024-03-17"), or None."""
+    if len(value) > 40 or not _GROUP.search(value):
+        return None
+    for match in _COMPOUND.finditer(task[:4000]):
+        if _reorder(match.group(0), value) is not None:
+            return match.group(0)
+    return None
+
+
+def rewrite_sentence(pairs: list[tuple[str, str]]) -> str:
+    """ "For this task, write "2024-12-09" as "09.12.2024"." ("" for no pairs)."""
+    if not pairs:
+        return ""
+    return "For this task, write " + ", ".join(f"{json.dumps(v)} as {json.dumps(w)}" for v, w in pairs) + "."
+
+
 def for_task(text: str, task: str) -> str:
     """What the fix means for ``task``: the task's values rewritten as the correction did ("" if none)."""
     found = lines(text)
     if found is None:
         return ""
-    pairs = [pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)]
-    if not pairs:
-        return ""
-    return "For this task, write " + ", ".join(f"{json.dumps(v)} as {json.dumps(w)}" for v, w in pairs) + "."
+    return rewrite_sentence([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])

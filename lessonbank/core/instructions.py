@@ -32,7 +32,7 @@ import redis
 
 from lessonbank.core import fixtext
 from lessonbank.core.exceptions import LessonbankError
-from lessonbank.core.models import LESSON_KINDS, Lesson
+from lessonbank.core.models import LESSON_KINDS, Lesson, Recipe
 from lessonbank.core.store.protocol import LessonStoreProtocol
 
 logger = logging.getLogger(__name__)
@@ -164,12 +164,27 @@ def _seen(lesson: Lesson) -> str:
     return f"(seen in {lesson.evidence} {runs}{helped})"
 
 
-def format_recipe(lesson: Lesson) -> str:
-    """A recipe as a fenced code block with the task it solved and what to adapt."""
+def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
+    """(value of ``task``, written as the recipe wrote its own task's value of that form): the recipe passed
+    "17.03.2024" for its task's "2024-03-17", so this task's "2024-12-09" is "09.12.2024"."""
+    pairs: list[tuple[str, str]] = []
+    for param in recipe.params:
+        source = fixtext.rewritten_from(param, recipe.task)
+        if source is not None:
+            pairs += [pair for pair in fixtext.carry_over(source, param, task) if pair not in pairs]
+    return pairs[:fixtext.MAX_CARRIED]
+
+
+def format_recipe(lesson: Lesson, task: str = "") -> str:
+    """A recipe as a fenced code block with the task it solved and what to adapt (for ``task``, how to
+    write its values the recipe wrote another way)."""
     recipe = lesson.recipe
     assert recipe is not None
     verified = ", ".join(check.split(":", 1)[1] for check in recipe.checks if check.startswith("outcome:"))
     adapt = ("; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)) if recipe.params else ""
+    rewrite = fixtext.rewrite_sentence(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
+    if rewrite:
+        adapt += f" ({rewrite[:1].lower()}{rewrite[1:-1]})"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
     fence = "python" if recipe.language == "python" else "json"
@@ -195,7 +210,7 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
     given: list[Lesson] = []
     for lesson in lessons:
         if lesson.recipe is not None:
-            block = format_recipe(lesson)
+            block = format_recipe(lesson, task)
             if len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(header))):
                 continue
             budget -= len(block) + 2

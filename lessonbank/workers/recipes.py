@@ -21,8 +21,10 @@ import copy
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable
 
+from lessonbank.core import fixtext
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.core.summary import step_failed
@@ -114,14 +116,31 @@ def is_param(literal: str, task: str) -> bool:
         f"'{literal}'" in task or f'"{literal}"' in task)
 
 
+def _call_words(tree: Iterable[ast.AST], task: str) -> set[str]:
+    """Strings passed to a call that the task names as a whole word (``get_weather(city='Graz')`` for
+    "... in Graz on ..."): the next task names another."""
+    words: set[str] = set()
+    for node in tree:
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and 3 <= len(arg.value) <= 40 and (
+                        re.search(rf"(?<!\w){re.escape(arg.value)}(?!\w)", task)):
+                    words.add(arg.value)
+    return words
+
+
 def params_of(tree: Iterable[ast.AST], task: str) -> list[str]:
-    """Literals of the code that the task supplied: what the next run must adapt."""
+    """Literals of the code that the task supplied: what the next run must adapt. A task's value the code
+    wrote another way (the task's "2024-03-17" as "17.03.2024") is one too."""
+    tree = list(tree)
+    words = _call_words(tree, task)
     found: list[str] = []
     for node in tree:
         for n in ast.walk(node):
             if isinstance(n, ast.Constant) and isinstance(n.value, str | int | float) and not isinstance(n.value, bool):
                 text = str(n.value)
-                if is_param(text, task) and text not in found:
+                if (is_param(text, task) or text in words or (
+                        isinstance(n.value, str) and fixtext.rewritten_from(text, task))) and text not in found:
                     found.append(text)
     return found[:8]
 

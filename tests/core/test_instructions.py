@@ -286,3 +286,18 @@ def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     # the same lessons as unrelated prose (not observed fixes) are all kept
     prose = [make("b", "fact", text) for text in (iso, slashes)]
     assert len(rank_lessons(FixedSource([(x, 0.7) for x in prose]), "b", "task", min_relevance=0.2)) == 2
+
+
+def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
+    recipe = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
+                         "final_answer(max(r['max_c'] for r in result['records']))",
+                    task="What was the highest temperature in Graz on 2024-03-17?", params=["Graz", "17.03.2024"],
+                    checks=["syntax", "outcome:check"], fingerprint="f1")
+    code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=recipe,
+                origin="recipe")
+    text, given = format_lessons([code], "b", task="What was the highest temperature in Ghent on 2024-12-09?")
+    assert given == [code]
+    assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task, write \"2024-12-09\" as "
+            "\"09.12.2024\"):\n```python") in text
+    plain, _ = format_lessons([code], "b", task="What was the highest temperature in Ghent yesterday?")
+    assert "adapt the task-specific values 'Graz', '17.03.2024':\n```python" in plain  # nothing of that form

@@ -156,3 +156,22 @@ def test_a_huge_adversarial_observation_is_scanned_in_linear_time() -> None:
     recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
     assert time.perf_counter() - started < 2.0
     assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(152.74)"
+
+
+def test_a_task_value_written_another_way_and_a_named_city_are_parameters() -> None:
+    """Seen in the learning benchmark: the recipe from "Graz on 2024-03-17" passed '17.03.2024' and 'Graz'
+    and named no parameter; the next run (Ghent on 2024-12-09) copied its task's date as it was, six times."""
+    graz = extract([step(0, "result = get_weather(city='Graz', date='2024-03-17')", error="ValueError: bad date"),
+                    step(1, "result = get_weather(city='Graz', date='17.03.2024')\n"
+                            "final_answer(max(r['max_c'] for r in result['records']))")],
+                   "What was the highest temperature in Graz on 2024-03-17?", ["get_weather"], Redactor(), "check")
+    ghent = extract([step(0, "result = get_weather(city='Ghent', date='09.12.2024')\n"
+                             "final_answer(max(r['max_c'] for r in result['records']))")],
+                    "What was the highest temperature in Ghent on 2024-12-09?", ["get_weather"], Redactor(), "check")
+    assert graz is not None and ghent is not None
+    assert graz.params == ["Graz", "17.03.2024"] and ghent.params == ["Ghent", "09.12.2024"]
+    assert graz.fingerprint == ghent.fingerprint  # one recipe with two runs of evidence
+    # a literal of the code that the task does not name, or names inside a word, stays
+    other = extract([step(0, "final_answer(len(search_catalog(query='lamp', sort='price')))")],
+                    "How many lamps are sorted by price_desc?", ["search_catalog"], Redactor(), "check")
+    assert other is not None and other.params == []
