@@ -86,6 +86,15 @@ def wait_for_check(client: redis.Redis, run: runs.Run, wait: float = CHECK_WAIT)
     return run
 
 
+def vouches(run: runs.Run, verdict: str, source: str) -> bool:
+    """Whether the run's distilled lessons may be handed out at once: a success a user or a check judged,
+    reached by the run itself. A run stopped at its step limit whose forced answer the check found right
+    floundered to the end (seen in the learning benchmark: seven steps, then "The task was to find the
+    highest temperature in Porto on 2024-09-15." handed to the next two runs); its lessons wait for
+    evidence like any others."""
+    return verdict == "success" and source in TRUSTED and run.outcome != "max_steps"
+
+
 def signals(run: runs.Run) -> str:
     """What the run's own ending says: ``failure`` (exception, max steps, no final answer), ``success``
     (a final answer and no error in the last action step) or ``unknown``."""
@@ -190,7 +199,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if verdict == "success" and source in TRUSTED and deps.settings.recipes:
         recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
     observed = _observed(deps, run)
-    stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=verdict == "success" and source in TRUSTED,
+    stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=vouches(run, verdict, source),
                                     observed=observed)
     if not deps.redis.exists(run_key(run_id)):
         logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
@@ -226,7 +235,7 @@ def follow_up(deps: Deps, bank: str, run: runs.Run) -> ConsolidationStats | None
     output = _lessons_of(deps, partial, evidence.mine(late, run.outcome, verdict, source), verdict, source)
     given = deps.store.get(bank, run.given) if run.given else []
     drafts = _screen(deps, partial, output.lessons, given)
-    stats, _ = _consolidate(deps, run, drafts, None, verified=verdict == "success" and source in TRUSTED)
+    stats, _ = _consolidate(deps, run, drafts, None, verified=vouches(run, verdict, source))
     _mark_distilled(deps, run, stats, None)
     return stats
 

@@ -40,7 +40,8 @@ JUNK = [
                              "did not complete within the allowed number of steps. This suggests a problem with the "
                              "logic or data handling in the `get_invoice` function."),
     ("refers_to_transcript", "As shown in step 3, the header line lists the columns of the file."),
-    # the learning benchmark's distiller, of a failed step, given to the next run as "what worked"
+    # the learning benchmark's distiller: both were handed to the next two runs as a fact and "what worked"
+    ("refers_to_transcript", "The task was to find the total of the amount column in the sales file."),
     ("refers_to_transcript", "The code snippet used the `read_text_file` function with the path '/data/sales.csv'. "
                              "The output was `None`, indicating that no data was returned."),
     ("refers_to_transcript", "The approach above works well for reading the semicolon separated file."),

@@ -213,6 +213,24 @@ def test_a_verified_run_leaves_one_recipe_of_its_working_loop(deps: Deps, openai
                                                         "recipe": recipe.id}
 
 
+def test_a_run_stopped_at_its_step_limit_does_not_vouch_for_its_lessons(deps: Deps, openai_server: FakeOpenAI,
+                                                                        store: LessonStore) -> None:
+    """The check found the forced answer right, but the run floundered to its step limit: its lessons wait
+    for a second run, while the same lessons from a run that answered by itself are handed out at once."""
+    openai_server.default = Reply(content=lessons_json(CSV))
+    limit = write_run(deps.redis, "b", outcome="max_steps")
+    runs.set_verdict(deps.redis, "b", limit, True, "check", "", "q")
+    distill_one(deps, "b", limit)
+    assert runs.load_run(deps.redis, limit).judged["verdict"] == "success"
+    (lesson,) = [x for x in store.list("b") if x.origin == "distilled"]
+    assert not lesson.verified and not eligible(lesson)
+    answered = write_run(deps.redis, "b2")
+    runs.set_verdict(deps.redis, "b2", answered, True, "check", "", "q")
+    distill_one(deps, "b2", answered)
+    (vouched,) = [x for x in store.list("b2") if x.origin == "distilled"]
+    assert vouched.verified and eligible(vouched)
+
+
 def test_three_runs_with_the_same_code_make_one_recipe_with_evidence_three(deps: Deps, openai_server: FakeOpenAI,
                                                                           store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
