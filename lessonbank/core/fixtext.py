@@ -157,11 +157,11 @@ def rewritten_from(value: str, task: str) -> str | None:
     return None
 
 
-def rewrite_sentence(pairs: list[tuple[str, str]]) -> str:
-    """ "For this task, write "2024-12-09" as "09.12.2024"." ("" for no pairs)."""
+def rewrite_clause(pairs: list[tuple[str, str]]) -> str:
+    """ 'write "2024-12-09" as "09.12.2024"' ("" for no pairs)."""
     if not pairs:
         return ""
-    return "For this task, write " + ", ".join(f"{json.dumps(v)} as {json.dumps(w)}" for v, w in pairs) + "."
+    return "write " + ", ".join(f"{json.dumps(v)} as {json.dumps(w)}" for v, w in pairs)
 
 
 def for_task(text: str, task: str) -> str:
@@ -169,4 +169,5 @@ def for_task(text: str, task: str) -> str:
     found = lines(text)
     if found is None:
         return ""
-    return rewrite_sentence([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])
+    clause = rewrite_clause([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])
+    return f"For this task, {clause}." if clause else ""

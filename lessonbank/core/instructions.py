@@ -182,9 +182,9 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
     assert recipe is not None
     verified = ", ".join(check.split(":", 1)[1] for check in recipe.checks if check.startswith("outcome:"))
     adapt = ("; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)) if recipe.params else ""
-    rewrite = fixtext.rewrite_sentence(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
+    rewrite = fixtext.rewrite_clause(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
     if rewrite:
-        adapt += f" ({rewrite[:1].lower()}{rewrite[1:-1]})"
+        adapt += f" (for this task, {rewrite})"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
     fence = "python" if recipe.language == "python" else "json"

@@ -171,19 +171,20 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     calls = _calls(after)
     if not calls <= _calls(before) or calls & ANSWERERS:
         return None
-    old = {repr(node.value) for node, _ in _constants(before)}
-    new = [node.value for node, is_key in _constants(after) if repr(node.value) not in old and not is_key]
+    constants_before, constants_after = _constants(before), _constants(after)
+    old = {repr(node.value) for node, _ in constants_before}
+    new = [node.value for node, is_key in constants_after if repr(node.value) not in old and not is_key]
     if any(_copied(value, seen, task) for value in new):
         return None
-    kept = {repr(node.value) for node, _ in _constants(after)}
-    replaced = [node.value for node, is_key in _constants(before) if repr(node.value) not in kept and not is_key]
+    kept = {repr(node.value) for node, _ in constants_after}
+    replaced = [node.value for node, is_key in constants_before if repr(node.value) not in kept and not is_key]
     if new and all(_given(value, task) for value in new) and (
             sorted(map(fixtext.shape, new)) == sorted(map(fixtext.shape, replaced))):
         return None  # the task's own value in place of another of the same form: nothing another task can reuse
     if redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(failed_step)
-    shared = old & {repr(node.value) for node, _ in _constants(after)}
+    shared = old & kept
     print_ = f"{error}|{_skeleton(before, shared)}|{_skeleton(after, shared)}"
     fingerprint = hashlib.sha256(print_.encode()).hexdigest()[:32]
     return Fix(failed, fixed, error, (failed_step.seq, later.seq), fingerprint)
