@@ -53,7 +53,7 @@ GATE_REASONS = {
     "secret": "it looks like it carries a secret",
     "nothing_happened": "it says that nothing went wrong",
     "first_person_plan": "it is a plan or a story in the first person",
-    "refers_to_transcript": "it points into a transcript ('step 3', 'the above', 'this run')",
+    "refers_to_transcript": "it points into a transcript or tells a run's story ('step 3', 'the approach was to')",
     "contentless": "it is too short or too generic to say anything",
     "vague": "it points at a value without saying which ('the correct date format')",
     "describes_tool": "it only says what a tool is for (its docstring does)",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -45,6 +45,14 @@ class ToolCallRecord(BaseModel):
     arguments: str = ""
 
 
+class ToolResultRecord(BaseModel):
+    """The structure of a tool call's result, no value (``lessonbank.core.specimen``): the first result of
+    each tool in an action step that fits, whether or not the step's code printed it."""
+
+    name: str
+    specimen: Any = None
+
+
 class TokenUsageRecord(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
@@ -65,6 +73,7 @@ class StepRecord(BaseModel):
     model_output: str = ""
     code: str = ""
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    tool_results: list[ToolResultRecord] = Field(default_factory=list)
     observations: str = ""
     error_type: str = ""
     error_message: str = ""

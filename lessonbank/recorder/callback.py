@@ -25,7 +25,7 @@ from lessonbank.core.connections import create_redis
 from lessonbank.core.models import RunOutcome
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
-from lessonbank.recorder import snapshot
+from lessonbank.recorder import results, snapshot
 from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import Snapshot
 from lessonbank.recorder.spool import Spool
@@ -99,6 +99,7 @@ class StepRecorder:
             pass
         for step_cls, callback in self.step_callbacks.items():
             agent.step_callbacks.register(step_cls, callback)
+        self._watch_tools(agent)
         return agent
 
     def run(self, agent: Any, task: str, **kwargs: Any) -> Any:
@@ -157,6 +158,19 @@ class StepRecorder:
                         self._close_run(state.run, "interrupted")
         self._writer.close(self._close_wait)
 
+    def _watch_tools(self, agent: Any) -> None:
+        """Watch the agent's tools so that each action step's record carries the structure of their results
+        (``lessonbank.recorder.results``)."""
+        tools = getattr(agent, "tools", None)
+        if not isinstance(tools, dict):
+            return
+        try:
+            sink = functools.partial(_keep_result, weakref.ref(self), weakref.ref(agent))
+        except TypeError:  # an agent object that cannot be weakly referenced: its results are not watched
+            return
+        for name, tool in list(tools.items()):
+            results.watch(tool, str(name), (id(self), id(agent)), sink)
+
     # -- the callback ----------------------------------------------------------------------------
 
     def _on_step(self, memory_step: MemoryStep, agent: Any = None, **_: Any) -> None:
@@ -172,15 +186,18 @@ class StepRecorder:
                 if run is None or run.closed:
                     return
                 state.last_step = memory_step
-                self._record(memory_step, agent, run)
+                self._record(memory_step, agent, run, state)
         except Exception:  # a raising step callback would abort the user's run
             self._log_failure("recording a step failed")
 
-    def _record(self, memory_step: MemoryStep, agent: Any, run: Run) -> None:
+    def _record(self, memory_step: MemoryStep, agent: Any, run: Run, state: AgentState) -> None:
         if isinstance(memory_step, ActionStep):
             if isinstance(memory_step.error, AgentMaxStepsError):
                 run.max_steps_reached = True
             kind, fields = "action", snapshot.action_fields(memory_step)
+            if state.results:
+                kept, state.results = state.results, {}
+                fields["tool_results"] = list(kept.items())
         elif isinstance(memory_step, PlanningStep):
             kind, fields = "planning", snapshot.planning_fields(memory_step, getattr(agent, "step_number", None))
         elif isinstance(memory_step, FinalAnswerStep):
@@ -227,6 +244,18 @@ class StepRecorder:
         if not self._failure_logged:
             self._failure_logged = True
             logger.warning("%s (logged once)", what, exc_info=True)
+
+
+def _keep_result(recorder_ref: weakref.ref[StepRecorder], agent_ref: weakref.ref[Any], name: str,
+                 result: Any) -> None:
+    """A watched tool's result: its specimen waits in the agent's state for the next action step."""
+    recorder, agent = recorder_ref(), agent_ref()
+    if recorder is None or agent is None:
+        return
+    try:
+        results.keep(recorder._tracker.state(agent).results, name, result)
+    except Exception:  # a tool call must never fail because of the recorder
+        recorder._log_failure("keeping the structure of a tool result failed")
 
 
 def _same(client: redis.Redis) -> redis.Redis:

@@ -8,9 +8,10 @@ The whole record is then fitted to ``max_record_bytes`` by halving its largest f
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from lessonbank.core.models import StepRecord, TokenUsageRecord, ToolCallRecord
+from lessonbank.core.models import StepRecord, TokenUsageRecord, ToolCallRecord, ToolResultRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.recorder.snapshot import RunInfo, Snapshot
 
@@ -19,6 +20,7 @@ _HEAD_ONLY_FACTOR = 16
 # Room kept after the cut so that a secret straddling it is still seen whole by the redactor.
 _REDACT_MARGIN = 512
 _TEXT_FIELDS = ("model_output", "code", "observations", "error_message", "action_output", "plan", "task")
+MAX_TOOL_NAME = 64
 _CLEANED = ("model_output", "code", "observations", "error_message", "action_output", "plan")
 
 
@@ -89,6 +91,8 @@ class StepSerializer:
                     ToolCallRecord(name=self.clean(call, cut, name), arguments=self.clean(args, cut, name))
                     for call, args in value
                 ]
+            elif name == "tool_results":
+                fields[name] = self.tool_results(value)
             elif name == "token_usage":
                 fields[name] = TokenUsageRecord(input_tokens=value[0], output_tokens=value[1])
             else:
@@ -96,6 +100,15 @@ class StepSerializer:
         if snap.kind == "run_end":
             fields["outcome"] = snap.outcome
         return self.fit(StepRecord(**fields), cut)
+
+    def tool_results(self, kept: list[tuple[str, Any]]) -> list[ToolResultRecord]:
+        """The specimens of a step's tool results, less any whose keys look like a secret."""
+        found = []
+        for name, value in kept:
+            if len(name) > MAX_TOOL_NAME or self.redactor.has_secret(json.dumps(value)):
+                continue
+            found.append(ToolResultRecord(name=name, specimen=value))
+        return found
 
     def fit(self, record: StepRecord, truncated: list[str]) -> str:
         """The record's JSON, with its largest fields halved until it fits ``max_record_bytes``."""
@@ -116,6 +129,10 @@ class StepSerializer:
         sizes += [(len(call.arguments), f"tool_calls.{i}") for i, call in enumerate(record.tool_calls)]
         size, name = max(sizes)
         if size < 64:
+            if record.tool_results:
+                record.tool_results = []
+                record.truncated.append("tool_results")
+                return True
             if len(record.tool_calls) > 1:
                 record.tool_calls = record.tool_calls[:1]
                 record.truncated.append("tool_calls")

@@ -58,6 +58,7 @@ class AgentState:
     run: Run | None = None
     last_step: Any = None  # the memory step recorded last: a callback registered twice records it once
     prepared: Prepared | None = None
+    results: dict[str, Any] = field(default_factory=dict)  # tool -> result specimen, for the next action step
 
 
 def check_fields(fields: dict[str, Any], limit: int) -> dict[str, str]:

@@ -49,7 +49,8 @@ date format, pagination, units).
 Rules for every lesson:
 - Ground it in the evidence: cite the evidence ids it rests on (e.g. ["E1"]). Never state a value, \
 name or cause the evidence does not show.
-- One or two sentences that stand alone for a reader who never saw this run. Never write "step 3", \
+- One or two sentences that stand alone for a reader who never saw this run: what is true of the data or \
+tools, not the run's story ("The approach was to ...", "The agent used ..."). Never write "step 3", \
 "the above", "this run" or evidence ids in the text.
 - Reusable for other runs of similar tasks: no totals, answers or values that only this run needed.
 - Not a plan ("I will ..."), not a summary that nothing went wrong.

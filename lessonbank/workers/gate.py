@@ -14,7 +14,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
 | ``first_person_plan``  | is a plan or a story in the first person ("I will", "Let me", "so I assumed")  |
-| ``refers_to_transcript`` | points into the transcript or prompt ("step 3", "lesson 2", the run's error) |
+| ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
@@ -118,6 +118,20 @@ _TRANSCRIPT = re.compile(
     r"|\b(?:duplicates?|copy|repeats?|same as) (?:of )?(?:the )?(?:existing |given |earlier )?lesson(?: #?\d+)?\b"
     # the run's own step limit: "The error AgentMaxStepsError: Reached max steps was observed ..."
     r"|\bAgentMaxStepsError\b|(?-i:\bReached max steps\b)"
+    # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
+    # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
+    # lessons the learning benchmark's distiller wrote that passed every other rule, 77 read so; none of
+    # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
+    # two runs back to the rejected date.
+    r"|(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
+    r"|the (?:failure|error|problem|issue|mistake)s? (?:was|were|occurred|happened|arose)\b"
+    r"|(?:the|this) (?:run|agent|code|script)(?: (?:also|still|then|first|again|itself|provided|correctly|"
+    r"incorrectly|successfully))? (?:[a-z]+ed|did|was|were|had|ran|got|made|took|found|should have|could not|"
+    r"couldn't|didn't)\b"
+    r"|the (?:error|output|result|observation|traceback)(?: message)?s? (?:indicate[sd]|suggest(?:s|ed)|"
+    r"show(?:s|ed)|said|meant|was)\b"
+    r"|to (?:fix|avoid|solve|resolve|correct|handle|prevent) (?:this|that|the (?:issue|problem|error|failure))\b)"
+    r"|\b(?:approach|solution) (?:should|would) have been\b"
 )
 _URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
 _EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")

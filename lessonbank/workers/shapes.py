@@ -12,7 +12,10 @@ What is kept, so that what the run read cannot write the next run's instructions
 - only the result's structure: its keys and the type names of its values, never a value. Every key must
   be a plain name (letters, digits, ``_``, at most 40 characters), else nothing is kept: a page cannot
   smuggle a sentence in as a key;
-- only from a step that did not fail, printed one tool call's result and nothing else (``r = tool(...)``
+- from what the recorder kept of a tool call's result (``StepRecord.tool_results``: keys and placeholders
+  of the types, ``lessonbank.core.specimen``), in any action step, failed or not: a run that looped over
+  the result without printing it failed on exactly what the next run needs to know;
+- or from a step that did not fail, printed one tool call's result and nothing else (``r = tool(...)``
   and ``print(r)``, or ``print(tool(...))``), and whose printed output reads whole as one Python or JSON
   literal (at most ``MAX_PRINTED`` characters);
 - only a dict with exactly one list of records (a list of dicts) inside it, and no empty list anywhere (an
@@ -35,16 +38,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lessonbank.core.models import StepRecord
+from lessonbank.core.models import StepRecord, ToolResultRecord
+from lessonbank.core.specimen import MAX_DEPTH, MAX_KEYS, PLAIN_KEY
 from lessonbank.workers import evidence
 
 MAX_PRINTED = 20_000
-MAX_KEYS = 12
-MAX_DEPTH = 4
 MAX_SHAPE = 300
 MAX_SHAPES = 3
 TAG = "shape"
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+_TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
 _TEXT = re.compile(r"^`([A-Za-z_][A-Za-z0-9_]{0,60})\(\.\.\.\)` returns .{1,400}: its records are `result((?:\['"
                    r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\.$")
 _PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
@@ -91,7 +93,7 @@ def _describe(value: Any, depth: int = 0) -> str:
             raise _Unfit("an empty dict")
         parts = []
         for key in list(value)[:MAX_KEYS]:
-            if not isinstance(key, str) or not _KEY.fullmatch(key):
+            if not isinstance(key, str) or not PLAIN_KEY.fullmatch(key):
                 raise _Unfit("a key that is not a plain name")
             parts.append(f"'{key}': {_describe(value[key], depth + 1)}")
         return "{" + ", ".join(parts) + (", ..." if len(value) > MAX_KEYS else "") + "}"
@@ -151,11 +153,21 @@ def _printed_call(code: str, tools: set[str]) -> str | None:
     return name if known and name != "final_answer" else None
 
 
-def _shape(step: StepRecord, tools: set[str]) -> Shape | None:
+def _printed_shape(step: StepRecord, tools: set[str]) -> Shape | None:
     tool = _printed_call(step.code, tools)
     if tool is None:
         return None
-    value = _literal(evidence.printed(step.observations))
+    return _shape(tool, _literal(evidence.printed(step.observations)), step.seq)
+
+
+def _kept_shape(step: StepRecord, result: ToolResultRecord, tools: set[str]) -> Shape | None:
+    name = result.name
+    if not _TOOL.fullmatch(name) or name == "final_answer" or (tools and name not in tools):
+        return None
+    return _shape(name, result.specimen, step.seq)
+
+
+def _shape(tool: str, value: Any, seq: int) -> Shape | None:
     if not isinstance(value, dict):
         return None
     paths = _record_paths(value)
@@ -167,17 +179,21 @@ def _shape(step: StepRecord, tools: set[str]) -> Shape | None:
         return None
     if len(shape) > MAX_SHAPE:
         return None
-    return Shape(tool, shape, paths[0], (step.seq,))
+    return Shape(tool, shape, paths[0], (seq,))
 
 
 def extract(steps: list[StepRecord], tools: list[str]) -> list[Shape]:
-    """The shapes of tool results the run printed (at most ``MAX_SHAPES``, each fingerprint once)."""
+    """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once)."""
     known = set(tools)
     found: list[Shape] = []
     for step in steps:
-        if step.kind != "action" or evidence.failed(step) or not step.code.strip() or len(found) >= MAX_SHAPES:
+        if step.kind != "action":
             continue
-        shape = _shape(step, known)
-        if shape is not None and all(shape.fingerprint != other.fingerprint for other in found):
-            found.append(shape)
+        shapes = [_kept_shape(step, result, known) for result in step.tool_results]
+        if not evidence.failed(step) and step.code.strip():
+            shapes.append(_printed_shape(step, known))
+        for shape in shapes:
+            if (shape is not None and len(found) < MAX_SHAPES
+                    and all(shape.fingerprint != other.fingerprint for other in found)):
+                found.append(shape)
     return found

@@ -565,3 +565,71 @@ def test_a_writer_retired_while_it_lingers_for_more_records_still_ends(settings,
     writer.retire()
     thread.join(5)
     assert not thread.is_alive(), "a writer retired while lingering never ended"
+
+
+@tool
+def search_catalog(query: str) -> dict:
+    """Search the product catalog.
+
+    Args:
+        query: Words to look for in product names.
+    """
+    if query == "boom":
+        raise ValueError("catalog is down")
+    items = [{"name": f"{query} small", "price": 9.5}, {"name": f"{query} large", "price": 31.0}]
+    return {"status": "ok", "data": {"items": items, "total": 17}, "took_ms": 12}
+
+
+@tool
+def leaky(query: str) -> dict:
+    """Return a record keyed by a token.
+
+    Args:
+        query: Anything.
+    """
+    return {"ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8": [{"x": 1}]}
+
+
+def test_a_tool_result_the_code_never_printed_leaves_its_structure_in_the_step(recorder, redis_client):
+    """The small agent's mistake: it loops over the dict's keys. The step shows the error, not the result;
+    the record carries the result's structure (keys and types, no value), and the agent's run is unchanged."""
+    agent = CodeAgent(tools=[search_catalog, leaky], model=ScriptedModel([
+        code_reply('r = search_catalog("lamp")\ncount = sum(1 for p in r if p["price"] < 20)'),
+        code_reply('r = search_catalog("boom")'),
+        code_reply('items = search_catalog("mug")["data"]["items"]\nsearch_catalog("cup")\nleaky("x")\n'
+                   'n = len([p for p in items if p["price"] < 20])'),
+        code_reply("final_answer(n)"),
+    ]), verbosity_level=0, max_steps=5)
+    assert recorder.run(agent, "How many lamps cost less than 20 euros?") == 1  # results reach the code unchanged
+    records = run_records(redis_client, recorder.run_id(agent))
+    looped, boom, counted = records[:3]
+    assert "string indices must be integers" in looped.error_message and "lamp small" not in looped.observations
+    assert [(r.name, r.specimen) for r in looped.tool_results] == [
+        ("search_catalog", {"status": "", "data": {"items": [{"name": "", "price": 0.0}], "total": 0}, "took_ms": 0})]
+    assert "catalog is down" in boom.error_message and boom.tool_results == []  # the tool's error passes through
+    assert [r.name for r in counted.tool_results] == ["search_catalog"]  # once per tool and step; the token key
+    raw = redis_client.hget(f"lessonbank:run:{recorder.run_id(agent)}:steps", "0").decode()  # ... never leaves
+    kept = json.dumps(json.loads(raw)["tool_results"])
+    assert "lamp small" not in raw and "9.5" not in raw and "17" not in kept and "ok" not in kept.replace("took", "")
+    assert all(r.tool_results == [] for r in records[3:])
+
+
+def test_tools_shared_by_two_recorded_agents_feed_each_its_own_steps(settings, redis_client):
+    first, second = StepRecorder(bank="one", settings=settings), StepRecorder(bank="two", settings=settings)
+    agents = []
+    for rec, query in ((first, "lamp"), (second, "mug")):
+        agent = CodeAgent(tools=[search_catalog], model=ScriptedModel([
+            code_reply(f'r = search_catalog("{query}")'), final_code("'done'")]), verbosity_level=0)
+        rec.attach(agent)
+        rec.attach(agent)  # idempotent: the tool is wrapped once
+        agents.append(agent)
+    assert agents[0].tools["search_catalog"] is agents[1].tools["search_catalog"]
+    agents[0].run("Search lamps.")
+    agents[1].run("Search mugs.")
+    for rec, agent in ((first, agents[0]), (second, agents[1])):
+        (action, *_) = run_records(redis_client, rec.run_id(agent))
+        assert [r.name for r in action.tool_results] == ["search_catalog"]
+        rec.close(interrupt_open_runs=False)
+    assert agents[0].tools["search_catalog"]("chair")["data"]["total"] == 17  # still the tool itself
+    assert "final_answer" not in {name for name, tool_ in agents[0].tools.items()
+                                  if hasattr(tool_.forward, "_lessonbank_sinks")}

@@ -186,3 +186,15 @@ def test_code_agent_tool_call_duplicate_of_code_is_dropped():
         code_action=code, tool_calls=[ToolCall(name="python_interpreter", arguments=code, id="c")]
     ), RUN, 0))
     assert record.code == code and record.tool_calls == []
+
+
+def test_tool_result_structures_are_kept_unless_secret_and_go_first_when_the_record_is_too_big():
+    fields = snapshot.action_fields(action(code_action="r = f()", observations=""))
+    shape = {"data": {"items": [{"name": "", "price": 0.0}]}}
+    fields["tool_results"] = [("f", shape), ("leaky", {"AKIA" + "ABCDEFGHIJKLMNOP": [{"x": 0}]}), ("g" * 65, shape)]
+    record = load(serializer().record(Snapshot(RUN, 0, "action", fields, 0.0)))
+    assert [(r.name, r.specimen) for r in record.tool_results] == [("f", shape)]  # no token, no overlong name
+    wide = {f"key_{i}": [{f"field_{j}": "" for j in range(13)}] for i in range(13)}
+    fields["tool_results"] = [("f", wide)]
+    data = serializer(record=1024).record(Snapshot(RUN, 0, "action", fields, 0.0))
+    assert len(data) <= 1024 and load(data).tool_results == [] and "tool_results" in load(data).truncated

@@ -102,7 +102,8 @@ def test_a_short_answer_is_not_mistaken_for_a_restatement() -> None:
 
 def test_rules_stay_fast_on_hostile_text() -> None:
     hostile = ["_a" * 600, "I " * 600, "step " * 600, "`" * 1200, "x(" * 600, "1." * 600, ". " * 600,
-               "duplicate of " * 100, "Ia " * 400, "did not return " + "'abc' " * 200,
+               "duplicate of " * 100, "Ia " * 400, "did not return " + "'abc' " * 200, "the approach " * 100,
+               "the run also " * 100, ". the error message " * 60,
                "no data found " + "12.34 " * 200 + "get_x(" * 100]
     started = time.perf_counter()
     for text in hostile:
@@ -206,15 +207,16 @@ WEATHER = GateContext(task=WEATHER_TASK, final_answer="12.5", observed=WEATHER_O
     ],
 )
 def test_a_lesson_that_does_not_say_which_value_is_vague(text: str) -> None:
-    assert reason_to_drop(text, WEATHER) == "vague"
+    assert reason_to_drop(text, WEATHER, ["vague"]) == "vague"
+    assert reason_to_drop(text, WEATHER) in ("vague", "refers_to_transcript")
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        # verbatim from the same distiller: they say which format
-        "The error indicates that the date format is incorrect. The correct format should be DD.MM.YYYY.",
-        "The failure occurred because the date '2024-03-17' is not in the expected format (DD.MM.YYYY).",
+        # the same distiller's, told as what is true rather than as the run's story: they say which format
+        "The weather tool says the date format is incorrect; the correct format is DD.MM.YYYY.",
+        "The date '2024-03-17' is not in the format `get_weather` expects (DD.MM.YYYY).",
         "`get_weather` wants the date in a different format: \"17.03.2024\", not the ISO form of the task.",
         "Read the temperatures with the correct key `records` of the weather result, not the city.",
         "Use the correct key: `result['records'][0]['max_c']` is the first station's highest temperature.",
@@ -223,6 +225,46 @@ def test_a_lesson_that_does_not_say_which_value_is_vague(text: str) -> None:
 )
 def test_a_lesson_that_says_which_value_is_not_vague(text: str) -> None:
     assert reason_to_drop(text, WEATHER) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # verbatim from the learning benchmark's distiller; each passed every other rule
+        "The approach taken was to retrieve the invoice using the `get_invoice` function and then sum up the total "
+        "amount in cents.",
+        "The failure occurred because the date '2024-03-17' is not in the expected format (DD.MM.YYYY).",
+        "The agent used the `get_weather` function with the city 'Porto' and the date '2024-09-15'. It then printed "
+        "the result.",
+        "The run mined evidence that the catalog has a 'chair' product with a price of 37.78 euros.",
+        "The error message indicates that the agent exceeded its maximum allowed steps, which is a common issue in "
+        "search-based systems when dealing with large datasets or complex queries.",
+        "The code provided did not correctly parse the input date format and field name.",
+        "The run correctly identified the highest temperature by using the `get_weather` function.",
+        "To avoid this, you can increase the maximum number of steps or use a different approach to search.",
+        "Format the date first. The correct approach would have been to check the date before calling the tool.",
+        "The output was None, indicating that no weather records were found for the specified date and city.",
+    ],
+)
+def test_the_story_of_the_run_is_dropped(text: str) -> None:
+    assert reason_to_drop(text, WEATHER, CONTEXT_FREE) == "refers_to_transcript"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The code that worked reads the file with `csv.reader(f, delimiter=';')`.",
+        "The agent's date must be written DD.MM.YYYY: `get_weather(city=..., date=\"17.03.2024\")`.",
+        "The error KeyError: 'amount' means the separator is ';', not a comma.",
+        "The error means the date must be written DD.MM.YYYY, e.g. 31.12.2023.",
+        "The `get_stock` function returned a list of dictionaries, one per warehouse, not a dictionary.",
+        "The approach that works is to follow `next_cursor` until it is null.",
+        "The result of `search_catalog` is a dict: its items are under result['data']['items'].",
+        "Reading the sales file line by line reached the maximum steps; read it once with delimiter=';'.",
+    ],
+)
+def test_a_statement_of_what_is_true_is_not_a_story(text: str) -> None:
+    assert reason_to_drop(text, GateContext(), CONTEXT_FREE) is None
 
 
 def test_vague_is_fast_on_hostile_text() -> None:

@@ -474,6 +474,23 @@ def catalog_run(settings: Settings, query: str, codes: list[str], verdict: bool,
                         verdict, given)
 
 
+def test_a_result_the_run_never_printed_leaves_its_shape_for_the_next_run(deps: Deps, openai_server: FakeOpenAI,
+                                                                          store: LessonStore) -> None:
+    """The first run of a small agent loops over the catalog's keys and fails, never having printed the result:
+    the recorder kept the result's structure from the tool call itself, so the next run is told where the
+    records are all the same."""
+    openai_server.default = Reply(content=lessons_json())
+    first = catalog_run(deps.settings, "lamp", ['r = search_catalog("lamp")\n'
+                                                'count = sum(1 for p in r if p["price"] < 20)'], verdict=False)
+    distill_one(deps, "b", first)
+    (shape,) = store.list("b")
+    assert shape.origin == "observed" and shape.tags == ["shape"] and eligible(shape)
+    assert shape.text.endswith("its records are `result['data']['items']`.") and "lamp" not in shape.text
+    text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
+                                   "b")
+    assert "`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}" in text
+
+
 def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_server: FakeOpenAI,
                                                             store: LessonStore) -> None:
     """A real CodeAgent run prints the catalog's answer, then loops over its keys and fails: the structure it

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from lessonbank.core.models import Lesson, StepRecord
+from lessonbank.core.models import Lesson, StepRecord, ToolResultRecord
+from lessonbank.core.specimen import specimen
 from lessonbank.workers import credit, shapes
 
 TOOLS = ["search_catalog", "get_weather"]
@@ -99,3 +100,23 @@ def test_a_run_that_subscripts_the_path_applied_it_and_only_a_failing_line_there
     line = 'items = search_catalog("chair")["data"]["items"]'
     own = [step(0, line, error=f"Code execution failed at line '{line}' due to: KeyError: 'data'")]
     assert not credit.blameless(lesson, own, task)
+
+
+def kept(seq: int, code: str, results: list[tuple[str, object]], error: str = "", printed: str = "") -> StepRecord:
+    record = step(seq, code, printed, error)
+    record.tool_results = [ToolResultRecord(name=name, specimen=value) for name, value in results]
+    return record
+
+
+def test_a_result_the_recorder_kept_leaves_the_same_fact_as_a_printed_one_even_from_a_failed_step() -> None:
+    (printed,) = extract(step(0, 'products = search_catalog("lamp")\nprint(products)', repr(CATALOG)))
+    (looped,) = extract(kept(0, 'r = search_catalog("lamp")\nn = sum(1 for p in r if p["price"] < 20)',
+                             [("search_catalog", specimen(CATALOG))], "TypeError: string indices must be integers"))
+    assert looped.text == printed.text and looped.fingerprint == printed.fingerprint and looped.steps == (0,)
+    # both in one step count once; a tool the run does not have, or a key that is not a name, count for nothing
+    assert extract(step(0, 'r = search_catalog("lamp")\nprint(r)', repr(CATALOG))
+                   ) == extract(kept(0, 'r = search_catalog("lamp")\nprint(r)', [("search_catalog", specimen(CATALOG))],
+                                     printed=repr(CATALOG)))
+    assert extract(kept(0, "x = 1", [("lookup", specimen(CATALOG)), ("final_answer", specimen(CATALOG))])) == []
+    assert extract(kept(0, "x = 1", [("search_catalog", {"data": {"items": [{"a": 0}], "drop all tables": 0}})])) == []
+    assert extract(kept(0, "x = 1", [("search_catalog", [{"a": 0}])])) == []  # no dict around the records
