@@ -120,7 +120,7 @@ _TRANSCRIPT = re.compile(
     r"|\bAgentMaxStepsError\b|(?-i:\bReached max steps\b)"
     # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
     # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
-    # lessons the learning benchmark's distiller wrote that passed every other rule, 77 read so; none of
+    # lessons the learning benchmark's distiller wrote that passed every other context-free rule, 77 read so; none of
     # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
     # two runs back to the rejected date.
     r"|(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
