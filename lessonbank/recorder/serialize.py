@@ -14,13 +14,13 @@ from typing import Any
 from lessonbank.core.models import StepRecord, TokenUsageRecord, ToolCallRecord, ToolResultRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.recorder.snapshot import RunInfo, Snapshot
+from lessonbank.recorder.tracking import MAX_TOOL_NAME
 
 # Text longer than this many field caps is cut to its head before redaction.
 _HEAD_ONLY_FACTOR = 16
 # Room kept after the cut so that a secret straddling it is still seen whole by the redactor.
 _REDACT_MARGIN = 512
 _TEXT_FIELDS = ("model_output", "code", "observations", "error_message", "action_output", "plan", "task")
-MAX_TOOL_NAME = 64
 _CLEANED = ("model_output", "code", "observations", "error_message", "action_output", "plan")
 
 

@@ -46,8 +46,9 @@ MAX_PRINTED = 20_000
 MAX_SHAPE = 300
 MAX_SHAPES = 3
 TAG = "shape"
-_TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
-_TEXT = re.compile(r"^`([A-Za-z_][A-Za-z0-9_]{0,60})\(\.\.\.\)` returns .{1,400}: its records are `result((?:\['"
+_TOOL_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,60}"
+_TOOL = re.compile(_TOOL_NAME)
+_TEXT = re.compile(rf"^`({_TOOL_NAME})\(\.\.\.\)` returns .{{1,400}}: its records are `result((?:\['"
                    r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\.$")
 _PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
 _BUILTINS = frozenset(dir(builtins))
