@@ -218,39 +218,143 @@ def _shows(observation: str, literal: str) -> bool:
     return False
 
 
+MAX_PRINTED_CHARS = 20_000  # a printed line longer than this is not read back as a Python literal
+MAX_PATH = 6
+
+
+def _logs(observation: str) -> str:
+    """What the step printed: a CodeAgent observation is ``Execution logs:\n...`` then, optionally, ``Last
+    output from code snippet:\n...``."""
+    logs = observation.removeprefix("Execution logs:\n")
+    return logs.split("Last output from code snippet:", 1)[0].strip()
+
+
+def _container(line: str) -> object | None:
+    """The dict or list a printed line shows (its Python repr), or None."""
+    line = line.strip()
+    if line[:1] not in ("{", "[") or len(line) > MAX_PRINTED_CHARS:
+        return None
+    try:
+        value = ast.literal_eval(line)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list) else None
+
+
+def _equals(value: object, literal: str) -> bool:
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int | float):
+        try:
+            return float(literal) == value
+        except ValueError:
+            return False
+    return isinstance(value, str) and value.strip() == literal
+
+
+def _paths(value: object, literal: str, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Where ``literal`` sits in a printed dict or list, as key and index paths (at most two are looked for)."""
+    if isinstance(value, dict | list):
+        if len(path) >= MAX_PATH:
+            return []
+        found: list[tuple[str | int, ...]] = []
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if not isinstance(key, str | int) or isinstance(key, bool):
+                continue
+            found += _paths(item, literal, (*path, key))
+            if len(found) > 1:
+                break
+        return found
+    return [path] if _equals(value, literal) else []
+
+
+def _read_back(expr: ast.expr, logs: str, literal: str) -> ast.expr | None:
+    """The expression that gives ``literal`` again, from ``expr`` whose printing gave ``logs``: ``expr`` itself
+    when the literal was printed as a value of its own, ``expr['records'][0]['max_c']`` when it sits at one
+    place of a printed dict or list; None when the literal is not there, or not at one place of it."""
+    lines = [line for line in logs.splitlines() if line.strip()]
+    if len(lines) == 1 and (value := _container(lines[0])) is not None:
+        paths = _paths(value, literal)
+        if len(paths) != 1:
+            return None
+        read = copy.deepcopy(expr)
+        for key in paths[0]:
+            read = ast.Subscript(value=read, slice=ast.Constant(value=key), ctx=ast.Load())
+        return read
+    if any(line.lstrip()[:1] in ("{", "[") and _shows(line, literal) for line in lines):
+        return None  # inside a printed structure this expression may not be alone in: answering it would be wrong
+    return copy.deepcopy(expr) if _shows(logs, literal) else None
+
+
+def _answer_literal(value: object, task: str) -> str | None:
+    """An answer literal that may be read back from what a run printed: a short scalar the task did not give."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    literal = str(value).strip()
+    if not literal or len(literal) > 100 or "\n" in literal or is_param(literal, task):
+        return None
+    return literal
+
+
 def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) -> None:
     """``final_answer(152.74)`` after an earlier step printed ``total`` as 152.74 becomes ``final_answer(total)``.
 
     The model often copies the value it read from an observation into its answer; kept as is, the recipe
     would hand the next run this run's answer. Only a literal the task did not supply, equal to what an
     EARLIER step printed of one variable (``total``, ``result['total']``, ``round(total, 2)``), is replaced
-    by that expression. ``steps``: each step's statements and its observations, in order; changed in place.
+    by that expression, or, when that step printed a dict or list holding the literal at one place, by the
+    path to it (``result['records'][0]['max_c']``). ``steps``: each step's statements and its observations,
+    in order; changed in place.
     """
-    printed: list[tuple[ast.expr, str]] = []  # (what was printed, observations of the step that printed it)
+    printed: list[tuple[ast.expr, str]] = []  # (what was printed, what the step that printed it printed)
     assigned: set[str] = set()
     for statements, observations in steps:
         for node in (n for stmt in statements for n in ast.walk(stmt)):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "final_answer"
                     and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
                 continue
-            value = node.args[0].value
-            if isinstance(value, bool) or not isinstance(value, str | int | float):
-                continue
-            literal = str(value).strip()
-            if not literal or is_param(literal, task):
+            literal = _answer_literal(node.args[0].value, task)
+            if literal is None:
                 continue
             for expr, shown in reversed(printed):
-                if _base_name(expr) in assigned and _shows(shown, literal):
-                    node.args[0] = copy.deepcopy(expr)
+                if _base_name(expr) in assigned and (read := _read_back(expr, shown, literal)) is not None:
+                    node.args[0] = read
                     break
         for stmt in statements:
             assigned |= _names(stmt, ast.Store)
             shown_value = _printed_value(stmt)
             if shown_value is not None:
-                printed.append((shown_value, observations))
+                printed.append((shown_value, _logs(observations)))
 
 
-def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor) -> Recipe | None:
+def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
+                         task: str) -> list[tuple[list[ast.stmt], str]] | None:
+    """The steps of a run whose right answer was never passed to ``final_answer`` by its code (smolagents
+    forced it after the step limit), up to the first step that printed it, ending with ``final_answer`` of
+    what that step printed; None when no step printed it at one readable place.
+
+    Only for an answer a user or a check judged right: the code then computed the verified answer."""
+    literal = _answer_literal(answer, task)
+    if literal is None:
+        return None
+    assigned: set[str] = set()
+    for index, (statements, observations) in enumerate(steps):
+        for stmt in statements:
+            assigned |= _names(stmt, ast.Store)
+        shown = [value for stmt in statements if (value := _printed_value(stmt)) is not None]
+        if len(shown) != 1 or _base_name(shown[0]) not in assigned:
+            continue  # one print per step, or which line came from which print is a guess
+        read = _read_back(shown[0], _logs(observations), literal)
+        if read is not None:
+            answer_stmt = ast.Expr(value=ast.Call(func=ast.Name(id="final_answer", ctx=ast.Load()), args=[read],
+                                                  keywords=[]))
+            return [*steps[:index], ([*statements, ast.fix_missing_locations(answer_stmt)], observations)]
+    return None
+
+
+def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor,
+                 checks: list[str]) -> Recipe | None:
     parsed_steps: list[tuple[list[ast.stmt], str]] = []
     for step in steps:
         if step.kind != "action" or step_failed(step) or not step.code.strip():
@@ -259,6 +363,13 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
         if parsed is not None:
             parsed_steps.append((parsed, step.observations))
     answer_from_variables(parsed_steps, task)
+    if not any(_calls_final_answer(stmt) for statements, _ in parsed_steps for stmt in statements):
+        final = next((step for step in reversed(steps) if step.kind == "final" or step.is_final), None)
+        answered = answer_where_printed(parsed_steps, final.action_output, task) if final is not None else None
+        if answered is None:
+            return None
+        parsed_steps = answered
+        checks.append("answer:printed")
     kept = prune([stmt for statements, _ in parsed_steps for stmt in statements])
     if not kept or not any(_calls_final_answer(s) for s in kept):
         return None
@@ -268,7 +379,7 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
         return None
     params = params_of(kept, task)
     return Recipe(language="python", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
-                  checks=["syntax"], fingerprint=fingerprint(_parse(code) or [], tools, params))
+                  checks=["syntax", *checks], fingerprint=fingerprint(_parse(code) or [], tools, params))
 
 
 def _tool_call_recipe(steps: list[StepRecord], task: str, redactor: Redactor) -> Recipe | None:
@@ -306,7 +417,7 @@ def extract(steps: list[StepRecord], task: str, tools: list[str], redactor: Reda
             verified_by: str) -> Recipe | None:
     """The recipe of a run that ended well (``verified_by``: user, check or signals), or None."""
     has_code = any(step.code.strip() for step in steps if step.kind == "action")
-    recipe = _code_recipe(steps, task, tools, redactor) if has_code else _tool_call_recipe(steps, task, redactor)
+    recipe = _code_recipe(steps, task, tools, redactor, []) if has_code else _tool_call_recipe(steps, task, redactor)
     if recipe is not None:
         recipe.checks.append(f"outcome:{verified_by}")
     return recipe

@@ -426,6 +426,34 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert (fix.given, fix.applied, fix.harmful) == (2, 2, 1)
 
 
+def test_a_right_answer_forced_at_the_step_limit_leaves_the_code_that_printed_it(deps: Deps,
+                                                                               openai_server: FakeOpenAI,
+                                                                               store: LessonStore) -> None:
+    """A real CodeAgent run prints the right record until its step limit and never answers; smolagents' forced
+    answer is right and the check says so. The next run is given the code that printed it, ending in
+    final_answer of the place that held it."""
+    openai_server.default = Reply(content=lessons_json())
+    recorder = StepRecorder(bank="b", settings=deps.settings)
+    printing = code_reply('w = get_weather(city="Graz", date="02.01.2024")\nprint(w)')
+    model = ScriptedModel([code_reply('w = get_weather(city="Graz", date="2024-01-02")'), printing, printing,
+                           "15.0"])  # the last reply is the answer smolagents asks for after the step limit
+    agent = CodeAgent(tools=[get_weather], model=model, max_steps=3, step_callbacks=recorder.step_callbacks,
+                      verbosity_level=0)
+    assert recorder.run(agent, "What was the highest temperature in Graz on 2024-01-02?") == "15.0"
+    run_id = recorder.run_id(agent)
+    recorder.close(interrupt_open_runs=False)
+    assert run_id and runs.load_run(deps.redis, run_id).outcome == "max_steps"
+    runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
+    distill_one(deps, "b", run_id)
+    (recipe,) = [lesson for lesson in store.list("b") if lesson.recipe is not None]
+    assert recipe.recipe is not None and recipe.recipe.checks == ["syntax", "answer:printed", "outcome:check"]
+    assert recipe.recipe.code == ("w = get_weather(city='Graz', date='02.01.2024')\n"
+                                  "final_answer(w['records'][0]['max_c'])")
+    assert recipe.verified and eligible(recipe)
+    text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
+    assert "final_answer(w['records'][0]['max_c'])" in text
+
+
 def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
     deps.settings = deps.settings.model_copy(update={"recipes": False})

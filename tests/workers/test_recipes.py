@@ -175,3 +175,82 @@ def test_a_task_value_written_another_way_and_a_named_city_are_parameters() -> N
     other = extract([step(0, "final_answer(len(search_catalog(query='lamp', sort='price')))")],
                     "How many lamps are sorted by price_desc?", ["search_catalog"], Redactor(), "check")
     assert other is not None and other.params == []
+
+
+WEATHER_TASK = ("Using get_weather, what was the highest temperature in Porto on 2024-09-15? "
+                "Answer with the number only.")
+PORTO = "{'city': 'Porto', 'date': '15.09.2024', 'records': [{'station': 'Porto-1', 'max_c': 26.3, 'min_c': 18.1}]}"
+
+
+def final(answer: str, seq: int = 9) -> StepRecord:
+    return StepRecord(id=f"r:{seq}", bank="b", run_id="r", kind="final", seq=seq, action_output=answer,
+                      is_final=True)
+
+
+def test_a_verified_answer_forced_at_the_step_limit_is_read_back_where_a_step_printed_it() -> None:
+    """Seen in the learning benchmark: the 1.5B agent printed the right record five times and never called
+    final_answer; smolagents' forced answer after the step limit was right (the check said so). The recipe is
+    the code up to the first step that printed it, answering the place in the printed result that holds it."""
+    call = "t = get_weather(city='Porto', date='{}')\nprint(t)"
+    steps = [step(0, call.format("2024-09-15"), error="ValueError: invalid date"),
+             *[step(i, call.format("15.09.2024"), observations=LOGS.format(PORTO)) for i in (1, 2, 3)],
+             StepRecord(id="r:4", bank="b", run_id="r", kind="action", seq=4, error_type="AgentMaxStepsError",
+                        error_message="Reached max steps.", action_output="26.3", is_final=True),
+             final("26.3", 5)]
+    recipe = extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code == "t = get_weather(city='Porto', date='15.09.2024')\nfinal_answer(t['records'][0]['max_c'])"
+    assert recipe.params == ["Porto", "15.09.2024"] and recipe.checks == ["syntax", "answer:printed", "outcome:check"]
+    # a scalar printed on its own line is answered as printed
+    scalar = [step(0, "r = get_weather(city='Porto', date='15.09.2024')\nprint(r['records'][0]['max_c'])",
+                   observations=LOGS.format("26.3")), final("26.3")]
+    recipe = extract(scalar, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(r['records'][0]['max_c'])"
+
+
+def test_a_forced_answer_leaves_no_recipe_unless_one_place_of_one_print_shows_it() -> None:
+    head = "t = get_weather(city='Porto', date='15.09.2024')\n"
+    same = PORTO.replace("18.1", "26.3")  # max and min alike: which one was meant is a guess
+    cases = {
+        "never printed": [step(0, head + "print(t)", observations=LOGS.format(PORTO.replace("26.3", "25.0"))),
+                          final("26.3")],
+        "at two places": [step(0, head + "print(t)", observations=LOGS.format(same)), final("26.3")],
+        "two prints in the step": [step(0, head + "print(t)\nprint(t['city'])",
+                                        observations=LOGS.format(PORTO + "\nPorto")), final("26.3")],
+        "a sentence": [step(0, head + "print(t)", observations=LOGS.format(PORTO)),
+                       final("The highest temperature was 26.3.")],
+        "a value of the task": [step(0, head + "print(t['date'])", observations=LOGS.format("2024-09-15")),
+                                final("2024-09-15")],
+        "printed by a failed step": [step(0, head + "print(t)", observations=LOGS.format(PORTO), error="KeyError"),
+                                     final("26.3")],
+        "an unreadable structure": [step(0, head + "print(t)", observations=LOGS.format(
+            PORTO.replace("'Porto-1'", "Station(1)"))), final("26.3")],
+        "no final step": [step(0, head + "print(t)", observations=LOGS.format(PORTO))],
+    }
+    for name, steps in cases.items():
+        assert extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "check") is None, name
+
+
+def test_an_answer_copied_from_a_printed_dict_is_read_at_its_place_not_answered_with_the_dict() -> None:
+    steps = [step(0, "t = get_weather(city='Porto', date='15.09.2024')\nprint(t)", observations=LOGS.format(PORTO)),
+             step(1, "final_answer(26.3)")]
+    recipe = extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(t['records'][0]['max_c'])"
+    assert recipe.checks == ["syntax", "outcome:check"]
+    twice = [step(0, "t = get_weather(city='Porto', date='15.09.2024')\nprint(t)",
+                  observations=LOGS.format(PORTO.replace("18.1", "26.3"))), step(1, "final_answer(26.3)")]
+    recipe = extract(twice, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(26.3)"  # not the whole dict
+
+
+def test_hostile_printed_structures_are_refused_quickly() -> None:
+    import time
+
+    head = "t = get_weather(city='Porto', date='15.09.2024')\nprint(t)"
+    for printed in ("[" * 5000 + "26.3" + "]" * 5000, "{'a': " * 3000 + "26.3" + "}" * 3000,
+                    "[" + "26.3, " * 100_000 + "]", "{" + "'k': 'v', " * 3000 + "'x': 26.3}", "[\x00\ud800]"):
+        started = time.perf_counter()
+        recipe = extract([step(0, head, observations=LOGS.format(printed)), final("26.3")], WEATHER_TASK,
+                         ["get_weather"], Redactor(), "check")
+        assert time.perf_counter() - started < 2.0, printed[:20]
+        assert recipe is None or recipe.code.endswith("final_answer(t['x'])"), printed[:20]
