@@ -27,7 +27,9 @@ from collections.abc import Iterable
 from lessonbank.core import fixtext
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
+from lessonbank.core.summary import printed as printed_text
 from lessonbank.core.summary import step_failed
+from lessonbank.workers.shapes import read_literal
 
 logger = logging.getLogger(__name__)
 
@@ -218,27 +220,7 @@ def _shows(observation: str, literal: str) -> bool:
     return False
 
 
-MAX_PRINTED_CHARS = 20_000  # a printed line longer than this is not read back as a Python literal
 MAX_PATH = 6
-
-
-def _logs(observation: str) -> str:
-    """What the step printed: a CodeAgent observation is ``Execution logs:\n...`` then, optionally, ``Last
-    output from code snippet:\n...``."""
-    logs = observation.removeprefix("Execution logs:\n")
-    return logs.split("Last output from code snippet:", 1)[0].strip()
-
-
-def _container(line: str) -> object | None:
-    """The dict or list a printed line shows (its Python repr), or None."""
-    line = line.strip()
-    if line[:1] not in ("{", "[") or len(line) > MAX_PRINTED_CHARS:
-        return None
-    try:
-        value = ast.literal_eval(line)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return value if isinstance(value, dict | list) else None
 
 
 def _equals(value: object, literal: str) -> bool:
@@ -273,8 +255,8 @@ def _read_back(expr: ast.expr, logs: str, literal: str) -> ast.expr | None:
     """The expression that gives ``literal`` again, from ``expr`` whose printing gave ``logs``: ``expr`` itself
     when the literal was printed as a value of its own, ``expr['records'][0]['max_c']`` when it sits at one
     place of a printed dict or list; None when the literal is not there, or not at one place of it."""
-    lines = [line for line in logs.splitlines() if line.strip()]
-    if len(lines) == 1 and (value := _container(lines[0])) is not None:
+    lines = [line.strip() for line in logs.splitlines() if line.strip()]
+    if len(lines) == 1 and isinstance(value := read_literal(lines[0]), dict | list):
         paths = _paths(value, literal)
         if len(paths) != 1:
             return None
@@ -325,7 +307,7 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
             assigned |= _names(stmt, ast.Store)
             shown_value = _printed_value(stmt)
             if shown_value is not None:
-                printed.append((shown_value, _logs(observations)))
+                printed.append((shown_value, printed_text(observations)))
 
 
 def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
@@ -345,7 +327,7 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
         shown = [value for stmt in statements if (value := _printed_value(stmt)) is not None]
         if len(shown) != 1 or _base_name(shown[0]) not in assigned:
             continue  # one print per step, or which line came from which print is a guess
-        read = _read_back(shown[0], _logs(observations), literal)
+        read = _read_back(shown[0], printed_text(observations), literal)
         if read is not None:
             answer_stmt = ast.Expr(value=ast.Call(func=ast.Name(id="final_answer", ctx=ast.Load()), args=[read],
                                                   keywords=[]))

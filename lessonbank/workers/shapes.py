@@ -116,7 +116,7 @@ def _record_paths(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...
     return []
 
 
-def _literal(text: str) -> Any:
+def read_literal(text: str) -> Any:
     """``text`` read whole as one JSON or Python literal (None when it is not one)."""
     if not text or len(text) > MAX_PRINTED or text[0] not in "{[":
         return None
@@ -158,7 +158,7 @@ def _printed_shape(step: StepRecord, tools: set[str]) -> Shape | None:
     tool = _printed_call(step.code, tools)
     if tool is None:
         return None
-    return _shape(tool, _literal(evidence.printed(step.observations)), step.seq)
+    return _shape(tool, read_literal(evidence.printed(step.observations)), step.seq)
 
 
 def _kept_shape(step: StepRecord, result: ToolResultRecord, tools: set[str]) -> Shape | None:
