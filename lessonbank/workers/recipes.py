@@ -335,8 +335,12 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
     return None
 
 
+JUDGES = ("user", "check")  # who may find an answer right that the run's own code never gave
+
+
 def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor,
-                 checks: list[str]) -> Recipe | None:
+                 verified_by: str) -> Recipe | None:
+    checks: list[str] = []
     parsed_steps: list[tuple[list[ast.stmt], str]] = []
     for step in steps:
         if step.kind != "action" or step_failed(step) or not step.code.strip():
@@ -347,7 +351,8 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
     answer_from_variables(parsed_steps, task)
     if not any(_calls_final_answer(stmt) for statements, _ in parsed_steps for stmt in statements):
         final = next((step for step in reversed(steps) if step.kind == "final" or step.is_final), None)
-        answered = answer_where_printed(parsed_steps, final.action_output, task) if final is not None else None
+        answered = (answer_where_printed(parsed_steps, final.action_output, task)
+                    if final is not None and verified_by in JUDGES else None)
         if answered is None:
             return None
         parsed_steps = answered
@@ -399,7 +404,10 @@ def extract(steps: list[StepRecord], task: str, tools: list[str], redactor: Reda
             verified_by: str) -> Recipe | None:
     """The recipe of a run that ended well (``verified_by``: user, check or signals), or None."""
     has_code = any(step.code.strip() for step in steps if step.kind == "action")
-    recipe = _code_recipe(steps, task, tools, redactor, []) if has_code else _tool_call_recipe(steps, task, redactor)
+    if has_code:
+        recipe = _code_recipe(steps, task, tools, redactor, verified_by)
+    else:
+        recipe = _tool_call_recipe(steps, task, redactor)
     if recipe is not None:
         recipe.checks.append(f"outcome:{verified_by}")
     return recipe

@@ -201,6 +201,8 @@ def test_a_verified_answer_forced_at_the_step_limit_is_read_back_where_a_step_pr
     assert recipe is not None
     assert recipe.code == "t = get_weather(city='Porto', date='15.09.2024')\nfinal_answer(t['records'][0]['max_c'])"
     assert recipe.params == ["Porto", "15.09.2024"] and recipe.checks == ["syntax", "answer:printed", "outcome:check"]
+    assert extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "user") is not None
+    assert extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "signals") is None  # no judge found it right
     # a scalar printed on its own line is answered as printed
     scalar = [step(0, "r = get_weather(city='Porto', date='15.09.2024')\nprint(r['records'][0]['max_c'])",
                    observations=LOGS.format("26.3")), final("26.3")]
