@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Sequence
 
 WORKED = " worked"
 CORRECTED = "; the corrected line "
@@ -28,8 +27,6 @@ MAX_CARRIED = 3
 _GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
 _DIGITS = re.compile(r"[0-9]+")
 _LETTERS = re.compile(r"[^\W\d_]+")
-_TASK_TOKEN = re.compile(r"[^\W_](?:[\w.\-/:]*[^\W_])?")  # a word, number, id, date or file name of a task
-MAX_TASK_TOKENS = 400
 
 
 def fix_text(failed: str, error: str, fixed: str) -> str:
@@ -174,43 +171,3 @@ def for_task(text: str, task: str) -> str:
         return ""
     clause = rewrite_clause([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])
     return f"For this task, {clause}." if clause else ""
-
-
-def _form(value: str) -> str:
-    """``value`` with each run of digits as 0 and each run of letters as a: "INV-1471" is "a-0"."""
-    return _LETTERS.sub("a", _DIGITS.sub("0", value))
-
-
-def task_values(old_task: str, new_task: str, params: Sequence[str]) -> dict[str, str] | None:
-    """For each parameter of a recipe written for ``old_task``, the value ``new_task`` has in its place: the
-    word at the same place of the two tasks' aligned words ("Graz" -> "Ghent" in "... temperature in Graz on
-    2024-03-17?" -> "... in Ghent on 2024-12-09?"), and a value the recipe wrote another way rewritten the
-    same way ("17.03.2024" -> "09.12.2024"). None unless every parameter has exactly one such value: the
-    tasks differ in more than their values, or a parameter is not one word of its task."""
-    from difflib import SequenceMatcher  # here: the agent process imports this module and never aligns tasks
-
-    old = _TASK_TOKEN.findall(old_task[:4000])[:MAX_TASK_TOKENS]
-    new = _TASK_TOKEN.findall(new_task[:4000])[:MAX_TASK_TOKENS]
-    placed: dict[int, str] = {}  # index of a word of old_task -> the word of new_task in its place
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if tag in ("equal", "replace") and i2 - i1 == j2 - j1:
-            placed.update({i1 + k: new[j1 + k] for k in range(i2 - i1)})
-
-    def counterpart(value: str) -> str | None:
-        spots = [i for i, word in enumerate(old) if word == value]
-        return placed.get(spots[0]) if len(spots) == 1 else None
-
-    values: dict[str, str] = {}
-    for param in params:
-        found = counterpart(param)
-        if found is None:
-            source = rewritten_from(param, old_task)
-            new_source = counterpart(source) if source is not None else None
-            if source is None or new_source is None:
-                return None
-            rewritten = [w for v, w in carry_over(source, param, new_source) if v == new_source]
-            found = param if new_source == source else (rewritten[0] if len(rewritten) == 1 else None)
-        if found is None or _form(found) != _form(param):
-            return None  # a value of another form than the parameter's (a word for a number)
-        values[param] = found
-    return values

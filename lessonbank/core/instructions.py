@@ -23,8 +23,6 @@ they never override the user's task. It fits in ``max_chars``.
 
 from __future__ import annotations
 
-import ast
-import json
 import logging
 import math
 import time
@@ -177,75 +175,20 @@ def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
     return pairs[:fixtext.MAX_CARRIED]
 
 
-def _with_value(value: object, values: dict[str, str]) -> object:
-    """``value`` (a literal of the recipe) replaced by this task's value in its place, if it is a parameter."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float) or str(value) not in values:
-        return value
-    new = values[str(value)]
-    if isinstance(value, str):
-        return new
-    try:
-        return type(value)(new)
-    except ValueError:
-        return float(new)  # 27 -> "27.5" (the forms matched: digits either way)
-
-
-def instantiated(recipe: Recipe, values: dict[str, str]) -> str | None:
-    """The recipe's code with its parameters' literals replaced by ``values``; None if it does not parse, or if
-    a number to replace stands in it more than once (``[:3]`` and ``round(x, 3)``: which one the task gave is
-    a guess)."""
-    if recipe.language == "python":
-        try:
-            tree = ast.parse(recipe.code)
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            return None
-        numbers = [str(node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                   and isinstance(node.value, int | float) and not isinstance(node.value, bool)]
-        if any(numbers.count(value) > 1 for value in values if value in numbers):
-            return None
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(new := _with_value(node.value, values), str | int | float):
-                node.value = new
-        return ast.unparse(tree)
-    try:
-        calls = json.loads(recipe.code)
-    except ValueError:
-        return None
-
-    def walk(value: object) -> object:
-        if isinstance(value, dict):
-            return {key: walk(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [walk(item) for item in value]
-        return _with_value(value, values)
-
-    return json.dumps(walk(calls), ensure_ascii=False)
-
-
 def format_recipe(lesson: Lesson, task: str = "") -> str:
-    """A recipe as a fenced code block with the task it solved and what to adapt. For ``task``, the code is
-    shown with ``task``'s values in place of its parameters when each has one (``fixtext.task_values``);
-    otherwise the parameters are named, with how ``task`` writes its values the recipe wrote another way."""
+    """A recipe as a fenced code block with the task it solved and what to adapt (for ``task``, how to
+    write its values the recipe wrote another way)."""
     recipe = lesson.recipe
     assert recipe is not None
     verified = ", ".join(check.split(":", 1)[1] for check in recipe.checks if check.startswith("outcome:"))
-    values = fixtext.task_values(recipe.task, task, recipe.params) if task and recipe.params else None
-    changed = {param: value for param, value in (values or {}).items() if value != param}
-    code = instantiated(recipe, changed) if changed else None
-    if code is not None:
-        adapt = ("; here with this task's values in place of its own: "
-                 + ", ".join(f"{param!r} -> {value!r}" for param, value in changed.items()) + "; check them")
-    else:
-        code = recipe.code
-        named = ", ".join(repr(p) for p in recipe.params)
-        adapt = f"; adapt the task-specific values {named}" if recipe.params else ""
-        rewrite = fixtext.rewrite_clause(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
-        if rewrite:
-            adapt += f" (for this task, {rewrite})"
+    adapt = ("; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)) if recipe.params else ""
+    rewrite = fixtext.rewrite_clause(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
+    if rewrite:
+        adapt += f" (for this task, {rewrite})"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
     fence = "python" if recipe.language == "python" else "json"
-    return f"{head}\n```{fence}\n{code.strip()}\n```"
+    return f"{head}\n```{fence}\n{recipe.code.strip()}\n```"
 
 
 def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,

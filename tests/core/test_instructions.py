@@ -295,15 +295,9 @@ def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
                     checks=["syntax", "outcome:check"], fingerprint="f1")
     code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=recipe,
                 origin="recipe")
-    # the tasks differ in their values only: the code is shown with this task's values in place of the recipe's
     text, given = format_lessons([code], "b", task="What was the highest temperature in Ghent on 2024-12-09?")
     assert given == [code]
-    assert ("here with this task's values in place of its own: 'Graz' -> 'Ghent', '17.03.2024' -> '09.12.2024'; "
-            "check them:\n```python\nresult = get_weather(city='Ghent', date='09.12.2024')\n") in text
-    assert "Graz'" not in text.split("```python")[1] and "17.03.2024" not in text.split("```python")[1]
-    # worded otherwise: the recipe's own values, named, and how this task writes the value of that form
-    moved, _ = format_lessons([code], "b", task="On 2024-12-09, what was the highest temperature in Ghent?")
     assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task, write \"2024-12-09\" as "
-            "\"09.12.2024\"):\n```python\nresult = get_weather(city='Graz', date='17.03.2024')") in moved
+            "\"09.12.2024\"):\n```python") in text
     plain, _ = format_lessons([code], "b", task="What was the highest temperature in Ghent yesterday?")
     assert "adapt the task-specific values 'Graz', '17.03.2024':\n```python" in plain  # nothing of that form

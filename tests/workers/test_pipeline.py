@@ -451,7 +451,7 @@ def test_a_right_answer_forced_at_the_step_limit_leaves_the_code_that_printed_it
                                   "final_answer(w['records'][0]['max_c'])")
     assert recipe.verified and eligible(recipe)
     text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
-    assert "w = get_weather(city='Rome', date='06.05.2024')\nfinal_answer(w['records'][0]['max_c'])" in text
+    assert "final_answer(w['records'][0]['max_c'])" in text
 
 
 def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
