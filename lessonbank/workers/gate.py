@@ -13,7 +13,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
-| ``first_person_plan``  | is a plan or a story in the first person ("I will", "Let me", "so I assumed")  |
+| ``first_person_plan``  | is a plan or a story in the first person ("I will", "Let me", "so I assumed", "we were") |
 | ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
@@ -107,6 +107,8 @@ _FIRST_PERSON = re.compile(
     r"|[.!?;:]\W{0,3}let(?:'s| me| us)\b"
     # the narrator "I" (capital, a verb after it) opening a clause: "so I assumed it was successful"
     r"|(?:[.!?;:,]\W{0,3}|\b(?:so|and|then|but|because|when|since|after|before|until|that) )(?-i:I [a-z])"
+    # the narrator "we" telling what the run did: "but we were trying to use it as if it was a dictionary"
+    r"|\bwe (?:were|tried|used|called|got|had|did|saw|found|assumed|thought|made|ran|passed|needed|wanted)\b"
 )
 _TRANSCRIPT = re.compile(
     r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"

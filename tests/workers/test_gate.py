@@ -33,6 +33,10 @@ JUNK = [
     # written by the local 1.5B distiller in a real run of the demo's task
     ("first_person_plan", "The 'amount' column was not found. Let me look at the header line."),
     ("first_person_plan", "The code snippet did not print anything, so I assumed it was successful."),
+    # the learning benchmark's distiller after a stock_packs run; its "correct approach" is the trap's wrong sum
+    ("first_person_plan", "The `get_stock` function returned a list of dictionaries, but we were trying to use it "
+                          "as if it was a dictionary. The correct approach would be to iterate over the list and sum "
+                          "up the quantities."),
     # written by the local 1.5B distiller in a real run of the learning benchmark's invoice task
     ("nothing_happened", "The run successfully retrieved the invoice data for INV-1471 and calculated its total "
                          "amount in euros."),
@@ -83,7 +87,7 @@ def test_screen_counts_drops_by_reason() -> None:
     texts = [text for _, text in JUNK] + GOOD
     kept, dropped = screen(texts, CTX)
     assert [texts[i] for i in kept] == GOOD
-    assert sum(dropped.values()) == len(JUNK) and dropped["first_person_plan"] == 5
+    assert sum(dropped.values()) == len(JUNK) and dropped["first_person_plan"] == 6
 
 
 def test_context_free_rules_for_lessons_without_a_run() -> None:
