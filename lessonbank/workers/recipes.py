@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from lessonbank.core import fixtext
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.core.summary import printed as printed_text
 from lessonbank.core.summary import step_failed
+from lessonbank.workers import evidence
 from lessonbank.workers.shapes import read_literal
 
 logger = logging.getLogger(__name__)
@@ -307,7 +307,7 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
             assigned |= _names(stmt, ast.Store)
             shown_value = _printed_value(stmt)
             if shown_value is not None:
-                printed.append((shown_value, printed_text(observations)))
+                printed.append((shown_value, evidence.printed(observations)))
 
 
 def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
@@ -327,7 +327,7 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
         shown = [value for stmt in statements if (value := _printed_value(stmt)) is not None]
         if len(shown) != 1 or _base_name(shown[0]) not in assigned:
             continue  # one print per step, or which line came from which print is a guess
-        read = _read_back(shown[0], printed_text(observations), literal)
+        read = _read_back(shown[0], evidence.printed(observations), literal)
         if read is not None:
             answer_stmt = ast.Expr(value=ast.Call(func=ast.Name(id="final_answer", ctx=ast.Load()), args=[read],
                                                   keywords=[]))
@@ -350,9 +350,8 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
             parsed_steps.append((parsed, step.observations))
     answer_from_variables(parsed_steps, task)
     if not any(_calls_final_answer(stmt) for statements, _ in parsed_steps for stmt in statements):
-        final = next((step for step in reversed(steps) if step.kind == "final" or step.is_final), None)
-        answered = (answer_where_printed(parsed_steps, final.action_output, task)
-                    if final is not None and verified_by in JUDGES else None)
+        answered = (answer_where_printed(parsed_steps, evidence.final_answer(steps), task)
+                    if verified_by in JUDGES else None)
         if answered is None:
             return None
         parsed_steps = answered
