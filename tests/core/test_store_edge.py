@@ -196,6 +196,42 @@ def test_an_interrupted_purge_is_finished_on_open(tmp_path: Path, embedder: Fast
     reopened.close()
 
 
+def test_active_lessons_are_found_through_live_whatever_wrote_them(tmp_path: Path,
+                                                                   embedder: FastEmbedEmbedder) -> None:
+    """Searches select "active in this bank" by the one indexed ``live`` field: a status change moves it, and a
+    shard written before the field gets it when opened."""
+    path = tmp_path / "qdrant"
+    texts = [f"The orders table {fact}." for fact in ("uses cursors", "stores cents", "pages by 50", "is in UTC")]
+    lessons = [Lesson.new("a", "fact", text) for text in texts] + [Lesson.new("b", "fact", texts[0])]
+    store = EdgeLessonStore(path, embedder)
+    store.upsert(lessons)
+    store.upsert([Lesson.new("a", "fact", "The orders table is archived.").model_copy(update={"status": "retired"})])
+    store.set_status("a", [lessons[1].id], "retired")
+
+    def found(bank: str = "a") -> set[str]:
+        query = "the orders table"
+        return ({lesson.id for lesson, _ in store.search(bank, query, limit=10)}
+                | {lesson.id for lesson, _, _ in store.rank(bank, query, limit=10)}
+                | {lesson.id for lesson, _ in store.similar(bank, query, limit=10)})
+
+    active = {lessons[0].id, lessons[2].id, lessons[3].id}
+    assert found() == active and found("b") == {lessons[4].id}
+    store.set_status("a", [lessons[1].id], "active")
+    assert found() == active | {lessons[1].id}
+    assert {lesson.id for lesson, _ in store.similar("a", "the orders table", statuses=["retired"])} == {
+        lesson.id for lesson in store.list("a", include_inactive=True) if lesson.status == "retired"}
+
+    # a shard from before the field: no index, no ``live`` on any point
+    store.shard.update(qe.UpdateOperation.delete_payload([lesson.id for lesson in lessons], ["live"]))
+    store.shard.update(qe.UpdateOperation.delete_field_index("live"))
+    assert found() == set()
+    store.close()
+    store = EdgeLessonStore(path, embedder)
+    assert found() == active | {lessons[1].id} and found("b") == {lessons[4].id}
+    assert "live" in store.shard.info().payload_schema
+    store.close()
+
+
 def test_the_shard_has_the_payload_indexes(tmp_path: Path, embedder: FastEmbedEmbedder) -> None:
     store = EdgeLessonStore(tmp_path / "qdrant", embedder)
     store.ensure_collection()

@@ -98,6 +98,11 @@ class LessonStoreBase(ABC):
                lexical: builtins.list[SparseVector]) -> None:
         """Write the points of ``lessons`` (whole payload and both vectors)."""
 
+    @staticmethod
+    def _status_fields(bank: str, status: str) -> Payload:
+        """Engine-specific payload fields that follow a lesson's status (written with it)."""
+        return {}
+
     @abstractmethod
     def _set_payload(self, ids: builtins.list[str], payload: Payload) -> None:
         """Set these payload fields of these points."""
@@ -193,7 +198,7 @@ class LessonStoreBase(ABC):
             raise StoreError(f"unknown lesson status {status!r} (one of {', '.join(LESSON_STATUSES)})")
         self._ensure()
         payload = {"status": status, "superseded_by": superseded_by, "status_reason": reason[:500],
-                   "status_changed_at": time.time()}
+                   "status_changed_at": time.time(), **self._status_fields(bank, status)}
         with self._writing:
             points = self._points(bank, lesson_ids)
             if points:

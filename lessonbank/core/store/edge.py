@@ -1,7 +1,8 @@
 """The embedded lesson store: one Qdrant Edge shard (``qdrant-edge-py``) in this process.
 
-Qdrant's own engine, in process: payload indexes on bank (the tenant key), status and kind, so the
-bank filter is an index lookup, and ``query_batch`` runs the dense and lexical candidate searches of
+Qdrant's own engine, in process: payload indexes on bank (the tenant key), status and kind, and on
+``live`` (the bank of an active lesson, set with its status), so "the active lessons of a bank" is one
+index lookup, and ``query_batch`` runs the dense and lexical candidate searches of
 one query in one planned pass. The instructions builder's ``rank`` is one embedding and one such call;
 the dense and lexical lists are fused with Qdrant's reciprocal rank fusion here (``base.fuse``), which
 spares a second scan of the dense vectors that a fused query with prefetches would make.
@@ -48,8 +49,13 @@ _PAGE = 256
 _COPY_PAGE = 4096
 _FACET_LIMIT = 100_000
 _COLLECTION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# ``live``: the bank's name on an active lesson, null or absent on any other, so that "the active lessons
+# of a bank" (every instructions request) is one tenant-index lookup. A filter on bank and status checks
+# the status of each of the bank's points: 10k lessons, dense scan 3.5 ms against 2.3 ms on ``live``.
+LIVE = "live"
 _INDEXES: dict[str, Any] = {
     "bank": qe.KeywordIndexParams(is_tenant=True),
+    LIVE: qe.KeywordIndexParams(is_tenant=True),
     "status": qe.PayloadSchemaType.Keyword,
     "kind": qe.PayloadSchemaType.Keyword,
 }
@@ -81,11 +87,15 @@ def _condition(key: str, value: str) -> qe.FieldCondition:
 def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None,
             statuses: builtins.list[str] | None = None) -> qe.Filter:
     """Points of ``bank``: whose status is one of ``statuses`` if given, else active ones if ``active_only``."""
-    must: builtins.list[Any] = [_condition("bank", bank)]
+    must: builtins.list[Any]
+    if (active_only and not statuses) or statuses == ["active"]:
+        must = [_condition(LIVE, bank)]
+    else:
+        must = [_condition("bank", bank)]
     if statuses and len(statuses) > 1:
         must.append(qe.FieldCondition("status", match=qe.MatchAny(builtins.list(statuses))))
-    elif statuses or active_only:
-        must.append(_condition("status", statuses[0] if statuses else "active"))
+    elif statuses and statuses != ["active"]:
+        must.append(_condition("status", statuses[0]))
     if kinds:
         must.append(qe.FieldCondition("kind", match=qe.MatchAny(builtins.list(kinds))))
     return qe.Filter(must=must)
@@ -149,9 +159,13 @@ class EdgeLessonStore(LessonStoreBase):
 
                 moved = import_local_mode(self.path, self.collection, self._shard, self.embedder.dim)
                 if moved:
-                    self._shard.flush()
                     logger.info("moved %d lessons of qdrant-client's local store at %s into %s", moved,
                                 self.path, shard_dir)
+                marked = self._mark_live(self._shard)
+                if marked:
+                    logger.info("indexed %d active lessons of %s by bank", marked, shard_dir)
+                if moved or marked:
+                    self._shard.flush()
             except BaseException:
                 self._close_engine()
                 raise
@@ -177,6 +191,24 @@ class EdgeLessonStore(LessonStoreBase):
                 if field not in present:
                     shard.update(qe.UpdateOperation.create_field_index(field, schema))
         return shard
+
+    @staticmethod
+    def _mark_live(shard: Any) -> int:
+        """Set ``live`` on the active points that lack it (a shard written before the field, or points moved
+        from qdrant-client's local mode); how many. Nothing to do reads one empty page."""
+        flt = qe.Filter(must=[_condition("status", "active"), qe.IsEmptyCondition(LIVE)])
+        marked = 0
+        with _engine_errors("index the active lessons"):
+            while True:  # each pass sets what it read, so the next one starts from the top again
+                records, _ = shard.scroll(qe.ScrollRequest(limit=_COPY_PAGE, filter=flt, with_payload=["bank"]))
+                by_bank: dict[str, builtins.list[Any]] = {}
+                for record in records:
+                    by_bank.setdefault(str((record.payload or {}).get("bank", "")), []).append(record.id)
+                for bank, ids in by_bank.items():
+                    shard.update(qe.UpdateOperation.set_payload(ids, {LIVE: bank}))
+                marked += len(records)
+                if len(records) < _COPY_PAGE:
+                    return marked
 
     def ensure_collection(self) -> None:
         """Open the shard, creating it and its payload indexes if missing (idempotent)."""
@@ -275,11 +307,15 @@ class EdgeLessonStore(LessonStoreBase):
     def _write(self, lessons: builtins.list[Lesson], dense: builtins.list[builtins.list[float]],
                lexical: builtins.list[SparseVector]) -> None:
         points = [
-            qe.Point(lesson.id, {DENSE: vector, LEXICAL: _sparse(terms)},
-                     exact_payload(lesson.model_dump(mode="json")))
+            qe.Point(lesson.id, {DENSE: vector, LEXICAL: _sparse(terms)}, exact_payload(
+                {**lesson.model_dump(mode="json"), **self._status_fields(lesson.bank, lesson.status)}))
             for lesson, vector, terms in zip(lessons, dense, lexical, strict=True)
         ]
         self._update(qe.UpdateOperation.upsert_points(points), "write lessons")
+
+    @staticmethod
+    def _status_fields(bank: str, status: str) -> Payload:
+        return {LIVE: bank if status == "active" else None}
 
     def _set_payload(self, ids: builtins.list[str], payload: Payload) -> None:
         self._update(qe.UpdateOperation.set_payload(builtins.list(ids), exact_payload(payload)), "update lessons")
