@@ -156,6 +156,14 @@ def test_the_lessons_table_marks_what_was_kept_from_code() -> None:
     assert rows == {"`x ": "fact (fix)", "CSV": "fact", "`se": "fact (shape)"}
 
 
+def test_the_lessons_table_says_how_many_teaching_runs_failed() -> None:
+    taught = [Lesson.new("b", "approach", "Sum the qty column.").model_copy(update={"evidence": 3, "failed_runs": 2}),
+              Lesson.new("b", "fact", "CSV files use ';' as separator").model_copy(update={"evidence": 2})]
+    document = build_report("b", [], taught, now=NOW)
+    assert {row["kind"]: row["failed_runs"] for row in document["lessons"]} == {"approach": 2, "fact": 0}
+    assert {row[1]: row[8] for row in lessons_table(document).rows} == {"approach": "3 (2 failed)", "fact": "2"}
+
+
 BLOCK_MATPLOTLIB = textwrap.dedent("""
     import sys
     class Block:

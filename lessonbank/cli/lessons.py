@@ -41,7 +41,8 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     why = f": {one_line(lesson.status_reason, 120)}" if lesson.status_reason else ""
     status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
     text = one_line(lesson.text, TEXT_CHARS)
-    return f"{lesson.id}  {lesson.kind:<8} evidence={lesson.evidence}{extra}{status}  {text}"
+    failed = f" (failed {lesson.failed_runs})" if lesson.failed_runs else ""
+    return f"{lesson.id}  {lesson.kind:<8} evidence={lesson.evidence}{failed}{extra}{status}  {text}"
 
 
 def _print_lessons(lessons: list[Lesson], as_json: bool, scores: list[float] | None = None) -> None:

@@ -1,7 +1,8 @@
 """The instructions builder: the lessons of a bank that bear on a task, as a short advisory block.
 
 Selection
-    1. Eligibility: active lessons with independent evidence — two runs, a run judged a success,
+    1. Eligibility: active lessons with independent evidence — two runs (for a "what worked" lesson, two
+       runs not judged failures), a run judged a success,
        helpful credit, or added by a user (one unverified run is not enough: it may have read a
        poisoned page) — and observed fixes (``workers/fixes.py``: a failing line and the corrected
        line that worked, values not copied from what the run read). A fix that rewrote a value's form
@@ -63,11 +64,13 @@ STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, 
 def eligible(lesson: Lesson) -> bool:
     """Whether the lesson may be handed to runs: active, and either added by a user, observed (a fix or a
     tool result's shape), or backed by independent evidence (two runs), a run that ended well, or helpful
-    credit."""
+    credit. A "what worked" lesson counts only runs not judged failures: two failed runs that drew the same
+    wrong conclusion (summing packs as units) are no evidence that it works."""
     if lesson.status != "active":
         return False
+    runs = lesson.evidence - (lesson.failed_runs if lesson.kind == "approach" else 0)
     return (lesson.origin in USER_ORIGINS or lesson.origin == "observed" or lesson.recipe is not None
-            or lesson.evidence >= 2 or lesson.verified or lesson.helpful > 0)
+            or runs >= 2 or lesson.verified or lesson.helpful > 0)
 
 
 def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> float:

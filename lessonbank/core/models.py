@@ -150,7 +150,8 @@ class Lesson(BaseModel):
 
     Counts: ``given`` runs were handed it, ``applied`` of them used it (its distinctive names or
     literals appear in the run's code or tool arguments), ``helpful`` / ``harmful`` of those ended well
-    / badly. ``evidence`` counts independent runs that taught it (never a run that was given it).
+    / badly. ``evidence`` counts independent runs that taught it (never a run that was given it), and
+    ``failed_runs`` how many of those were judged failures.
     """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -171,6 +172,8 @@ class Lesson(BaseModel):
     superseded_by: str | None = None
     origin: LessonOrigin = "distilled"
     verified: bool = Field(False, description="A run that taught it was judged a success.")
+    failed_runs: int = Field(0, description="Runs that taught it and were judged a failure (by a user, a check "
+                                            "or their own ending): no evidence that what they did worked.")
     given: int = Field(0, validation_alias=AliasChoices("given", "injected"))
     applied: int = 0
     helpful: int = 0

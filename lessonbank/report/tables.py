@@ -120,10 +120,16 @@ def lessons_table(document: dict[str, Any]) -> Table:
     rows = [
         [row["id"][:8], row["kind"] + _code_mark(row), row["status"], str(row["given"]),
          str(row["applied"]), str(row["helpful"]), str(row["harmful"]), f"{row['utility']:.2f}",
-         str(row["evidence"]), str(row["source_runs"]), row["text"]]
+         _evidence(row), str(row["source_runs"]), row["text"]]
         for row in lessons[:LESSONS_SHOWN]
     ]
     return Table("Lessons", headers, rows, note)
+
+
+def _evidence(row: dict[str, Any]) -> str:
+    """The runs that taught the lesson, and how many of them were judged failures."""
+    failed = row.get("failed_runs") or 0
+    return f"{row['evidence']} ({failed} failed)" if failed else str(row["evidence"])
 
 
 def tools_table(tools: list[dict[str, Any]]) -> Table:

@@ -5,7 +5,8 @@ For each new lesson, in order:
 1. the same text (same deterministic id) already in the bank, or an active lesson more similar than
    ``duplicate_similarity``: the existing lesson is reinforced (evidence + 1, last seen, the run and the
    steps it rests on) — unless the run was GIVEN that lesson: a run repeating what it was told is an
-   echo, not evidence (it earns credit through its outcome instead);
+   echo, not evidence (it earns credit through its outcome instead). A run judged a failure counts in
+   ``failed_runs`` too: its "what worked" lessons need two other runs before runs get them;
 2. active lessons more similar than ``related_similarity``: the lesson waits for the one decision call
    of the run, where the LLM sees the related lessons under small integer ids and says, for each new
    lesson, add / merge into an existing one (optionally with a rewritten text) / replace an existing
@@ -99,8 +100,9 @@ def _merge_tags(old: list[str], new: list[str]) -> list[str]:
 
 
 def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,
-               verified: bool = False) -> Lesson:
-    """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run)."""
+               verified: bool = False, failed: bool = False) -> Lesson:
+    """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run; a run judged
+    a failure when ``failed``)."""
     provenance = [*lesson.provenance, Provenance(run_id=run_id, steps=sorted(set(steps or [])))]
     return lesson.model_copy(
         update={
@@ -110,6 +112,7 @@ def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: 
             "provenance": provenance[-MAX_SOURCE_RUNS:],
             "tags": _merge_tags(lesson.tags, tags),
             "verified": lesson.verified or verified,
+            "failed_runs": lesson.failed_runs + int(failed),
         }
     )
 
@@ -129,8 +132,10 @@ class Consolidator:
         given: Collection[str] = (),
         verified: bool = False,
         purged: Callable[[list[str]], set[str]] | None = None,
+        failed: bool = False,
     ) -> None:
         self.store = store
+        self.failed = failed
         self.purged = purged or (lambda ids: set())
         self.origin = origin
         self.given = set(given)
@@ -255,6 +260,9 @@ class Consolidator:
             lesson = self._stored(lesson.superseded_by)
         return None
 
+    def _reinforced(self, lesson: Lesson, draft: DraftLesson) -> Lesson:
+        return reinforced(lesson, self.run_id, draft.tags, self.now, draft.steps, self.verified, self.failed)
+
     def _reinforce(self, lesson: Lesson, draft: DraftLesson) -> None:
         if lesson.id in self.given:  # the run was told this: its repeating it is no evidence
             self.stats.echoes += 1
@@ -264,7 +272,7 @@ class Consolidator:
         if self.run_id in lesson.source_run_ids:
             self.stats.skipped += 1
             return
-        self.store.upsert([reinforced(lesson, self.run_id, draft.tags, self.now, draft.steps, self.verified)])
+        self.store.upsert([self._reinforced(lesson, draft)])
         self.stats.reinforced += 1
         self.stats.lesson_ids.append(lesson.id)
 
@@ -307,6 +315,7 @@ class Consolidator:
         lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
                             origin=self.origin, steps=draft.steps)
         lesson.verified = self.verified
+        lesson.failed_runs = int(self.failed)
         if draft.quarantine:
             lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": self.now,
                                                "status_reason": f"{draft.quarantine}; a user must release it"})
@@ -379,7 +388,7 @@ class Consolidator:
             return
         if self._tombstoned(merged_id) or self._held_back(stored):
             return
-        merged = reinforced(target, self.run_id, draft.tags, self.now, draft.steps, self.verified).model_copy(
+        merged = self._reinforced(target, draft).model_copy(
             update={"id": merged_id, "text": text, "status": "active", "superseded_by": None}
         )
         self.store.upsert([merged])

@@ -86,6 +86,12 @@ def wait_for_check(client: redis.Redis, run: runs.Run, wait: float = CHECK_WAIT)
     return run
 
 
+def judged_failed(verdict: str, source: str) -> bool:
+    """Whether a user, a check or the run's own ending judged the run a failure: what it did is no evidence
+    that it works (counted on the lessons it teaches, ``Lesson.failed_runs``)."""
+    return verdict == "failure" and source in TRUSTED
+
+
 def vouches(run: runs.Run, verdict: str, source: str) -> bool:
     """Whether the run's distilled lessons may be handed out at once: a success a user or a check judged,
     reached by the run itself. A run stopped at its step limit whose forced answer the check found right
@@ -200,7 +206,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
     observed = _observed(deps, run)
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=vouches(run, verdict, source),
-                                    observed=observed)
+                                    observed=observed, failed=judged_failed(verdict, source))
     if not deps.redis.exists(run_key(run_id)):
         logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
         return stats
@@ -235,7 +241,8 @@ def follow_up(deps: Deps, bank: str, run: runs.Run) -> ConsolidationStats | None
     output = _lessons_of(deps, partial, evidence.mine(late, run.outcome, verdict, source), verdict, source)
     given = deps.store.get(bank, run.given) if run.given else []
     drafts = _screen(deps, partial, output.lessons, given)
-    stats, _ = _consolidate(deps, run, drafts, None, verified=vouches(run, verdict, source))
+    stats, _ = _consolidate(deps, run, drafts, None, verified=vouches(run, verdict, source),
+                            failed=judged_failed(verdict, source))
     _mark_distilled(deps, run, stats, None)
     return stats
 
@@ -269,12 +276,13 @@ def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
 
 @observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)
 def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
-                 verified: bool, observed: list[Observed] | None = None) -> tuple[ConsolidationStats, str | None]:
+                 verified: bool, observed: list[Observed] | None = None,
+                 failed: bool = False) -> tuple[ConsolidationStats, str | None]:
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
                                 scrubber=deps.scrubber, given=run.given, verified=verified,
-                                purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids))
+                                purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids), failed=failed)
     done = runs.load_progress(deps.redis, run.run_id)
     deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
     consolidator.plan(drafts, done)  # the LLM's decision call, before the lock

@@ -120,6 +120,10 @@ def test_a_lesson_waits_for_independent_evidence(store: LessonStore, settings: S
         assert CSV in build_instructions(task, "team", store=store, settings=settings), update
     store.upsert([make("team", "approach", CSV, origin="remembered", verified=False)])
     assert build_instructions(task, "team", store=store, settings=settings) == ""
+    store.upsert([make("team", "approach", CSV, verified=False, evidence=3, failed_runs=2)])  # two runs failed
+    assert build_instructions(task, "team", store=store, settings=settings) == ""
+    store.upsert([make("team", "fact", CSV, verified=False, evidence=2, failed_runs=2)])  # seen, whatever the end
+    assert CSV in build_instructions(task, "team", store=store, settings=settings)
 
 
 def test_each_lesson_shows_its_evidence(filled: LessonStore, settings: Settings) -> None:

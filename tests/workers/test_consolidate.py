@@ -259,6 +259,24 @@ def test_reinforcement_keeps_provenance_and_marks_verified(store: LessonStore) -
     assert lesson.verified and lesson.evidence == 2
 
 
+def test_runs_judged_failures_are_counted_on_what_they_teach(store: LessonStore) -> None:
+    """Two failed runs drawing the same conclusion give it two runs of evidence, both failed: a "what worked"
+    lesson they teach is not handed out; a third run not judged a failure makes it eligible."""
+    from lessonbank.core.instructions import eligible
+
+    pack = "Sum the qty column of the stock rows to get the number of units."
+    for run_id in ("r1", "r2"):
+        Consolidator(store, "b", run_id, Thresholds(0.9, 0.6), failed=True).run([draft(pack, "approach")])
+    (lesson,) = store.list("b")
+    assert (lesson.evidence, lesson.failed_runs) == (2, 2) and not eligible(lesson)
+    assert eligible(lesson.model_copy(update={"kind": "fact"}))  # what a failed run saw is still seen
+    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).run([draft(pack, "approach")])
+    (lesson,) = store.list("b")
+    assert (lesson.evidence, lesson.failed_runs) == (3, 2) and not eligible(lesson)
+    Consolidator(store, "b", "r4", Thresholds(0.9, 0.6)).run([draft(pack, "approach")])
+    assert eligible(store.list("b")[0])
+
+
 def replace(number: int) -> list[Decision]:
     return [Decision(new=1, action="replace", existing=number, text="")]
 

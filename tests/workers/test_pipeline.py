@@ -252,6 +252,24 @@ def test_no_recipe_from_a_run_judged_failed(deps: Deps, openai_server: FakeOpenA
     assert "judged a FAILURE (by check)" in messages[0]["content"]
 
 
+def test_two_failed_runs_drawing_the_same_approach_do_not_make_it_advice(deps: Deps, openai_server: FakeOpenAI,
+                                                                        store: LessonStore) -> None:
+    approach = ("approach", CSV[1])
+    openai_server.default = Reply(content=lessons_json(approach))
+    task = "Sum the revenue in the sales CSV files"
+    for run_id in ("f1", "f2"):
+        write_run(deps.redis, "b", run_id=run_id)
+        runs.set_verdict(deps.redis, "b", run_id, False, "check", "", "q")
+        distill_one(deps, "b", run_id)
+    (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
+    assert (lesson.evidence, lesson.failed_runs) == (2, 2) and not eligible(lesson)
+    assert CSV[1] not in compose_instructions(store, task, "b")[0]
+    distill_one(deps, "b", write_run(deps.redis, "b", run_id="s1"))  # its own ending: a success
+    (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
+    assert (lesson.evidence, lesson.failed_runs, lesson.verified) == (3, 2, True)
+    assert CSV[1] in compose_instructions(store, task, "b")[0]
+
+
 def test_distillation_waits_for_the_check_and_late_feedback_recredits(deps: Deps, openai_server: FakeOpenAI,
                                                                        store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
