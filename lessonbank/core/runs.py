@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_FIELD = "distill_output"
 PROGRESS_FIELD = "consolidated"
 CREDIT_FIELD = "credited"
+RECOUNT_FIELD = "recounted"
 
 
 
@@ -243,6 +244,12 @@ def save_credit(client: redis.Redis, run_id: str, credit: dict[str, Any]) -> Non
     client.hset(run_key(run_id), CREDIT_FIELD, json.dumps(credit))
 
 
+def save_recount(client: redis.Redis, run_id: str, counted: dict[str, bool]) -> None:
+    """What the lessons the run taught now hold of it (``{"failed": ..., "vouched": ...}``), after a verdict
+    that came once they were written."""
+    client.hset(run_key(run_id), RECOUNT_FIELD, json.dumps(counted))
+
+
 def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | float]) -> None:
     pipe = client.pipeline(transaction=True)
     pipe.hset(run_key(run_id), mapping=fields)
@@ -254,12 +261,15 @@ def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | 
 
 
 def mark_distilled(client: redis.Redis, run_id: str, ttl: int, stats: dict[str, int],
-                   judged: dict[str, str] | None = None, upto: int = -1) -> None:
+                   judged: dict[str, str] | None = None, upto: int = -1, taught: list[str] | None = None) -> None:
     """Record that the run's lessons are in the bank (the verdict distillation went by, the recipe it kept,
-    the last step record it read: ``upto``); its data now expires after `ttl` seconds."""
+    the last step record it read: ``upto``, the ids of the lessons it wrote or reinforced: ``taught``); its
+    data now expires after `ttl` seconds."""
     now = time.time()
     fields: dict[Any, str | float] = {"state": RUN_DISTILLED, "distilled_at": now, "updated_at": now}
     fields["lessons"] = json.dumps(stats)
+    if taught is not None:
+        fields["taught"] = json.dumps(taught)
     fields["distilled_upto"] = upto
     if judged is not None:
         fields["judged"] = json.dumps(judged)

@@ -85,6 +85,21 @@ class Run:
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
     @property
+    def taught(self) -> list[str]:
+        """Ids of the lessons the run's distillation wrote or reinforced (empty before it)."""
+        return json_list(self.meta.get("taught"))
+
+    @property
+    def recounted(self) -> dict[str, bool]:
+        """What the lessons it taught hold of the run after a later verdict (``runs.save_recount``); empty
+        while they hold what distillation judged."""
+        try:
+            value = json.loads(self.meta.get("recounted") or "{}")
+        except ValueError:
+            return {}
+        return {str(k): bool(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    @property
     def distilled_upto(self) -> int:
         """The last step record (seq) a distillation read; -1 before any."""
         try:

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.exceptions import LockError
@@ -224,7 +225,8 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
 def _mark_distilled(deps: Deps, run: runs.Run, stats: ConsolidationStats, judged: dict[str, str] | None) -> None:
     """Mark the run distilled up to the last record read; steps that arrived meanwhile get a follow-up."""
     upto = max((step.seq for step in run.steps), default=-1)
-    runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto)
+    taught = list(dict.fromkeys([*run.taught, *stats.lesson_ids]))
+    runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto, taught)
     if runs.step_count(deps.redis, run.run_id) > len(run.steps) + run.malformed:
         runs.queue_followup(deps.redis, run.bank, run.run_id, deps.settings.queue)
 
@@ -336,6 +338,7 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
             altered = {lid for lid in applied if not previous or not previous["lessons"][lid].get("harmful")}
         report = credit.apply_credit(deps.store, bank, given, applied, verdict, previous, altered)
         _retract_recipe(deps, run, verdict, source)
+        _recount_taught(deps, run, verdict, source)
         runs.save_credit(deps.redis, run_id, report.record(verdict))
     _summarize(deps, run, sorted(applied), verdict, source)
     if given:
@@ -400,6 +403,40 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
         if lesson.status == "active" and lesson.source_run_ids == [run.run_id]:
             deps.store.set_status(run.bank, [recipe_id], "retired", reason=f"its run {run.run_id} was judged a "
                                   f"failure by {source}")
+
+
+def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int:
+    """A verdict that came after the run's lessons were written corrects what they hold of the run: judged a
+    failure (by a user or a check), the run counts in their ``failed_runs`` and no longer verifies a lesson it
+    alone taught; judged a success again, the reverse. Returns how many lessons changed."""
+    judged = run.judged
+    if not judged or not run.taught:
+        return 0
+    verdict_then, source_then = judged.get("verdict", "unknown"), judged.get("source", "none")
+    was = run.recounted or {"failed": judged_failed(verdict_then, source_then),
+                            "vouched": vouches(run, verdict_then, source_then)}
+    now = {"failed": judged_failed(verdict, source), "vouched": vouches(run, verdict, source)}
+    if now == was:
+        return 0
+    changed = []
+    for lesson in deps.store.get(run.bank, run.taught):
+        if run.run_id not in lesson.source_run_ids or lesson.origin not in ("distilled", "observed"):
+            continue
+        update: dict[str, Any] = {}
+        if now["failed"] != was["failed"]:
+            update["failed_runs"] = max(lesson.failed_runs + (1 if now["failed"] else -1), 0)
+        if now["vouched"] and not lesson.verified:
+            update["verified"] = True
+        elif was["vouched"] and not now["vouched"] and lesson.source_run_ids == [run.run_id]:
+            update["verified"] = False
+        if update:
+            changed.append(lesson.model_copy(update=update))
+    if changed:
+        deps.store.upsert(changed)
+    runs.save_recount(deps.redis, run.run_id, now)
+    logger.info("bank %s run %s: judged %s by %s after its lessons were written; %d of them recounted",
+                run.bank, run.run_id, verdict, source, len(changed))
+    return len(changed)
 
 
 @observe.traced("lessonbank remember", on_result=observe.count_consolidation)

@@ -270,6 +270,28 @@ def test_two_failed_runs_drawing_the_same_approach_do_not_make_it_advice(deps: D
     assert CSV[1] in compose_instructions(store, task, "b")[0]
 
 
+def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, openai_server: FakeOpenAI,
+                                                                    store: LessonStore) -> None:
+    """The run's own ending vouched for its lessons; the user's later "wrong" makes it a failed run of each and
+    takes its vouching back (credit runs again and again: counted once); the user's change of mind restores it."""
+    openai_server.default = Reply(content=lessons_json(("approach", CSV[1])))
+    distill_one(deps, "b", write_run(deps.redis, "b", run_id="r1"))  # its own ending: a success
+
+    def taught() -> Lesson:
+        (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
+        return lesson
+
+    assert (taught().verified, taught().failed_runs) == (True, 0) and eligible(taught())
+    assert taught().id in runs.load_run(deps.redis, "r1").taught
+    runs.set_verdict(deps.redis, "b", "r1", False, "user", "wrong total", "q")
+    for _ in range(2):
+        credit_one(deps, "b", "r1")
+        assert (taught().verified, taught().failed_runs) == (False, 1) and not eligible(taught())
+    runs.set_verdict(deps.redis, "b", "r1", True, "user", "", "q")
+    credit_one(deps, "b", "r1")
+    assert (taught().verified, taught().failed_runs, taught().evidence) == (True, 0, 1) and eligible(taught())
+
+
 def test_distillation_waits_for_the_check_and_late_feedback_recredits(deps: Deps, openai_server: FakeOpenAI,
                                                                        store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
