@@ -120,6 +120,9 @@ _TRANSCRIPT = re.compile(
     r"|\b(?:duplicates?|copy|repeats?|same as) (?:of )?(?:the )?(?:existing |given |earlier )?lesson(?: #?\d+)?\b"
     # the run's own step limit: "The error AgentMaxStepsError: Reached max steps was observed ..."
     r"|\bAgentMaxStepsError\b|(?-i:\bReached max steps\b)"
+    # the run's own work told in the passive: "The total ... was calculated by summing ..., then dividing by 100"
+    # (given next to the recipe that does it, it made a run divide by 100 twice)
+    r"|\b(?:was|were) (?:calculated|computed|obtained|determined|derived) by\b"
     # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
     # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
     # lessons the learning benchmark's distiller wrote that passed every other context-free rule, 77 read so; none of

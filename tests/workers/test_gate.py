@@ -44,6 +44,9 @@ JUNK = [
                              "did not complete within the allowed number of steps. This suggests a problem with the "
                              "logic or data handling in the `get_invoice` function."),
     ("refers_to_transcript", "As shown in step 3, the header line lists the columns of the file."),
+    ("refers_to_transcript", "The total amount of the invoice was calculated by summing up the product of quantity "
+                             "and unit price in cents, then dividing by 100."),  # the 1.5B distiller's, given
+                                                                                  # next to the recipe
     # the learning benchmark's distiller: both were handed to the next two runs as a fact and "what worked"
     ("refers_to_transcript", "The task was to find the total of the amount column in the sales file."),
     ("refers_to_transcript", "The code snippet used the `read_text_file` function with the path '/data/sales.csv'. "
