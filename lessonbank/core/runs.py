@@ -40,7 +40,7 @@ from lessonbank.core.constants import (
     run_steps_key,
 )
 from lessonbank.core.publish import publish, task_message
-from lessonbank.core.runview import Run, json_list, load_run
+from lessonbank.core.runview import Run, json_dict, json_list, load_run
 
 __all__ = ["Run", "json_list", "load_run"]  # the read side, re-exported for the writers' callers
 
@@ -232,12 +232,7 @@ def clear_check(client: redis.Redis, run_id: str) -> None:
 
 def load_credit(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
     """What an earlier credit of the run gave each lesson (``{"verdict", "lessons": {id: "helpful"}}``)."""
-    raw = client.hget(run_key(run_id), CREDIT_FIELD)
-    try:
-        value = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return json_dict(client.hget(run_key(run_id), CREDIT_FIELD)) or None
 
 
 def save_credit(client: redis.Redis, run_id: str, credit: dict[str, Any]) -> None:

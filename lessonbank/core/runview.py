@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from pydantic import ValidationError
@@ -25,6 +26,15 @@ def json_list(raw: str | None) -> list[str]:
     except ValueError:
         return []
     return [str(item) for item in value] if isinstance(value, list) else []
+
+
+def json_dict(raw: str | bytes | None) -> dict[str, Any]:
+    """A JSON object from a run hash field ({} when absent or malformed)."""
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -78,11 +88,7 @@ class Run:
     @property
     def judged(self) -> dict[str, str]:
         """What distillation went by: ``{"verdict", "source", "recipe"}`` (empty before distillation)."""
-        try:
-            value = json.loads(self.meta.get("judged") or "{}")
-        except ValueError:
-            return {}
-        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+        return {k: str(v) for k, v in json_dict(self.meta.get("judged")).items()}
 
     @property
     def taught(self) -> list[str]:
@@ -93,11 +99,7 @@ class Run:
     def recounted(self) -> dict[str, bool]:
         """What the lessons it taught hold of the run after a later verdict (``runs.save_recount``); empty
         while they hold what distillation judged."""
-        try:
-            value = json.loads(self.meta.get("recounted") or "{}")
-        except ValueError:
-            return {}
-        return {str(k): bool(v) for k, v in value.items()} if isinstance(value, dict) else {}
+        return {k: bool(v) for k, v in json_dict(self.meta.get("recounted")).items()}
 
     @property
     def distilled_upto(self) -> int:

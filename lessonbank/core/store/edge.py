@@ -92,10 +92,10 @@ def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = Non
         must = [_condition(LIVE, bank)]
     else:
         must = [_condition("bank", bank)]
-    if statuses and len(statuses) > 1:
-        must.append(qe.FieldCondition("status", match=qe.MatchAny(builtins.list(statuses))))
-    elif statuses and statuses != ["active"]:
-        must.append(_condition("status", statuses[0]))
+        if statuses and len(statuses) > 1:
+            must.append(qe.FieldCondition("status", match=qe.MatchAny(builtins.list(statuses))))
+        elif statuses:
+            must.append(_condition("status", statuses[0]))
     if kinds:
         must.append(qe.FieldCondition("kind", match=qe.MatchAny(builtins.list(kinds))))
     return qe.Filter(must=must)
