@@ -131,6 +131,8 @@ class Provenance(BaseModel):
 
     run_id: str
     steps: list[int] = Field(default_factory=list)
+    vouched: bool | None = Field(None, description="Whether the run's verdict vouched for the lesson when it "
+                                                   "taught it (None: lessons written before this was kept).")
 
 
 class Recipe(BaseModel):

@@ -99,11 +99,18 @@ def _merge_tags(old: list[str], new: list[str]) -> list[str]:
     return list(dict.fromkeys([*old, *new]))[:MAX_TAGS]
 
 
+def vouched_by(lesson: Lesson, run_id: str, vouched: bool) -> Lesson:
+    """`lesson` as taught by `run_id` alone so far, which vouched for it or not (``verified`` and the run's
+    provenance say the same: a later verdict on the run can then be undone run by run)."""
+    provenance = [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
+    return lesson.model_copy(update={"verified": vouched, "provenance": provenance})
+
+
 def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,
                verified: bool = False, failed: bool = False) -> Lesson:
     """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run; a run judged
     a failure when ``failed``)."""
-    provenance = [*lesson.provenance, Provenance(run_id=run_id, steps=sorted(set(steps or [])))]
+    provenance = [*lesson.provenance, Provenance(run_id=run_id, steps=sorted(set(steps or [])), vouched=verified)]
     return lesson.model_copy(
         update={
             "evidence": lesson.evidence + 1,
@@ -312,9 +319,9 @@ class Consolidator:
         new_id = lesson_id(self.bank, draft.text)
         if self._tombstoned(new_id) or self._held_back(self._stored(new_id)) or self._rewords_held_back(draft):
             return False
-        lesson = Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=self.run_id,
-                            origin=self.origin, steps=draft.steps)
-        lesson.verified = self.verified
+        lesson = vouched_by(Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS],
+                                       run_id=self.run_id, origin=self.origin, steps=draft.steps),
+                            self.run_id, self.verified)
         lesson.failed_runs = int(self.failed)
         if draft.quarantine:
             lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": self.now,
@@ -449,7 +456,7 @@ class Consolidator:
         if known != "new":
             return fid if known == "kept" else None
         lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)
-        self.store.upsert([lesson.model_copy(update={"id": fid, "verified": self.verified})])
+        self.store.upsert([vouched_by(lesson, self.run_id, self.verified).model_copy(update={"id": fid})])
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)
         return fid
@@ -462,7 +469,7 @@ class Consolidator:
             return rid if known == "kept" else None
         lesson = Lesson.new(self.bank, "approach", text, tags=["recipe"], run_id=self.run_id, origin="recipe",
                             steps=steps, recipe=recipe)
-        lesson = lesson.model_copy(update={"id": rid, "verified": True})
+        lesson = vouched_by(lesson, self.run_id, True).model_copy(update={"id": rid})
         self.store.upsert([lesson])
         self.stats.recipes += 1
         self.stats.lesson_ids.append(rid)

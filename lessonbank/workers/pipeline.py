@@ -405,10 +405,22 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
                                   f"failure by {source}")
 
 
+def _vouched_by_another(lesson: Lesson, run_id: str) -> bool:
+    """Whether a run other than ``run_id`` still vouches for ``lesson``. A source run whose vouching was not
+    recorded (a lesson written before provenance kept it, or a run past the provenance cap) leaves the lesson
+    as verified as it was."""
+    others = [p for p in lesson.provenance if p.run_id != run_id]
+    unknown = (any(p.vouched is None for p in others)
+               or any(r not in {p.run_id for p in lesson.provenance} for r in lesson.source_run_ids)
+               or lesson.evidence > len({p.run_id for p in lesson.provenance}))
+    return any(p.vouched for p in others) or (unknown and lesson.verified)
+
+
 def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int:
     """A verdict that came after the run's lessons were written corrects what they hold of the run: judged a
-    failure (by a user or a check), the run counts in their ``failed_runs`` and no longer verifies a lesson it
-    alone taught; judged a success again, the reverse. Returns how many lessons changed."""
+    failure (by a user or a check), the run counts in their ``failed_runs`` and no longer vouches for them (a
+    lesson stays verified only while another of its runs does); judged a success again, the reverse. Returns
+    how many lessons changed."""
     judged = run.judged
     if not judged or not run.taught:
         return 0
@@ -425,10 +437,10 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
         update: dict[str, Any] = {}
         if now["failed"] != was["failed"]:
             update["failed_runs"] = max(lesson.failed_runs + (1 if now["failed"] else -1), 0)
-        if now["vouched"] and not lesson.verified:
-            update["verified"] = True
-        elif was["vouched"] and not now["vouched"] and lesson.source_run_ids == [run.run_id]:
-            update["verified"] = False
+        if now["vouched"] != was["vouched"]:
+            update["provenance"] = [p.model_copy(update={"vouched": now["vouched"]}) if p.run_id == run.run_id
+                                    else p for p in lesson.provenance]
+            update["verified"] = now["vouched"] or _vouched_by_another(lesson, run.run_id)
         if update:
             changed.append(lesson.model_copy(update=update))
     if changed:

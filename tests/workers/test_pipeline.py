@@ -20,13 +20,13 @@ from lessonbank.core import runs
 from lessonbank.core.constants import DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
-from lessonbank.core.models import Lesson, StepRecord
+from lessonbank.core.models import Lesson, Provenance, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.recorder import StepRecorder
 from lessonbank.workers.llm import ChatLLM
-from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
+from lessonbank.workers.pipeline import Deps, _vouched_by_another, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args
@@ -290,6 +290,45 @@ def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, o
     runs.set_verdict(deps.redis, "b", "r1", True, "user", "", "q")
     credit_one(deps, "b", "r1")
     assert (taught().verified, taught().failed_runs, taught().evidence) == (True, 0, 1) and eligible(taught())
+
+
+def test_a_late_failure_leaves_a_lesson_verified_only_while_another_of_its_runs_vouches(
+        deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
+    """Two runs taught the same "what worked": r1 answered by itself (it vouches), r2 hit its step limit (it
+    does not). The user's later "wrong" on r1 leaves no run vouching: the lesson is no longer verified, and two
+    failed runs do not make it advice. Before, ``verified`` stayed true because r1 was not its only run."""
+    openai_server.default = Reply(content=lessons_json(("approach", CSV[1])))
+    distill_one(deps, "b", write_run(deps.redis, "b", run_id="r1"))
+    distill_one(deps, "b", write_run(deps.redis, "b", run_id="r2", outcome="max_steps"))
+
+    def taught() -> Lesson:
+        (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach" and lesson.recipe is None]
+        return lesson
+
+    assert taught().evidence == 2 and taught().verified
+    assert [(p.run_id, p.vouched) for p in taught().provenance] == [("r1", True), ("r2", False)]
+    runs.set_verdict(deps.redis, "b", "r1", False, "user", "wrong total", "q")
+    credit_one(deps, "b", "r1")
+    assert not taught().verified and not eligible(taught())
+    assert [(p.run_id, p.vouched) for p in taught().provenance] == [("r1", False), ("r2", False)]
+    runs.set_verdict(deps.redis, "b", "r1", True, "user", "", "q")
+    credit_one(deps, "b", "r1")
+    assert taught().verified and eligible(taught())
+
+
+def test_a_run_whose_vouching_was_not_kept_leaves_the_lesson_as_verified_as_it_was() -> None:
+    # Lessons written before provenance kept each run's vouching: with an unknown second run, the lesson keeps
+    # its flag (as before); a lesson the judged run taught alone loses it; a known vouching run keeps it.
+    old = Lesson.new("b", "approach", "Read the CSV with sep=';'.", run_id="r1").model_copy(update={
+        "verified": True, "evidence": 2, "source_run_ids": ["r1", "r2"],
+        "provenance": [Provenance(run_id="r1"), Provenance(run_id="r2")]})
+    assert _vouched_by_another(old, "r1")
+    alone = old.model_copy(update={"evidence": 1, "source_run_ids": ["r1"], "provenance": [Provenance(run_id="r1")]})
+    assert not _vouched_by_another(alone, "r1")
+    known = old.model_copy(update={"provenance": [Provenance(run_id="r1", vouched=True),
+                                                  Provenance(run_id="r2", vouched=False)]})
+    assert not _vouched_by_another(known, "r1")
+    assert _vouched_by_another(known.model_copy(update={"verified": False}), "r2")
 
 
 def test_distillation_waits_for_the_check_and_late_feedback_recredits(deps: Deps, openai_server: FakeOpenAI,
