@@ -130,20 +130,10 @@ def _one_fix_per_subject(ranked: Sequence[Lesson]) -> list[Lesson]:
 
 
 def _restates_recipe(lesson: Lesson) -> bool:
-    """Distilled prose next to the code that worked, kept out unless runs showed it helps or a user added it.
-
-    - A "what worked" sentence: at best it repeats the recipe, at worst it misdescribes it (a 1.5B
-      distiller wrote "sum up the total amount in cents" of code that summed euros, and the next run
-      divided by 100 again).
-    - Any other distilled lesson that only one run vouches for: the story of that run, which the recipe
-      already tells in code ("the total was calculated by summing ..., then dividing by 100", given next
-      to code that already divided, made the next run divide twice). Two runs that saw it keep it.
-
-    Observed fixes and shapes are not distilled: they stay.
-    """
-    if lesson.origin in USER_ORIGINS or lesson.origin == "observed" or lesson.helpful > 0:
-        return False
-    return lesson.kind == "approach" or lesson.evidence < 2
+    """A "what worked" sentence next to the code that worked: at best it repeats the recipe, at worst it
+    misdescribes it (a 1.5B distiller wrote "sum up the total amount in cents" of code that summed euros,
+    and the next run divided by 100 again). Kept only when runs showed it helps, or a user added it."""
+    return lesson.kind == "approach" and lesson.helpful == 0 and lesson.origin not in USER_ORIGINS
 
 
 def balance_kinds(ranked: Sequence[Lesson], max_lessons: int) -> list[Lesson]:

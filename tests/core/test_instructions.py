@@ -292,30 +292,6 @@ def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     assert len(rank_lessons(FixedSource([(x, 0.7) for x in prose]), "b", "task", min_relevance=0.2)) == 2
 
 
-def test_next_to_a_recipe_prose_that_only_its_run_vouches_for_is_left_out() -> None:
-    # Seen in a learning run: a check-verified run left the recipe and the fact "The total ... was calculated
-    # by summing ..., then dividing by 100."; the next run, given both, divided by 100 twice.
-    recipe = Recipe(code="r = get_invoice(invoice_id='INV-1')\nfinal_answer(sum(x['c'] for x in r['lines']) / 100)",
-                    task="Total of invoice INV-1 in euros?", params=["INV-1"], checks=["syntax"], fingerprint="f1")
-    code = make("b", "approach", "Working code for a task like: Total of invoice INV-1 in euros?", recipe=recipe,
-                origin="recipe", verified=True)
-    story = make("b", "fact", "The invoice total is the sum of quantity times unit price, divided by 100.",
-                 verified=True)
-    warning = make("b", "failure", "Dividing the invoice lines by 100 before summing gave a wrong total.",
-                   verified=True)
-    seen_twice = make("b", "fact", "get_invoice lists unit prices in cents.", evidence=2)
-    helped = make("b", "fact", "Invoice ids look like INV-1.", verified=True, applied=1, helpful=1)
-    shape = make("b", "fact", "`get_invoice(...)` returns {'lines': [{'c': int}, ...]}", origin="observed")
-    prose = [(story, 0.8), (warning, 0.78), (seen_twice, 0.75), (helped, 0.72), (shape, 0.7)]
-    given = [x.text for x in rank_lessons(FixedSource([*prose, (code, 0.65)]), "b", "task", min_relevance=0.2)]
-    assert given[0] == code.text
-    assert story.text not in given and warning.text not in given
-    assert {seen_twice.text, helped.text, shape.text} <= set(given)
-    # Without code to solve the task, what that one verified run saw is the best there is.
-    alone = [x.text for x in rank_lessons(FixedSource(prose), "b", "task", min_relevance=0.2)]
-    assert story.text in alone and warning.text in alone
-
-
 def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
     recipe = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
                          "final_answer(max(r['max_c'] for r in result['records']))",
