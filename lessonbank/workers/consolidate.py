@@ -100,8 +100,8 @@ def _merge_tags(old: list[str], new: list[str]) -> list[str]:
 
 
 def vouched_by(lesson: Lesson, run_id: str, vouched: bool) -> Lesson:
-    """`lesson` as taught by `run_id` alone so far, which vouched for it or not (``verified`` and the run's
-    provenance say the same: a later verdict on the run can then be undone run by run)."""
+    """A new `lesson` of `run_id`, vouched for by that run or not: ``verified`` and the run's provenance entry
+    say the same, so that a later verdict on one of its runs can be taken back run by run."""
     provenance = [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
     return lesson.model_copy(update={"verified": vouched, "provenance": provenance})
 
