@@ -18,7 +18,8 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
-| ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data |
+| ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
+|                        | or that a key was missing when a step that ran used it (``row['amount']``)       |
 | ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
 
 A lesson that passes but carries a URL, an e-mail address or an instruction to send data somewhere is
@@ -154,6 +155,15 @@ _GOT_NOTHING = re.compile(
     r"(?:found|returned|available)\b"
     r"|\b(?:is|was|are|were|came back) empty\b"
 )
+# "The 'amount' column was not found": a key or name said to be missing.
+_MISSING = re.compile(
+    r"(?i)\b(?:was|were|is|are)(?:n't| not) (?:found|present|defined)\b"
+    r"|\b(?:does|do|did)(?:n't| not) exist\b|\b(?:is|was|are|were) missing\b"
+)
+# What makes a claim that something is missing a contrast or a condition (true as said): code that shows where
+# it is, or words that say when or what instead ("not found when the file is split on ','", "use 'total'").
+_QUALIFIED = re.compile(r"[`\[=]|(?i:\b(?:instead|use|using|rather|but|unless|only|when|if|with|until|because|"
+                        r"since|after|before|under|inside|nested)\b)")
 # The values a lesson pins its claim to: a quoted string, or a number, date or id of 3 characters or more.
 _VALUE = re.compile(r"[\"']([^\"'`\n]{3,60})[\"']|(?<![\w.])(\d[\d./:-]{1,30}\d)(?!\w)")
 _CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
@@ -259,6 +269,22 @@ def _contradicts_observed(text: str, ctx: GateContext) -> bool:
                for value in pinned)
 
 
+def _contradicts_a_working_key(text: str, ctx: GateContext) -> bool:
+    """The lesson says a key or name was missing, but each one it quotes was used as a key (``['amount']``)
+    by a step that ran without an error: "The 'amount' column was not found in the header line" from a run
+    that split on the wrong separator, then read ``row['amount']`` fine. The symptom of an error the run
+    fixed is no fact; given to the next run, it says the column does not exist. Kept: a lesson that names a
+    key only the failing steps used, or qualifies its claim ("not found when the file is split on ','", "not
+    at the top level: it is under result['data']")."""
+    if not ctx.results or not _MISSING.search(text) or _QUALIFIED.search(text):
+        return False
+    quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
+    if not quoted:
+        return False
+    ran = [code for code, got in ctx.results if got != "failed"]
+    return all(any(f"[{q}{name}{q}]" in code for code in ran for q in ("'", '"')) for name in quoted)
+
+
 def _copies_given(text: str, ctx: GateContext) -> bool:
     normal, mine = normalize_lesson_text(text), set(tokens(text))
     return any(normal == other or _overlap(mine, other_tokens) >= GIVEN_OVERLAP for other, other_tokens in ctx._given)
@@ -280,6 +306,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("restates_answer", _restates_answer),
     ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
     ("contradicts_observed", _contradicts_observed),
+    ("contradicts_observed", _contradicts_a_working_key),
     ("copies_given", _copies_given),
 )
 

@@ -176,6 +176,42 @@ def test_a_claim_that_a_call_got_nothing_is_dropped_when_that_call_printed_data(
     assert reason_to_drop(text, WEATHER_CTX) == "contradicts_observed"
 
 
+# The demo's run 1: the default separator fails on row['amount'], the header is printed, ';' works.
+CSV_RESULTS = [
+    ("rows = list(csv.DictReader(io.StringIO(text)))\ntotal = round(sum(float(row['amount']) for row in rows), 2)",
+     "failed"),
+    ("print(text.splitlines()[0])", ""),
+    ("rows = list(csv.DictReader(io.StringIO(text), delimiter=';'))\n"
+     "total = round(sum(float(row['amount']) for row in rows), 2)\nprint(total)", ""),
+]
+CSV_CTX = GateContext(task="What is the total of the 'amount' column in the sales file sales.csv?",
+                      observed="\n".join([*(code for code, _ in CSV_RESULTS), "date;region;amount", "300.0"]),
+                      results=CSV_RESULTS)
+
+
+@pytest.mark.parametrize("text", [
+    # written by the local 1.5B distiller in the demo: the symptom of the separator the run then fixed
+    "The 'amount' column was not found in the header line of the CSV file.",
+    'The "amount" key does not exist in the rows read from the sales file.',
+    "The 'amount' field is missing from the CSV rows.",
+])
+def test_a_key_said_to_be_missing_is_dropped_when_a_step_that_ran_used_it(text: str) -> None:
+    assert reason_to_drop(text, CSV_CTX) == "contradicts_observed"
+
+
+@pytest.mark.parametrize("text", [
+    "The 'amount' column holds the sale in euros; sum it as floats.",  # no claim that it is missing
+    "A column was not found when the file was read with the default separator ','.",  # quotes no key
+    "The 'region' column is missing from the sales file; list the 'date' values.",  # no step that ran used them
+    "The 'amount' column was not found when the file was split on ','.",  # true under its condition
+    "The 'amount' key is not present at the top level of a row list; it is in row['amount'].",  # says where
+    "The 'amount' column does not exist in the raw text; parse the CSV with sep ';' instead.",  # says what instead
+])
+def test_missing_keys_the_run_does_not_contradict_pass(text: str) -> None:
+    assert reason_to_drop(text, CSV_CTX) != "contradicts_observed"
+    assert reason_to_drop(text, GateContext(task=CSV_CTX.task, observed=CSV_CTX.observed)) != "contradicts_observed"
+
+
 @pytest.mark.parametrize("text", [
     "The `get_weather` function did not return any weather records for 2024-09-15.",  # that call failed: true
     "get_weather returns no records for dates written like 2024-09-15; pass 15.09.2024 instead.",  # a contrast
