@@ -99,11 +99,15 @@ def _merge_tags(old: list[str], new: list[str]) -> list[str]:
     return list(dict.fromkeys([*old, *new]))[:MAX_TAGS]
 
 
+def provenance_vouched(lesson: Lesson, run_id: str, vouched: bool) -> list[Provenance]:
+    """`lesson`'s provenance with the entry of `run_id` marked as vouching for it or not."""
+    return [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
+
+
 def vouched_by(lesson: Lesson, run_id: str, vouched: bool) -> Lesson:
     """A new `lesson` of `run_id`, vouched for by that run or not: ``verified`` and the run's provenance entry
     say the same, so that a later verdict on one of its runs can be taken back run by run."""
-    provenance = [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
-    return lesson.model_copy(update={"verified": vouched, "provenance": provenance})
+    return lesson.model_copy(update={"verified": vouched, "provenance": provenance_vouched(lesson, run_id, vouched)})
 
 
 def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,

@@ -33,7 +33,7 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.workers import credit, evidence, fixes, gate, observe, recipes, shapes
-from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
+from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds, provenance_vouched
 from lessonbank.workers.decide import llm_decider
 from lessonbank.workers.distiller import DistillOutput, DraftLesson, distill
 from lessonbank.workers.llm import ChatLLM
@@ -410,9 +410,9 @@ def _vouched_by_another(lesson: Lesson, run_id: str) -> bool:
     recorded (a lesson written before provenance kept it, or a run past the provenance cap) leaves the lesson
     as verified as it was."""
     others = [p for p in lesson.provenance if p.run_id != run_id]
-    unknown = (any(p.vouched is None for p in others)
-               or any(r not in {p.run_id for p in lesson.provenance} for r in lesson.source_run_ids)
-               or lesson.evidence > len({p.run_id for p in lesson.provenance}))
+    recorded = {p.run_id for p in lesson.provenance}
+    unknown = (any(p.vouched is None for p in others) or not recorded.issuperset(lesson.source_run_ids)
+               or lesson.evidence > len(recorded))
     return any(p.vouched for p in others) or (unknown and lesson.verified)
 
 
@@ -438,8 +438,7 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
         if now["failed"] != was["failed"]:
             update["failed_runs"] = max(lesson.failed_runs + (1 if now["failed"] else -1), 0)
         if now["vouched"] != was["vouched"]:
-            update["provenance"] = [p.model_copy(update={"vouched": now["vouched"]}) if p.run_id == run.run_id
-                                    else p for p in lesson.provenance]
+            update["provenance"] = provenance_vouched(lesson, run.run_id, now["vouched"])
             update["verified"] = now["vouched"] or _vouched_by_another(lesson, run.run_id)
         if update:
             changed.append(lesson.model_copy(update=update))
