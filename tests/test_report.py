@@ -120,6 +120,18 @@ def test_without_control_it_compares_early_and_late_thirds() -> None:
     assert "early third" in text and "can only compare early and late runs" in text
 
 
+def test_with_fewer_than_three_runs_the_table_shows_what_they_did_and_why_the_thirds_are_empty() -> None:
+    document = build_report("b", runs("lessons", "fs", 1000, NOW - 3600), [], now=NOW)
+    assert document["early_late"]["difference"] is None
+    table = report_tables(document)[0]
+    assert table.headers[1:4] == ["all runs given lessons", "early third", "late third"]
+    assert table.rows[0][1:4] == ["2", "0", "0"]
+    assert table.rows[2][1].startswith("50.0 %")  # one success of the two runs, not an empty cell
+    assert "2 runs given lessons so far: the thirds stay empty until there are 3." in table.note
+    text = render_text(report_tables(document), "header", width=160)
+    assert "the thirds stay empty" in text and "No control runs" in text
+
+
 def pixels_vary(png: bytes) -> bool:
     image = Image.open(io.BytesIO(png)).convert("L")
     return image.size[0] > 100 and image.size[1] > 100 and max(ImageStat.Stat(image).var) > 100

@@ -108,7 +108,9 @@ def compare(summaries: Sequence[RunSummary]) -> dict[str, Any]:
         "early": arm_stats(early),
         "late": arm_stats(late),
         "difference": differences(late, early) if third else None,
-        "note": "late minus early" if third else "fewer than 3 runs given lessons: nothing to compare",
+        "note": "late minus early" if third else (
+            f"{len(ordered)} run{'' if len(ordered) == 1 else 's'} given lessons so far: the thirds stay empty "
+            "until there are 3."),
     }
     return part
 

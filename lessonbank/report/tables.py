@@ -74,16 +74,20 @@ MEAN_ROWS: tuple[tuple[str, str], ...] = (
 
 def comparison_table(document: dict[str, Any]) -> Table:
     """Success rate and means side by side, with the difference and its 95 % interval."""
+    note = document["note"]
     if document["comparison"] == "arms":
         groups = [document["arms"]["lessons"], document["arms"]["control"]]
         headers = ["", "lessons", "control", "lessons − control [95 % CI]"]
         diff = document["difference"]
         title = "Runs by arm"
     else:
-        groups = [document["early_late"]["early"], document["early_late"]["late"]]
-        headers = ["", "early third", "late third", "late − early [95 % CI]"]
-        diff = document["early_late"]["difference"]
+        early_late = document["early_late"]
+        groups = [document["arms"]["lessons"], early_late["early"], early_late["late"]]
+        headers = ["", "all runs given lessons", "early third", "late third", "late − early [95 % CI]"]
+        diff = early_late["difference"]
         title = "Early and late runs given lessons (no control arm)"
+        if diff is None:  # too few runs for thirds: say so, next to what the runs so far did
+            note = f"{early_late['note']} {note}"
     rows = [
         ["runs", *[str(g["runs"]) for g in groups], ""],
         ["runs with a verdict (unknown)", *[f"{g['with_verdict']} ({g['unknown_verdict']})" for g in groups], ""],
@@ -93,8 +97,8 @@ def comparison_table(document: dict[str, Any]) -> Table:
     ]
     for label, key in MEAN_ROWS:
         rows.append([label, *[_num(g[key]) for g in groups], _difference(diff, key)])
-    rows.append(["tokens saved per run", "", "", _difference(diff, "tokens_saved_per_run")])
-    return Table(title, headers, rows, document["note"])
+    rows.append(["tokens saved per run", *[""] * len(groups), _difference(diff, "tokens_saved_per_run")])
+    return Table(title, headers, rows, note)
 
 
 def _code_mark(row: dict[str, Any]) -> str:
