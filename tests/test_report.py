@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 
-from lessonbank.core.models import Lesson, RunSummary, ToolStats
+from lessonbank.core.models import Lesson, Recipe, RunSummary, ToolStats
 from lessonbank.report import build_report, render_html, render_plots, render_text, report_tables
 from lessonbank.report.stats import mean, mean_difference, newcombe, wilson
 from lessonbank.report.tables import lessons_table
@@ -166,6 +166,24 @@ def test_the_lessons_table_marks_what_was_kept_from_code() -> None:
                                      "`result['data']['items']`.", origin="observed", tags=["shape"])]
     rows = {row[10][:3]: row[1] for row in lessons_table(build_report("b", [], found, now=NOW)).rows}
     assert rows == {"`x ": "fact (fix)", "CSV": "fact", "`se": "fact (shape)"}
+
+
+def test_a_recipe_shows_the_first_lines_of_its_code_escaped_on_the_page() -> None:
+    short = "rows = read('<f>')\nfinal_answer(sum(r['amount'] for r in rows))"
+    long = "\n".join(f"x{i} = {i}" for i in range(15))
+    found = [Lesson.new("b", "approach", "Working code for a task like: total", origin="recipe",
+                        recipe=Recipe(code=short)),
+             Lesson.new("b", "approach", "Working code for a task like: count", origin="recipe",
+                        recipe=Recipe(code=long)),
+             Lesson.new("b", "fact", "CSV files use ';' as separator")]
+    document = build_report("b", [], found, now=NOW)
+    texts = {row[10].splitlines()[0]: row[10] for row in lessons_table(document).rows}
+    assert texts["Working code for a task like: total"].splitlines()[1:] == short.splitlines()
+    shown = texts["Working code for a task like: count"].splitlines()[1:]
+    assert shown[:12] == [f"x{i} = {i}" for i in range(12)] and shown[12:] == ["… (3 more lines)"]
+    assert texts["CSV files use ';' as separator"] == "CSV files use ';' as separator"
+    page = render_html(document, report_tables(document), None)
+    assert "rows = read(&#x27;&lt;f&gt;&#x27;)" in page and "<f>" not in page
 
 
 def test_the_lessons_table_says_how_many_teaching_runs_failed() -> None:

@@ -23,6 +23,7 @@ DEFAULT_WINDOW = 10
 SERIES_POINTS = 500
 TIMELINE_POINTS = 60
 LESSON_TEXT_CHARS = 300
+RECIPE_LINES_SHOWN = 12
 SOURCE_RUNS_SHOWN = 5
 STATUSES: tuple[str, ...] = get_args(LessonStatus)
 
@@ -187,9 +188,21 @@ def lesson_row(lesson: Lesson) -> dict[str, Any]:
         "source_runs": len(lesson.source_run_ids),
         "source_run_ids": lesson.source_run_ids[:SOURCE_RUNS_SHOWN],
         "recipe": lesson.recipe is not None,
+        "code": _code_shown(lesson),
         "first_seen": human_time(lesson.first_seen),
         "status_changed_at": human_time(lesson.status_changed_at),
     }
+
+
+def _code_shown(lesson: Lesson) -> str | None:
+    """The first lines of a recipe's code (what a run is handed), or None for a lesson without one."""
+    if lesson.recipe is None:
+        return None
+    lines = lesson.recipe.code.splitlines()
+    shown = "\n".join(line if len(line) <= LESSON_TEXT_CHARS else line[: LESSON_TEXT_CHARS - 1] + "…"
+                      for line in lines[:RECIPE_LINES_SHOWN])
+    more = len(lines) - RECIPE_LINES_SHOWN
+    return shown + (f"\n… ({more} more line{'' if more == 1 else 's'})" if more > 0 else "")
 
 
 def _lesson_order(lesson: Lesson) -> tuple[bool, int, float, str]:

@@ -23,7 +23,7 @@ h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2rem; }
 table { border-collapse: collapse; margin: 0.5rem 0; font-size: 0.9rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } td { white-space: pre-wrap; overflow-wrap: anywhere; }
-td:first-child { white-space: nowrap; }
+td:first-child, #lessons td:nth-child(2) { white-space: nowrap; }
 .note { color: #555; max-width: 60rem; } .plots img { display: block; max-width: 100%; margin: 1rem 0; }
 """
 

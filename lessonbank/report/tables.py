@@ -124,10 +124,15 @@ def lessons_table(document: dict[str, Any]) -> Table:
     rows = [
         [row["id"][:8], row["kind"] + _code_mark(row), row["status"], str(row["given"]),
          str(row["applied"]), str(row["helpful"]), str(row["harmful"]), f"{row['utility']:.2f}",
-         _evidence(row), str(row["source_runs"]), row["text"]]
+         _evidence(row), str(row["source_runs"]), _text(row)]
         for row in lessons[:LESSONS_SHOWN]
     ]
     return Table("Lessons", headers, rows, note)
+
+
+def _text(row: dict[str, Any]) -> str:
+    """The lesson's text, and under it the first lines of a recipe's code (what a run is handed)."""
+    return f"{row['text']}\n{row['code']}" if row.get("code") else row["text"]
 
 
 def _evidence(row: dict[str, Any]) -> str:
