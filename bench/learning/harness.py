@@ -57,6 +57,7 @@ class AgentConfig:
     max_steps: int = 6
     max_tokens: int = 600
     timeout: float = 900.0
+    seed: int = 0  # the set of variants and sampling seeds (0: the benchmark's usual one)
 
 
 @dataclass
@@ -89,9 +90,10 @@ class RunResult:
         return asdict(self)
 
 
-def run_seed(task: str, run_index: int) -> int:
-    """The sampling seed of a (task, run index): the same in every arm."""
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(task)) * 1009 + run_index * 7919) % 2_147_483_647
+def run_seed(task: str, run_index: int, seed: int = 0) -> int:
+    """The sampling seed of a (task, run index) in the set ``seed``: the same in every arm."""
+    return (sum(ord(c) * (i + 1) for i, c in enumerate(task)) * 1009 + run_index * 7919
+            + seed * 104_729) % 2_147_483_647
 
 
 class SeededModel(OpenAIServerModel):
@@ -199,7 +201,7 @@ def run_once(
     bank: str = "", settings: Settings | None = None,
 ) -> RunResult:
     """Run the agent of ``arm`` once on ``variant`` and check its answer (never raises for the agent's errors)."""
-    seed = run_seed(task.name, run_index)
+    seed = run_seed(task.name, run_index, config.seed)
     result = RunResult(task.name, arm.name, run_index, variant.key, seed, variant.answer)
     agent = make_agent(config, task, variant, seed)
     recorder = None

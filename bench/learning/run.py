@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=6, help="The agent's max_steps.")
     parser.add_argument("--n-ctx", type=int, default=8192, help="Context window of the llama.cpp server.")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of the llama.cpp server.")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="Another set of variants (ids, values) and sampling seeds behind the same traps; "
+                             "0, the default, is the set every earlier result used.")
     parser.add_argument("--out", type=Path, default=RESULTS, help="Directory for the JSON and the plot.")
     parser.add_argument("--name", default="", help="File name stem (default: learning, or learning-quick).")
     args = parser.parse_args(argv)
@@ -91,7 +94,8 @@ def run_meta(client: redis.Redis, run_id: str) -> dict[str, str]:
 def one_run(
     config: AgentConfig, svc: Services, client: redis.Redis | None, task: TrapTask, index: int, arm: Arm
 ) -> dict[str, Any]:
-    variant = task.variants()[index % len(task.variants())]
+    variants = task.variants(seed=config.seed)
+    variant = variants[index % len(variants)]
     result: RunResult = run_once(config, task, variant, arm, index, bank_name(arm, task), svc.settings)
     row = result.to_dict()
     if arm.memory and client is not None:
@@ -151,7 +155,8 @@ def run_all(args: argparse.Namespace, tasks: list[TrapTask], arms: list[Arm], wo
     """Every (task, run index, arm) in that order, the banks' lessons at the end; returns the model's name."""
     rows: list[dict[str, Any]] = payload["runs"]
     with services(workdir, args.model, any(a.memory for a in arms), args.n_ctx, args.threads) as svc:
-        config = AgentConfig(svc.llm_url, svc.llm_model, temperature=args.temperature, max_steps=args.max_steps)
+        config = AgentConfig(svc.llm_url, svc.llm_model, temperature=args.temperature, max_steps=args.max_steps,
+                             seed=args.seed)
         client = redis.Redis.from_url(svc.settings.redis_url) if svc.settings else None
         for task in tasks:
             for index in range(args.runs_per_task):

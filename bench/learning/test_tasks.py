@@ -30,10 +30,23 @@ def test_at_least_five_tasks_each_with_distinct_variants() -> None:
         assert [v.prompt for v in task.variants()] == [v.prompt for v in variants], "variants are not deterministic"
 
 
+def test_another_seed_gives_other_variants_behind_the_same_trap_and_seed_0_is_the_usual_set() -> None:
+    from harness import run_seed
+
+    for task in ALL_TASKS.values():
+        usual, other = task.variants(), task.variants(seed=1)
+        assert [v.prompt for v in task.variants(seed=0)] == [v.prompt for v in usual]
+        assert [v.prompt for v in task.variants(seed=1)] == [v.prompt for v in other], "not deterministic"
+        assert all(a.world != b.world for a, b in zip(usual, other, strict=True)), task.name
+    assert run_seed("invoice_cents", 2) == run_seed("invoice_cents", 2, 0) == 9_810_201  # the seeds results used
+    assert run_seed("invoice_cents", 2, 1) != run_seed("invoice_cents", 2)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("name", sorted(ALL_TASKS))
-def test_checker_accepts_the_answer_and_rejects_the_trap(name: str) -> None:
+def test_checker_accepts_the_answer_and_rejects_the_trap(name: str, seed: int) -> None:
     task = ALL_TASKS[name]
-    for variant in task.variants():
+    for variant in task.variants(seed=seed):
         assert task.check(variant, variant.answer)
         assert task.check(variant, str(variant.answer))
         assert not task.check(variant, None)

@@ -43,9 +43,10 @@ class TrapTask:
     tools: Callable[[Variant], list[Callable[..., Any]]]
     tolerance: float = 0.0
 
-    def variants(self, count: int = VARIANTS_PER_TASK) -> list[Variant]:
-        """``count`` variants, the same on every machine and every call (seeded by the task's name)."""
-        rng = random.Random(f"lessonbank-learning:{self.name}")
+    def variants(self, count: int = VARIANTS_PER_TASK, seed: int = 0) -> list[Variant]:
+        """``count`` variants, the same on every machine and every call (seeded by the task's name and
+        ``seed``: another ``seed`` gives other ids and values behind the same trap)."""
+        rng = random.Random(f"lessonbank-learning:{self.name}" + (f":{seed}" if seed else ""))
         return [self.build(rng, index) for index in range(count)]
 
     def check(self, variant: Variant, answer: Any) -> bool:
