@@ -2,7 +2,11 @@
 
 For a CodeAgent run, the code of the steps that did not fail, in order, minus what can be dropped
 safely: ``print``/``display`` calls and bare inspection expressions, assignments nobody reads whose
-value is computed without a call (or repeats the same call later), and imports nothing uses. For a
+value is computed without a call (or repeats the same call later), and imports nothing uses. What a
+failed step ran before its error is kept where later code needs it (``result = get_invoice(...)``
+before the line that raised), so the recipe does not use a name it never sets. The step that gave the
+answer is kept as it ran: a ``try`` that reached ``final_answer`` loses its print-only handlers, and
+nothing after the answer is kept. For a
 ToolCallingAgent run, the sequence of tool calls with their arguments. Secrets are redacted, the size
 capped, the code must parse.
 
@@ -27,7 +31,7 @@ from collections.abc import Iterable
 from lessonbank.core import fixtext
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.core.summary import step_failed
+from lessonbank.core.summary import failing_line, step_failed
 from lessonbank.workers import evidence
 from lessonbank.workers.shapes import read_literal
 
@@ -77,8 +81,23 @@ def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str])
     return not calls or all(call in later_calls for call in calls)
 
 
-def prune(statements: list[ast.stmt]) -> list[ast.stmt]:
-    """Drop inspection, dead assignments and unused imports (a backward pass over the statements)."""
+def _needed(stmt: ast.stmt, live: set[str]) -> bool:
+    """Whether ``stmt`` sets a name in ``live``, or (not an assignment: ``rows.extend(...)``, a loop) uses
+    one as data: calling a function that later code also calls does not make a statement needed."""
+    if _names(stmt, ast.Store) & live:
+        return True
+    if isinstance(stmt, ast.Assign | ast.AnnAssign):
+        return False
+    called = {n.func.id for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return bool((_names(stmt, ast.Load) - called) & live)
+
+
+def prune(statements: list[ast.stmt], optional: frozenset[int] = frozenset()) -> list[ast.stmt]:
+    """Drop inspection, dead assignments and unused imports (a backward pass over the statements).
+
+    ``optional``: the ``id()`` of statements kept only when later code needs them (what a failed step ran
+    before its error): one that neither sets nor uses a name the code after it reads is dropped, call or not.
+    """
     statements = [s for s in statements if not _is_inspection(s)]
     kept: list[ast.stmt] = []
     live: set[str] = set()
@@ -86,6 +105,8 @@ def prune(statements: list[ast.stmt]) -> list[ast.stmt]:
     for stmt in reversed(statements):
         if isinstance(stmt, ast.Import | ast.ImportFrom):
             kept.append(stmt)
+            continue
+        if id(stmt) in optional and not _needed(stmt, live):
             continue
         if not _calls_final_answer(stmt) and _droppable_assignment(stmt, live, later_calls):
             continue
@@ -107,6 +128,58 @@ def _parse(code: str) -> list[ast.stmt] | None:
         return ast.parse(code).body
     except (SyntaxError, ValueError, RecursionError):
         return None
+
+
+def ran_before_failure(step: StepRecord) -> list[ast.stmt]:
+    """The top-level statements a failed step ran before the one smolagents says it failed at (``Code
+    execution failed at line '<statement>'``): what they set is still there for the next step
+    (``result = get_invoice(...)`` before a ``print(result['total'])`` that raised). Empty when the
+    error names no statement of the code."""
+    named = failing_line(step.error_message)
+    parsed = _parse(step.code) if named else None
+    if not parsed:
+        return []
+    for index, stmt in enumerate(parsed):
+        if ast.get_source_segment(step.code, stmt) == named:
+            return parsed[:index]
+    return []
+
+
+def _final_answer_call(stmt: ast.stmt) -> bool:
+    """``final_answer(...)`` as a statement of its own: the code after it does not run."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id == "final_answer")
+
+
+def _only_reports(handler: ast.ExceptHandler, answer: str) -> bool:
+    """A handler that only prints, passes, raises or answers a constant other than the run's answer."""
+    return all(_constant_answer(stmt, answer) if _final_answer_call(stmt) else
+               isinstance(stmt, ast.Pass | ast.Raise) or _is_inspection(stmt) for stmt in handler.body)
+
+
+def answering_path(statements: list[ast.stmt], answer: str) -> list[ast.stmt]:
+    """The statements of the step that gave the run's answer, as they ran: a ``try`` whose body ends with
+    ``final_answer(...)`` and whose handlers only report (print, pass, answer another constant) ran its
+    body to the answer, so the body replaces it; nothing after the answer ran. Anything else is kept."""
+    out: list[ast.stmt] = []
+    for index, stmt in enumerate(statements):
+        if (answer and isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and stmt.body
+                and _final_answer_call(stmt.body[-1]) and all(_only_reports(h, answer) for h in stmt.handlers)
+                and not any(_final_answer_call(later) and not _constant_answer(later, answer)
+                            for later in statements[index + 1:])):
+            out.extend(stmt.body)
+        else:
+            out.append(stmt)
+        if _final_answer_call(out[-1]):
+            break
+    return out
+
+
+def _constant_answer(stmt: ast.stmt, answer: str) -> bool:
+    """``final_answer(<constant>)`` (a statement of its own) of a constant other than the run's answer: it did
+    not give the answer."""
+    args = stmt.value.args  # type: ignore[attr-defined]
+    return len(args) == 1 and isinstance(args[0], ast.Constant) and str(args[0].value).strip() != answer
 
 
 def is_param(literal: str, task: str) -> bool:
@@ -342,12 +415,20 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
                  verified_by: str) -> Recipe | None:
     checks: list[str] = []
     parsed_steps: list[tuple[list[ast.stmt], str]] = []
+    optional: set[int] = set()  # what failed steps ran before their error: kept only where later code needs it
+    answer = evidence.final_answer(steps)
     for step in steps:
-        if step.kind != "action" or step_failed(step) or not step.code.strip():
+        if step.kind != "action" or not step.code.strip():
+            continue
+        if step_failed(step):
+            ran = ran_before_failure(step)
+            optional.update(id(stmt) for stmt in ran)
+            if ran:
+                parsed_steps.append((ran, step.observations))
             continue
         parsed = _parse(step.code)
         if parsed is not None:
-            parsed_steps.append((parsed, step.observations))
+            parsed_steps.append((answering_path(parsed, answer) if step.is_final else parsed, step.observations))
     answer_from_variables(parsed_steps, task)
     if not any(_calls_final_answer(stmt) for statements, _ in parsed_steps for stmt in statements):
         answered = (answer_where_printed(parsed_steps, evidence.final_answer(steps), task)
@@ -356,7 +437,7 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
             return None
         parsed_steps = answered
         checks.append("answer:printed")
-    kept = prune([stmt for statements, _ in parsed_steps for stmt in statements])
+    kept = prune([stmt for statements, _ in parsed_steps for stmt in statements], frozenset(optional))
     if not kept or not any(_calls_final_answer(s) for s in kept):
         return None
     code = redactor.redact("\n".join(ast.unparse(s) for s in kept))

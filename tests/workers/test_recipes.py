@@ -256,3 +256,77 @@ def test_hostile_printed_structures_are_refused_quickly() -> None:
                          ["get_weather"], Redactor(), "check")
         assert time.perf_counter() - started < 2.0, printed[:20]
         assert recipe is None or recipe.code.endswith("final_answer(t['x'])"), printed[:20]
+
+
+def failed_at(code: str, statement: str, error: str = "InterpreterError: Could not index it: KeyError: 'x'") -> str:
+    """The error smolagents writes for a step whose top-level ``statement`` raised."""
+    assert statement in code
+    return f"Code execution failed at line '{statement}' due to: {error}"
+
+
+INVOICE_1769 = "Using get_invoice, what is the total of invoice INV-1769 in euros? Answer with the number only."
+PRINT_TOTAL = "print(f\"The total amount of invoice INV-1769 is {result['total_cents']} cents.\")"
+# A learning-benchmark run, as it ran: step 1 set `result`, then failed on a key the invoice does not have;
+# step 2 answered from `result` inside a try whose handler only prints, then a dead fallback answer.
+SET_THEN_FAILED = f"result = get_invoice(\"INV-1769\")\n{PRINT_TOTAL}\neuros_total = result['total_cents'] / 100\n" \
+                  "final_answer(euros_total)"
+ANSWERED_IN_TRY = ("try:\n    total_cents = sum(line['unit_price_cents'] * line['qty'] for line in result['lines'])\n"
+                   "    euros_total = total_cents / 100\n    final_answer(euros_total)\nexcept KeyError:\n"
+                   "    print(\"The 'total_cents' key is missing in the invoice.\")\nfinal_answer(\"Error\")")
+
+
+def test_what_a_failed_step_set_before_its_error_is_kept_and_the_answering_try_is_the_code_that_ran() -> None:
+    steps = [step(0, SET_THEN_FAILED, error=failed_at(SET_THEN_FAILED, PRINT_TOTAL)),
+             step(1, ANSWERED_IN_TRY, is_final=True, action_output="367.33")]
+    recipe = extract(steps, INVOICE_1769, ["get_invoice"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code.splitlines() == [
+        "result = get_invoice('INV-1769')",
+        "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))",
+        "euros_total = total_cents / 100",
+        "final_answer(euros_total)",
+    ]
+    assert recipe.params == ["INV-1769"]
+    # before: `result` was used and never set, and the handler's 'total_cents' and the dead 'Error' answer came along
+    assert "total_cents'" not in recipe.code and "Error" not in recipe.code
+
+
+def test_a_failed_step_gives_only_what_later_code_needs_and_nothing_when_its_error_names_no_statement() -> None:
+    fetch = "orders = list_orders(date='2024-03-05')\nrows = []\nfor page in (1, 2):\n" \
+            "    rows.extend(list_orders(date='2024-03-05', page=page)['orders'])\nfinal_answer(len(orders))"
+    steps = [step(0, fetch, error=failed_at(fetch, "final_answer(len(orders))", "TypeError: object has no len()")),
+             step(1, "final_answer(len(rows))", is_final=True, action_output="9")]
+    recipe = extract(steps, TASK, ["list_orders"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code.splitlines() == [  # the loop that filled `rows` ran and is needed; the unused call is not
+        "rows = []", "for page in (1, 2):", "    rows.extend(list_orders(date='2024-03-05', page=page)['orders'])",
+        "final_answer(len(rows))"]
+    unnamed = [step(0, fetch, error="InterpreterError: the statement is not named"),
+               step(1, "final_answer(len(rows))", is_final=True, action_output="9")]
+    capped = [step(0, fetch, error=failed_at(fetch, "final_answer(len(orders))")[:40]),
+              step(1, "final_answer(len(rows))", is_final=True, action_output="9")]
+    for run in (unnamed, capped):
+        recipe = extract(run, TASK, ["list_orders"], Redactor(), "check")
+        assert recipe is not None and recipe.code == "final_answer(len(rows))"
+
+
+def test_a_try_stays_whole_unless_its_body_gave_the_answer_and_its_handlers_only_report() -> None:
+    def code_of(code: str, answer: str = "12", final: bool = True) -> str:
+        steps = [step(0, code, is_final=final, action_output=answer if final else "")]
+        if not final:
+            steps.append(step(1, "final_answer(n)", is_final=True, action_output=answer))
+        recipe = extract(steps, TASK, ["count"], Redactor(), "signals")
+        assert recipe is not None
+        return recipe.code
+
+    reporting = "try:\n    n = count()\n    final_answer(n)\nexcept ValueError:\n    print('no count')\n"
+    assert code_of(reporting) == "n = count()\nfinal_answer(n)"
+    assert code_of(reporting + "final_answer('unknown')") == "n = count()\nfinal_answer(n)"
+    assert code_of(reporting + "final_answer('unknown')", answer="unknown").startswith("try:")  # the handler's answer
+    assert code_of(reporting + "final_answer(n)").startswith("try:")  # a later answer may have given it
+    assert code_of(reporting.replace("print('no count')", "n = 0")).startswith("try:")  # a handler that sets
+    assert code_of(reporting.replace("    final_answer(n)\n", "")
+                   + "final_answer(n)").startswith("try:")  # the body does not answer
+    assert code_of("try:\n    n = count()\nexcept ValueError:\n    print('no count')\n", final=False).startswith(
+        "try:")  # a step that did not give the answer
+    assert code_of("n = count()\nfinal_answer(n)\nprint('done')\nfinal_answer(0)") == "n = count()\nfinal_answer(n)"
