@@ -116,6 +116,8 @@ _TRANSCRIPT = re.compile(
     r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
     # "The previous run failed because of an invalid date format." (the learning benchmark's distiller)
     r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first) (?:run|attempt|try)s?\b"
+    # smolagents' own framing of a step's error, copied: "The code execution failed at line '...' due to: ..."
+    r"|\bcode execution failed at line\b"
     r"|\b(?:the|this) (?:run|agent) (?:ended|failed|succeeded|finished|was judged|stopped|gave up)\b"
     r"|\bthe (?:code )?snippet\b|^\W*the (?:task|goal|question) (?:was|is) to\b"
     r"|\brecorded outcome\b|\bjudged (?:a )?(?:success|failure)\b|\bfinal answer (?:was|is):? |\bfinal answer: "

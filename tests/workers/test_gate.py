@@ -47,6 +47,8 @@ JUNK = [
     # written by the local 1.5B distiller in a real run of the learning benchmark's date task
     ("refers_to_transcript", "The previous run failed because of an invalid date format."),
     ("refers_to_transcript", "An earlier attempt passed the date as 2024-03-17, which the service refused."),
+    ("refers_to_transcript", "The code execution failed at line 'for line in invoice['lines']:' due to: "
+                             "InterpreterError: The variable `invoice` is not defined."),
     ("refers_to_transcript", "The total amount of the invoice was calculated by summing up the product of quantity "
                              "and unit price in cents, then dividing by 100."),  # the 1.5B distiller's, given
                                                                                   # next to the recipe
