@@ -116,7 +116,25 @@ def prune(statements: list[ast.stmt], optional: frozenset[int] = frozenset()) ->
         later_calls.update(_calls(stmt))
     kept.reverse()
     used = set().union(*(_names(s, ast.Load) for s in kept)) if kept else set()
-    return [s for s in kept if not isinstance(s, ast.Import | ast.ImportFrom) or _import_used(s, used)]
+    return _imported_once([s for s in kept if not isinstance(s, ast.Import | ast.ImportFrom) or _import_used(s, used)])
+
+
+def _imported_once(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """Each import once: a step that failed and the step that redid its work both import ``csv``."""
+    seen: set[tuple[str | int | None, ...]] = set()
+    out: list[ast.stmt] = []
+    for stmt in statements:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            source = ("from", stmt.module, stmt.level) if isinstance(stmt, ast.ImportFrom) else ("import",)
+            fresh = [alias for alias in stmt.names if (*source, alias.name, alias.asname) not in seen]
+            seen.update((*source, alias.name, alias.asname) for alias in fresh)
+            if not fresh:
+                continue
+            if len(fresh) < len(stmt.names):
+                stmt = copy.copy(stmt)
+                stmt.names = fresh
+        out.append(stmt)
+    return out
 
 
 def _import_used(stmt: ast.Import | ast.ImportFrom, used: set[str]) -> bool:

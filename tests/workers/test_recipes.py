@@ -330,3 +330,16 @@ def test_a_try_stays_whole_unless_its_body_gave_the_answer_and_its_handlers_only
     assert code_of("try:\n    n = count()\nexcept ValueError:\n    print('no count')\n", final=False).startswith(
         "try:")  # a step that did not give the answer
     assert code_of("n = count()\nfinal_answer(n)\nprint('done')\nfinal_answer(0)") == "n = count()\nfinal_answer(n)"
+
+
+def test_an_import_a_failed_step_and_the_step_that_redid_its_work_both_made_is_kept_once() -> None:
+    failing = ("import csv, io\ntext = read_text_file(path='sales.csv')\n"
+               "rows = list(csv.DictReader(io.StringIO(text)))\ntotal = sum(float(row['amount']) for row in rows)")
+    redo = "import csv, io, json\nrows = list(csv.DictReader(io.StringIO(text), delimiter=';'))\n" \
+           "final_answer(json.dumps(round(sum(float(row['amount']) for row in rows), 2)))"
+    steps = [step(0, failing, error=failed_at(failing, "total = sum(float(row['amount']) for row in rows)")),
+             step(1, redo, is_final=True, action_output="300.0")]
+    recipe = extract(steps, "Total of the 'amount' column in sales.csv?", ["read_text_file"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code.splitlines()[:3] == ["import csv, io", "text = read_text_file(path='sales.csv')", "import json"]
+    assert "delimiter=';'" in recipe.code and recipe.code.count("rows = ") == 1
