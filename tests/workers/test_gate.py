@@ -46,6 +46,9 @@ JUNK = [
     ("refers_to_transcript", "As shown in step 3, the header line lists the columns of the file."),
     # written by the local 1.5B distiller in a real run of the learning benchmark's date task
     ("refers_to_transcript", "The previous run failed because of an invalid date format."),
+    # the report example's distiller (the demo's scripted agent, the 1.5B model)
+    ("refers_to_transcript", "The agent read the CSV file and used a delimiter to split the fields. It then "
+                             "calculated the sum of the 'amount' column."),
     ("refers_to_transcript", "An earlier attempt passed the date as 2024-03-17, which the service refused."),
     ("refers_to_transcript", "The code execution failed at line 'for line in invoice['lines']:' due to: "
                              "InterpreterError: The variable `invoice` is not defined."),
