@@ -183,14 +183,19 @@ def answering_path(statements: list[ast.stmt], answer: str) -> list[ast.stmt]:
     for index, stmt in enumerate(statements):
         if (answer and isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and stmt.body
                 and _final_answer_call(stmt.body[-1]) and all(_only_reports(h, answer) for h in stmt.handlers)
-                and not any(_final_answer_call(later) and not _constant_answer(later, answer)
-                            for later in statements[index + 1:])):
+                and not any(_may_answer(later, answer) for later in statements[index + 1:])):
             out.extend(stmt.body)
         else:
             out.append(stmt)
         if _final_answer_call(out[-1]):
             break
     return out
+
+
+def _may_answer(stmt: ast.stmt, answer: str) -> bool:
+    """Whether ``stmt`` could have given the run's answer: it calls ``final_answer`` anywhere in it (``if x:
+    final_answer(y)`` too), unless it is ``final_answer`` of another constant."""
+    return _calls_final_answer(stmt) and not (_final_answer_call(stmt) and _constant_answer(stmt, answer))
 
 
 def _constant_answer(stmt: ast.stmt, answer: str) -> bool:

@@ -324,6 +324,7 @@ def test_a_try_stays_whole_unless_its_body_gave_the_answer_and_its_handlers_only
     assert code_of(reporting + "final_answer('unknown')") == "n = count()\nfinal_answer(n)"
     assert code_of(reporting + "final_answer('unknown')", answer="unknown").startswith("try:")  # the handler's answer
     assert code_of(reporting + "final_answer(n)").startswith("try:")  # a later answer may have given it
+    assert code_of(reporting + "if n is None:\n    final_answer(n)").startswith("try:")  # a nested one too
     assert code_of(reporting.replace("print('no count')", "n = 0")).startswith("try:")  # a handler that sets
     assert code_of(reporting.replace("    final_answer(n)\n", "")
                    + "final_answer(n)").startswith("try:")  # the body does not answer
