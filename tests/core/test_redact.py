@@ -4,14 +4,16 @@ on 64 KB inputs built to make a backtracking regex go quadratic."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import random
+import re
 import time
 from collections.abc import Callable
 
 import pytest
 
 from lessonbank.core.exceptions import ConfigurationError
-from lessonbank.core.redact import DEFAULT_RULES, REDACTED, Redactor, fold
+from lessonbank.core.redact import DEFAULT_RULES, REDACTED, Redactor, Rule, fold
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq1w2\nabcdEFGH1234\n-----END RSA PRIVATE KEY-----"
 OPENSSH = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAA\n"
@@ -133,6 +135,25 @@ SECRETS = [
      "Private-MAC: 6a1f2e", "AAAAgQDx9Jk", ""),
 ]
 
+# A secret for each rule the table above does not reach, so that every rule finds one (made-up values).
+MORE_SECRETS = {
+    "stripe_webhook_secret": "STRIPE_WEBHOOK=whsec_4eC39HqLyjWDarjtT1zdp7dc",
+    "google_oauth_token": "access token ya29.a0AfH6SMBx3kQ9vLrT2nWq8Zp from the flow",
+    "twilio_account_sid": "Client(AC0123456789abcdef0123456789abcdef, token)",
+    "replicate_token": "REPLICATE=r8_Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0YaE",
+    "perplexity_key": "pplx-Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0YaEu",
+    "xai_key": "key xai-Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0YaEuTq2Lm9Pz4K in use",
+    "nvidia_key": "NVIDIA nvapi-Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0YaEuTq2Lm9Pz4K",
+    "langsmith_key": "LANGSMITH lsv2_pt_Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0YaEu",
+    "databricks_token": "host=x dapi0123456789abcdef0123456789abcdef done",
+    "shopify_token": "shop shpat_0123456789abcdef0123456789abcdef done",
+    "digitalocean_token": "DO dop_v1_" + "0123456789abcdef" * 4 + " done",
+    "square_token": "square sq0atp-Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf done",
+    "postman_key": "postman PMAK-Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0 done",
+    "atlassian_token": "jira ATATT3xFfGF0Xq2Lm9Pz4Kt7Vb1Nc6Hd3Jf8Gs5Wr0YaEuTq2Lm9Pz4Kt7Vb1N done",
+    "credential_assignment": 'credentials = "c0rrect-h0rse-battery"',
+}
+
 UUID = "5b0f3c1e-8f7d-4b8e-9a57-2f1c3e4d5a6b"
 IMAGE = base64.b64encode(random.Random(3).randbytes(3000)).decode()
 
@@ -243,6 +264,56 @@ def test_text_whose_lower_case_is_longer_keeps_positions(redactor):
     assert redactor.redact(text) == f"İstanbul İ password={REDACTED} İ"
 
 
+def _ungated(rule: Rule) -> Rule:
+    """``rule`` run on every text. The AWS secret key's triggers are words near the key, not in it: they stay."""
+    return rule if rule.name == "aws_secret_access_key" else dataclasses.replace(rule, triggers=())
+
+
+def _table_texts() -> list[str]:
+    texts = [c[1] for c in SECRETS] + list(MORE_SECRETS.values()) + [c[1] for c in MUST_KEEP]
+    return texts + [t.upper() for t in texts] + [t.lower() for t in texts] + [t.swapcase() for t in texts]
+
+
+def test_every_rule_finds_a_secret_of_the_tables():
+    texts = [c[1] for c in SECRETS] + list(MORE_SECRETS.values())
+    missing = [rule.name for rule in DEFAULT_RULES if not any(rule.spans(t, fold(t)) for t in texts)]
+    assert not missing
+
+
+def test_a_rule_skipped_for_its_triggers_could_not_have_matched():
+    """Every rule runs only on text holding one of its triggers (most fields hold none of most rules' triggers):
+    a trigger must be something every match contains."""
+    assert all(rule.triggers for rule in DEFAULT_RULES)
+    wrong = []
+    for text in _table_texts():
+        folded = fold(text)
+        for rule in DEFAULT_RULES:
+            if rule.spans(text, folded) != _ungated(rule).spans(text, folded):
+                wrong.append((rule.name, text[:60]))
+    assert not wrong
+
+
+def test_the_redactor_skips_a_rule_whose_triggers_are_absent(monkeypatch):
+    calls: list[str] = []
+    redactor = Redactor()
+    redactor.rules = tuple(dataclasses.replace(rule, pattern=_Spy(rule.pattern, rule.name, calls))
+                           for rule in redactor.rules)
+    assert redactor.redact("x = 3") == "x = 3"
+    assert calls == ["card_number"]  # '3' could open a card number; nothing else could match
+    calls.clear()
+    assert REDACTED in redactor.redact("use ghp_" + "a1B2" * 9)
+    assert "github_token" in calls and "openai_key" not in calls
+
+
+class _Spy:
+    def __init__(self, pattern: re.Pattern[str], name: str, calls: list[str]) -> None:
+        self.pattern, self.name, self.calls = pattern, name, calls
+
+    def search(self, *args: object) -> re.Match[str] | None:
+        self.calls.append(self.name)
+        return self.pattern.search(*args)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------------------------ time
 SIZE = 64 * 1024
 # A rule is slow when it takes over BOUND on 64 KB (best of 3) *and* its time grows faster than the input: a
@@ -350,7 +421,7 @@ def test_every_rule_is_linear_on_adversarial_input():
     texts = {seed: _inputs(seed) for seeds in ADVERSARIAL.values() for seed in seeds}
     texts.update({seed: _inputs(seed) for seed in GENERIC_SEEDS})
     folded = {id(t): fold(t) for ts in texts.values() for t in ts}
-    for rule in DEFAULT_RULES:
+    for rule in map(_ungated, DEFAULT_RULES):  # a hostile text can hold a trigger: the pattern itself is timed
         for seed in ADVERSARIAL[rule.name] + GENERIC_SEEDS:
             for which, text in enumerate(texts[seed]):
                 if _best_of_3(rule.spans, text, folded[id(text)]) <= BOUND:
