@@ -338,20 +338,33 @@ class Redactor:
                 rules.append(Rule(f"extra_{index}", re.compile(source)))
             except re.error as e:
                 raise ConfigurationError(f"redact pattern {source!r} is not a valid regex: {e}") from e
-        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.rules = tuple(rules)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return self._rules
+
+    @rules.setter
+    def rules(self, rules: Iterable[Rule]) -> None:
+        self._rules = tuple(rules)
+        self._always = frozenset(i for i, rule in enumerate(self._rules) if not rule.triggers)
+        by_trigger: dict[str, list[int]] = {}
+        for i, rule in enumerate(self._rules):
+            for trigger in rule.triggers:
+                by_trigger.setdefault(trigger, []).append(i)
+        self._by_trigger = tuple(by_trigger.items())
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The secrets in ``text``, as sorted, disjoint ``(start, end)`` ranges."""
         folded = fold(text)
+        chosen = set(self._always)
+        for trigger, indexes in self._by_trigger:  # each distinct trigger looked for once
+            if trigger in folded:
+                chosen.update(indexes)
         found: list[tuple[int, int]] = []
-        for rule in self.rules:
-            if rule.triggers:  # checked here too: most fields hold none of most rules' triggers
-                for trigger in rule.triggers:
-                    if trigger in folded:
-                        break
-                else:
-                    continue
-            found += rule.spans(text, folded)
+        rules = self._rules
+        for i in sorted(chosen):
+            found += rules[i].spans(text, folded)
         found.sort()
         merged: list[tuple[int, int]] = []
         for start, end in found:
