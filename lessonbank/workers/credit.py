@@ -9,7 +9,9 @@ the run used what its corrected line changed: the same new key or literal, or a 
 everything retrieved together reinforces noise. A failed run blames an observed fix only if one of its
 failing lines is the fix's own (the same call with the corrected value): the fix says how one call
 works, not how the whole run ends. An observed shape is applied when the run subscripts its records'
-path (``['data']['items']``), and blamed by a failed run only when a failing line does.
+path (``['data']['items']``), and blamed by a failed run only when a failing line does. A recipe is
+blamed by a failed run only when a step reproduced it (``unfollowed``): in the learning benchmark every
+failed run given a right recipe had changed it (a dropped loop, a ``round()``, another date format).
 
 The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a
 run gave is kept with the run, so a later verdict (a user's feedback after distillation) replaces it
@@ -235,6 +237,112 @@ def altered(lesson: Lesson, run: Atoms, task: str) -> bool:
     recipe = code_atoms(lesson.recipe.code) if lesson.recipe.language == "python" else text_atoms(lesson.recipe.code)
     extra = {name for name in run.names - recipe.names - COMMON_NAMES if "." not in name and len(name) > 2}
     return bool(extra)
+
+
+class _Skeleton(ast.NodeTransformer):
+    """Names the code assigns become ``v`` (``self.seen`` lists them in order); constants become their shape
+    (``'INV-1471'`` -> ``'a-9'``), except subscript keys (``row['amount_cents']`` stays: a key is a fact)."""
+
+    def __init__(self, stored: set[str]) -> None:
+        self.stored = stored
+        self.seen: list[str] = []
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.stored:
+            self.seen.append(node.id)
+            return ast.Name("v", node.ctx)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        node.value = self.visit(node.value)
+        if not isinstance(node.slice, ast.Constant):
+            node.slice = self.visit(node.slice)
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return node if isinstance(node.value, bool) or node.value is None else ast.Constant(fixtext.shape(node.value))
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers")
+
+
+def _quiet(node: ast.stmt) -> bool:
+    """A statement that cannot change an answer: an import, ``pass``, a bare ``print(...)``."""
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)):
+        return True
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "print")
+
+
+Statement = tuple[str, tuple[str, ...]]
+
+
+def statements(*codes: str) -> list[Statement]:
+    """The statements of ``codes`` (a run's steps: smolagents keeps variables from step to step) in order,
+    nested ones included (a compound statement as its header), each as (skeleton, the assigned names it
+    uses in order), less those that cannot change an answer. Code that does not parse adds nothing."""
+    trees = []
+    for code in codes:
+        try:
+            trees.append(ast.parse(code))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+    stored = {node.id for tree in trees for node in ast.walk(tree)
+              if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    found: list[Statement] = []
+
+    def add(body: list[ast.stmt]) -> None:
+        for node in body:
+            if _quiet(node):
+                continue
+            nested = [getattr(node, name) for name in ("body", "orelse", "finalbody") if hasattr(node, name)]
+            nested += [handler.body for handler in getattr(node, "handlers", [])]
+            head = type(node)(**{k: ([] if k in _BODIES else v) for k, v in ast.iter_fields(node)})
+            skeleton = _Skeleton(stored)
+            found.append((ast.dump(skeleton.visit(head)), tuple(skeleton.seen)))
+            for part in nested:
+                add(part)
+
+    for tree in trees:
+        try:
+            add(tree.body)
+        except RecursionError:
+            continue
+    return found
+
+
+def _in_order(wanted: list[Statement], seen: list[Statement]) -> bool:
+    """Each wanted statement matches a later seen one: the same skeleton, names renamed one to one."""
+    forward: dict[str, str] = {}
+    backward: dict[str, str] = {}
+    position = 0
+    for shape, names in wanted:
+        for index in range(position, len(seen)):
+            other, others = seen[index]
+            if other != shape or len(others) != len(names):
+                continue
+            pairs = set(zip(names, others, strict=True))
+            if all(forward.get(a, b) == b and backward.get(b, a) == a for a, b in pairs) \
+                    and len({a for a, _ in pairs}) == len({b for _, b in pairs}) == len(pairs):
+                forward.update(pairs)
+                backward.update((b, a) for a, b in pairs)
+                position = index + 1
+                break
+        else:
+            return False
+    return True
+
+
+def unfollowed(lesson: Lesson, steps: Iterable[StepRecord]) -> bool:
+    """A recipe the run applied but did not reproduce: its code (step after step) does not hold the recipe's
+    statements in order, with names renamed one to one and values of the same shape (a dropped loop, a
+    ``round()`` added, another date format, one more division before the answer). A small model copies a
+    recipe badly as often as not; the failure of such a run says nothing about the recipe, so it is not
+    blamed (its success still counts as help)."""
+    if lesson.recipe is None or lesson.recipe.language != "python":
+        return False
+    wanted = statements(lesson.recipe.code)
+    return bool(wanted) and not _in_order(wanted, statements(*(s.code for s in steps if s.kind == "action")))
 
 
 def chance_good(helpful: int, harmful: int) -> float:

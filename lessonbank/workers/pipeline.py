@@ -332,7 +332,8 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
             atoms = credit.run_atoms(run.steps)
             applied = {lesson.id for lesson in lessons if credit.applied(lesson, atoms, run.task)}
             altered = {lesson.id for lesson in lessons if lesson.id in applied and (
-                credit.altered(lesson, atoms, run.task) or credit.blameless(lesson, run.steps, run.task))}
+                credit.altered(lesson, atoms, run.task) or credit.blameless(lesson, run.steps, run.task)
+                or credit.unfollowed(lesson, run.steps))}
         else:  # the steps expired: what the run applied was decided when they were there
             applied = {lid for lid, flags in (previous or {}).get("lessons", {}).items() if flags.get("applied")}
             altered = {lid for lid in applied if not previous or not previous["lessons"][lid].get("harmful")}

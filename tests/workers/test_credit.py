@@ -10,7 +10,15 @@ from qdrant_client import QdrantClient
 
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers.credit import IDLE_AFTER, applied, apply_credit, chance_good, run_atoms, should_retire
+from lessonbank.workers.credit import (
+    IDLE_AFTER,
+    applied,
+    apply_credit,
+    chance_good,
+    run_atoms,
+    should_retire,
+    unfollowed,
+)
 
 TASK = "What is the total of the 'amount' column in /data/sales.csv?"
 SEMI = "The sales CSV separates fields with ';': pass delimiter=';' to csv.DictReader."
@@ -140,3 +148,68 @@ def test_a_recipe_the_run_altered_is_not_blamed_for_its_failure(store: LessonSto
     apply_credit(store, "b", [lesson.id], {lesson.id}, "failure", None, altered_ids={lesson.id})
     stored = store.get("b", [lesson.id])[0]
     assert (stored.applied, stored.harmful) == (1, 0)
+
+
+# Recipes as the learning benchmark handed them out, and the code of the runs that were given them and failed.
+INVOICE_RECIPE = Recipe(code="result = get_invoice('INV-1769')\n"
+                             "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
+                             "euros_total = total_cents / 100\nfinal_answer(euros_total)", params=["INV-1769"],
+                        fingerprint="inv")
+WEATHER_RECIPE = Recipe(code="weather_records = get_weather(city='Lyon', date='08.06.2024')\n"
+                             "final_answer(weather_records['records'][0]['max_c'])", params=["Lyon", "08.06.2024"],
+                        fingerprint="wx")
+COPIED_BADLY = [
+    (INVOICE_RECIPE, "result = get_invoice('INV-3883')\n"  # the loop over the lines dropped
+                     "total_cents = result['lines'][0]['unit_price_cents'] * result['lines'][0]['qty']\n"
+                     "euros_total = total_cents / 100\nfinal_answer(euros_total)"),
+    (INVOICE_RECIPE, "result = get_invoice('INV-6460')\n"  # one more division before the answer
+                     "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
+                     "euros_total = total_cents / 100\nin_euros = euros_total / 100\nfinal_answer(in_euros)"),
+    (INVOICE_RECIPE, "result = get_invoice('INV-6460')\n"  # rounded
+                     "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
+                     "euros_total = round(total_cents / 100)\nfinal_answer(euros_total)"),
+    (WEATHER_RECIPE, "weather_records = get_weather(city='Porto', date='2024-09-06')\n"  # another date format
+                     "final_answer(weather_records['records'][0]['max_c'])"),
+]
+COPIED = [
+    (INVOICE_RECIPE, "import json\ninv = get_invoice('INV-3883')\nprint(inv)\n"  # other names and values, prints
+                     "cents = sum(l['unit_price_cents'] * l['qty'] for l in inv['lines'])\n"
+                     "total = cents / 100\nprint(total)\nfinal_answer(total)"),
+    (INVOICE_RECIPE, "for attempt in range(1):\n    result = get_invoice('INV-3883')\n"  # inside a block
+                     "    total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
+                     "    euros_total = total_cents / 100\n    final_answer(euros_total)"),
+    (WEATHER_RECIPE, "w = get_weather(city='Porto', date='06.09.2024')\nfinal_answer(w['records'][0]['max_c'])"),
+]
+SPLIT = ["result = get_invoice('INV-4356')\nprint(result)",  # one step fetches, the next computes and answers
+         "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
+         "euros_total = total_cents / 100\nfinal_answer(euros_total)"]
+
+
+@pytest.mark.parametrize(("recipe", "code"), COPIED_BADLY)
+def test_a_recipe_the_run_did_not_reproduce_is_applied_but_not_blamed(recipe: Recipe, code: str) -> None:
+    lesson = Lesson.new("b", "approach", "Working code for: the task", recipe=recipe)
+    task = "What is it? Answer with the number only."
+    assert applied(lesson, run_atoms(run_of(code)), task)
+    assert unfollowed(lesson, run_of(code))
+    assert unfollowed(lesson, run_of("x = 1") + run_of(code))
+
+
+@pytest.mark.parametrize(("recipe", "code"), COPIED)
+def test_a_recipe_the_run_reproduced_is_blamed(recipe: Recipe, code: str) -> None:
+    lesson = Lesson.new("b", "approach", "Working code for: the task", recipe=recipe)
+    assert not unfollowed(lesson, run_of("this is not python (") + run_of(code))
+
+
+def test_a_recipe_reproduced_over_several_steps_is_blamed() -> None:
+    lesson = Lesson.new("b", "approach", "Working code for: the task", recipe=INVOICE_RECIPE)
+    steps = [StepRecord(id=f"r:{i}", bank="b", run_id="r", kind="action", seq=i, code=code)
+             for i, code in enumerate(SPLIT)]
+    assert not unfollowed(lesson, steps)
+    assert unfollowed(lesson, steps[::-1])  # the answer before the invoice is fetched is not the recipe
+
+
+def test_only_a_python_recipe_is_compared() -> None:
+    prose = Lesson.new("b", "approach", "Call get_invoice and sum the lines.")
+    calls = Lesson.new("b", "approach", "Tool calls that worked", recipe=Recipe(
+        code="get_invoice(invoice_id='A-1')", language="tool_calls", fingerprint="t"))
+    assert not unfollowed(prose, run_of("x = 1")) and not unfollowed(calls, run_of("x = 1"))

@@ -626,3 +626,29 @@ def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_s
     distill_one(deps, "b", again)  # the same structure printed by another run: more evidence, one fact
     (shape,) = [lesson for lesson in store.list("b") if lesson.tags == ["shape"]]
     assert shape.evidence == 2 and shape.source_run_ids == [first, again]
+
+
+def test_a_failed_run_blames_a_recipe_only_if_it_reproduced_it(deps: Deps, openai_server: FakeOpenAI,
+                                                                store: LessonStore) -> None:
+    from lessonbank.core.models import Recipe
+
+    openai_server.default = Reply(content=lessons_json())
+    code = ("count = 0\npage = 1\nwhile True:\n    data = list_orders(date='2024-03-05', page=page)\n"
+            "    count += len(data['orders'])\n    if page >= data['pages']:\n        break\n    page += 1\n"
+            "final_answer(count)")
+    recipe = Lesson.new("b", "approach", "Working code for: count the orders",
+                        recipe=Recipe(code=code, params=["2024-03-05"], fingerprint="orders"))
+    store.upsert([recipe])
+    copies = {"faithful": code.replace("2024-03-05", "2024-04-01").replace("count", "n"),
+              "one page": code.replace("    if page >= data['pages']:\n        break\n    page += 1\n", "    break\n")}
+    harm = {}
+    for name, run_code in copies.items():
+        run_id = write_run(deps.redis, "b", task=ORDERS_TASK, run_id=name.replace(" ", "-"), outcome="success",
+                           steps=[action(name.replace(" ", "-"), 0, run_code, "Execution logs:\n4")])
+        deps.redis.hset(run_key(run_id), mapping={"given": json.dumps([recipe.id]), "check": "pending"})
+        runs.set_verdict(deps.redis, "b", run_id, False, "check", "wrong count", "q")
+        before = store.get("b", [recipe.id])[0]
+        distill_one(deps, "b", run_id)
+        after = store.get("b", [recipe.id])[0]
+        harm[name] = (after.applied - before.applied, after.harmful - before.harmful)
+    assert harm == {"faithful": (1, 1), "one page": (1, 0)}
