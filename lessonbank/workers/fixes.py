@@ -127,6 +127,18 @@ class _Skeleton(ast.NodeTransformer):
             return ast.Name(id="_", ctx=ast.Load())
         return node if id(node) in self.keys else ast.Constant(value=fixtext.shape(node.value))
 
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:  # noqa: N802
+        """An f-string holds only text and ``{...}`` parts: its text stays text (``_`` or its shape)."""
+        values: list[ast.expr] = []
+        for part in node.values:
+            if isinstance(part, ast.Constant):
+                text = "_" if repr(part.value) in self.shared else fixtext.shape(part.value)
+                values.append(ast.Constant(value=text))
+            else:
+                values.append(self.visit(part))
+        node.values = values
+        return node
+
 
 def _skeleton(tree: ast.Module, shared: set[str]) -> str:
     called = {name for name in _calls(tree) if "." not in name}

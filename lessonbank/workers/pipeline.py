@@ -16,10 +16,10 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.exceptions import LockError
@@ -40,6 +40,7 @@ from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.transcript import build_transcript, transcript_tokens
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHECK_WAIT = 30.0
 CHECK_POLL = 0.2
@@ -204,7 +205,8 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     drafts = _screen(deps, run, output.lessons, given)
     recipe = None
     if verdict == "success" and source in TRUSTED and deps.settings.recipes:
-        recipe = recipes.extract(run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source)
+        recipe = _best_effort(run, "a recipe", lambda: recipes.extract(
+            run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source), None)
     observed = _observed(deps, run)
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=vouches(run, verdict, source),
                                     observed=observed, failed=judged_failed(verdict, source))
@@ -259,15 +261,28 @@ class Observed:
     tag: str
 
 
+def _best_effort(run: runs.Run, what: str, work: Callable[[], T], default: T) -> T:
+    """``work()``, or ``default`` when it raises: recipes, fixes and shapes read the agent's own code and
+    output, and a case they do not handle must cost the run that extra, not its distilled lessons."""
+    try:
+        return work()
+    except Exception:  # foreign code and data: any failure is the extractor's, logged, never the run's
+        logger.warning("bank %s run %s: extracting %s failed; the run is distilled without them", run.bank,
+                       run.run_id, what, exc_info=True)
+        return default
+
+
 def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
     """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
     user's eye or carry what looks like a secret)."""
     if not deps.settings.recipes:
         return []
-    found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix")
-             for fix in fixes.extract(run.steps, run.task, deps.scrubber)]
-    found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG)
-              for shape in shapes.extract(run.steps, runs.json_list(run.meta.get("tools")))]
+    found_fixes: list[fixes.Fix] = _best_effort(
+        run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
+    found_shapes: list[shapes.Shape] = _best_effort(
+        run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
+    found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix") for fix in found_fixes]
+    found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG) for shape in found_shapes]
     found = [fact for fact in found
              if not gate.quarantine_reason(fact.text) and not deps.scrubber.has_secret(fact.text)]
     if found:

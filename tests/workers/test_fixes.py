@@ -236,3 +236,17 @@ def test_putting_the_task_own_value_in_is_not_a_fix() -> None:
     assert extract(steps, "Using get_invoice, what is the total of invoice INV-4356 in euros?") == []
     # a value the task gives in another form is still a fix (the date example)
     assert len(extract(date_run("Graz", "2024-03-17", "17.03.2024"))) == 1
+
+
+def test_a_corrected_line_holding_an_f_string_is_a_fix() -> None:
+    # found live: the fingerprint's skeleton put a name inside the f-string, and unparsing it raised
+    wrong = "print(f\"Total: {result['total_cents']} cents\")"
+    right = "print(f\"Total: {result['amount_cents']} cents\")"
+    (fix,) = extract([step(0, wrong, failed_at=wrong, error="KeyError: 'total_cents'"),
+                      step(1, right, observations="Execution logs:\nTotal: 1200 cents")], "What is the total?")
+    assert (fix.failed, fix.fixed) == (wrong, right)
+    other = "print(f\"Sum: {invoice['total_cents']} cents\")"
+    (same,) = extract([step(0, other, failed_at=other, error="KeyError: 'total_cents'"),
+                       step(1, other.replace("total_cents", "amount_cents"), observations="Execution logs:\n7")],
+                      "What is the sum?")
+    assert same.fingerprint == fix.fingerprint  # the same correction, in another f-string of the same form

@@ -652,3 +652,27 @@ def test_a_failed_run_blames_a_recipe_only_if_it_reproduced_it(deps: Deps, opena
         after = store.get("b", [recipe.id])[0]
         harm[name] = (after.applied - before.applied, after.harmful - before.harmful)
     assert harm == {"faithful": (1, 1), "one page": (1, 0)}
+
+
+@pytest.mark.parametrize("broken", ["recipes", "fixes", "shapes"])
+def test_an_extractor_that_fails_on_a_run_costs_only_what_it_extracts(
+        deps: Deps, openai_server: FakeOpenAI, store: LessonStore, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, broken: str) -> None:
+    # Found live: an f-string in a corrected line made the fix extractor raise, and the run (a success, with
+    # a recipe and lessons) went to the dead letters.
+    from lessonbank.workers import fixes, recipes, shapes
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("Unexpected node inside JoinedStr")
+
+    monkeypatch.setattr({"recipes": recipes, "fixes": fixes, "shapes": shapes}[broken], "extract", fail)
+    pages = "Call list_orders with page=1, 2, ... until page reaches 'pages'."
+    openai_server.default = Reply(content=lessons_json(("approach", pages)))
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("x1"), run_id="x1")
+    runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
+    stats = distill_one(deps, "b", run_id)
+    assert stats is not None and run_state(deps.redis, run_id)["state"] == "distilled"
+    kept = store.list("b")
+    assert pages in [lesson.text for lesson in kept]
+    assert any(lesson.recipe is not None for lesson in kept) == (broken != "recipes")
+    assert any("run x1: extracting" in r.message and r.levelname == "WARNING" for r in caplog.records)
