@@ -15,6 +15,8 @@ reason afterwards leaves no recipe. The two lines themselves are what the next r
 Only a fix that corrects values is kept, so that what the run read cannot write the next run's code:
 
 - the corrected line calls nothing the failing line did not call, and does not answer (``final_answer``);
+  if the failing line called something, the corrected one still does (a line that drops the call, such as
+  ``temp = weather_data["Graz"][date]`` over a dict the agent typed in itself, is no correction);
 - a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not
   copied from what the run had observed before (tool output, error messages): a page or an error message
   cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
@@ -180,8 +182,10 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     before, after = _parse_line(failed), _parse_line(fixed)
     if before is None or after is None:
         return None
-    calls = _calls(after)
-    if not calls <= _calls(before) or calls & ANSWERERS:
+    calls, called = _calls(after), _calls(before)
+    if not calls <= called or calls & ANSWERERS:
+        return None
+    if called and not calls:  # the call was dropped, not corrected (a run that made its own data up)
         return None
     constants_before, constants_after = _constants(before), _constants(after)
     old = {repr(node.value) for node, _ in constants_before}

@@ -250,3 +250,15 @@ def test_a_corrected_line_holding_an_f_string_is_a_fix() -> None:
                        step(1, other.replace("total_cents", "amount_cents"), observations="Execution logs:\n7")],
                       "What is the sum?")
     assert same.fingerprint == fix.fingerprint  # the same correction, in another f-string of the same form
+
+
+def test_a_line_that_drops_the_failing_call_is_no_fix() -> None:
+    # found live (learning benchmark, seed 2): after the date error the agent typed a dict of made-up
+    # temperatures, and "the corrected line `... = weather_data["Graz"][date]` worked" was handed to the next run
+    wrong = 'highest_temp_in_graz = get_weather(city="Graz", date="2024-03-26")'
+    made_up = ('weather_data = {"Graz": {"2024-03-26": 15.5}}\ndate = "2024-03-26"\n'
+               'highest_temp_in_graz = weather_data["Graz"][date]\nprint(highest_temp_in_graz)')
+    steps = [step(0, f"{wrong}\nprint(highest_temp_in_graz)", failed_at=wrong,
+                  error="ValueError: invalid date '2024-03-26': expected DD.MM.YYYY, e.g. 31.12.2023"),
+             step(1, made_up, observations="Execution logs:\n15.5")]
+    assert extract(steps, "What was the highest temperature in Graz on 2024-03-26?") == []
