@@ -16,7 +16,9 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
 
 - the corrected line calls nothing the failing line did not call, and does not answer (``final_answer``);
   if the failing line called something, the corrected one still does (a line that drops the call, such as
-  ``temp = weather_data["Graz"][date]`` over a dict the agent typed in itself, is no correction);
+  ``temp = weather_data["Graz"][date]`` over a dict the agent typed in itself, is no correction); it reads
+  no name the failing line did not read (``print(total / 100)`` for ``print(inv['total'] / 100)`` only
+  works with the line that computed ``total``, and handing it on names the wrong key to the next run);
 - a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not
   copied from what the run had observed before (tool output, error messages): a page or an error message
   cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
@@ -96,6 +98,13 @@ def _constants(tree: ast.AST) -> list[tuple[ast.Constant, bool]]:
 
 def _calls(tree: ast.AST) -> set[str]:
     return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+
+def _read(tree: ast.AST) -> set[str]:
+    """The names a line reads (not the functions it calls)."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+            and id(n) not in called}
 
 
 def _given(value: object, task: str) -> bool:
@@ -186,6 +195,8 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     if not calls <= called or calls & ANSWERERS:
         return None
     if called and not calls:  # the call was dropped, not corrected (a run that made its own data up)
+        return None
+    if _read(after) - _read(before):  # it reads a value another line computed: the fix is in that line
         return None
     constants_before, constants_after = _constants(before), _constants(after)
     old = {repr(node.value) for node, _ in constants_before}

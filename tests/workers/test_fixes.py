@@ -262,3 +262,16 @@ def test_a_line_that_drops_the_failing_call_is_no_fix() -> None:
                   error="ValueError: invalid date '2024-03-26': expected DD.MM.YYYY, e.g. 31.12.2023"),
              step(1, made_up, observations="Execution logs:\n15.5")]
     assert extract(steps, "What was the highest temperature in Graz on 2024-03-26?") == []
+
+
+def test_a_line_that_reads_a_value_computed_elsewhere_is_no_fix() -> None:
+    # found live (seed 2, once the f-string no longer broke the extractor): the "fix" below was handed to
+    # runs 3 and 4, and both wrote result['total_price_cents'], a key that exists only in the failing line
+    wrong = "print(f\"Total price of invoice {invoice['invoice']} in euros:\", invoice['total_price_cents'] / 100)"
+    right = "print(f\"Total price of invoice {invoice['invoice']} in euros:\", total_price_cents / 100)"
+    steps = [step(0, f"invoice = get_invoice(invoice_id='INV-5102')\n{wrong}", failed_at=wrong,
+                  error="InterpreterError: Could not index {'invoice': 'INV-5102'} with 'total_price_cents'"),
+             step(1, "invoice = get_invoice(invoice_id='INV-5102')\ntotal_price_cents = sum(item['unit_price_cents']"
+                     " * item['qty'] for item in invoice['lines'])\n" + right,
+                  observations="Execution logs:\nTotal price of invoice INV-5102 in euros: 235.43")]
+    assert extract(steps, "What is the total of invoice INV-5102 in euros?") == []
