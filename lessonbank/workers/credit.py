@@ -295,7 +295,7 @@ def statements(*codes: str) -> list[Statement]:
         for node in body:
             if _quiet(node):
                 continue
-            nested = [getattr(node, name) for name in ("body", "orelse", "finalbody") if hasattr(node, name)]
+            nested = [getattr(node, name, []) for name in _BODIES if name != "handlers"]
             nested += [handler.body for handler in getattr(node, "handlers", [])]
             head = type(node)(**{k: ([] if k in _BODIES else v) for k, v in ast.iter_fields(node)})
             skeleton = _Skeleton(stored)
