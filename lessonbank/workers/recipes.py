@@ -71,14 +71,16 @@ def _calls_final_answer(stmt: ast.stmt) -> bool:
 
 
 def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str]) -> bool:
-    """An assignment to names nobody reads later, whose value has no call or repeats a later call."""
+    """An assignment to names nobody reads later, whose value has no call, or only pure ones (``len(...)``),
+    or repeats a later call."""
     if not isinstance(stmt, ast.Assign | ast.AnnAssign):
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
     if not all(isinstance(t, ast.Name) for t in targets) or any(t.id in live for t in targets):  # type: ignore[attr-defined]
         return False
-    calls = _calls(stmt.value) if stmt.value is not None else []
-    return not calls or all(call in later_calls for call in calls)
+    if stmt.value is None or _reads(stmt.value) is not None:
+        return True
+    return all(call in later_calls for call in _calls(stmt.value))
 
 
 def _needed(stmt: ast.stmt, live: set[str]) -> bool:
@@ -272,48 +274,163 @@ def fingerprint(statements: list[ast.stmt], tools: Iterable[str], params: Iterab
     return hashlib.sha256(ast.dump(normalized, annotate_fields=False).encode()).hexdigest()[:32]
 
 
-REPLAYABLE_CALLS = frozenset({"round", "float", "int", "str", "abs"})
+PURE_CALLS = frozenset({"round", "float", "int", "str", "abs", "len", "sum", "min", "max", "sorted", "any", "all",
+                        "bool", "list", "tuple", "set", "dict", "enumerate", "zip", "range", "reversed"})
+PURE_METHODS = frozenset({"get", "keys", "values", "items", "lower", "upper", "strip"})
+REPLAYABLE_NODES = (ast.Name, ast.Constant, ast.Subscript, ast.Slice, ast.Attribute, ast.BinOp, ast.UnaryOp,
+                    ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.ListComp,
+                    ast.SetComp, ast.GeneratorExp, ast.DictComp, ast.comprehension, ast.keyword, ast.JoinedStr,
+                    ast.FormattedValue, ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+MAX_REPLAY_NODES = 200
 
 
-def _base_name(expr: ast.expr) -> str | None:
-    """The variable an expression reads, when evaluating it again is safe: ``x``, ``x['total']``, ``x.total``,
-    ``round(x['total'], 2)`` (constant keys, a few pure builtins); None otherwise."""
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) or isinstance(expr, ast.Attribute):
-        return _base_name(expr.value)
-    if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in REPLAYABLE_CALLS
-            and expr.args and not expr.keywords and all(isinstance(a, ast.Constant) for a in expr.args[1:])):
-        return _base_name(expr.args[0])
-    return None
+def _reads(expr: ast.expr) -> set[str] | None:
+    """The variables ``expr`` reads, when evaluating it again is safe: reads, arithmetic, comparisons,
+    comprehensions and calls of a few pure builtins and methods (``len([i for i in r['items'] if i['price'] <
+    21])``, ``total / 100``); None when it calls anything else, assigns, or is too big. Names a comprehension
+    binds are not counted."""
+    nodes = list(ast.walk(expr))
+    if len(nodes) > MAX_REPLAY_NODES:
+        return None
+    called: set[str] = set()
+    bound: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in PURE_CALLS:
+                called.add(func.id)
+            elif not (isinstance(func, ast.Attribute) and func.attr in PURE_METHODS):
+                return None
+            if any(keyword.arg is None for keyword in node.keywords):
+                return None
+        elif isinstance(node, ast.comprehension):
+            bound |= _names(node.target, ast.Store)
+        elif not isinstance(node, REPLAYABLE_NODES):
+            return None
+    return _names(expr, ast.Load) - bound - called
 
 
-def _printed_value(stmt: ast.stmt) -> ast.expr | None:
-    """The one value a ``print(...)`` statement shows (``print(x)``, ``print("total:", x['total'])``,
-    ``print(f"{x}")``), if evaluating it again is safe."""
+def _replayable(expr: ast.expr | None, assigned: set[str]) -> bool:
+    """``expr`` may be evaluated again, and reads at least one variable, every one of them set by the run."""
+    reads = _reads(expr) if expr is not None else None
+    return bool(reads) and reads is not None and reads <= assigned
+
+
+FIXED_DECIMALS = re.compile(r"\.([0-9])f")
+Piece = str | ast.expr | None  # printed text, a value shown (its expression), or a value that cannot be replayed
+
+
+def _shown_value(part: ast.FormattedValue) -> ast.expr | None:
+    """The expression giving the text an f-string field printed: the value itself, or ``round(value, n)``
+    for ``{value:.nf}``; None for other conversions and formats."""
+    spec = part.format_spec
+    if part.conversion not in (-1, ord("s")) or spec is not None and not (
+            isinstance(spec, ast.JoinedStr) and len(spec.values) == 1 and isinstance(spec.values[0], ast.Constant)):
+        return None
+    if spec is None:
+        return part.value
+    decimals = FIXED_DECIMALS.fullmatch(str(spec.values[0].value))  # type: ignore[attr-defined]
+    if decimals is None:
+        return None
+    return ast.Call(func=ast.Name(id="round", ctx=ast.Load()), args=[part.value, ast.Constant(int(decimals[1]))],
+                    keywords=[])
+
+
+def _print_pieces(stmt: ast.stmt) -> list[Piece] | None:
+    """What a ``print(...)`` statement writes, in order: its texts and the values it shows (``print(f"Total of
+    {inv['id']}:", total / 100)``: text, value, text, value). A ``pprint``/``display`` of one value shows just
+    that value. None for anything else, or a ``sep``/``end``/``file`` it cannot follow."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
             and stmt.value.func.id in PRINTERS):
         return None
-    shown: list[ast.expr] = []
-    for arg in stmt.value.args:
-        if isinstance(arg, ast.JoinedStr):
-            shown += [part.value for part in arg.values if isinstance(part, ast.FormattedValue)]
-        elif not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-            shown.append(arg)
-    return shown[0] if len(shown) == 1 and _base_name(shown[0]) is not None else None
+    call = stmt.value
+    if call.func.id != "print":  # type: ignore[attr-defined]
+        return [call.args[0]] if len(call.args) == 1 and not call.keywords else None
+    options = {keyword.arg: keyword.value for keyword in call.keywords}
+    sep = options.pop("sep", ast.Constant(" "))
+    end = options.pop("end", ast.Constant("\n"))
+    options.pop("flush", None)
+    if options or not (isinstance(sep, ast.Constant) and isinstance(sep.value, str)) or not (
+            isinstance(end, ast.Constant) and end.value == "\n"):
+        return None
+    pieces: list[Piece] = []
+    for index, arg in enumerate(call.args):
+        if index:
+            pieces.append(sep.value)
+        if isinstance(arg, ast.Constant):
+            pieces.append(str(arg.value))
+        elif isinstance(arg, ast.JoinedStr):
+            pieces += [str(part.value) if isinstance(part, ast.Constant) else _shown_value(part)  # type: ignore[arg-type]
+                       for part in arg.values]
+        elif isinstance(arg, ast.Starred):
+            return None
+        else:
+            pieces.append(arg)
+    return pieces
 
 
-def _shows(observation: str, literal: str) -> bool:
-    """``literal`` appears in ``observation`` as a whole value (not inside a longer number or word)."""
-    start = observation.find(literal)
-    while start >= 0:
-        before = observation[start - 1] if start else " "
-        after = observation[start + len(literal):start + len(literal) + 2]
-        if not (before.isalnum() or before in "._") and not (after[:1].isalnum() or after[:1] == "_" or (
-                after[:1] == "." and after[1:2].isdigit())):
-            return True
-        start = observation.find(literal, start + 1)
-    return False
+def _holes(pieces: list[Piece], text: str) -> list[str] | None:
+    """The text each value of ``pieces`` printed, when ``text`` is what they print; None when it is not, or
+    when where a value ends is a guess: two values side by side, or a text between values seen twice."""
+    texts: list[str] = [""]
+    values = 0
+    for piece in pieces:
+        if isinstance(piece, str):
+            texts[-1] += piece
+        else:
+            if values and not texts[-1]:
+                return None
+            texts.append("")
+            values += 1
+    if not values:
+        return None
+    head, tail = texts[0].lstrip(), texts[-1].rstrip()  # what was printed is read stripped
+    if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+        return None
+    inner = text[len(head):len(text) - len(tail)]
+    holes, position = [], 0
+    for between in texts[1:-1]:
+        found = inner.find(between, position)
+        if found < 0 or inner.find(between, found + 1) >= 0:  # twice: where the value ends is a guess
+            return None
+        holes.append(inner[position:found])
+        position = found + len(between)
+    holes.append(inner[position:])
+    return holes
+
+
+def _shown(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
+    """The values a step printed, each with the text it printed. Only where which text came from which print
+    is certain: every print of the step is one of its statements (none in a loop, a branch or a function),
+    and either there is one, whose whole output is what it writes, or each wrote one line, in order."""
+    prints = [node for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Name) and node.func.id in PRINTERS]
+    printing = [stmt for stmt in statements if isinstance(stmt, ast.Expr) and stmt.value in prints]
+    all_pieces = [_print_pieces(stmt) for stmt in printing]
+    if not prints or len(printing) != len(prints) or any(pieces is None for pieces in all_pieces):
+        return []
+    text = evidence.printed(observations)
+    outputs = [text] if len(prints) == 1 else [line.strip() for line in text.splitlines()]
+    if len(outputs) != len(prints):
+        return []
+    shown: list[tuple[ast.expr | None, str]] = []
+    for pieces, output in zip(all_pieces, outputs, strict=True):
+        assert pieces is not None
+        holes = _holes(pieces, output)
+        if holes is None:
+            return []
+        shown += zip([piece for piece in pieces if not isinstance(piece, str)], holes, strict=True)
+    return shown
+
+
+def _same(printed: str, literal: str) -> bool:
+    """``printed`` is ``literal``, as text or as the same number (``235.40`` and ``235.4``)."""
+    if printed == literal:
+        return True
+    try:
+        return float(printed) == float(literal)
+    except ValueError:
+        return False
 
 
 MAX_PATH = 6
@@ -347,12 +464,12 @@ def _paths(value: object, literal: str, path: tuple[str | int, ...] = ()) -> lis
     return [path] if _equals(value, literal) else []
 
 
-def _read_back(expr: ast.expr, logs: str, literal: str) -> ast.expr | None:
-    """The expression that gives ``literal`` again, from ``expr`` whose printing gave ``logs``: ``expr`` itself
-    when the literal was printed as a value of its own, ``expr['records'][0]['max_c']`` when it sits at one
-    place of a printed dict or list; None when the literal is not there, or not at one place of it."""
-    lines = [line.strip() for line in logs.splitlines() if line.strip()]
-    if len(lines) == 1 and isinstance(value := read_literal(lines[0]), dict | list):
+def _read_back(expr: ast.expr, printed: str, literal: str) -> ast.expr | None:
+    """The expression that gives ``literal`` again, from ``expr`` whose printing gave ``printed``: ``expr``
+    itself when it printed the literal, ``expr['records'][0]['max_c']`` when it printed a dict or list
+    holding it at one place; None otherwise."""
+    printed = printed.strip()
+    if isinstance(value := read_literal(printed), dict | list):
         paths = _paths(value, literal)
         if len(paths) != 1:
             return None
@@ -360,9 +477,7 @@ def _read_back(expr: ast.expr, logs: str, literal: str) -> ast.expr | None:
         for key in paths[0]:
             read = ast.Subscript(value=read, slice=ast.Constant(value=key), ctx=ast.Load())
         return read
-    if any(line.lstrip()[:1] in ("{", "[") and _shows(line, literal) for line in lines):
-        return None  # inside a printed structure this expression may not be alone in: answering it would be wrong
-    return copy.deepcopy(expr) if _shows(logs, literal) else None
+    return copy.deepcopy(expr) if _same(printed, literal) else None
 
 
 def _answer_literal(value: object, task: str) -> str | None:
@@ -385,7 +500,7 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
     path to it (``result['records'][0]['max_c']``). ``steps``: each step's statements and its observations,
     in order; changed in place.
     """
-    printed: list[tuple[ast.expr, str]] = []  # (what was printed, what the step that printed it printed)
+    printed: list[list[tuple[ast.expr | None, str]]] = []  # per step: the values it printed, with their text
     assigned: set[str] = set()
     for statements, observations in steps:
         for node in (n for stmt in statements for n in ast.walk(stmt)):
@@ -395,22 +510,29 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
             literal = _answer_literal(node.args[0].value, task)
             if literal is None:
                 continue
-            for expr, shown in reversed(printed):
-                if _base_name(expr) in assigned and (read := _read_back(expr, shown, literal)) is not None:
-                    node.args[0] = read
+            for shown in reversed(printed):  # the latest step that printed it
+                reads = _reads_back(shown, literal, assigned)
+                if reads:
+                    if len(reads) == 1:  # two values of that step printed it: which one was copied is a guess
+                        node.args[0] = reads[0]
                     break
         for stmt in statements:
             assigned |= _names(stmt, ast.Store)
-            shown_value = _printed_value(stmt)
-            if shown_value is not None:
-                printed.append((shown_value, evidence.printed(observations)))
+        printed.append(_shown(statements, observations))
+
+
+def _reads_back(shown: list[tuple[ast.expr | None, str]], literal: str, assigned: set[str]) -> list[ast.expr]:
+    """The distinct expressions that give ``literal`` again among the values one step printed."""
+    reads = {ast.dump(read): read for expr, text in shown if expr is not None and _replayable(expr, assigned)
+             and (read := _read_back(expr, text, literal)) is not None}
+    return list(reads.values())
 
 
 def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
                          task: str) -> list[tuple[list[ast.stmt], str]] | None:
     """The steps of a run whose right answer was never passed to ``final_answer`` by its code (smolagents
     forced it after the step limit), up to the first step that printed it, ending with ``final_answer`` of
-    what that step printed; None when no step printed it at one readable place.
+    what printed it; None when no step printed it at one readable place.
 
     Only for an answer a user or a check judged right: the code then computed the verified answer."""
     literal = _answer_literal(answer, task)
@@ -420,12 +542,9 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
     for index, (statements, observations) in enumerate(steps):
         for stmt in statements:
             assigned |= _names(stmt, ast.Store)
-        shown = [value for stmt in statements if (value := _printed_value(stmt)) is not None]
-        if len(shown) != 1 or _base_name(shown[0]) not in assigned:
-            continue  # one print per step, or which line came from which print is a guess
-        read = _read_back(shown[0], evidence.printed(observations), literal)
-        if read is not None:
-            answer_stmt = ast.Expr(value=ast.Call(func=ast.Name(id="final_answer", ctx=ast.Load()), args=[read],
+        reads = _reads_back(_shown(statements, observations), literal, assigned)
+        if len(reads) == 1:  # two values of the step printed it: which one the answer is, is a guess
+            answer_stmt = ast.Expr(value=ast.Call(func=ast.Name(id="final_answer", ctx=ast.Load()), args=reads,
                                                   keywords=[]))
             return [*steps[:index], ([*statements, ast.fix_missing_locations(answer_stmt)], observations)]
     return None

@@ -114,11 +114,19 @@ def test_an_answer_copied_from_an_observation_becomes_the_variable_it_printed() 
                                  observations=LOGS.format("lines: 12")), step(1, "final_answer(12)")]
     recipe = extract(printed_with_a_label, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
     assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(n)"
-    for printed, answer in (("result['total']", "final_answer(result['total'])"),
-                            ("round(result['total'], 2)", "final_answer(round(result['total'], 2))"),
-                            ("f'Total: {result.total}'", "final_answer(result.total)")):
+    for printed, shown, answer in (
+            ("result['total']", "152.74", "final_answer(result['total'])"),
+            ("round(result['total'], 2)", "152.74", "final_answer(round(result['total'], 2))"),
+            ("f'Total: {result.total}'", "Total: 152.74", "final_answer(result.total)"),
+            ("f'Total: {result.total:.2f} EUR'", "Total: 152.740 EUR".replace("0 ", " "),
+             "final_answer(round(result.total, 2))"),
+            ("'Total of', result['id'], 'in euros:', result['cents'] / 100", "Total of INV-1471 in euros: 152.74",
+             "final_answer(result['cents'] / 100)"),
+            ("result['n'], result['total']", "3 152.74", "final_answer(result['total'])"),
+            ("'mugs under 21:', len([i['name'] for i in result['items'] if i['price'] < 21])", "mugs under 21: 152.74",
+             "final_answer(len([i['name'] for i in result['items'] if i['price'] < 21]))")):
         steps = [step(0, f"result = get_invoice(invoice_id='INV-1471')\nprint({printed})",
-                      observations=LOGS.format("Total: 152.74")), step(1, "final_answer(152.74)")]
+                      observations=LOGS.format(shown)), step(1, "final_answer(152.74)")]
         recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
         assert recipe is not None and recipe.code.splitlines()[-1] == answer, printed
 
@@ -129,14 +137,31 @@ def test_an_answer_literal_stays_unless_an_earlier_step_printed_exactly_it() -> 
         "same step": [step(0, head + "print(total)\nfinal_answer(152.74)", observations=LOGS.format("152.74"))],
         "inside a longer number": [step(0, head + "print(total)", observations=LOGS.format("1152.745")),
                                    step(1, "final_answer(152.74)")],
-        "two variables printed": [step(0, head + "n = 3\nprint(total, n)", observations=LOGS.format("152.74 3")),
-                                  step(1, "final_answer(152.74)")],
+        "two variables printed alike": [step(0, head + "n = total\nprint(total, n)",
+                                              observations=LOGS.format("152.74 152.74")),
+                                        step(1, "final_answer(152.74)")],
+        "a text that is not what the print writes": [step(0, head + "print(total)",
+                                                          observations=LOGS.format("Total: 152.74")),
+                                                     step(1, "final_answer(152.74)")],
+        "the literal in the print's own text": [step(0, head + "print('152.74 is not', total)",
+                                                     observations=LOGS.format("152.74 is not 99.1")),
+                                                step(1, "final_answer(152.74)")],
+        "two values side by side": [step(0, head + "n = 3\nprint(f'{n}{total}')", observations=LOGS.format("3152.74")),
+                                    step(1, "final_answer(152.74)")],
+        "a separator seen twice": [step(0, head + "n = '1 2'\nprint(n, total)", observations=LOGS.format("1 2 152.74")),
+                                   step(1, "final_answer(152.74)")],
+        "a print in a loop": [step(0, head + "for t in [total]:\n    print(t)", observations=LOGS.format("152.74")),
+                              step(1, "final_answer(152.74)")],
+        "a format it cannot replay": [step(0, head + "print(f'{total:>10}')", observations=LOGS.format("    152.74")),
+                                      step(1, "final_answer(152.74)")],
+        "a constant printed": [step(0, head + "print('total', 152.74)", observations=LOGS.format("total 152.74")),
+                               step(1, "final_answer(152.74)")],
         "a value the task gave": [step(0, head + "k = 'INV-1471'\nprint(k)", observations=LOGS.format("INV-1471")),
                                   step(1, "final_answer('INV-1471')")],
         "a call that may not be replayed": [step(0, head + "print(get_invoice(invoice_id='INV-1471')['total'])",
                                                   observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
-        "a whole expression of two values": [step(0, head + "n = 2\nprint(total * n)",
-                                                  observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
+        "an expression that calls a tool": [step(0, head + "print(total * len(get_invoice(invoice_id='INV-1')))",
+                                                 observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
         "printed by a failed step": [step(0, head + "print(total)", error="KeyError: 'total_cents'",
                                           observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
     }
@@ -217,8 +242,10 @@ def test_a_forced_answer_leaves_no_recipe_unless_one_place_of_one_print_shows_it
         "never printed": [step(0, head + "print(t)", observations=LOGS.format(PORTO.replace("26.3", "25.0"))),
                           final("26.3")],
         "at two places": [step(0, head + "print(t)", observations=LOGS.format(same)), final("26.3")],
-        "two prints in the step": [step(0, head + "print(t)\nprint(t['city'])",
-                                        observations=LOGS.format(PORTO + "\nPorto")), final("26.3")],
+        "two prints, not a line each": [step(0, head + "print(t)\nprint(t['city'])",
+                                             observations=LOGS.format(PORTO + " Porto")), final("26.3")],
+        "a print in a loop": [step(0, head + "for r in t['records']:\n    print(r['max_c'])\nprint(t['city'])",
+                                   observations=LOGS.format("26.3\nPorto")), final("26.3")],
         "a sentence": [step(0, head + "print(t)", observations=LOGS.format(PORTO)),
                        final("The highest temperature was 26.3.")],
         "a value of the task": [step(0, head + "print(t['date'])", observations=LOGS.format("2024-09-15")),
@@ -231,6 +258,56 @@ def test_a_forced_answer_leaves_no_recipe_unless_one_place_of_one_print_shows_it
     }
     for name, steps in cases.items():
         assert extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "check") is None, name
+
+
+def test_a_forced_answer_is_read_back_from_the_one_value_that_printed_it_among_several() -> None:
+    """Seen in the learning benchmark (seeds 1 and 2): the right answer was forced at the step limit after a step
+    printed it with a label and another value, or as the length of a filtered list; no recipe was kept, and the
+    next runs, given only the result's shape, answered wrong."""
+    invoice_task = "Using get_invoice, what is the total of invoice INV-5102 in euros? Answer with the number only."
+    failed_line = ("print(f\"Total price of invoice {invoice['invoice']} in euros:\", "
+                   "invoice['total_price_cents'] / 100)")
+    first = f"invoice = get_invoice(invoice_id=\"INV-5102\")\n{failed_line}"
+    second = ("invoice = get_invoice(invoice_id=\"INV-5102\")\n"
+              "total_price_cents = sum(item['unit_price_cents'] * item['qty'] for item in invoice['lines'])\n"
+              "print(f\"Total price of invoice {invoice['invoice']} in euros:\", total_price_cents / 100)")
+    steps = [step(0, first, error=failed_at(first, failed_line, "InterpreterError: Could not index {...} with "
+                                                               "'total_price_cents': KeyError: 'total_price_cents'")),
+             step(1, second, observations=LOGS.format("Total price of invoice INV-5102 in euros: 235.43")),
+             step(2, second, observations=LOGS.format("Total price of invoice INV-5102 in euros: 235.43")),
+             StepRecord(id="r:3", bank="b", run_id="r", kind="action", seq=3, error_type="AgentMaxStepsError",
+                        error_message="Reached max steps.", action_output="235.43", is_final=True),
+             final("235.43", 4)]
+    recipe = extract(steps, invoice_task, ["get_invoice"], Redactor(), "check")
+    assert recipe is not None and recipe.params == ["INV-5102"]
+    assert recipe.code.splitlines() == [
+        "invoice = get_invoice(invoice_id='INV-5102')",
+        "total_price_cents = sum((item['unit_price_cents'] * item['qty'] for item in invoice['lines']))",
+        "final_answer(total_price_cents / 100)"]
+    catalog_task = "Using search_catalog, how many mug products cost less than 21 euros? Answer with the number only."
+    counted = ("result = search_catalog(query=\"mug\")\nprint(\"Number of mug products costing less than 21 euros:\", "
+               "len([item['name'] for item in result['data']['items'] if item['price'] < 21]))")
+    steps = [step(0, counted, observations=LOGS.format("Number of mug products costing less than 21 euros: 5")),
+             final("5", 1)]
+    recipe = extract(steps, catalog_task, ["search_catalog"], Redactor(), "check")
+    assert recipe is not None and recipe.params == ["mug", "21"]
+    assert recipe.code.splitlines()[-1] == ("final_answer(len([item['name'] for item in result['data']['items'] "
+                                            "if item['price'] < 21]))")
+    # a line each for two prints: the one that showed the answer is known
+    two = [step(0, "t = get_weather(city='Porto', date='15.09.2024')\nprint(t['city'])\nprint(t)",
+                observations=LOGS.format("Porto\n" + PORTO)), final("26.3")]
+    recipe = extract(two, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(t['records'][0]['max_c'])"
+
+
+def test_an_unused_value_computed_by_pure_builtins_is_not_kept() -> None:
+    """Seen in a nested_catalog recipe: ``total_items = len(...)`` that nothing read, copied by the next run."""
+    code = ("result = search_catalog(query='mug')\ntotal_items = len(result['data']['items'])\n"
+            "log = get_log()\nfinal_answer(sum(1 for i in result['data']['items'] if i['price'] < 21))")
+    recipe = extract([step(0, code, is_final=True, action_output="5")], TASK, ["search_catalog", "get_log"],
+                     Redactor(), "check")
+    assert recipe is not None
+    assert "total_items" not in recipe.code and "log = get_log()" in recipe.code  # a tool call may matter: kept
 
 
 def test_an_answer_copied_from_a_printed_dict_is_read_at_its_place_not_answered_with_the_dict() -> None:
