@@ -2,7 +2,8 @@
 
 For a CodeAgent run, the code of the steps that did not fail, in order, minus what can be dropped
 safely: ``print``/``display`` calls and bare inspection expressions, assignments nobody reads whose
-value is computed without a call (or repeats the same call later), and imports nothing uses. What a
+value is computed without a call, with pure builtins only (``len(...)``) or repeats the same call later,
+and imports nothing uses. What a
 failed step ran before its error is kept where later code needs it (``result = get_invoice(...)``
 before the line that raised), so the recipe does not use a name it never sets. The step that gave the
 answer is kept as it ran: a ``try`` that reached ``final_answer`` loses its print-only handlers, and
