@@ -403,20 +403,23 @@ def _holes(pieces: list[Piece], text: str) -> list[str] | None:
 def _shown(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
     """The values a step printed, each with the text it printed. Only where which text came from which print
     is certain: every print of the step is one of its statements (none in a loop, a branch or a function),
-    and either there is one, whose whole output is what it writes, or each wrote one line, in order."""
+    and either there is one, whose whole output (or else one line of it, the rest printed by tools) is what
+    it writes, or each wrote one line, in order."""
     prints = [node for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Call)
               and isinstance(node.func, ast.Name) and node.func.id in PRINTERS]
     printing = [stmt for stmt in statements if isinstance(stmt, ast.Expr) and stmt.value in prints]
-    all_pieces = [_print_pieces(stmt) for stmt in printing]
-    if not prints or len(printing) != len(prints) or any(pieces is None for pieces in all_pieces):
+    all_pieces = [pieces for stmt in printing if (pieces := _print_pieces(stmt)) is not None]
+    if not prints or len(all_pieces) != len(prints):
         return []
     text = evidence.printed(observations)
-    outputs = [text] if len(prints) == 1 else [line.strip() for line in text.splitlines()]
+    lines = [line.strip() for line in text.splitlines()]
+    outputs = lines if len(prints) > 1 else [text]
+    if len(prints) == 1 and _holes(all_pieces[0], text) is None:
+        outputs = [line for line in lines if _holes(all_pieces[0], line) is not None]
     if len(outputs) != len(prints):
         return []
     shown: list[tuple[ast.expr | None, str]] = []
     for pieces, output in zip(all_pieces, outputs, strict=True):
-        assert pieces is not None
         holes = _holes(pieces, output)
         if holes is None:
             return []

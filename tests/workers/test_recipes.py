@@ -293,6 +293,12 @@ def test_a_forced_answer_is_read_back_from_the_one_value_that_printed_it_among_s
     assert recipe is not None and recipe.params == ["mug", "21"]
     assert recipe.code.splitlines()[-1] == ("final_answer(len([item['name'] for item in result['data']['items'] "
                                             "if item['price'] < 21]))")
+    # a tool printed a line of its own: the print's line is the one its text matches
+    chatty = [step(0, counted, observations=LOGS.format("fetching page 1\n"
+                                                        "Number of mug products costing less than 21 euros: 5")),
+              final("5", 1)]
+    recipe = extract(chatty, catalog_task, ["search_catalog"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[-1].startswith("final_answer(len(")
     # a line each for two prints: the one that showed the answer is known
     two = [step(0, "t = get_weather(city='Porto', date='15.09.2024')\nprint(t['city'])\nprint(t)",
                 observations=LOGS.format("Porto\n" + PORTO)), final("26.3")]
