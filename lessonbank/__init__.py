@@ -5,7 +5,7 @@ use, so ``import lessonbank`` stays cheap.
 
 Layers (each imports only what is below it; ``tests/test_layers.py`` checks it with import-linter):
 
-- face: this package's root modules (``agent``, ``tools``, ``cli``, ``demo``, ``local_llm``, ...);
+- face: this package's root modules (``agent``, ``source``, ``tools``, ``cli``, ``demo``, ``local_llm``, ...);
 - ``lessonbank.recorder`` (inside the agent process) and ``lessonbank.workers`` (the Celery service);
 - ``lessonbank.core``: settings, models, the Redis layout, run state, the store, redaction.
 """

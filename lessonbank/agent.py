@@ -39,7 +39,7 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.recorder.callback import StepRecorder
-from lessonbank.tools import LessonSource
+from lessonbank.source import LessonSource
 
 logger = logging.getLogger(__name__)
 

@@ -243,3 +243,39 @@ def test_owner_replies_with_errors_and_a_short_ttl(memory_owner: StoreOwner, red
     assert ok == {"ok": True, "result": {}}
     assert json.loads(redis_client.lpop(store_reply_key("r4")) or b"") == ok  # type: ignore[arg-type]
     assert 0 < redis_client.ttl(store_reply_key("r2")) <= REPLY_TTL
+
+
+AGENT_SCRIPT = """
+import sys
+from smolagents import CodeAgent
+from tests.fixtures.scripted_model import ScriptedModel, final_code
+import lessonbank
+
+model = ScriptedModel([final_code("done")])
+agent = CodeAgent(tools=[], model=model, verbosity_level=0)
+lessonbank.remember(agent, bank="a", holdout=0)
+agent.run("Load a semicolon separated csv file.")
+first = model.calls[0]["messages"][0]
+content = first.content if hasattr(first, "content") else first["content"]
+text = "".join(part.get("text", "") for part in content) if isinstance(content, list) else str(content)
+print(text.count("sep=';'"))
+heavy = ("celery", "kombu", "qdrant_client", "qdrant_edge", "fastembed", "onnxruntime", "numpy", "tokenizers",
+         "lessonbank.workers", "lessonbank.tools", "lessonbank.core.embeddings", "lessonbank.core.store.owner")
+print(",".join(sorted(m for m in heavy if m in sys.modules)))
+"""
+
+
+def test_an_agent_given_lessons_through_the_owner_loads_no_store_embedder_or_tools(
+    shared_settings: Settings, owner_process: subprocess.Popen[str]
+) -> None:
+    """The default set-up: the worker owns the store and embeds the task; ``remember()`` in the agent process
+    loads neither Celery, nor Qdrant, nor an embedding model, nor the memory tools it was not asked for."""
+    connect_store(shared_settings).upsert([Lesson.new("a", "approach", CSV, origin="added")])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LESSONBANK_REDIS_URL": shared_settings.redis_url,
+           "LESSONBANK_DATA_DIR": str(shared_settings.data_dir), "LESSONBANK_STORE_TIMEOUT": "20"}
+    done = subprocess.run([sys.executable, "-c", AGENT_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    given, loaded = done.stdout.splitlines()
+    assert int(given) >= 1  # the owner's lesson reached the run's system prompt
+    assert loaded == ""
