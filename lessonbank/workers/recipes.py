@@ -498,11 +498,12 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
     """``final_answer(152.74)`` after an earlier step printed ``total`` as 152.74 becomes ``final_answer(total)``.
 
     The model often copies the value it read from an observation into its answer; kept as is, the recipe
-    would hand the next run this run's answer. Only a literal the task did not supply, equal to what an
-    EARLIER step printed of one variable (``total``, ``result['total']``, ``round(total, 2)``), is replaced
-    by that expression, or, when that step printed a dict or list holding the literal at one place, by the
-    path to it (``result['records'][0]['max_c']``). ``steps``: each step's statements and its observations,
-    in order; changed in place.
+    would hand the next run this run's answer. Only a literal the task did not supply, equal to what one value
+    printed by an EARLIER step printed (``total``, ``result['total']``, ``cents / 100``, ``len([...])``: an
+    expression of the run's variables safe to evaluate again), is replaced by that expression, or, when it
+    printed a dict or list holding the literal at one place, by the path to it
+    (``result['records'][0]['max_c']``). ``steps``: each step's statements and its observations, in order;
+    changed in place.
     """
     printed: list[list[tuple[ast.expr | None, str]]] = []  # per step: the values it printed, with their text
     assigned: set[str] = set()
