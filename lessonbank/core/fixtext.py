@@ -171,3 +171,41 @@ def for_task(text: str, task: str) -> str:
         return ""
     clause = rewrite_clause([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])
     return f"For this task, {clause}." if clause else ""
+
+
+_TOKEN = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?|\S")
+MAX_TASK_TOKENS = 400
+
+
+def task_values(params: list[str], solved: str, task: str) -> dict[str, str] | None:
+    """``task``'s value for each of ``params`` (values of a recipe that solved the task ``solved``), when the
+    two tasks are the same words but for those values, each one word of the same form (``'mug'`` for
+    ``'chair'``, ``21`` for ``26``, ``INV-5102`` for ``INV-8526``): ``{'mug': 'chair', '21': '26'}``. A value
+    the recipe wrote another way (``17.03.2024`` for the task's ``2024-03-17``) comes rewritten the same way.
+    None when the tasks differ in anything else, or a value cannot be placed."""
+    old, new = _TOKEN.findall(solved[:4000]), _TOKEN.findall(task[:4000])
+    if not params or len(old) != len(new) or len(old) > MAX_TASK_TOKENS:
+        return None
+    pairs: dict[str, str] = {}  # a word of the solved task -> the word of this task in its place
+    for before, after in zip(old, new, strict=True):
+        if before == after:
+            pairs.setdefault(before.lower(), after)
+        elif shape(before) != shape(after) or pairs.setdefault(before.lower(), after) != after:
+            return None
+    values: dict[str, str] = {}
+    sources: set[str] = set()
+    for param in params:
+        source = param if param.lower() in pairs else rewritten_from(param, solved)
+        if source is None or source.lower() not in pairs:
+            return None
+        sources.add(source.lower())
+        placed = pairs[source.lower()]
+        if source is param:
+            values[param] = placed
+            continue
+        rewritten = carry_over(source, param, placed) if placed != source else [(placed, param)]
+        if len(rewritten) != 1:
+            return None
+        values[param] = rewritten[0][1]
+    changed = {before.lower() for before, after in zip(old, new, strict=True) if before != after}
+    return values if changed <= sources else None

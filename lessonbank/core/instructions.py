@@ -24,6 +24,7 @@ they never override the user's task. It fits in ``max_chars``.
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import time
@@ -178,20 +179,57 @@ def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
     return pairs[:fixtext.MAX_CARRIED]
 
 
+def put_in(recipe: Recipe, task: str) -> tuple[str, dict[str, str]] | None:
+    """The recipe's code with ``task``'s values in place of its own, and the values replaced (old -> new);
+    None unless every value can be placed (``fixtext.task_values``: the two tasks are the same words but
+    for them) and the code holds each one only as a whole constant."""
+    if not task or not recipe.params or recipe.language != "python":
+        return None
+    values = fixtext.task_values(recipe.params, recipe.task, task)
+    if values is None:
+        return None
+    try:
+        tree = ast.parse(recipe.code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
+            continue
+        value = node.value
+        if isinstance(value, str | int | float) and str(value) in values:
+            try:
+                node.value = type(value)(values[str(value)])
+            except ValueError:
+                return None  # 21 of the recipe, "26.5" of this task: not the same kind of value
+        elif isinstance(value, str) and any(param in value for param in values):
+            return None  # inside a longer text: replacing part of it is a guess
+    return ast.unparse(tree), {old: new for old, new in values.items() if old != new}
+
+
 def format_recipe(lesson: Lesson, task: str = "") -> str:
-    """A recipe as a fenced code block with the task it solved and what to adapt (for ``task``, how to
-    write its values the recipe wrote another way)."""
+    """A recipe as a fenced code block with the task it solved and, for ``task``: its values put in where
+    the two tasks differ only by them, else what to adapt (and how to write values the recipe wrote
+    another way)."""
     recipe = lesson.recipe
     assert recipe is not None
     verified = ", ".join(check.split(":", 1)[1] for check in recipe.checks if check.startswith("outcome:"))
-    adapt = ("; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)) if recipe.params else ""
-    rewrite = fixtext.rewrite_clause(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
-    if rewrite:
-        adapt += f" (for this task, {rewrite})"
+    placed = put_in(recipe, task)
+    code, adapt = recipe.code.strip(), ""
+    if placed is not None:
+        code, replaced = placed
+        if replaced:
+            pairs = ", ".join(f"{new!r} for {old!r}" for old, new in replaced.items())
+            adapt = f", with this task's values put in ({pairs})"
+    else:
+        if recipe.params:
+            adapt = "; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)
+        rewrite = fixtext.rewrite_clause(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
+        if rewrite:
+            adapt += f" (for this task, {rewrite})"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
     fence = "python" if recipe.language == "python" else "json"
-    return f"{head}\n```{fence}\n{recipe.code.strip()}\n```"
+    return f"{head}\n```{fence}\n{code}\n```"
 
 
 def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
