@@ -63,3 +63,22 @@ def test_subject_names_the_function_keyword_and_corrected_form() -> None:
                     'w = get_weather(city="Lyon", date="02.01.2024")')
     assert subject(both) is None  # two values changed: no one subject
     assert subject("The weather tool wants dates as DD.MM.YYYY.") is None
+
+
+def test_task_values_places_each_value_or_nothing_and_reads_hostile_tasks_quickly() -> None:
+    task_values = fixtext.task_values
+    solved = "Orders of shop 'north' on 2024-03-05, page size 50?"
+    south = "Orders of shop 'south' on 2024-04-01, page size 20?"
+    assert task_values(["north", "2024-03-05", "50"], solved, south) == {
+        "north": "south", "2024-03-05": "2024-04-01", "50": "20"}
+    assert task_values(["05.03.2024"], solved, "Orders of shop 'north' on 2024-04-01, page size 50?") == {
+        "05.03.2024": "01.04.2024"}  # the recipe wrote the date its own way: this task's date comes the same way
+    for other in ("Orders of shop 'south' on 2024-04-01, page size 20!",  # another word changed
+                  "Orders of shop 'south' on 2024-04-01 page size 20?",  # a word fewer
+                  "Orders of shop 'south' on 04/01/2024, page size 20?"):  # another form of date
+        assert task_values(["north", "2024-03-05", "50"], solved, other) is None, other
+    assert task_values(["missing"], solved, solved) is None  # a value the task does not hold
+    for hostile in ("a" + "_" * 100_000, ("a" + "_" * 50 + " ") * 2000, "1." * 50_000, "-".join(["ab"] * 30_000)):
+        started = time.perf_counter()
+        assert task_values(["ab"], hostile, hostile + "x") is None
+        assert time.perf_counter() - started < 0.5
