@@ -292,12 +292,14 @@ def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     assert len(rank_lessons(FixedSource([(x, 0.7) for x in prose]), "b", "task", min_relevance=0.2)) == 2
 
 
+GRAZ = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
+                   "final_answer(max((r['max_c'] for r in result['records'])))",
+              task="What was the highest temperature in Graz on 2024-03-17?", params=["Graz", "17.03.2024"],
+              checks=["syntax", "outcome:check"], fingerprint="f1")
+
+
 def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
-    recipe = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
-                         "final_answer(max(r['max_c'] for r in result['records']))",
-                    task="What was the highest temperature in Graz on 2024-03-17?", params=["Graz", "17.03.2024"],
-                    checks=["syntax", "outcome:check"], fingerprint="f1")
-    code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=recipe,
+    code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=GRAZ,
                 origin="recipe")
     text, given = format_lessons([code], "b", task="How warm did it get in Ghent on 2024-12-09?")  # other words
     assert given == [code]
@@ -311,11 +313,7 @@ def test_a_recipe_for_the_same_task_with_other_values_comes_with_this_tasks_valu
     """Seen in the learning benchmark: runs given a recipe to adapt changed more than its values (a dropped
     loop, one more ``/ 100``, the date in another form) and failed. Where the two tasks are the same words but
     for the recipe's values, the code comes with this task's values in place: there is nothing to adapt."""
-    recipe = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
-                         "final_answer(max((r['max_c'] for r in result['records'])))",
-                    task="What was the highest temperature in Graz on 2024-03-17?", params=["Graz", "17.03.2024"],
-                    checks=["syntax", "outcome:check"], fingerprint="f1")
-    code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=recipe,
+    code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=GRAZ,
                 origin="recipe")
     text, given = format_lessons([code], "b", task="What was the highest temperature in Ghent on 2024-12-09?")
     assert given == [code]
