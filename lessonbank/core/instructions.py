@@ -25,10 +25,12 @@ they never override the user's task. It fits in ``max_chars``.
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 
@@ -179,31 +181,49 @@ def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
     return pairs[:fixtext.MAX_CARRIED]
 
 
+class _Unplaced(Exception):
+    """A value of the recipe that cannot be replaced as a whole."""
+
+
+def _placed(value: Any, values: dict[str, str]) -> Any:
+    """``value`` (a constant of the code, or a JSON value of the tool calls) with ``values`` put in."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str | int | float) and str(value) in values:
+        try:
+            return type(value)(values[str(value)])
+        except ValueError:
+            raise _Unplaced from None  # 21 of the recipe, "26.5" of this task: not the same kind of value
+    if isinstance(value, str) and any(param in value for param in values):
+        raise _Unplaced  # inside a longer text: replacing part of it is a guess
+    if isinstance(value, list):
+        return [_placed(item, values) for item in value]
+    if isinstance(value, dict):
+        return {key: _placed(item, values) for key, item in value.items()}
+    return value
+
+
 def put_in(recipe: Recipe, task: str) -> tuple[str, dict[str, str]] | None:
-    """The recipe's code with ``task``'s values in place of its own, and the values replaced (old -> new);
-    None unless every value can be placed (``fixtext.task_values``: the two tasks are the same words but
-    for them) and the code holds each one only as a whole constant."""
-    if not task or not recipe.params or recipe.language != "python":
+    """The recipe's code (or tool calls) with ``task``'s values in place of its own, and the values replaced
+    (old -> new); None unless every value can be placed (``fixtext.task_values``: the two tasks are the same
+    words but for them) and the code holds each one only as a whole constant."""
+    if not task or not recipe.params:
         return None
     values = fixtext.task_values(recipe.params, recipe.task, task)
     if values is None:
         return None
     try:
-        tree = ast.parse(recipe.code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        if recipe.language == "python":
+            tree = ast.parse(recipe.code)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant):
+                    node.value = _placed(node.value, values)
+            code = ast.unparse(tree)
+        else:
+            code = json.dumps(_placed(json.loads(recipe.code), values), ensure_ascii=False)
+    except (_Unplaced, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
-            continue
-        value = node.value
-        if isinstance(value, str | int | float) and str(value) in values:
-            try:
-                node.value = type(value)(values[str(value)])
-            except ValueError:
-                return None  # 21 of the recipe, "26.5" of this task: not the same kind of value
-        elif isinstance(value, str) and any(param in value for param in values):
-            return None  # inside a longer text: replacing part of it is a guess
-    return ast.unparse(tree), {old: new for old, new in values.items() if old != new}
+    return code, {old: new for old, new in values.items() if old != new}
 
 
 def format_recipe(lesson: Lesson, task: str = "") -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -337,3 +338,21 @@ def test_a_recipe_for_the_same_task_with_other_values_comes_with_this_tasks_valu
         assert put_in(catalog, task) is None, task
     inside = catalog.model_copy(update={"code": "final_answer(search(q='mug mugs', max=21))"})
     assert put_in(inside, "How many 'chair' products cost less than 26 euros?") is None  # part of a longer text
+
+
+def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments() -> None:
+    calls = [{"name": "list_orders", "arguments": {"date": "2024-03-05", "page_size": 50, "shop": "north"}},
+             {"name": "final_answer", "arguments": {"answer": "done"}}]
+    recipe = Recipe(language="tool_calls", code=json.dumps(calls),
+                    task="Orders of shop 'north' on 2024-03-05, 50 a page?", params=["2024-03-05", "50", "north"],
+                    checks=["json"], fingerprint="t1")
+    placed = put_in(recipe, "Orders of shop 'south' on 2024-04-01, 20 a page?")
+    assert placed is not None
+    code, replaced = placed
+    assert json.loads(code)[0]["arguments"] == {"date": "2024-04-01", "page_size": 20, "shop": "south"}
+    assert replaced == {"2024-03-05": "2024-04-01", "50": "20", "north": "south"}
+    nested = recipe.model_copy(update={"code": json.dumps([{"name": "q", "arguments": {"where": "shop north"}}])})
+    assert put_in(nested, "Orders of shop 'south' on 2024-04-01, 20 a page?") is None  # inside a longer text
+    lesson = make("b", "approach", "Working code for a task like: orders", recipe=recipe, origin="recipe")
+    text, _ = format_lessons([lesson], "b", task="Orders of shop 'south' on 2024-04-01, 20 a page?")
+    assert "```json\n" in text and '"shop": "south"' in text and "north\"" not in text.split("```json")[1]
