@@ -12,7 +12,8 @@ Selection
        ``settings.min_relevance`` can be given. A task unrelated to everything the bank knows gets ``""``.
     3. Ranking: a score mixing the similarity, the lesson's utility (the mean of a Beta(1 + helpful,
        1 + harmful) belief), the fused rank, the evidence and recency (half-life of 30 days).
-    4. The best recipe of a task close enough to this one first, as a fenced code block; then prose
+    4. The best recipe of a task close enough to this one first, as a fenced code block (with this task's
+       values put in when the two tasks are the same words but for them: ``put_in``); then prose
        lessons, each kind present (facts, what worked, what to avoid) first getting an equal share of
        the rest of ``max_lessons``. Next to a recipe, a "what worked" sentence is left out unless runs
        showed it helps or a user added it: the code already says what worked.
