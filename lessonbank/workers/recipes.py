@@ -14,7 +14,9 @@ capped, the code must parse.
 Literals that come from the task (a date, an id, a file name) are the recipe's parameters: the next
 run must adapt them. An answer the model copied from an observation (``final_answer(152.74)`` after
 printing ``total``) is answered with the variable it printed instead, or the recipe would hand the next
-run this run's answer. The fingerprint hashes the code with its local names renamed in order of first
+run this run's answer. A run whose right answer was forced at the step limit leaves the code up to the
+step that printed it, only if that code holds every value the task gives (``ignored_values``). The
+fingerprint hashes the code with its local names renamed in order of first
 use and its parameters replaced, so the same code from several runs of similar tasks is one recipe.
 """
 
@@ -556,6 +558,17 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
 
 
 JUDGES = ("user", "check")  # who may find an answer right that the run's own code never gave
+_WORD = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?")
+
+
+def ignored_values(code: str, params: list[str], task: str) -> list[str]:
+    """The task's values (ids, numbers, dates, quoted words: ``is_param``) that ``code`` neither holds nor
+    wrote another way. Code that printed the right answer without using them got it by chance: seen in the
+    learning benchmark, ``len(result)`` counted the keys of the search result, 3, for "how many 'chair'
+    products cost less than 25 euros?", whose answer was 3, and the next run given it answered 13."""
+    rewritten = {fixtext.rewritten_from(param, task) for param in params}
+    return [word for word in dict.fromkeys(_WORD.findall(task[:MAX_TASK_CHARS]))
+            if is_param(word, task) and word not in code and word not in rewritten]
 
 
 def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor,
@@ -592,6 +605,10 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
         logger.info("recipe not kept: %d chars of code, or it no longer parses after redaction", len(code))
         return None
     params = params_of(kept, task)
+    if "answer:printed" in checks and (ignored := ignored_values(code, params, task)):
+        logger.info("recipe not kept: the answer was forced, and the code that printed it ignores the task's %s",
+                    ", ".join(repr(value) for value in ignored[:3]))
+        return None
     return Recipe(language="python", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
                   checks=["syntax", *checks], fingerprint=fingerprint(_parse(code) or [], tools, params))
 

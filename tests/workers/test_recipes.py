@@ -6,7 +6,7 @@ import ast
 
 from lessonbank.core.models import StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.workers.recipes import extract, fingerprint, prune, recipe_text
+from lessonbank.workers.recipes import extract, fingerprint, ignored_values, prune, recipe_text
 
 TASK = "How many orders were placed on 2024-03-05? Answer with the number only."
 
@@ -295,6 +295,23 @@ def test_a_forced_answer_is_read_back_from_the_one_value_that_printed_it_among_s
                 observations=LOGS.format("Porto\n" + PORTO)), final("26.3")]
     recipe = extract(two, WEATHER_TASK, ["get_weather"], Redactor(), "check")
     assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(t['records'][0]['max_c'])"
+
+
+def test_a_forced_answer_printed_by_code_that_ignores_a_value_of_the_task_leaves_no_recipe() -> None:
+    """Seen in the learning benchmark (seed 3): the run printed ``len(result)``, the number of keys of the search
+    result, which happened to equal the right count; the recipe kept from it was given to the next run, which
+    counted the keys again and answered wrong. The task's price limit (25) appears nowhere in that code."""
+    chairs = "Using search_catalog, how many 'chair' products cost less than 25 euros? Answer with the number only."
+    counted = "result = search_catalog(query='chair')\nprint('Total number of chair products:', len(result))"
+    steps = [step(0, counted, observations=LOGS.format("Total number of chair products: 3")), final("3", 1)]
+    assert extract(steps, chairs, ["search_catalog"], Redactor(), "check") is None
+    filtered = ("result = search_catalog(query='chair')\nprint('Chairs under 25:', "
+                "len([i for i in result['data']['items'] if i['price'] < 25]))")
+    steps = [step(0, filtered, observations=LOGS.format("Chairs under 25: 3")), final("3", 1)]
+    recipe = extract(steps, chairs, ["search_catalog"], Redactor(), "check")
+    assert recipe is not None and recipe.params == ["chair", "25"]
+    # a value the code wrote another way counts as used (the task's 2024-09-15 as '15.09.2024')
+    assert ignored_values("get_weather(city='Porto', date='15.09.2024')", ["15.09.2024"], WEATHER_TASK) == []
 
 
 def test_an_unused_value_computed_by_pure_builtins_is_not_kept() -> None:
