@@ -173,7 +173,9 @@ def for_task(text: str, task: str) -> str:
     return f"For this task, {clause}." if clause else ""
 
 
-_TOKEN = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?|\S")
+_WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "mug", "21", "INV-5102", "2024-03-17", "get_invoice"
+WORD = re.compile(_WORD)
+_TOKEN = re.compile(rf"{_WORD}|\S")
 MAX_TASK_TOKENS = 400
 
 

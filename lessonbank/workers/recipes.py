@@ -415,18 +415,19 @@ def _shown(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr
         return []
     text = evidence.printed(observations)
     lines = [line.strip() for line in text.splitlines()]
-    outputs = lines if len(prints) > 1 else [text]
-    if len(prints) == 1 and _holes(all_pieces[0], text) is None:
-        outputs = [line for line in lines if _holes(all_pieces[0], line) is not None]
-    if len(outputs) != len(prints):
+    if len(prints) == 1:  # its whole output, else the one line of it that is what it writes
+        found = [holes] if (holes := _holes(all_pieces[0], text)) is not None else [
+            holes for line in lines if (holes := _holes(all_pieces[0], line)) is not None]
+        all_holes = found if len(found) == 1 else []
+    elif len(lines) == len(prints):  # a line each, in order
+        all_holes = [holes for pieces, line in zip(all_pieces, lines, strict=True)
+                     if (holes := _holes(pieces, line)) is not None]
+    else:
         return []
-    shown: list[tuple[ast.expr | None, str]] = []
-    for pieces, output in zip(all_pieces, outputs, strict=True):
-        holes = _holes(pieces, output)
-        if holes is None:
-            return []
-        shown += zip([piece for piece in pieces if not isinstance(piece, str)], holes, strict=True)
-    return shown
+    if len(all_holes) != len(prints):
+        return []
+    return [pair for pieces, holes in zip(all_pieces, all_holes, strict=True)
+            for pair in zip([piece for piece in pieces if not isinstance(piece, str)], holes, strict=True)]
 
 
 def _same(printed: str, literal: str) -> bool:
@@ -558,7 +559,6 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
 
 
 JUDGES = ("user", "check")  # who may find an answer right that the run's own code never gave
-_WORD = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?")
 
 
 def ignored_values(code: str, params: list[str], task: str) -> list[str]:
@@ -567,7 +567,7 @@ def ignored_values(code: str, params: list[str], task: str) -> list[str]:
     learning benchmark, ``len(result)`` counted the keys of the search result, 3, for "how many 'chair'
     products cost less than 25 euros?", whose answer was 3, and the next run given it answered 13."""
     rewritten = {fixtext.rewritten_from(param, task) for param in params}
-    return [word for word in dict.fromkeys(_WORD.findall(task[:MAX_TASK_CHARS]))
+    return [word for word in dict.fromkeys(fixtext.WORD.findall(task[:MAX_TASK_CHARS]))
             if is_param(word, task) and word not in code and word not in rewritten]
 
 
