@@ -2,7 +2,7 @@
 ``lessonbank.remember(agent, bank=...)`` (recording, instructions from a store owner in another process, the
 close of each run), against the same agent process without anything of lessonbank's.
 
-    python bench/memory.py [--steps 100] [--repeats 3] [--with-otel]
+    python bench/memory.py [--steps 100] [--repeats 3] [--with-otel] [--interned 5000]
 
 By default the processes run as a default install would (``pip install lessonbank``, no ``otel`` extra):
 opentelemetry, which the ``dev`` extra installs here and which redis-py imports when it finds it, is hidden
@@ -14,6 +14,12 @@ in runs of 10 steps (each run closes). The baseline process imports nothing of l
 (checked); the recorder process builds a ``StepRecorder`` pushing to a real redis-server (importing it is
 part of its cost). The growth is the difference of the medians of VmRSS after the steps; VmHWM (peak) is
 reported too. Modes alternate to share the machine's noise. Writes bench/results/memory.json and memory.png.
+
+CPython keeps interned strings (names in code, attribute names) in one table that doubles when it fills: the
+import that crosses the threshold pays for the whole new table (about 2 MB here), whoever interned the
+strings before it. A sensitivity variant measures (b) again with ``--interned`` strings interned first in
+every arm, so the table has already grown; it shows how much of the growth is that step. The target is
+judged on the default measurement only.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
 
     mode, kind, steps, url, data_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    # CPython's table of interned strings grows by doubling; the variant grows it first, in every arm
+    grown = [sys.intern(f"lessonbank_bench_filler_{i}") for i in range(int(sys.argv[7]))]
     if sys.argv[6] == "no-otel":  # a default install: the otel extra is not there
         class NoOtel:
             def find_spec(self, name, path=None, target=None):
@@ -130,8 +138,9 @@ OWNER = textwrap.dedent("""
 """)
 
 
-def measure(mode: str, kind: str, steps: int, url: str, tmp: Path, otel: bool) -> dict[str, Any]:
-    argv = [sys.executable, "-c", CHILD, mode, kind, str(steps), url, str(tmp / "data"), "otel" if otel else "no-otel"]
+def measure(mode: str, kind: str, steps: int, url: str, tmp: Path, otel: bool, interned: int = 0) -> dict[str, Any]:
+    argv = [sys.executable, "-c", CHILD, mode, kind, str(steps), url, str(tmp / "data"), "otel" if otel else "no-otel",
+            str(interned)]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -170,6 +179,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    results = [r for r in results if not r.get("interned")]
     labels = [KINDS[r["kind"]] for r in results]
     for offset, (mode, color) in zip((-0.2, 0.2), (("recorder", "C0"), ("remember", "C2")), strict=True):
         ax.barh([y + offset for y in range(len(results))], [r["arms"][mode]["growth_mb"] for r in results],
@@ -194,7 +204,9 @@ def _rows(results: list[dict[str, Any]], steps: int, otel: bool) -> list[dict[st
             target = f"<= {r['target_mb']:.0f} MB" if r["target_mb"] is not None and mode == "remember" else ""
             met = arm["growth_mb"] <= r["target_mb"] if target else None
             heavy = f"; imported {', '.join(arm['heavy'])}" if arm["heavy"] else "; nothing heavy imported"
-            rows.append(row(f"agent RSS growth, {KINDS[r['kind']]}, {LABELS[mode]}, {steps} steps, {env} (MB)",
+            grown = (f", interned-string table grown first ({r['interned']:,} strings in every arm)"
+                     if r.get("interned") else "")
+            rows.append(row(f"agent RSS growth, {KINDS[r['kind']]}, {LABELS[mode]}, {steps} steps, {env}{grown} (MB)",
                             f"+{arm['growth_mb']:.1f} (peak +{arm['peak_growth_mb']:.1f}{heavy})",
                             f"no lessonbank {none['median']:.1f} ({none['min']:.1f}-{none['max']:.1f})",
                             found["median"] / none["median"], target, met))
@@ -206,18 +218,24 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=100, help="Steps per process (runs of 10 steps).")
     parser.add_argument("--repeats", type=int, default=3, help="Processes per mode and agent kind.")
     parser.add_argument("--with-otel", action="store_true", help="Let the processes import opentelemetry.")
+    parser.add_argument("--interned", type=int, default=5000,
+                        help="Also measure (b) with this many strings interned first in every arm (0: not).")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     results = []
     with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp) / "redis") as url, \
             store_owner(url, Path(tmp) / "data"):
-        for kind in KINDS:
+        variants = [(kind, 0) for kind in KINDS] + ([("openai", args.interned)] if args.interned else [])
+        for kind, interned in variants:
             samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
             for _ in range(args.repeats):
                 for mode in samples:
-                    samples[mode].append(measure(mode, kind, args.steps, url, Path(tmp), args.with_otel))
-            results.append({**figures(kind, samples), "samples": samples})
+                    samples[mode].append(measure(mode, kind, args.steps, url, Path(tmp), args.with_otel, interned))
+            found = figures(kind, samples)
+            if interned:  # a sensitivity figure, not the target's measurement
+                found["target_mb"] = None
+            results.append({**found, "interned": interned, "samples": samples})
     rows = _rows(results, args.steps, args.with_otel)
     result: dict[str, Any] = {"benchmark": "memory", "seconds": round(time.perf_counter() - started, 1),
                               "steps": args.steps, "repeats": args.repeats, "with_otel": args.with_otel,

@@ -74,3 +74,21 @@ def test_worker_throughput_runs_a_real_worker(tmp_path: Path) -> None:
     assert all(case["states"] == {"distilled": 3} for case in result["cases"])
     assert result["cases"][0]["cpu_ms_per_run"]["main_process"] > 0
     assert result["rows"][1]["target"] == ">= 3.5x -c 1" and result["rows"][1]["met"] in ("yes", "MISSED")
+
+
+def test_memory_measures_each_arm_against_a_clean_baseline_and_the_interned_table_variant(tmp_path: Path) -> None:
+    result = run_bench("memory.py", tmp_path, "--steps", "20", "--repeats", "1", "--interned", "5000")
+    default, variant = [r for r in result["results"] if not r["interned"]], \
+        [r for r in result["results"] if r["interned"]]
+    assert [r["kind"] for r in default] == ["scripted", "openai"] and [r["kind"] for r in variant] == ["openai"]
+    for r in result["results"]:
+        assert r["baseline_clean"]  # the baseline process imported nothing of lessonbank's, no redis-py
+        for arm in r["arms"].values():
+            assert arm["growth_mb"] > 0 and arm["heavy"] == []  # the agent loads no Celery, engine or model
+    # every arm of the variant interned the strings first: its baseline process is bigger than the default's
+    grown, plain = variant[0]["medians"]["none"]["rss_after_mb"], default[1]["medians"]["none"]["rss_after_mb"]
+    assert grown["median"] > plain["median"]
+    targeted = [r for r in result["rows"] if r["target"]]
+    assert len(targeted) == 1 and "interned" not in targeted[0]["figure"] and targeted[0]["met"] in ("yes", "MISSED")
+    assert sum("interned-string table grown first (5,000" in r["figure"] for r in result["rows"]) == 2
+    assert (tmp_path / "memory.png").is_file()
