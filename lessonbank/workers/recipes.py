@@ -561,14 +561,36 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
 JUDGES = ("user", "check")  # who may find an answer right that the run's own code never gave
 
 
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _constants(code: str) -> set[str]:
+    """The constants of ``code`` as text, numbers also as their float (``25`` and ``25.0`` are one)."""
+    tree = _parse(code) or []
+    found: set[str] = set()
+    for node in (n for stmt in tree for n in ast.walk(stmt)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | int | float) \
+                and not isinstance(node.value, bool):
+            found.add(str(node.value))
+            if isinstance(node.value, int | float):
+                found.add(repr(float(node.value)))
+    return found
+
+
 def ignored_values(code: str, params: list[str], task: str) -> list[str]:
     """The task's values (ids, numbers, dates, quoted words: ``is_param``) that ``code`` neither holds nor
     wrote another way. Code that printed the right answer without using them got it by chance: seen in the
     learning benchmark, ``len(result)`` counted the keys of the search result, 3, for "how many 'chair'
-    products cost less than 25 euros?", whose answer was 3, and the next run given it answered 13."""
+    products cost less than 25 euros?", whose answer was 3, and the next run given it answered 13.
+
+    A number counts only as a constant of its own: code that computes with "less than 21" holds ``21``,
+    while ``search_catalog(query='mug price < 21 euro')`` only asked a tool that ignores the limit (seed 4:
+    it counted every mug, 7, which was the answer, and the next run given it answered 6 for 3)."""
     rewritten = {fixtext.rewritten_from(param, task) for param in params}
-    return [word for word in dict.fromkeys(fixtext.WORD.findall(task[:MAX_TASK_CHARS]))
-            if is_param(word, task) and word not in code and word not in rewritten]
+    constants = _constants(code)
+    held = [word for word in dict.fromkeys(fixtext.WORD.findall(task[:MAX_TASK_CHARS])) if is_param(word, task)]
+    return [word for word in held if word not in rewritten and (
+        word not in constants and repr(float(word)) not in constants if _NUMBER.fullmatch(word) else word not in code)]
 
 
 def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor: Redactor,

@@ -314,6 +314,29 @@ def test_a_forced_answer_printed_by_code_that_ignores_a_value_of_the_task_leaves
     assert ignored_values("get_weather(city='Porto', date='15.09.2024')", ["15.09.2024"], WEATHER_TASK) == []
 
 
+def test_a_forced_answer_whose_code_only_wrote_the_task_s_number_into_a_query_leaves_no_recipe() -> None:
+    """Seen in the learning benchmark (seed 4): the run asked the search for "mug price < 21 euro", counted
+    every item it returned (the search ignores the limit) and printed 7, which was the answer; the next run
+    given that code asked for "chair price < 25 euro" and answered 6 for 3. A number the code computes with
+    is a constant of its own; one inside a longer text is not."""
+    mugs = "Using search_catalog, how many 'mug' products cost less than 21 euros? Answer with the number only."
+    counted = ('products = search_catalog(query="mug price < 21 euro")\n'
+               "count = len(products['data']['items'])\nprint(count)")
+    steps = [step(i, counted, observations=LOGS.format("7")) for i in range(3)] + [final("7", 3)]
+    assert extract(steps, mugs, ["search_catalog"], Redactor(), "check") is None
+    assert ignored_values(counted, [], mugs) == ["21"]
+    # the same run computing with the limit keeps its recipe, whatever the number's written form
+    for limit in ("21", "21.0"):
+        filtered = ('products = search_catalog(query="mug price < 21 euro")\n'
+                    f"count = len([p for p in products['data']['items'] if p['price'] < {limit}])\nprint(count)")
+        steps = [step(0, filtered, observations=LOGS.format("7")), final("7", 1)]
+        recipe = extract(steps, mugs, ["search_catalog"], Redactor(), "check")
+        assert recipe is not None and "answer:printed" in recipe.checks, limit
+    # a value passed whole, as a text of its own, is held; a word (not a number) inside a query still counts
+    assert ignored_values("search_catalog(query='mug', max_price='21')", ["mug"], mugs) == []
+    assert ignored_values("search_catalog(query='cheap mug', max_price=21)", [], mugs) == []
+
+
 def test_an_unused_value_computed_by_pure_builtins_is_not_kept() -> None:
     """Seen in a nested_catalog recipe: ``total_items = len(...)`` that nothing read, copied by the next run."""
     code = ("result = search_catalog(query='mug')\ntotal_items = len(result['data']['items'])\n"
