@@ -15,7 +15,7 @@ Literals that come from the task (a date, an id, a file name) are the recipe's p
 run must adapt them. An answer the model copied from an observation (``final_answer(152.74)`` after
 printing ``total``) is answered with the variable it printed instead, or the recipe would hand the next
 run this run's answer. A run whose right answer was forced at the step limit leaves the code up to the
-step that printed it, only if that code holds every value the task gives (``ignored_values``). The
+step that printed it. Either way, the code must hold every value the task gives (``ignored_values``). The
 fingerprint hashes the code with its local names renamed in order of first
 use and its parameters replaced, so the same code from several runs of similar tasks is one recipe.
 """
@@ -627,8 +627,9 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
         logger.info("recipe not kept: %d chars of code, or it no longer parses after redaction", len(code))
         return None
     params = params_of(kept, task)
-    if "answer:printed" in checks and (ignored := ignored_values(code, params, task)):
-        logger.info("recipe not kept: the answer was forced, and the code that printed it ignores the task's %s",
+    if ignored := ignored_values(code, params, task):
+        logger.info("recipe not kept: the code that %s ignores the task's %s (a right answer without it is "
+                    "chance)", "printed the forced answer" if "answer:printed" in checks else "answered",
                     ", ".join(repr(value) for value in ignored[:3]))
         return None
     return Recipe(language="python", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,

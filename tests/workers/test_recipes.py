@@ -9,6 +9,7 @@ from lessonbank.core.redact import Redactor
 from lessonbank.workers.recipes import extract, fingerprint, ignored_values, prune, recipe_text
 
 TASK = "How many orders were placed on 2024-03-05? Answer with the number only."
+ORDERS_TASK = "How many orders are there? Answer with the number only."  # no value the code must hold
 
 
 def step(seq: int, code: str = "", error: str = "", **fields: object) -> StepRecord:
@@ -43,13 +44,14 @@ def test_the_recipe_is_the_working_loop_without_the_failed_attempts() -> None:
 
 def test_same_code_with_other_names_and_spacing_has_one_fingerprint() -> None:
     a = extract([step(0, "n = 0\nfor p in range(1, 4):\n    n += len(list_orders(page=p)['orders'])"),
-                 step(1, "final_answer(n)")], TASK, ["list_orders"], Redactor(), "user")
+                 step(1, "final_answer(n)")], ORDERS_TASK, ["list_orders"], Redactor(), "user")
     b = extract([step(0, "total   =  0\nfor page_no in range(1,4):\n  total += len(list_orders(page=page_no)"
-                         "['orders'])\n"), step(1, "final_answer( total )")], TASK, ["list_orders"], Redactor(), "user")
+                         "['orders'])\n"), step(1, "final_answer( total )")], ORDERS_TASK, ["list_orders"], Redactor(),
+                 "user")
     other_day = extract([step(0, "k = 0\nfor q in range(1, 4):\n    k += len(list_orders(page=q)['orders'])"),
-                         step(1, "final_answer(k)")], TASK.replace("2024-03-05", "2024-04-01"), ["list_orders"],
+                         step(1, "final_answer(k)")], ORDERS_TASK.replace("are there", "are listed"), ["list_orders"],
                         Redactor(), "user")
-    different = extract([step(0, "final_answer(len(list_orders(page=1)['orders']))")], TASK, ["list_orders"],
+    different = extract([step(0, "final_answer(len(list_orders(page=1)['orders']))")], ORDERS_TASK, ["list_orders"],
                         Redactor(), "user")
     assert a is not None and b is not None and other_day is not None and different is not None
     assert a.fingerprint == b.fingerprint == other_day.fingerprint != different.fingerprint
@@ -66,7 +68,7 @@ def test_task_literals_are_parameters_and_do_not_split_recipes() -> None:
 
 def test_a_secret_in_a_literal_is_redacted() -> None:
     secret = "sk-proj-" + "a1B2c3D4" * 4
-    recipe = extract([step(0, f"client = connect(api_key='{secret}')\nfinal_answer(client.count())")], TASK,
+    recipe = extract([step(0, f"client = connect(api_key='{secret}')\nfinal_answer(client.count())")], ORDERS_TASK,
                      ["connect"], Redactor(), "user")
     assert recipe is not None and secret not in recipe.code and "[REDACTED]" in recipe.code
 
@@ -153,13 +155,17 @@ def test_an_answer_literal_stays_unless_an_earlier_step_printed_exactly_it() -> 
                                   step(1, "final_answer('INV-1471')")],
         "a call that may not be replayed": [step(0, head + "print(get_invoice(invoice_id='INV-1471')['total'])",
                                                   observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
-        "printed by a failed step": [step(0, head + "print(total)", error="KeyError: 'total_cents'",
-                                          observations=LOGS.format("152.74")), step(1, "final_answer(152.74)")],
     }
+    failed = [step(0, head + "print(total)", error="KeyError: 'total_cents'", observations=LOGS.format("152.74")),
+              step(1, "final_answer(152.74)")]
+    # printed by a failed step: the literal stays, and final_answer(152.74) alone holds no value of the task
+    assert extract(failed, INVOICE_TASK, ["get_invoice"], Redactor(), "check") is None
     for name, steps in cases.items():
         recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
         assert recipe is not None, name
         assert recipe.code.splitlines()[-1] in ("final_answer(152.74)", "final_answer('INV-1471')"), name
+    recipe = extract(failed, "What is the total in euros?", ["get_invoice"], Redactor(), "check")
+    assert recipe is not None and recipe.code == "final_answer(152.74)"
 
 
 def test_a_huge_adversarial_observation_is_scanned_in_linear_time() -> None:
@@ -189,7 +195,7 @@ def test_a_task_value_written_another_way_and_a_named_city_are_parameters() -> N
     assert graz.fingerprint == ghent.fingerprint  # one recipe with two runs of evidence
     # a literal of the code that the task does not name, or names inside a word, stays
     other = extract([step(0, "final_answer(len(search_catalog(query='lamp', sort='price')))")],
-                    "How many lamps are sorted by price_desc?", ["search_catalog"], Redactor(), "check")
+                    "How many lamps are sorted by priceless first?", ["search_catalog"], Redactor(), "check")
     assert other is not None and other.params == []
 
 
@@ -337,11 +343,26 @@ def test_a_forced_answer_whose_code_only_wrote_the_task_s_number_into_a_query_le
     assert ignored_values("search_catalog(query='cheap mug', max_price=21)", [], mugs) == []
 
 
+def test_a_run_that_answered_itself_with_code_ignoring_a_value_of_the_task_leaves_no_recipe() -> None:
+    """Seen in the learning benchmark (seed 4, nested_catalog run 3): the run answered ``len(products)`` itself,
+    the 3 keys of the search result, and the answer was 3; the next run given that code answered 3 for 2. The
+    task's price limit (25) is nowhere in the code, so the answer was chance whoever gave it."""
+    chairs = "Using search_catalog, how many 'chair' products cost less than 25 euros? Answer with the number only."
+    counted = "products = search_catalog(query='chair')\nfinal_answer(len(products))"
+    assert extract([step(0, counted, is_final=True, action_output="3")], chairs, ["search_catalog"], Redactor(),
+                   "check") is None
+    filtered = ("products = search_catalog(query='chair')\n"
+                "final_answer(len([p for p in products['data']['items'] if p['price'] < 25]))")
+    recipe = extract([step(0, filtered, is_final=True, action_output="3")], chairs, ["search_catalog"], Redactor(),
+                     "check")
+    assert recipe is not None and recipe.params == ["chair", "25"] and "answer:printed" not in recipe.checks
+
+
 def test_an_unused_value_computed_by_pure_builtins_is_not_kept() -> None:
     """Seen in a nested_catalog recipe: ``total_items = len(...)`` that nothing read, copied by the next run."""
     code = ("result = search_catalog(query='mug')\ntotal_items = len(result['data']['items'])\n"
             "log = get_log()\nfinal_answer(sum(1 for i in result['data']['items'] if i['price'] < 21))")
-    recipe = extract([step(0, code, is_final=True, action_output="5")], TASK, ["search_catalog", "get_log"],
+    recipe = extract([step(0, code, is_final=True, action_output="5")], ORDERS_TASK, ["search_catalog", "get_log"],
                      Redactor(), "check")
     assert recipe is not None
     assert "total_items" not in recipe.code and "log = get_log()" in recipe.code  # a tool call may matter: kept
@@ -419,8 +440,9 @@ def test_a_failed_step_gives_only_what_later_code_needs_and_nothing_when_its_err
                step(1, "final_answer(len(rows))", is_final=True, action_output="9")]
     capped = [step(0, fetch, error=failed_at(fetch, "final_answer(len(orders))")[:40]),
               step(1, "final_answer(len(rows))", is_final=True, action_output="9")]
-    for run in (unnamed, capped):
-        recipe = extract(run, TASK, ["list_orders"], Redactor(), "check")
+    for run in (unnamed, capped):  # what is left, final_answer(len(rows)), holds no value of the task: none
+        assert extract(run, TASK, ["list_orders"], Redactor(), "check") is None
+        recipe = extract(run, ORDERS_TASK, ["list_orders"], Redactor(), "check")
         assert recipe is not None and recipe.code == "final_answer(len(rows))"
 
 
@@ -429,7 +451,7 @@ def test_a_try_stays_whole_unless_its_body_gave_the_answer_and_its_handlers_only
         steps = [step(0, code, is_final=final, action_output=answer if final else "")]
         if not final:
             steps.append(step(1, "final_answer(n)", is_final=True, action_output=answer))
-        recipe = extract(steps, TASK, ["count"], Redactor(), "signals")
+        recipe = extract(steps, ORDERS_TASK, ["count"], Redactor(), "signals")
         assert recipe is not None
         return recipe.code
 
