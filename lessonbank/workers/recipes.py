@@ -579,7 +579,7 @@ def _constants(code: str) -> set[str]:
 
 def ignored_values(code: str, params: list[str], task: str) -> list[str]:
     """The task's values (ids, numbers, dates, quoted words: ``is_param``) that ``code`` neither holds nor
-    wrote another way. Code that printed the right answer without using them got it by chance: seen in the
+    wrote another way. Code that gave the right answer without using them got it by chance: seen in the
     learning benchmark, ``len(result)`` counted the keys of the search result, 3, for "how many 'chair'
     products cost less than 25 euros?", whose answer was 3, and the next run given it answered 13.
 
