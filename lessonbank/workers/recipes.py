@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import copy
 import hashlib
 import json
@@ -573,7 +574,8 @@ def _constants(code: str) -> set[str]:
                 and not isinstance(node.value, bool):
             found.add(str(node.value))
             if isinstance(node.value, int | float):
-                found.add(repr(float(node.value)))
+                with contextlib.suppress(OverflowError):  # an int past a float's range is only its digits
+                    found.add(repr(float(node.value)))
     return found
 
 
@@ -623,7 +625,8 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
     if not kept or not any(_calls_final_answer(s) for s in kept):
         return None
     code = redactor.redact("\n".join(ast.unparse(s) for s in kept))
-    if len(code) > MAX_CODE_CHARS or _parse(code) is None:
+    tree = _parse(code) if len(code) <= MAX_CODE_CHARS else None
+    if tree is None:
         logger.info("recipe not kept: %d chars of code, or it no longer parses after redaction", len(code))
         return None
     params = params_of(kept, task)
@@ -633,7 +636,7 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
                     ", ".join(repr(value) for value in ignored[:3]))
         return None
     return Recipe(language="python", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
-                  checks=["syntax", *checks], fingerprint=fingerprint(_parse(code) or [], tools, params))
+                  checks=["syntax", *checks], fingerprint=fingerprint(tree, tools, params))
 
 
 def _tool_call_recipe(steps: list[StepRecord], task: str, redactor: Redactor) -> Recipe | None:

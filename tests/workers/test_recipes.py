@@ -341,6 +341,11 @@ def test_a_forced_answer_whose_code_only_wrote_the_task_s_number_into_a_query_le
     # a value passed whole, as a text of its own, is held; a word (not a number) inside a query still counts
     assert ignored_values("search_catalog(query='mug', max_price='21')", ["mug"], mugs) == []
     assert ignored_values("search_catalog(query='cheap mug', max_price=21)", [], mugs) == []
+    # an int too large for a float is compared by its digits, and does not stop the check
+    huge = "9" * 400
+    big = f"products = search_catalog(query='mug')\nn = {huge}\n"
+    assert ignored_values(big + "final_answer(n)", ["mug"], mugs) == ["21"]
+    assert ignored_values(big + "final_answer(n < 21)", ["mug"], mugs) == []
 
 
 def test_a_run_that_answered_itself_with_code_ignoring_a_value_of_the_task_leaves_no_recipe() -> None:
