@@ -92,3 +92,33 @@ def test_memory_measures_each_arm_against_a_clean_baseline_and_the_interned_tabl
     assert len(targeted) == 1 and "interned" not in targeted[0]["figure"] and targeted[0]["met"] in ("yes", "MISSED")
     assert sum("interned-string table grown first (5,000" in r["figure"] for r in result["rows"]) == 2
     assert (tmp_path / "memory.png").is_file()
+
+
+def test_recheck_undoes_the_values_put_in_and_judges_each_recipe_given_with_the_current_rules(tmp_path: Path) -> None:
+    placed = ('Code that solved a similar task before (task: "Using get_weather, what was the highest temperature in '
+              'Porto on 2024-12-13? Answer with the number only."; verified by check; seen in 1 run, helped 1), with '
+              "this task's values put in ('Ghent' for 'Porto', '24.05.2024' for '13.12.2024'):\n```python\n"
+              "weather = get_weather(city='Ghent', date='24.05.2024')\n"
+              "final_answer(max(r['max_c'] for r in weather['records']))\n```\n")
+    chance = ('Code that solved a similar task before (task: "Using search_catalog, how many \'mug\' products cost '
+              'less than 21 euros? Answer with the number only."; verified by check; seen in 1 run):\n```python\n'
+              "products = search_catalog(query='mug price < 21 euro')\n"
+              "final_answer(len(products['data']['items']))\n```\n")
+    runs = [{"task": "date_format", "arm": "memory", "run_index": 3, "correct": True, "lessons_given": placed},
+            {"task": "nested_catalog", "arm": "memory", "run_index": 2, "correct": False, "lessons_given": chance},
+            {"task": "nested_catalog", "arm": "none", "run_index": 2, "correct": False, "lessons_given": ""}]
+    (tmp_path / "run.json").write_text(json.dumps({"runs": runs}))
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "learning" / "recheck.py"), str(tmp_path / "run.json"),
+                           "--json", str(tmp_path / "out.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    first, second = result["recipes"]
+    # the recipe as kept: the run's city and date swapped back for the recipe's own, so the rules see its task's values
+    assert "city='Porto', date='13.12.2024'" in first["code"] and first["verdict"] == "kept"
+    assert second["verdict"] == "refused: ignores '21'"  # the limit sits only inside the query text
+    assert result["totals"] == {"kept": {"recipes": 1, "runs": 1, "right": 1},
+                                "refused": {"recipes": 1, "runs": 1, "right": 0}}
+    assert "refused: 1 recipes; the runs given them were right 0/1" in proc.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "learning" / "recheck.py"), str(tmp_path / "nope.json")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no such result file" in bad.stderr
