@@ -485,3 +485,45 @@ def test_an_import_a_failed_step_and_the_step_that_redid_its_work_both_made_is_k
     assert recipe is not None
     assert recipe.code.splitlines()[:3] == ["import csv, io", "text = read_text_file(path='sales.csv')", "import json"]
     assert "delimiter=';'" in recipe.code and recipe.code.count("rows = ") == 1
+
+
+LYON_TASK = "Using get_weather, what was the highest temperature in Lyon on 2024-01-28? Answer with the number only."
+LYON = "{'city': 'Lyon', 'date': '28.01.2024', 'records': [{'station': 'Lyon-1', 'max_c': 25.1, 'min_c': 17.3}]}"
+
+
+def test_a_date_the_code_converted_from_constants_is_kept_as_the_text_it_gave_without_the_import() -> None:
+    """Seed 5 of the learning benchmark, run 1's lines: the recipe kept `from datetime import datetime` and the
+    conversion; runs 2 and 3, given it with their date put in, copied every line but the import and failed on
+    the undefined name. Kept as the date's text, the recipe is the one a run passing '28.01.2024' leaves."""
+    steps = [step(0, 'result = get_weather(city="Lyon", date="2024-01-28")\nprint(result)',
+                  error="ValueError: invalid date '2024-01-28': expected DD.MM.YYYY, e.g. 31.12.2023"),
+             step(1, 'from datetime import datetime\n\ndate = datetime.strptime("2024-01-28", "%Y-%m-%d")'
+                     '.strftime("%d.%m.%Y")\nresult = get_weather(city="Lyon", date=date)\nprint(result)',
+                  observations=LYON),
+             step(2, "final_answer(25.1)")]
+    recipe = extract(steps, LYON_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code == ("date = '28.01.2024'\nresult = get_weather(city='Lyon', date=date)\n"
+                           "final_answer(result['records'][0]['max_c'])")
+    assert recipe.params == ["28.01.2024", "Lyon"] or recipe.params == ["Lyon", "28.01.2024"]
+    passed_as_text = extract([step(0, "date = '28.01.2024'\nresult = get_weather(city='Lyon', date=date)\n"
+                                      "final_answer(result['records'][0]['max_c'])")],
+                             LYON_TASK, ["get_weather"], Redactor(), "check")
+    assert passed_as_text is not None and passed_as_text.fingerprint == recipe.fingerprint
+    # the module's own name, a conversion of a variable, and a format that does not parse stay as they ran
+    kept = extract([step(0, "import datetime\nd = datetime.datetime.strptime('2024-01-28', '%Y-%m-%d')"
+                            ".strftime('%d.%m.%Y')\nday = '2024-01-28'\n"
+                            "other = datetime.datetime.strptime(day, '%Y-%m-%d').strftime('%d.%m.%Y')\n"
+                            "bad = datetime.datetime.strptime('2024-01-28', '%d.%m.%Y').strftime('%Y')\n"
+                            "final_answer(get_weather(city='Lyon', date=d, other=other, bad=bad))")],
+                   LYON_TASK, ["get_weather"], Redactor(), "check")
+    assert kept is not None
+    assert "d = '28.01.2024'" in kept.code and "strptime(day, '%Y-%m-%d')" in kept.code
+    assert "strptime('2024-01-28', '%d.%m.%Y')" in kept.code and kept.code.startswith("import datetime\n")
+    # a conversion that is not the same date written another way, or hostile formats, stay as they ran
+    for to, fmt in (("%Y", "%Y-%m-%d"), ("%d.%m.%Y", "%Y-%Y-%m"), ("\\ud800", "%Y-%m-%d"), ("%d.%m.%Y", "%"),
+                    ("%d.%m.%Y", "%" * 64)):
+        code = (f"from datetime import datetime\nd = datetime.strptime('2024-01-28', '{fmt}').strftime('{to}')\n"
+                "final_answer(get_weather(city='Lyon', date=d, day='2024-01-28'))")
+        left = extract([step(0, code)], LYON_TASK, ["get_weather"], Redactor(), "check")
+        assert left is not None and "strptime(" in left.code, (to, fmt)
