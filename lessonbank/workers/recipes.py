@@ -209,7 +209,10 @@ def fold_dates(statements: list[ast.stmt]) -> list[ast.stmt]:
     if not classes and not modules:
         return statements
     folder = _DateFolder(classes, modules)
-    return [folder.visit(copy.deepcopy(stmt)) for stmt in statements]
+    try:
+        return [folder.visit(copy.deepcopy(stmt)) for stmt in statements]
+    except RecursionError:  # code nested deeper than the copy can go: kept as it ran
+        return statements
 
 
 def _parse(code: str) -> list[ast.stmt] | None:

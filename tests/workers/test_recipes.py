@@ -6,7 +6,7 @@ import ast
 
 from lessonbank.core.models import StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.workers.recipes import extract, fingerprint, ignored_values, prune, recipe_text
+from lessonbank.workers.recipes import extract, fingerprint, fold_dates, ignored_values, prune, recipe_text
 
 TASK = "How many orders were placed on 2024-03-05? Answer with the number only."
 ORDERS_TASK = "How many orders are there? Answer with the number only."  # no value the code must hold
@@ -527,3 +527,5 @@ def test_a_date_the_code_converted_from_constants_is_kept_as_the_text_it_gave_wi
                 "final_answer(get_weather(city='Lyon', date=d, day='2024-01-28'))")
         left = extract([step(0, code)], LYON_TASK, ["get_weather"], Redactor(), "check")
         assert left is not None and "strptime(" in left.code, (to, fmt)
+    deep = ast.parse("from datetime import datetime\nx = " + "[" * 190 + "1" + "]" * 190).body
+    assert fold_dates(deep) is deep  # nested deeper than a copy can go: kept as it ran, no RecursionError
