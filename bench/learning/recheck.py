@@ -19,6 +19,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ class Given:
     code: str
     runs: list[dict[str, Any]] = field(default_factory=list)
 
+    @cached_property
     def verdict(self) -> str:
         """``kept``, or why the current rules refuse the recipe."""
         try:
@@ -71,8 +73,9 @@ def collect(paths: list[Path]) -> list[Given]:
     for path in paths:
         for run in json.loads(path.read_text()).get("runs", []):
             for match in RECIPE.finditer(run.get("lessons_given") or ""):
-                task, meta, code = match.groups()
-                item = given.setdefault((task, as_kept(meta, code)), Given(task, as_kept(meta, code)))
+                task, meta, shown = match.groups()
+                code = as_kept(meta, shown)
+                item = given.setdefault((task, code), Given(task, code))
                 item.runs.append({"file": path.name, "task": run["task"], "arm": run["arm"],
                                   "run": run["run_index"] + 1, "correct": bool(run["correct"])})
     return list(given.values())
@@ -82,7 +85,7 @@ def totals(items: list[Given]) -> dict[str, dict[str, int]]:
     """Recipes and the runs given them, kept against refused."""
     out = {"kept": {"recipes": 0, "runs": 0, "right": 0}, "refused": {"recipes": 0, "runs": 0, "right": 0}}
     for item in items:
-        side = out["kept" if item.verdict() == "kept" else "refused"]
+        side = out["kept" if item.verdict == "kept" else "refused"]
         side["recipes"] += 1
         side["runs"] += len(item.runs)
         side["right"] += sum(r["correct"] for r in item.runs)
@@ -101,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     items = collect(paths)
     for item in items:
         right = sum(r["correct"] for r in item.runs)
-        print(f"{item.verdict():<44} runs given it right {right}/{len(item.runs)}  task: {item.task[:80]}")
-        if item.verdict() != "kept":
+        print(f"{item.verdict:<44} runs given it right {right}/{len(item.runs)}  task: {item.task[:80]}")
+        if item.verdict != "kept":
             print("    " + item.code.strip().replace("\n", "\n    "))
             print("    given to: " + ", ".join(f"{r['file']} {r['task']} run {r['run']} "
                                               f"{'right' if r['correct'] else 'wrong'}" for r in item.runs))
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{side}: {t['recipes']} recipes; the runs given them were right {t['right']}/{t['runs']}")
     if args.json:
         args.json.write_text(json.dumps({"totals": result, "recipes": [
-            {"task": i.task, "code": i.code, "verdict": i.verdict(), "runs": i.runs} for i in items]}, indent=1))
+            {"task": i.task, "code": i.code, "verdict": i.verdict, "runs": i.runs} for i in items]}, indent=1))
     return 0
 
 

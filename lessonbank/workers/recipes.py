@@ -172,6 +172,7 @@ class _DateFolder(ast.NodeTransformer):
 
     def __init__(self, classes: set[str], modules: set[str]) -> None:
         self.classes, self.modules = classes, modules
+        self.folded = 0
 
     def _is_class(self, node: ast.expr) -> bool:
         return (isinstance(node, ast.Name) and node.id in self.classes) or (
@@ -196,12 +197,14 @@ class _DateFolder(ast.NodeTransformer):
         # rewritten by the code would be; '%Y' alone would leave a recipe that ignores the task's date
         if len(folded) > MAX_FOLDED_CHARS or fixtext.rewritten_from(folded, texts[0]) != texts[0]:
             return node
+        self.folded += 1
         return ast.copy_location(ast.Constant(folded), node)
 
 
 def fold_dates(statements: list[ast.stmt]) -> list[ast.stmt]:
     """The recipe with each date the code converted from constants (``strptime(...).strftime(...)``) written as
-    the text it gave; the import it needed for that goes with ``prune``. Seen in the learning benchmark: a
+    the text it gave (``statements`` itself when there is none); the import it needed for that goes with
+    ``prune``. Seen in the learning benchmark: a
     1.5B model copied such a recipe line for line but for ``from datetime import datetime``, twice, and
     failed on the undefined name; a recipe passing the date as text is copied whole, and its value is put
     in for the next task like any value the task gives written another way."""
@@ -210,9 +213,10 @@ def fold_dates(statements: list[ast.stmt]) -> list[ast.stmt]:
         return statements
     folder = _DateFolder(classes, modules)
     try:
-        return [folder.visit(copy.deepcopy(stmt)) for stmt in statements]
+        folded = [folder.visit(copy.deepcopy(stmt)) for stmt in statements]
     except RecursionError:  # code nested deeper than the copy can go: kept as it ran
         return statements
+    return folded if folder.folded else statements
 
 
 def _parse(code: str) -> list[ast.stmt] | None:
@@ -689,8 +693,9 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
             return None
         parsed_steps = answered
         checks.append("answer:printed")
-    kept = prune(fold_dates(prune([stmt for statements, _ in parsed_steps for stmt in statements],
-                                  frozenset(optional))))
+    kept = prune([stmt for statements, _ in parsed_steps for stmt in statements], frozenset(optional))
+    if (folded := fold_dates(kept)) is not kept:
+        kept = prune(folded)  # the import a folded date needed goes
     if not kept or not any(_calls_final_answer(s) for s in kept):
         return None
     code = redactor.redact("\n".join(ast.unparse(s) for s in kept))
