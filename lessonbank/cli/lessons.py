@@ -42,7 +42,10 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
     text = one_line(lesson.text, TEXT_CHARS)
     failed = f" (failed {lesson.failed_runs})" if lesson.failed_runs else ""
-    return f"{lesson.id}  {lesson.kind:<8} evidence={lesson.evidence}{failed}{extra}{status}  {text}"
+    # what it did for the runs that were handed it: a recipe that runs reuse stays at evidence 1
+    outcomes = (f" given={lesson.given} applied={lesson.applied} helped={lesson.helpful} harmed={lesson.harmful}"
+                if lesson.given else "")
+    return f"{lesson.id}  {lesson.kind:<8} evidence={lesson.evidence}{failed}{outcomes}{extra}{status}  {text}"
 
 
 def _print_lessons(lessons: list[Lesson], as_json: bool, scores: list[float] | None = None) -> None:

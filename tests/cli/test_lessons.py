@@ -22,7 +22,9 @@ TIMEOUT = "Calling requests.get on the orders API without a timeout hung the run
 YAML = "The project configuration lives in config/settings.yaml and is YAML, not JSON."
 SECRET_CSV = "The finance team's sales CSV files are UTF-16 encoded; read them with encoding='utf-16'."
 
-TEAM = [Lesson.new("team", "approach", CSV).model_copy(update={"evidence": 2}), Lesson.new("team", "failure", TIMEOUT),
+TEAM = [Lesson.new("team", "approach", CSV).model_copy(update={"evidence": 2}),
+        Lesson.new("team", "failure", TIMEOUT).model_copy(
+            update={"given": 3, "applied": 2, "helpful": 1, "harmful": 1}),
         Lesson.new("team", "fact", YAML)]
 FINANCE = Lesson.new("finance", "fact", SECRET_CSV).model_copy(update={"evidence": 2, "failed_runs": 1})
 
@@ -69,7 +71,8 @@ def test_list_and_search_stay_in_their_bank(seeded: dict[str, str | None]) -> No
     listed = ok(seeded, "lessons", "list", "--bank", "team").stdout
     assert all(lesson.id in listed and lesson.text in listed for lesson in TEAM)
     assert FINANCE.id not in listed and SECRET_CSV not in listed
-    assert f"{TEAM[0].id}  approach evidence=2  " in listed
+    assert f"{TEAM[0].id}  approach evidence=2  " in listed  # never given: no outcomes to show
+    assert f"{TEAM[1].id}  failure  evidence=1 given=3 applied=2 helped=1 harmed=1  " in listed
     assert "evidence=2 (failed 1)" in ok(seeded, "lessons", "list", "--bank", "finance").stdout
     as_json = json.loads(ok(seeded, "lessons", "list", "--bank", "finance", "--json").stdout)
     assert [item["id"] for item in as_json] == [FINANCE.id]
