@@ -83,9 +83,11 @@ _SAYS_WHICH = re.compile(
 _BARE_NAME = re.compile(r"`([A-Za-z_]\w{0,60})(?:\(\))?`")
 # A lesson that only says what a tool is for: its docstring already does.
 _TOOL_PURPOSE = re.compile(
-    r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?(?: function| tool| method)? "
-    r"(?:is used|was used|can be used|is a (?:function|tool)(?: \w+){0,2}) "
+    r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?"
+    r"(?:(?: function| tool| method)? (?:is used|was used|can be used|is a (?:function|tool)(?: \w+){0,2}) "
     r"to (?:retrieve|get|fetch|obtain|read|load|return|list|look up)\b"
+    # named a function or tool, any purpose: "The search_catalog tool was used to find 'chair' products."
+    r"|(?: function| tool| method) (?:is|was|can be) used to [a-z])"
 )
 # Advice to change the agent itself (its tools, imports, permissions): not the agent's to act on.
 _AGENT_SETUP = re.compile(

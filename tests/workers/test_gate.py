@@ -150,6 +150,9 @@ def test_lessons_that_could_leak_data_are_quarantined(text: str, reason: str) ->
         ("describes_tool", "The `get_invoice` function is used to retrieve invoice data."),
         # verbatim from a quick learning run: given next to the recipe, the next run divided by 100 twice
         ("describes_tool", "The `get_invoice` function was used to retrieve the invoice data for INV-1471."),
+        # verbatim from seed 6 of the learning benchmark: handed to later runs, applied by none
+        ("describes_tool", "The search_catalog tool was used to find 'chair' products."),
+        ("describes_tool", "The `sum` function is used to compute the total amount in cents."),
         ("nothing_happened", "The invoice details were successfully retrieved from the billing tool."),
         ("agent_setup", "Add currency_converter to the list of allowed tools before converting the total."),
         ("agent_setup", "The agent's security settings should be updated to allow the requests module."),
@@ -161,6 +164,15 @@ def test_what_a_small_distiller_writes_about_tools_it_lacks(reason: str, text: s
                 "the explicitly allowed tools or defined/imported in the preceding code")
     ctx = GateContext(task=TASK, final_answer="300.0", observed=observed, given=GIVEN)
     assert reason_to_drop(text, ctx) == reason
+
+
+@pytest.mark.parametrize("text", [
+    "`unit_price_cents` is used to store prices in cents: divide the sum by 100 for euros.",
+    "The page field is used to walk the pages: call list_orders(page=2) and on up to 'pages'.",
+    "Use the `search_catalog` tool with the product word only; its price filter is used to nothing.",
+])
+def test_a_value_or_field_said_to_be_used_for_something_is_not_a_tool_description(text: str) -> None:
+    assert reason_to_drop(text, GateContext(task=TASK), rules=["describes_tool"]) is None
 
 
 WEATHER_TASK = "Using get_weather, what was the highest temperature in Porto on 2024-09-15?"
