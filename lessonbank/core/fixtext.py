@@ -10,9 +10,10 @@ an optional lead naming the value that changed::
 
 When the correction rewrote a value's parts in another order with other separators (a date, a time, a
 version), ``carry_over`` applies the same rewriting to the values of a new task that look like the one
-that failed: for "What was the highest temperature in Porto on 2024-09-15?" the instructions say to write
-"15.09.2024". A small model copies the task's "2024-09-15" into its first call even when told how the
-tool wants dates; it uses a value it is handed.
+that failed: for "What was the highest temperature in Porto on 2024-09-15?" the instructions give the fix
+with "2024-09-15" failing and "15.09.2024" working (``in_task``), or, for a task with several such values,
+say to write each one rewritten (``for_task``). A small model copies the task's "2024-09-15" into its first
+call even when told how the tool wants dates; it uses a value it is handed.
 """
 
 from __future__ import annotations
@@ -171,6 +172,31 @@ def for_task(text: str, task: str) -> str:
         return ""
     clause = rewrite_clause([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])
     return f"For this task, {clause}." if clause else ""
+
+
+_PLAIN_VALUE = re.compile(r"[\w.\-/:]{1,40}")
+
+
+def in_task(text: str, task: str) -> str | None:
+    """The fix's text with its example in ``task``'s value: the value that failed replaced by the task's value of
+    that form, the corrected one by the same rewritten (``date="2024-09-15"`` failed, ``date="15.09.2024"``
+    worked); None unless the fix changed one value and the task holds exactly one of its form. A small model
+    copies the corrected line's value: told to write the task's date another way, it passed the fix's own."""
+    found = lines(text)
+    if found is None:
+        return None
+    changed = changed_keywords(*found)
+    if len(changed) != 1:
+        return None
+    _, old, new = changed[0]
+    carried = carry_over(old, new, task)
+    if len(carried) != 1:
+        return None
+    swaps = {old: carried[0][0], new: carried[0][1]}
+    if not all(_PLAIN_VALUE.fullmatch(value) for pair in swaps.items() for value in pair):
+        return None
+    quoted = re.compile("|".join(f"{q}{re.escape(value)}{q}" for value in swaps for q in ('"', "'")))
+    return quoted.sub(lambda m: m.group(0)[0] + swaps[m.group(0)[1:-1]] + m.group(0)[0], text)
 
 
 _WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "mug", "21", "INV-5102", "2024-03-17", "get_invoice"

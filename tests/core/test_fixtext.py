@@ -38,11 +38,32 @@ def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
     assert fix.text.startswith('Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(')
     text, given = format_lessons([fix], "b", task="What was the highest temperature in Porto on 2024-09-15?")
     assert given == [fix]
-    assert '- For this task, write "2024-09-15" as "15.09.2024". Pass `date` like "02.01.2024"' in text
+    # the fix is shown with the task's own date in place of its example: told 'write "2024-04-20" as
+    # "20.04.2024"' next to the fix, a run of the 1.5B model passed the fix's example date (benchmark, seed 6)
+    assert ('- For this task: Pass `date` like "15.09.2024", not like "2024-09-15": `w = get_weather(city="Lyon", '
+            'date="2024-09-15")` failed with ValueError; the corrected line `w = get_weather(city="Lyon", '
+            'date="15.09.2024")` worked.') in text
+    assert "02.01.2024" not in text
+    # two dates of that form: which one goes where is the model's to see; the pairs lead the fix as it was
+    two, _ = format_lessons([fix], "b", task="Was it warmer in Porto on 2024-09-15 than on 2024-09-16?")
+    assert '- For this task, write "2024-09-15" as "15.09.2024", "2024-09-16" as "16.09.2024". Pass' in two
     plain, _ = format_lessons([fix], "b")
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
     assert "For this task" not in format_lessons([distilled], "b", task="On 2024-09-15?")[0]
+
+
+def test_a_fix_is_put_in_a_task_only_for_one_plain_value_of_its_form() -> None:
+    text = fixtext.fix_text(FAILED, "ValueError", FIXED)
+    assert fixtext.in_task(text, "Weather in Porto yesterday?") is None  # nothing of that form
+    assert fixtext.in_task("Dates are DD.MM.YYYY.", "On 2024-09-15?") is None  # not a fix
+    single = fixtext.fix_text("w = get_weather(city='Lyon', date='2024-01-02')", "ValueError",
+                              "w = get_weather(city='Lyon', date='02.01.2024')")
+    assert fixtext.in_task(single, "On 2024-09-15?") == single.replace("2024-01-02", "2024-09-15").replace(
+        "02.01.2024", "15.09.2024")  # single quotes in the lines, double in the lead
+    both = fixtext.fix_text('w = get_weather(city="lyon", date="2024-01-02")', "ValueError",
+                            'w = get_weather(city="Lyon", date="02.01.2024")')
+    assert fixtext.in_task(both, "On 2024-09-15?") is None  # two values changed: which is which is a guess
 
 
 def test_carrying_over_is_linear_on_hostile_tasks() -> None:

@@ -483,8 +483,9 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     ranked = {lesson.id for lesson in rank_lessons(store, "b", "Highest temperature in Lyon on 2024-05-06?")}
     assert ranked == {lesson.id for lesson in store.list("b")} and fix.id in ranked  # the fix and the shape
     text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
-    assert 'Pass `date` like "02.01.2024", not like "2024-01-02"' in text
-    assert 'For this task, write "2024-05-06" as "06.05.2024".' in text
+    assert ('For this task: Pass `date` like "06.05.2024", not like "2024-05-06": `w = get_weather(city="Graz", '
+            'date="2024-05-06")`') in text
+    assert 'the corrected line `w = get_weather(city="Graz", date="06.05.2024")' in text
 
     second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
                          verdict=False)
