@@ -77,17 +77,24 @@ def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:
     return [(name, before[name], value) for name, value in after.items() if name in before and before[name] != value]
 
 
-def subject(text: str) -> tuple[str, str, str] | None:
-    """(function, keyword, form of the corrected value) of a fix that changed one keyword's value; None for
-    any other text. Two fixes with the same subject teach the same thing (``date`` like "9.9.9") from
-    different wrong forms: the instructions give the better one only."""
+def _one_change(text: str) -> tuple[tuple[str, str], tuple[str, str, str]] | None:
+    """(failing line, corrected line) and the one (keyword, failed value, corrected value) a fix changed; None
+    for any other text, or a fix that changed several values."""
     found = lines(text)
     if found is None:
         return None
     changed = changed_keywords(*found)
-    if len(changed) != 1:
+    return (found, changed[0]) if len(changed) == 1 else None
+
+
+def subject(text: str) -> tuple[str, str, str] | None:
+    """(function, keyword, form of the corrected value) of a fix that changed one keyword's value; None for
+    any other text. Two fixes with the same subject teach the same thing (``date`` like "9.9.9") from
+    different wrong forms: the instructions give the better one only."""
+    one = _one_change(text)
+    if one is None:
         return None
-    keyword, _, new = changed[0]
+    found, (keyword, _, new) = one
     try:
         tree = ast.parse(found[1])
     except (SyntaxError, ValueError, RecursionError):
@@ -182,13 +189,10 @@ def in_task(text: str, task: str) -> str | None:
     that form, the corrected one by the same rewritten (``date="2024-09-15"`` failed, ``date="15.09.2024"``
     worked); None unless the fix changed one value and the task holds exactly one of its form. A small model
     copies the corrected line's value: told to write the task's date another way, it passed the fix's own."""
-    found = lines(text)
-    if found is None:
+    one = _one_change(text)
+    if one is None:
         return None
-    changed = changed_keywords(*found)
-    if len(changed) != 1:
-        return None
-    _, old, new = changed[0]
+    _, (_, old, new) = one
     carried = carry_over(old, new, task)
     if len(carried) != 1:
         return None

@@ -279,11 +279,12 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        mine = fixtext.in_task(lesson.text, task) if lesson.origin == "observed" and task else None
+        fix = lesson.origin == "observed" and bool(task)
+        mine = fixtext.in_task(lesson.text, task) if fix else None
         if mine is not None:  # the fix shown with this task's value: a small model copies the corrected line
             line = f"- For this task: {_one_line(mine)} {_seen(lesson)}"
         else:
-            here = fixtext.for_task(lesson.text, task) if lesson.origin == "observed" and task else ""
+            here = fixtext.for_task(lesson.text, task) if fix else ""
             # what the fix means for this task leads: a small model acts on the first words of a line
             line = "- " + (f"{here} " if here else "") + f"{_one_line(lesson.text)} {_seen(lesson)}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
