@@ -166,10 +166,11 @@ def rewritten_from(value: str, task: str) -> str | None:
 
 
 def rewrite_clause(pairs: list[tuple[str, str]]) -> str:
-    """ 'write "2024-12-09" as "09.12.2024"' ("" for no pairs)."""
+    """ 'use "09.12.2024" for "2024-12-09"' ("" for no pairs): the value to write comes first, because a small
+    model copies the first value of a form that it reads ("write "2024-12-09" as ..." had it pass the former)."""
     if not pairs:
         return ""
-    return "write " + ", ".join(f"{json.dumps(v)} as {json.dumps(w)}" for v, w in pairs)
+    return "use " + ", ".join(f"{json.dumps(w)} for {json.dumps(v)}" for v, w in pairs)
 
 
 def for_task(text: str, task: str) -> str:

@@ -172,13 +172,13 @@ def _seen(lesson: Lesson) -> str:
 
 
 def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
-    """(value of ``task``, written as the recipe wrote its own task's value of that form): the recipe passed
-    "17.03.2024" for its task's "2024-03-17", so this task's "2024-12-09" is "09.12.2024"."""
+    """(value of the recipe, ``task``'s value of that form written as the recipe wrote its own): the recipe
+    passed "17.03.2024" for its task's "2024-03-17", so for this task's "2024-12-09" it is "09.12.2024"."""
     pairs: list[tuple[str, str]] = []
     for param in recipe.params:
         source = fixtext.rewritten_from(param, recipe.task)
         if source is not None:
-            pairs += [pair for pair in fixtext.carry_over(source, param, task) if pair not in pairs]
+            pairs += [(param, new) for _, new in fixtext.carry_over(source, param, task) if (param, new) not in pairs]
     return pairs[:fixtext.MAX_CARRIED]
 
 
@@ -244,9 +244,9 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
     else:
         if recipe.params:
             adapt = "; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)
-        rewrite = fixtext.rewrite_clause(_recipe_rewrites(recipe, task)) if task and recipe.params else ""
-        if rewrite:
-            adapt += f" (for this task, {rewrite})"
+        rewrites = _recipe_rewrites(recipe, task) if task and recipe.params else []
+        if rewrites:  # the value to write first, in the recipe's own form: never the task's form it replaces
+            adapt += " (for this task: " + ", ".join(f"{new!r} for {old!r}" for old, new in rewrites) + ")"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
     fence = "python" if recipe.language == "python" else "json"

@@ -46,7 +46,7 @@ def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
     assert "02.01.2024" not in text
     # two dates of that form: which one goes where is the model's to see; the pairs lead the fix as it was
     two, _ = format_lessons([fix], "b", task="Was it warmer in Porto on 2024-09-15 than on 2024-09-16?")
-    assert '- For this task, write "2024-09-15" as "15.09.2024", "2024-09-16" as "16.09.2024". Pass' in two
+    assert '- For this task, use "15.09.2024" for "2024-09-15", "16.09.2024" for "2024-09-16". Pass' in two
     plain, _ = format_lessons([fix], "b")
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over

@@ -304,8 +304,9 @@ def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
                 origin="recipe")
     text, given = format_lessons([code], "b", task="How warm did it get in Ghent on 2024-12-09?")  # other words
     assert given == [code]
-    assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task, write \"2024-12-09\" as "
-            "\"09.12.2024\"):\n```python") in text
+    assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task: '09.12.2024' for "
+            "'17.03.2024'):\n```python") in text
+    assert "2024-12-09" not in text  # the task's own form is never written where the model reads what to pass
     plain, _ = format_lessons([code], "b", task="What was the highest temperature in Ghent yesterday?")
     assert "adapt the task-specific values 'Graz', '17.03.2024':\n```python" in plain  # nothing of that form
 
