@@ -58,6 +58,7 @@ class AgentConfig:
     max_tokens: int = 600
     timeout: float = 900.0
     seed: int = 0  # the set of variants and sampling seeds (0: the benchmark's usual one)
+    reworded: bool = False  # each run's task asked in another wording than the run before it
 
 
 @dataclass

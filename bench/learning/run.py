@@ -28,7 +28,7 @@ from common import machine  # noqa: E402
 from harness import ARMS, AgentConfig, Arm, RunResult, run_once, wait_distilled  # noqa: E402
 from report import format_tables, plot, summarize, write_json  # noqa: E402
 from services import Services, services  # noqa: E402
-from trap_tasks import ALL_TASKS, TASKS, TrapTask  # noqa: E402
+from trap_tasks import ALL_TASKS, REWORDINGS, TASKS, TrapTask  # noqa: E402
 
 from lessonbank.core.constants import DEAD_LETTERS_KEY, run_key  # noqa: E402
 from lessonbank.core.settings import Settings  # noqa: E402
@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0,
                         help="Another set of variants (ids, values) and sampling seeds behind the same traps; "
                              "0, the default, is the set every earlier result used.")
+    parser.add_argument("--reworded", action="store_true",
+                        help="Ask each run's task in another wording than the run before it (invoice_cents, "
+                             "date_format, nested_catalog): recipes come with values to adapt, not put in.")
     parser.add_argument("--out", type=Path, default=RESULTS, help="Directory for the JSON and the plot.")
     parser.add_argument("--name", default="", help="File name stem (default: learning, or learning-quick).")
     args = parser.parse_args(argv)
@@ -67,6 +70,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [n for n in names if n not in ALL_TASKS]
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(ALL_TASKS)}")
+    plain = [n for n in names if n not in REWORDINGS]
+    if args.reworded and plain:
+        parser.error(f"--reworded: {', '.join(plain)} has no other wordings; reworded tasks: {', '.join(REWORDINGS)}")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or any(a not in ARMS for a in arms):
         parser.error(f"--arms {args.arms!r}: choose from {', '.join(ARMS)}")
@@ -94,7 +100,7 @@ def run_meta(client: redis.Redis, run_id: str) -> dict[str, str]:
 def one_run(
     config: AgentConfig, svc: Services, client: redis.Redis | None, task: TrapTask, index: int, arm: Arm
 ) -> dict[str, Any]:
-    variants = task.variants(seed=config.seed)
+    variants = task.variants(seed=config.seed, reworded=config.reworded)
     variant = variants[index % len(variants)]
     result: RunResult = run_once(config, task, variant, arm, index, bank_name(arm, task), svc.settings)
     row = result.to_dict()
@@ -156,7 +162,7 @@ def run_all(args: argparse.Namespace, tasks: list[TrapTask], arms: list[Arm], wo
     rows: list[dict[str, Any]] = payload["runs"]
     with services(workdir, args.model, any(a.memory for a in arms), args.n_ctx, args.threads) as svc:
         config = AgentConfig(svc.llm_url, svc.llm_model, temperature=args.temperature, max_steps=args.max_steps,
-                             seed=args.seed)
+                             seed=args.seed, reworded=args.reworded)
         client = redis.Redis.from_url(svc.settings.redis_url) if svc.settings else None
         for task in tasks:
             for index in range(args.runs_per_task):
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out / f"{stem}.json", payload)
     partial.unlink(missing_ok=True)
     title = (f"{model}, {len(tasks)} task(s) x {args.runs_per_task} runs, temperature {args.temperature}, "
-             f"max_steps {args.max_steps}")
+             f"max_steps {args.max_steps}" + (", tasks reworded" if args.reworded else ""))
     if plot(payload["summary"], args.arm_names, args.out / f"{stem}.png", title):
         logger.info("plot: %s", args.out / f"{stem}.png")
     logger.info("results: %s (%.0f min); worker log and store in %s", args.out / f"{stem}.json",

@@ -42,6 +42,26 @@ def test_another_seed_gives_other_variants_behind_the_same_trap_and_seed_0_is_th
     assert run_seed("invoice_cents", 2, 1) != run_seed("invoice_cents", 2)
 
 
+@pytest.mark.parametrize("name", sorted(tt.REWORDINGS))
+def test_reworded_variants_ask_the_same_question_in_other_words_than_the_run_before(name: str) -> None:
+    from lessonbank.core import fixtext
+
+    task = ALL_TASKS[name]
+    usual, reworded = task.variants(seed=7), task.variants(seed=7, reworded=True)
+    assert [(v.key, v.answer, v.world) for v in reworded] == [(v.key, v.answer, v.world) for v in usual]
+    assert reworded[0] == usual[0] and reworded[4] == usual[4]  # wording 0 is the usual prompt
+    for before, after, plain in zip(reworded, reworded[1:], usual[1:], strict=False):
+        assert after.prompt != before.prompt and "{" not in after.prompt
+        # every value of the usual prompt is in the reworded one: the same question
+        assert set(fixtext.WORD.findall(plain.prompt)) & set(plain.key.replace("<", " ").split()) <= set(
+            fixtext.WORD.findall(after.prompt))
+        assert after.prompt.endswith("Answer with the number only.")
+        # asked in other words, a recipe of the run before cannot come with this run's values put in
+        assert fixtext.task_values([before.key.split()[0].split("<")[0]], before.prompt, after.prompt) is None
+    with pytest.raises(ValueError, match="no other wordings"):
+        ALL_TASKS["paged_orders"].variants(reworded=True)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 @pytest.mark.parametrize("name", sorted(ALL_TASKS))
 def test_checker_accepts_the_answer_and_rejects_the_trap(name: str, seed: int) -> None:

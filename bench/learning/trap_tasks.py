@@ -43,11 +43,13 @@ class TrapTask:
     tools: Callable[[Variant], list[Callable[..., Any]]]
     tolerance: float = 0.0
 
-    def variants(self, count: int = VARIANTS_PER_TASK, seed: int = 0) -> list[Variant]:
+    def variants(self, count: int = VARIANTS_PER_TASK, seed: int = 0, reworded: bool = False) -> list[Variant]:
         """``count`` variants, the same on every machine and every call (seeded by the task's name and
-        ``seed``: another ``seed`` gives other ids and values behind the same trap)."""
+        ``seed``: another ``seed`` gives other ids and values behind the same trap). ``reworded``: the same
+        variants, each asked in another wording than the one before it (see :data:`REWORDINGS`)."""
         rng = random.Random(f"lessonbank-learning:{self.name}" + (f":{seed}" if seed else ""))
-        return [self.build(rng, index) for index in range(count)]
+        built = [self.build(rng, index) for index in range(count)]
+        return [reword(self.name, variant, index) for index, variant in enumerate(built)] if reworded else built
 
     def check(self, variant: Variant, answer: Any) -> bool:
         """True when ``answer`` is the variant's answer (see :func:`matches`)."""
@@ -356,6 +358,45 @@ ALL_TASKS: dict[str, TrapTask] = {
 # default set: the model never solved it unaided, and a full run is already long on 2 cores.
 EXTRA_TASKS = ("semver_latest",)
 TASKS: dict[str, TrapTask] = {name: task for name, task in ALL_TASKS.items() if name not in EXTRA_TASKS}
+
+
+# The same questions asked other ways: with ``--reworded`` the n-th variant of a task takes wording n mod 4 (0: the
+# usual prompt), so no two consecutive runs share their words. A recipe's values are put in for a later task
+# only when the two tasks are the same words but for them; asked another way, the recipe comes with the values to
+# adapt, as it would for a user who does not repeat a question word for word. Fields come from the variant.
+REWORDINGS: dict[str, tuple[str, ...]] = {
+    "invoice_cents": (
+        "How much is invoice {invoice} in euros, according to get_invoice? Answer with the number only.",
+        "Look up invoice {invoice} with get_invoice and tell me its total in euros. Answer with the number only.",
+        "Invoice {invoice}: what does it come to in euros? Use get_invoice. Answer with the number only.",
+    ),
+    "date_format": (
+        "How hot did it get at most in {city} on {iso}, according to get_weather? Answer with the number only.",
+        "Look up the weather of {city} for {iso} with get_weather and give that day's maximum temperature. "
+        "Answer with the number only.",
+        "{city}, {iso}: what was the day's highest temperature? Use get_weather. Answer with the number only.",
+    ),
+    "nested_catalog": (
+        "How many '{query}' products are priced below {limit} euros, according to search_catalog? "
+        "Answer with the number only.",
+        "Search the catalog for '{query}' with search_catalog and count the products under {limit} euros. "
+        "Answer with the number only.",
+        "'{query}' products cheaper than {limit} euros: how many are there? Use search_catalog. "
+        "Answer with the number only.",
+    ),
+}
+
+
+def reword(task: str, variant: Variant, index: int) -> Variant:
+    """``variant`` asked in wording ``index`` mod 4 of ``task`` (0: as built); ValueError for a task without
+    other wordings."""
+    if task not in REWORDINGS:
+        raise ValueError(f"task {task!r} has no other wordings; reworded tasks: {', '.join(REWORDINGS)}")
+    wording = index % (len(REWORDINGS[task]) + 1)
+    if wording == 0:
+        return variant
+    fields = {**variant.world, "limit": variant.key.partition("<")[2]}
+    return Variant(variant.key, REWORDINGS[task][wording - 1].format(**fields), variant.answer, variant.world)
 
 
 def tools_for(task: TrapTask, variant: Variant) -> list[Any]:
