@@ -26,6 +26,14 @@ PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((bool, False), (int, 0), (float, 0.0), (str, ""))
 
 
+TOOL_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,60}"
+# The text of an observed shape fact (``lessonbank.workers.shapes``): "`tool(...)` returns {...}: its records are
+# `result['data']['items']`."
+_SHAPE_TEXT = re.compile(rf"^`({TOOL_NAME})\(\.\.\.\)` returns .{{1,400}}: its records are `result((?:\['"
+                         r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\.$")
+_PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
+
+
 class Unfit(Exception):
     """A value whose structure is not kept (a key that is not a plain name, an empty list, too large)."""
 
@@ -67,3 +75,14 @@ def _placeholder(value: Any) -> Any:
         if isinstance(value, kind):
             return placeholder
     raise Unfit(f"a {type(value).__name__}")
+
+
+def path_text(path: tuple[str, ...]) -> str:
+    """``('data', 'items')`` -> ``['data']['items']``."""
+    return "".join(f"['{key}']" for key in path)
+
+
+def path_of(text: str) -> tuple[str, ...] | None:
+    """The records' path a shape fact names; None if ``text`` is not a shape fact's."""
+    match = _SHAPE_TEXT.match(text)
+    return tuple(_PATH_KEY.findall(match.group(2))) if match else None

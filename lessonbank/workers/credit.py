@@ -35,11 +35,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lessonbank.core import fixtext
+from lessonbank.core import fixtext, specimen
 from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import evidence, shapes
+from lessonbank.workers import evidence
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
     """Whether a run whose code/tool calls have ``run`` atoms applied ``lesson``."""
     if lesson.recipe is not None:
         return _recipe_applied(lesson.recipe, run, task)
-    if lesson.origin == "observed" and (path := shapes.path_of(lesson.text)) is not None:
+    if lesson.origin == "observed" and (path := specimen.path_of(lesson.text)) is not None:
         return {_norm(key) for key in path} <= run.literals
     if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
         exact, shaped = pieces
@@ -212,7 +212,7 @@ def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
     """An observed fix or shape that no failing line of the run used: a failed run does not blame it."""
     if lesson.origin != "observed":
         return False
-    path = shapes.path_of(lesson.text)
+    path = specimen.path_of(lesson.text)
     pieces = _fix_pieces(lesson, task) if path is None else None
     if path is None and pieces is None:
         return False

@@ -39,18 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lessonbank.core.models import StepRecord, ToolResultRecord
-from lessonbank.core.specimen import MAX_DEPTH, MAX_KEYS, PLAIN_KEY
+from lessonbank.core.specimen import MAX_DEPTH, MAX_KEYS, PLAIN_KEY, TOOL_NAME, path_text
 from lessonbank.workers import evidence
 
 MAX_PRINTED = 20_000
 MAX_SHAPE = 300
 MAX_SHAPES = 3
 TAG = "shape"
-_TOOL_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,60}"
-_TOOL = re.compile(_TOOL_NAME)
-_TEXT = re.compile(rf"^`({_TOOL_NAME})\(\.\.\.\)` returns .{{1,400}}: its records are `result((?:\['"
-                   r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\.$")
-_PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
+_TOOL = re.compile(TOOL_NAME)
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -74,16 +70,6 @@ class Shape:
 
 class _Unfit(Exception):
     """A value whose structure is not kept (a key that is not a plain name, an empty list, too large)."""
-
-
-def path_text(path: tuple[str, ...]) -> str:
-    return "".join(f"['{key}']" for key in path)
-
-
-def path_of(text: str) -> tuple[str, ...] | None:
-    """The records' path a shape fact names; None if ``text`` is not a shape fact's."""
-    match = _TEXT.match(text)
-    return tuple(_PATH_KEY.findall(match.group(2))) if match else None
 
 
 def _describe(value: Any, depth: int = 0) -> str:

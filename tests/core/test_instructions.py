@@ -357,3 +357,21 @@ def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments() -> None:
     lesson = make("b", "approach", "Working code for a task like: orders", recipe=recipe, origin="recipe")
     text, _ = format_lessons([lesson], "b", task="Orders of shop 'south' on 2024-04-01, 20 a page?")
     assert "```json\n" in text and '"shop": "south"' in text and "north\"" not in text.split("```json")[1]
+
+
+def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
+    """Learning benchmark, invoice_cents: runs given only "its records are `result['lines']`" summed
+    ``result['lines'][0]`` alone (6 of 22, all wrong); the line now shows the loop over all of them."""
+    text = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
+            "its records are `result['lines']`.")
+    shape = make("b", "fact", text, origin="observed", tags=["shape"])
+    block, given = format_lessons([shape], "b", task="Using get_invoice, what is the total of INV-1?")
+    assert given == [shape]
+    assert ("- `get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
+            "its records are `result['lines']`: use all of them (`for record in result['lines']:`). (seen in "
+            "1 run)") in block
+    # the same words from the distiller, or any other observed text, are given as they are
+    said = make("b", "fact", text)
+    assert f"- {text} (seen in 1 run)" in format_lessons([said], "b")[0]
+    odd = make("b", "fact", text.replace("its records are", "the records are"), origin="observed")
+    assert "use all of them" not in format_lessons([odd], "b")[0]

@@ -614,7 +614,9 @@ def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_s
                           "`result['data']['items']`.")
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
                                    "b")
-    assert "its records are `result['data']['items']`" in text
+    # given with the loop over every record: told only where they are, 1.5B runs summed the first one alone
+    assert ("its records are `result['data']['items']`: use all of them (`for record in "
+            "result['data']['items']:`). (seen in 1 run)") in text
 
     applied = catalog_run(deps.settings, "mug", ['items = search_catalog("mug")["data"]["items"]\n'
                                                  'final_answer(sum(1 for p in items if p["price"] < 20))'],

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from lessonbank.core import specimen as specimens
 from lessonbank.core.models import Lesson, StepRecord, ToolResultRecord
 from lessonbank.core.specimen import specimen
 from lessonbank.workers import credit, shapes
@@ -33,7 +34,7 @@ def test_a_printed_result_leaves_its_structure_and_where_the_records_are() -> No
     assert shape.text == ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, "
                           "'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
                           "`result['data']['items']`.")
-    assert shape.steps == (0,) and shapes.path_of(shape.text) == ("data", "items")
+    assert shape.steps == (0,) and specimens.path_of(shape.text) == ("data", "items")
     assert "desk lamp" not in shape.text and "23" not in shape.text  # no value the run read
 
 
