@@ -11,6 +11,9 @@ A result does not fit (nothing is kept) when a key is not a plain name (letters,
 40 characters: a page cannot pass a sentence off as a key), a list or dict is empty (it says nothing of
 the records' fields), a leaf is not a JSON scalar, or the walk meets more than ``MAX_NODES`` values.
 The walk is bounded by those limits whatever the value (a huge or self-containing one included).
+
+The shape fact the workers write from a specimen (``lessonbank.workers.shapes``) is read back here
+(``path_of``): the credit and the instructions builder both need where it says the records are.
 """
 
 from __future__ import annotations
