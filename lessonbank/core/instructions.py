@@ -30,7 +30,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
@@ -182,6 +182,11 @@ def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
     return pairs[:fixtext.MAX_CARRIED]
 
 
+def _new_for_old(pairs: Iterable[tuple[str, str]]) -> str:
+    """ "'09.12.2024' for '17.03.2024', 'Ghent' for 'Graz'" from (recipe's value, this task's) pairs."""
+    return ", ".join(f"{new!r} for {old!r}" for old, new in pairs)
+
+
 class _Unplaced(Exception):
     """A value of the recipe that cannot be replaced as a whole."""
 
@@ -239,14 +244,13 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
     if placed is not None:
         code, replaced = placed
         if replaced:
-            pairs = ", ".join(f"{new!r} for {old!r}" for old, new in replaced.items())
-            adapt = f", with this task's values put in ({pairs})"
+            adapt = f", with this task's values put in ({_new_for_old(replaced.items())})"
     else:
         if recipe.params:
             adapt = "; adapt the task-specific values " + ", ".join(repr(p) for p in recipe.params)
         rewrites = _recipe_rewrites(recipe, task) if task and recipe.params else []
         if rewrites:  # the value to write first, in the recipe's own form: never the task's form it replaces
-            adapt += " (for this task: " + ", ".join(f"{new!r} for {old!r}" for old, new in rewrites) + ")"
+            adapt += f" (for this task: {_new_for_old(rewrites)})"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
     fence = "python" if recipe.language == "python" else "json"
