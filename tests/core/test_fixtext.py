@@ -21,6 +21,9 @@ FIXED = 'w = get_weather(city="Lyon", date="02.01.2024")'
     ("2024-01-02", "2024/01/02", "Orders on 2024-09-15", [("2024-09-15", "2024/09/15")]),  # separators only
     ("03/17/2024", "2024-03-17", "Sales on 05/06/2024.", [("05/06/2024", "2024-05-06")]),
     ("14:05", "14.05", "Trains after 09:30", [("09:30", "09.30")]),
+    ("2024-01-02", "02.01.2024", "Ghent, 2024-09-22: what was the day's highest temperature?",
+     [("2024-09-22", "22.09.2024")]),  # a colon after a value ends it (a reworded task, benchmark seed 5)
+    ("14:05", "14.05", "Trains at 09:30:15", []),  # but one that goes on does not: part of a longer value
     ("2024-01-02", "02.01.2024", "Highest temperature in Porto on 15 Sep 2024?", []),  # another form: nothing
     ("2024-01-02", "02.01.2024", "Build 12024-09-151 is out", []),  # part of a longer value
     ("2024-02-02", "02.02.2024", "Weather on 2024-09-15", []),  # ambiguous: which 02 went where

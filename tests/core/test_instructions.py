@@ -307,6 +307,9 @@ def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
     assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task: '09.12.2024' for "
             "'17.03.2024'):\n```python") in text
     assert "2024-12-09" not in text  # the task's own form is never written where the model reads what to pass
+    # a colon right after the task's date ends it (reworded benchmark task, seed 5: the clause was missing)
+    colon, _ = format_lessons([code], "b", task="Ghent, 2024-12-09: what was the day's highest temperature?")
+    assert "(for this task: '09.12.2024' for '17.03.2024')" in colon
     plain, _ = format_lessons([code], "b", task="What was the highest temperature in Ghent yesterday?")
     assert "adapt the task-specific values 'Graz', '17.03.2024':\n```python" in plain  # nothing of that form
 
