@@ -191,15 +191,6 @@ class Lesson(BaseModel):
     def is_recipe(self) -> bool:
         return self.recipe is not None
 
-    @property
-    def matched_on(self) -> str:
-        """The text a task is matched against (what the store embeds): a recipe's task, else the text. A
-        recipe's text adds "Working code for a task like:", which pulls a task asked in other words under the
-        recipe similarity gate (learning benchmark: 0.47 and 0.48 with it, 0.51 and 0.54 without)."""
-        if self.recipe is not None and self.recipe.task.strip():
-            return self.recipe.task
-        return self.text
-
     @classmethod
     def new(
         cls,

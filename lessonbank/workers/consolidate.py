@@ -477,7 +477,7 @@ class Consolidator:
         self.store.upsert([lesson])
         self.stats.recipes += 1
         self.stats.lesson_ids.append(rid)
-        for older, score in self.store.similar(self.bank, lesson.matched_on, limit=NEIGHBOURS):
+        for older, score in self.store.similar(self.bank, text, limit=NEIGHBOURS):
             if (older.recipe is not None and older.id != rid and score >= self.thresholds.duplicate - 0.1
                     and older.harmful > older.helpful):
                 reason = f"a newer recipe (run {self.run_id}) succeeded where this one failed"

@@ -382,7 +382,7 @@ def contrast(deps: Deps, run: runs.Run, verdict: str) -> evidence.Evidence | Non
     """What a run of a similar task with the opposite verdict did: a recipe that worked for a failed run,
     the first error of a failed run for a run that ended well (None when there is none)."""
     if verdict == "failure":
-        for lesson, score in deps.store.similar(run.bank, run.task, limit=3):
+        for lesson, score in deps.store.similar(run.bank, f"Working code for a task like: {run.task}", limit=3):
             if lesson.recipe is not None and score >= SIMILAR_TASK and eligible_recipe(lesson):
                 lines = " / ".join(evidence.one_line(line, 100) for line in lesson.recipe.code.splitlines()[:8])
                 return evidence.Evidence("C", "contrast", [], f"a run of a similar task that ended well ran: `{lines}`")

@@ -758,7 +758,6 @@ def extract(steps: list[StepRecord], task: str, tools: list[str], redactor: Reda
 
 
 def recipe_text(recipe: Recipe) -> str:
-    """The lesson text of a recipe, as listings show it; the store matches later tasks on the task itself
-    (``Lesson.matched_on``)."""
+    """The lesson text of a recipe: the task it solved (what similar tasks are matched on)."""
     task = " ".join(recipe.task.split())
     return f"Working code for a task like: {task}"

@@ -378,27 +378,3 @@ def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
     assert f"- {text} (seen in 1 run)" in format_lessons([said], "b")[0]
     odd = make("b", "fact", text.replace("its records are", "the records are"), origin="observed")
     assert "use all of them" not in format_lessons([odd], "b")[0]
-
-
-LYON = Recipe(code="result = get_weather(city='Lyon', date='28.01.2024')\nfinal_answer(result['records'][0]['max_c'])",
-              task="Using get_weather, what was the highest temperature in Lyon on 2024-01-28? Answer with the "
-                   "number only.", params=["Lyon", "28.01.2024"], checks=["syntax", "outcome:check"],
-              fingerprint="lyon")
-
-
-def test_a_recipe_is_matched_on_its_task_so_other_words_for_it_still_get_the_recipe(store: LessonStore) -> None:
-    """Learning benchmark, reworded seeds 1 and 5: "How hot did it get at most in ..." scored 0.47-0.48 against
-    the recipe's lesson text ("Working code for a task like: ..."), under the 0.5 recipe gate, and the run was not
-    given the code that had worked; against the recipe's task alone it scores above 0.5."""
-    recipe = make("b", "approach", "Working code for a task like: " + LYON.task, recipe=LYON, origin="recipe")
-    store.upsert([recipe])
-    ((found, score),) = store.similar("b", LYON.task, limit=1)
-    assert found.id == recipe.id and score > 0.999  # stored under its task's vector, not its text's
-    task = "How hot did it get at most in Porto on 2024-12-26, according to get_weather? Answer with the number only."
-    ranked = rank_lessons(store, "b", task, min_relevance=0.2)
-    assert ranked == [recipe]
-    text, _ = format_lessons(ranked, "b", task=task)
-    assert "(for this task: '26.12.2024' for '28.01.2024')" in text
-    # another task asked the same way ("..., according to <tool>? Answer with the number only.") does not get it
-    assert rank_lessons(store, "b", "How many 'lamp' products cost less than 15 euros, according to search_catalog? "
-                                    "Answer with the number only.", min_relevance=0.2) == []

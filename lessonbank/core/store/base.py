@@ -168,9 +168,8 @@ class LessonStoreBase(ABC):
             if not valid_point_id(lesson.id):
                 raise StoreError(f"lesson id {lesson.id!r} is not a uuid; build lessons with Lesson.new()")
         self._ensure()
-        texts = [lesson.matched_on for lesson in lessons]
-        dense = self.embedder.embed(texts)  # one batch, outside the write lock
-        lexical = [sparse_vector(text) for text in texts]
+        dense = self.embedder.embed([lesson.text for lesson in lessons])  # one batch, outside the write lock
+        lexical = [sparse_vector(lesson.text) for lesson in lessons]
         with self._writing:
             self._refuse_foreign(lessons)
             self._write(lessons, dense, lexical)
