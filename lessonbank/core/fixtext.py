@@ -104,8 +104,10 @@ def subject(text: str) -> tuple[str, str, str] | None:
     return callee, keyword, shape(new)
 
 
-# What may follow a value standing alone: not a word character, '-' or '/', nor '.' or ':' that go on into one
-# ("09:30" of "09:30:15" is no value; "2024-09-22" of "Ghent, 2024-09-22: what was..." is one).
+# A value standing alone: not preceded by a word character or a separator, and not followed by a word character,
+# '-' or '/', nor by '.' or ':' that go on into a longer value ("09:30" of "09:30:15" is no value; "2024-09-22" of
+# "Ghent, 2024-09-22: what was..." is one).
+_STARTS_ALONE = r"(?<![\w.\-/:])"
 _STANDS_ALONE = r"(?![\w\-/]|[.:]\w)"
 
 
@@ -120,7 +122,7 @@ def _pattern(value: str) -> re.Pattern[str]:
             parts.append(r"[^\W\d_]+")
         else:
             parts.append(re.escape(piece))
-    return re.compile(r"(?<![\w.\-/:])" + "".join(parts) + _STANDS_ALONE)
+    return re.compile(_STARTS_ALONE + "".join(parts) + _STANDS_ALONE)
 
 
 def _reorder(old: str, new: str) -> list[int] | None:
@@ -156,7 +158,7 @@ def carry_over(old: str, new: str, task: str) -> list[tuple[str, str]]:
     return carried
 
 
-_COMPOUND = re.compile(r"(?<![\w.\-/:])[^\W_]{1,10}(?:[^\w\s][^\W_]{1,10}){1,5}" + _STANDS_ALONE)
+_COMPOUND = re.compile(_STARTS_ALONE + r"[^\W_]{1,10}(?:[^\w\s][^\W_]{1,10}){1,5}" + _STANDS_ALONE)
 
 
 def rewritten_from(value: str, task: str) -> str | None:
