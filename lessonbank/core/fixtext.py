@@ -24,30 +24,43 @@ import re
 
 WORKED = " worked"
 CORRECTED = "; the corrected line "
+# A fix the error asked for (``workers/asked.py``): the failing line with its date in the form the error names,
+# which no step ran yet.
+ASKED = "; written as asked: "
+UNTRIED = " (not tried yet)"
 MAX_CARRIED = 3
 _GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
 _DIGITS = re.compile(r"[0-9]+")
 _LETTERS = re.compile(r"[^\W\d_]+")
 
 
-def fix_text(failed: str, error: str, fixed: str) -> str:
-    """The lesson text of a fix (backticks inside the lines are refused before this is called)."""
+def fix_text(failed: str, error: str, fixed: str, asked: str = "") -> str:
+    """The lesson text of a fix (backticks inside the lines are refused before this is called); with
+    ``asked`` (a date form, ``DD.MM.YYYY``), of a fix the error asked for and no step ran."""
     lead = ""
     changed = changed_keywords(failed, fixed)
     if len(changed) == 1:
         keyword, old, new = changed[0]
         lead = f"Pass `{keyword}` like {json.dumps(new)}, not like {json.dumps(old)}: "
+    if asked:
+        return f"{lead}`{failed}` failed with {error} asking for {asked}{ASKED}`{fixed}`{UNTRIED}."
     return f"{lead}`{failed}` failed with {error}{CORRECTED}`{fixed}`{WORKED}."
 
 
 def lines(text: str) -> tuple[str, str] | None:
-    """(failing line, corrected line) of a fix's text; None for any other text."""
+    """(failing line, corrected line) of a fix's text, observed or asked for; None for any other text."""
     parts = text.split("`")
-    if len(parts) < 5 or len(parts) % 2 == 0 or not parts[-1].startswith(WORKED):
+    if len(parts) < 5 or len(parts) % 2 == 0:
         return None
-    if not (parts[-3].startswith(" failed with ") and parts[-3].endswith(CORRECTED)):
+    ends = (CORRECTED, WORKED) if parts[-1].startswith(WORKED) else (ASKED, UNTRIED)
+    if not (parts[-1].startswith(ends[1]) and parts[-3].startswith(" failed with ") and parts[-3].endswith(ends[0])):
         return None
     return parts[-4], parts[-2]
+
+
+def untried(text: str) -> bool:
+    """Whether a fix's text is one the error asked for, which no step ran (``ASKED``)."""
+    return lines(text) is not None and text.split("`")[-1].startswith(UNTRIED)
 
 
 def shape(value: object) -> str:
@@ -69,6 +82,11 @@ def _keywords(line: str) -> dict[str, str]:
                 node.value.value, str):
             found.setdefault(node.arg, node.value.value)
     return found
+
+
+def keyword_values(line: str) -> set[str]:
+    """The string constants one line of code passes by keyword."""
+    return set(_keywords(line).values())
 
 
 def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:

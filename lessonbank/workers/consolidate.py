@@ -41,6 +41,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lessonbank.core import fixtext
 from lessonbank.core.exceptions import PermanentDistillError
 from lessonbank.core.models import Lesson, LessonOrigin, LessonStatus, Provenance, Recipe, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
@@ -456,7 +457,17 @@ class Consolidator:
         ``shape``) as a fact, or reinforce the same one; returns its id (None if a user purged it or it is
         held back)."""
         fid = recipe_id(self.bank, fingerprint, kind=tag)
+        stored = self.store.get(self.bank, [fid])
+        if stored and fixtext.untried(text) and not fixtext.untried(stored[0].text):
+            # an error asking for a fix that runs already made work adds nothing to it
+            return fid if stored[0].status == "active" and not self._tombstoned(fid) else None
         known = self._fingerprinted(fid, tag, steps)
+        if known == "kept" and stored and fixtext.untried(stored[0].text) and not fixtext.untried(text):
+            tried = self.store.get(self.bank, [fid])
+            if tried:  # the fix an error asked for, now seen to work: its text says so
+                self.store.upsert([tried[0].model_copy(update={"text": text})])
+                logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
+                            self.run_id, fid)
         if known != "new":
             return fid if known == "kept" else None
         lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)

@@ -32,6 +32,12 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   value without an error (a date with its day and month swapped) would otherwise make it a "fix"; the
   next step that got data (or printed nothing) is compared instead.
 
+A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) and that no later step
+corrected gives a fix of another kind (``workers/asked.py``): its failing line with the task's date, passed
+by keyword, written in that form. Its text says that no step ran it ("(not tried yet)"); the error decides
+only the order and separators of the date the run passed, never a value. A later step that passed the
+rewritten date leaves no such fix: it worked (and was kept as observed) or it did not.
+
 Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
 line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
 correction (``'9-9-9'`` -> ``'9.9.9'`` for a date, the keys for a subscript) and drops what the task
@@ -49,7 +55,7 @@ from dataclasses import dataclass
 from lessonbank.core import fixtext
 from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.workers import evidence
+from lessonbank.workers import asked, evidence
 
 MAX_LINE = 200
 MAX_LINES = 400  # lines of the later step compared with the failing one
@@ -69,10 +75,11 @@ class Fix:
     error: str
     steps: tuple[int, int]
     fingerprint: str
+    asked: str = ""  # the date form the error named, for a fix no step ran (``workers/asked.py``)
 
     @property
     def text(self) -> str:
-        return fixtext.fix_text(self.failed, self.error, self.fixed)
+        return fixtext.fix_text(self.failed, self.error, self.fixed, self.asked)
 
 
 def _parse_line(line: str) -> ast.Module | None:
@@ -211,29 +218,73 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     if redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(failed_step)
-    shared = old & kept
+    return Fix(failed, fixed, error, (failed_step.seq, later.seq), _fingerprint(error, before, after))
+
+
+def _fingerprint(error: str, before: ast.Module, after: ast.Module) -> str:
+    """The correction's shape: the same fix seen by several runs (or asked for, then observed) is one."""
+    shared = {repr(node.value) for node, _ in _constants(before)} & {repr(node.value) for node, _ in _constants(after)}
     print_ = f"{error}|{_skeleton(before, shared)}|{_skeleton(after, shared)}"
-    fingerprint = hashlib.sha256(print_.encode()).hexdigest()[:32]
-    return Fix(failed, fixed, error, (failed_step.seq, later.seq), fingerprint)
+    return hashlib.sha256(print_.encode()).hexdigest()[:32]
+
+
+def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: Redactor) -> Fix | None:
+    """The failing line with the task's date written in the form the step's error names (see the module's
+    text); None unless the line passes exactly one date, by keyword, that the task gave."""
+    failed = evidence.named_failing_line(step)
+    if not failed or len(failed) > MAX_LINE or "`" in failed:
+        return None
+    before = _parse_line(failed)
+    if before is None or not _calls(before) or _calls(before) & ANSWERERS:
+        return None
+    dates = [node.value for node, _ in _constants(before) if isinstance(node.value, str)
+             and asked.read_date(node.value) is not None]
+    if len(dates) != 1 or not _given(dates[0], task) or dates[0] not in fixtext.keyword_values(failed):
+        return None
+    found = asked.rewrite(dates[0], evidence.error_detail(step))
+    if found is None:
+        return None
+    written, form = found
+    quoted = [q + dates[0] + q for q in ('"', "'") if q + dates[0] + q in failed]
+    if len(quoted) != 1 or failed.count(quoted[0]) != 1:
+        return None
+    fixed = failed.replace(quoted[0], quoted[0][0] + written + quoted[0][0])
+    if any(written in other.code for other in later):  # tried: it worked (an observed fix) or it did not
+        return None
+    after = _parse_line(fixed)
+    if after is None or redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
+        return None
+    error = _exception(step)
+    return Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after), asked=form.name)
 
 
 def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]:
     """The fixes a run observed: for each failed step, its failing line and the corrected line of the
-    next step that did not fail and did not get an empty result back (at most ``MAX_FIXES``, each
-    fingerprint once)."""
+    next step that did not fail and did not get an empty result back; then, for failed steps no later
+    step corrected, the date fix their error asked for (at most ``MAX_FIXES`` in all, each fingerprint
+    once, observed ones first)."""
     actions = [step for step in steps if step.kind == "action"]
     found: list[Fix] = []
+    uncorrected: list[int] = []
     for index, step in enumerate(actions):
-        if not evidence.failed(step) or len(found) >= MAX_FIXES:
+        if not evidence.failed(step):
             continue
         # A step that ran but got nothing back may have passed a wrong value the tool accepts: not the fix.
         later = next((s for s in actions[index + 1:] if not evidence.failed(s) and s.code.strip()
                       and evidence.result(s.observations) != "empty"), None)
-        if later is None:
-            continue
-        seen = "\n".join(part for s in actions if s.seq < later.seq
-                         for part in (s.observations, s.error_message)).lower()
-        fix = _fix(step, later, seen, task, redactor)
+        fix = None
+        if later is not None and len(found) < MAX_FIXES:
+            seen = "\n".join(part for s in actions if s.seq < later.seq
+                             for part in (s.observations, s.error_message)).lower()
+            fix = _fix(step, later, seen, task, redactor)
+        if fix is None:
+            uncorrected.append(index)
+        elif all(fix.fingerprint != other.fingerprint for other in found):
+            found.append(fix)
+    for index in uncorrected:
+        if len(found) >= MAX_FIXES:
+            break
+        fix = _asked_fix(actions[index], actions[index + 1:], task, redactor)
         if fix is not None and all(fix.fingerprint != other.fingerprint for other in found):
             found.append(fix)
     return found

@@ -261,7 +261,10 @@ def test_a_line_that_drops_the_failing_call_is_no_fix() -> None:
     steps = [step(0, f"{wrong}\nprint(highest_temp_in_graz)", failed_at=wrong,
                   error="ValueError: invalid date '2024-03-26': expected DD.MM.YYYY, e.g. 31.12.2023"),
              step(1, made_up, observations="Execution logs:\n15.5")]
-    assert extract(steps, "What was the highest temperature in Graz on 2024-03-26?") == []
+    found = extract(steps, "What was the highest temperature in Graz on 2024-03-26?")
+    assert all("weather_data[" not in fix.text for fix in found)  # the made-up line is no correction
+    assert [(fix.asked, fix.fixed) for fix in found] == [  # only the date the error asked for (workers/asked.py)
+        ("DD.MM.YYYY", 'highest_temp_in_graz = get_weather(city="Graz", date="26.03.2024")')]
 
 
 def test_a_line_that_reads_a_value_computed_elsewhere_is_no_fix() -> None:
