@@ -36,7 +36,8 @@ A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) 
 corrected gives a fix of another kind (``workers/asked.py``): its failing line with the task's date, passed
 by keyword, written in that form. Its text says that no step ran it ("(not tried yet)"); the error decides
 only the order and separators of the date the run passed, never a value. A later step that passed the
-rewritten date leaves no such fix: it worked (and was kept as observed) or it did not.
+rewritten date (or whose output shows it, as a tool echoing a date the run computed) leaves no such fix: it
+worked (and was kept as observed, or as a recipe) or it did not.
 
 Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
 line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
@@ -249,7 +250,8 @@ def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: R
     if len(quoted) != 1 or failed.count(quoted[0]) != 1:
         return None
     fixed = failed.replace(quoted[0], quoted[0][0] + written + quoted[0][0])
-    if any(written in other.code for other in later):  # tried: it worked (an observed fix) or it did not
+    # tried, as typed or computed (the tool echoes its date): it worked (an observed fix, a recipe) or it did not
+    if any(written in other.code or written in other.observations for other in later):
         return None
     after = _parse_line(fixed)
     if after is None or redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:

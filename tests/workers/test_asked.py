@@ -119,6 +119,11 @@ def test_no_asked_fix_when_a_later_step_passed_the_date_as_asked_and_it_failed()
                     failed_at='weather_data = get_weather(city="Lyon", date="02.08.2024")',
                     error="ValueError: no data for Lyon")
     assert extract(steps) == []
+    computed = never_corrected()  # the date converted in code: the tool's answer shows it was passed so
+    computed[1] = step(1, 'd = datetime.strptime("2024-08-02", "%Y-%m-%d").strftime("%d.%m.%Y")\n'
+                          'weather_data = get_weather(city="Lyon", date=d)\nprint(weather_data)',
+                       observations="Execution logs:\n{'city': 'Lyon', 'date': '02.08.2024', 'records': []}")
+    assert extract(computed) == []
 
 
 def test_the_next_task_is_given_its_own_date_in_the_asked_form() -> None:
