@@ -4,19 +4,14 @@ run that never passed it that way (``workers/asked.py``, ``workers/fixes.py``)."
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
-from qdrant_client import QdrantClient
 
 from lessonbank.core import fixtext
 from lessonbank.core.instructions import format_lessons
-from lessonbank.core.models import Lesson, recipe_id
+from lessonbank.core.models import Lesson
 from lessonbank.core.redact import Redactor
-from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers import asked, credit, fixes
-from lessonbank.workers.consolidate import Consolidator, Thresholds
 from tests.workers.test_fixes import date_run, step
 
 LYON = "What was the highest temperature in Lyon on 2024-08-02?"
@@ -141,30 +136,3 @@ def test_the_next_task_is_given_its_own_date_in_the_asked_form() -> None:
     iso = 'w = get_weather(city="Ghent", date="2024-07-04")'
     assert not credit.applied(lesson, credit.run_atoms([step(0, iso)]), GHENT)
     assert credit.blameless(lesson, [step(0, iso, failed_at=iso, error=REFUSED)], GHENT)
-
-
-@pytest.fixture
-def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    s.ensure_collection()
-    yield s
-    s.close()
-
-
-def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_seen_fix(store: LessonStore) -> None:
-    (fix,) = extract(never_corrected())
-    (seen,) = extract(date_run("Lyon", "2024-08-02", "02.08.2024"))
-
-    def consolidator(run_id: str) -> Consolidator:
-        return Consolidator(store, "b", run_id, Thresholds(0.9, 0.6))
-
-    fid = consolidator("r1").add_observed(fix.text, fix.fingerprint, list(fix.steps))
-    assert fid == recipe_id("b", fix.fingerprint, kind="fix")
-    (lesson,) = store.list("b")
-    assert lesson.text == fix.text and fixtext.untried(lesson.text)
-    assert consolidator("r2").add_observed(seen.text, seen.fingerprint, list(seen.steps)) == fid
-    (lesson,) = store.list("b")
-    assert (lesson.text, lesson.evidence, lesson.source_run_ids) == (seen.text, 2, ["r1", "r2"])
-    assert consolidator("r3").add_observed(fix.text, fix.fingerprint, list(fix.steps)) == fid
-    (lesson,) = store.list("b")
-    assert (lesson.text, lesson.evidence) == (seen.text, 2)  # an error asking again is no evidence it works

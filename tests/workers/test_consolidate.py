@@ -10,13 +10,18 @@ import openai
 import pytest
 from qdrant_client import QdrantClient
 
+from lessonbank.core import fixtext
 from lessonbank.core.models import Lesson, Recipe, lesson_id, recipe_id
+from lessonbank.core.redact import Redactor
 from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.workers import fixes
 from lessonbank.workers.consolidate import CONTRADICTED, Consolidator, Thresholds
 from lessonbank.workers.decide import Decision, llm_decider
 from lessonbank.workers.distiller import DraftLesson
 from lessonbank.workers.llm import ChatLLM
 from tests.fixtures.openai_server import FakeOpenAI, Reply
+from tests.workers.test_asked import LYON, never_corrected
+from tests.workers.test_fixes import date_run
 
 SEMI = "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."
 SEMI_REWORDED = "Read sales.csv with pandas.read_csv(path, sep=';') because its fields are separated by semicolons."
@@ -384,3 +389,23 @@ def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store
     assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(FIX, "e" * 32, [0, 1]) is None
     (fix,) = store.list("b", include_inactive=True)
     assert (fix.status, fix.evidence) == ("retired", 1)
+
+
+def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_seen_fix(store: LessonStore) -> None:
+    # a date fix an error asked for (workers/asked.py), then the same correction observed by another run
+    (fix,) = fixes.extract(never_corrected(), LYON, Redactor())
+    (seen,) = fixes.extract(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON, Redactor())
+
+    def consolidator(run_id: str) -> Consolidator:
+        return Consolidator(store, "b", run_id, Thresholds(0.9, 0.6))
+
+    fid = consolidator("r1").add_observed(fix.text, fix.fingerprint, list(fix.steps))
+    assert fid == recipe_id("b", fix.fingerprint, kind="fix")
+    (lesson,) = store.list("b")
+    assert lesson.text == fix.text and fixtext.untried(lesson.text)
+    assert consolidator("r2").add_observed(seen.text, seen.fingerprint, list(seen.steps)) == fid
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.evidence, lesson.source_run_ids) == (seen.text, 2, ["r1", "r2"])
+    assert consolidator("r3").add_observed(fix.text, fix.fingerprint, list(fix.steps)) == fid
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.evidence) == (seen.text, 2)  # an error asking again is no evidence it works
