@@ -9,7 +9,7 @@ import pytest
 
 from lessonbank.core import fixtext
 from lessonbank.core.instructions import format_lessons
-from lessonbank.core.models import Lesson
+from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.workers import asked, credit, fixes
 from tests.workers.test_fixes import date_run, step
@@ -21,7 +21,7 @@ WRONG = 'weather_data = get_weather(city="Lyon", date="2024-08-02")'
 ASKED = 'weather_data = get_weather(city="Lyon", date="02.08.2024")'
 
 
-def never_corrected(error: str = REFUSED, line: str = WRONG) -> list:  # type: ignore[type-arg]
+def never_corrected(error: str = REFUSED, line: str = WRONG) -> list[StepRecord]:
     """Learning benchmark, seed 7, run 1: the date refused, then parsed with strptime, then the error answered."""
     return [
         step(0, f"{line}\nprint(weather_data)", failed_at=line, error=error),
@@ -33,7 +33,7 @@ def never_corrected(error: str = REFUSED, line: str = WRONG) -> list:  # type: i
     ]
 
 
-def extract(steps: list, task: str = LYON) -> list[fixes.Fix]:  # type: ignore[type-arg]
+def extract(steps: list[StepRecord], task: str = LYON) -> list[fixes.Fix]:
     return fixes.extract(steps, task, Redactor())
 
 
@@ -63,7 +63,7 @@ def test_no_form_when_the_error_names_none_or_several(message: str) -> None:
 def test_a_date_is_rewritten_only_when_its_order_is_certain() -> None:
     assert asked.rewrite("2024-08-02", REFUSED) == ("02.08.2024", asked.asked_form(REFUSED))
     assert asked.rewrite("20240802", REFUSED) is not None
-    assert asked.rewrite("12/25/2024", "expected YYYY-MM-DD")[0] == "2024-12-25"  # type: ignore[index]
+    assert asked.rewrite("12/25/2024", "expected YYYY-MM-DD") == ("2024-12-25", asked.Form(("YYYY", "MM", "DD"), "-"))
     assert asked.rewrite("02/08/2024", "expected YYYY-MM-DD") is None  # 2 August or 8 February
     assert asked.rewrite("02.08.2024", REFUSED) is None  # already so: the error is about something else
     assert asked.rewrite("2024-02-30", REFUSED) is None  # no such day
