@@ -84,11 +84,6 @@ def _keywords(line: str) -> dict[str, str]:
     return found
 
 
-def keyword_values(line: str) -> set[str]:
-    """The string constants one line of code passes by keyword."""
-    return set(_keywords(line).values())
-
-
 def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:
     """(keyword, failed value, corrected value) of the string keyword arguments the correction changed."""
     before, after = _keywords(failed), _keywords(fixed)

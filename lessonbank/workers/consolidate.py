@@ -461,13 +461,12 @@ class Consolidator:
         if stored and fixtext.untried(text) and not fixtext.untried(stored[0].text):
             # an error asking for a fix that runs already made work adds nothing to it
             return fid if stored[0].status == "active" and not self._tombstoned(fid) else None
+        if stored and stored[0].status == "active" and fixtext.untried(stored[0].text) and not fixtext.untried(text):
+            # the fix an error asked for, now seen to work: its text says so (then reinforced as any fix)
+            self.store.upsert([stored[0].model_copy(update={"text": text})])
+            logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
+                        self.run_id, fid)
         known = self._fingerprinted(fid, tag, steps)
-        if known == "kept" and stored and fixtext.untried(stored[0].text) and not fixtext.untried(text):
-            tried = self.store.get(self.bank, [fid])
-            if tried:  # the fix an error asked for, now seen to work: its text says so
-                self.store.upsert([tried[0].model_copy(update={"text": text})])
-                logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
-                            self.run_id, fid)
         if known != "new":
             return fid if known == "kept" else None
         lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)

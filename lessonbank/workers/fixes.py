@@ -236,17 +236,20 @@ def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: R
     if not failed or len(failed) > MAX_LINE or "`" in failed:
         return None
     before = _parse_line(failed)
-    if before is None or not _calls(before) or _calls(before) & ANSWERERS:
+    calls = _calls(before) if before is not None else set()
+    if before is None or not calls or calls & ANSWERERS:
         return None
-    dates = [node.value for node, _ in _constants(before) if isinstance(node.value, str)
+    dates = [node for node, _ in _constants(before) if isinstance(node.value, str)
              and asked.read_date(node.value) is not None]
-    if len(dates) != 1 or not _given(dates[0], task) or dates[0] not in fixtext.keyword_values(failed):
+    by_keyword = {id(k.value) for k in ast.walk(before) if isinstance(k, ast.keyword)}
+    if len(dates) != 1 or id(dates[0]) not in by_keyword or not _given(dates[0].value, task):
         return None
-    found = asked.rewrite(dates[0], evidence.error_detail(step))
+    value = str(dates[0].value)
+    found = asked.rewrite(value, evidence.error_detail(step))
     if found is None:
         return None
     written, form = found
-    quoted = [q + dates[0] + q for q in ('"', "'") if q + dates[0] + q in failed]
+    quoted = [q + value + q for q in ('"', "'") if q + value + q in failed]
     if len(quoted) != 1 or failed.count(quoted[0]) != 1:
         return None
     fixed = failed.replace(quoted[0], quoted[0][0] + written + quoted[0][0])

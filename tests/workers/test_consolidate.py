@@ -409,3 +409,9 @@ def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_se
     assert consolidator("r3").add_observed(fix.text, fix.fingerprint, list(fix.steps)) == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.evidence) == (seen.text, 2)  # an error asking again is no evidence it works
+    # a run that was given the asked fix and saw it work: its text is upgraded, its evidence is not (an echo)
+    store.upsert([lesson.model_copy(update={"text": fix.text})])
+    given = Consolidator(store, "b", "r4", Thresholds(0.9, 0.6), given=[fid])
+    assert given.add_observed(seen.text, seen.fingerprint, list(seen.steps)) == fid
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.evidence) == (seen.text, 2)
