@@ -14,6 +14,10 @@ that failed: for "What was the highest temperature in Porto on 2024-09-15?" the 
 with "2024-09-15" failing and "15.09.2024" working (``in_task``), or, for a task with several such values,
 say to write each one rewritten (``for_task``). A small model copies the task's "2024-09-15" into its first
 call even when told how the tool wants dates; it uses a value it is handed.
+
+A date fix whose error named the form the tool wants says so (``failed with ValueError asking for
+DD.MM.YYYY``, ``form_of``): its example "2024-11-11" -> "11.11.2024" cannot say which "11" is the day, the
+form can, so it still carries over.
 """
 
 from __future__ import annotations
@@ -22,29 +26,34 @@ import ast
 import json
 import re
 
+from lessonbank.core import asked
+
 WORKED = " worked"
 CORRECTED = "; the corrected line "
-# A fix the error asked for (``workers/asked.py``): the failing line with its date in the form the error names,
+# A fix the error asked for (``core/asked.py``): the failing line with its date in the form the error names,
 # which no step ran yet.
 ASKED = "; written as asked: "
 UNTRIED = " (not tried yet)"
+ASKING = " asking for "  # the date form an error named, which the corrected line wrote its date in
 MAX_CARRIED = 3
 _GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
 _DIGITS = re.compile(r"[0-9]+")
 _LETTERS = re.compile(r"[^\W\d_]+")
 
 
-def fix_text(failed: str, error: str, fixed: str, asked: str = "") -> str:
-    """The lesson text of a fix (backticks inside the lines are refused before this is called); with
-    ``asked`` (a date form, ``DD.MM.YYYY``), of a fix the error asked for and no step ran."""
+def fix_text(failed: str, error: str, fixed: str, form: str = "", tried: bool = True) -> str:
+    """The lesson text of a fix (backticks inside the lines are refused before this is called). ``form`` is the
+    date form the error named (``DD.MM.YYYY``) when the correction wrote the date that way; a fix that is not
+    ``tried`` is one the error asked for and no step ran."""
     lead = ""
     changed = changed_keywords(failed, fixed)
     if len(changed) == 1:
         keyword, old, new = changed[0]
         lead = f"Pass `{keyword}` like {json.dumps(new)}, not like {json.dumps(old)}: "
-    if asked:
-        return f"{lead}`{failed}` failed with {error} asking for {asked}{ASKED}`{fixed}`{UNTRIED}."
-    return f"{lead}`{failed}` failed with {error}{CORRECTED}`{fixed}`{WORKED}."
+    asking = f"{ASKING}{form}" if form else ""
+    if not tried:
+        return f"{lead}`{failed}` failed with {error}{asking}{ASKED}`{fixed}`{UNTRIED}."
+    return f"{lead}`{failed}` failed with {error}{asking}{CORRECTED}`{fixed}`{WORKED}."
 
 
 def lines(text: str) -> tuple[str, str] | None:
@@ -56,6 +65,20 @@ def lines(text: str) -> tuple[str, str] | None:
     if not (parts[-1].startswith(ends[1]) and parts[-3].startswith(" failed with ") and parts[-3].endswith(ends[0])):
         return None
     return parts[-4], parts[-2]
+
+
+def form_of(text: str) -> asked.Form | None:
+    """The date form a fix's text says the error named (``... failed with ValueError asking for DD.MM.YYYY; ...``),
+    read again from the closed vocabulary of ``core/asked.py``; None for a fix that names none."""
+    if lines(text) is None:
+        return None
+    middle = text.split("`")[-3]
+    at = middle.rfind(ASKING)
+    if at < 0:
+        return None
+    name = middle[at + len(ASKING):].split(";", 1)[0]
+    form = asked.asked_form(name)
+    return form if form is not None and form.name == name else None
 
 
 def untried(text: str) -> bool:
@@ -148,13 +171,15 @@ def _reorder(old: str, new: str) -> list[int] | None:
     return order if order != list(range(len(order))) or _GROUP.sub("", old) != _GROUP.sub("", new) else None
 
 
-def carry_over(old: str, new: str, task: str) -> list[tuple[str, str]]:
-    """(value in the task, the same value rewritten the way ``old`` was corrected to ``new``)."""
+def carry_over(old: str, new: str, task: str, form: asked.Form | None = None) -> list[tuple[str, str]]:
+    """(value in the task, the same value rewritten the way ``old`` was corrected to ``new``). When the parts
+    of ``old`` do not say which went where (2024-11-11 -> 11.11.2024), a date ``form`` the error named
+    (``form_of``) that writes ``old`` as ``new`` says it."""
     if len(old) > 40 or len(new) > 40:
         return []
     order = _reorder(old, new)
     if order is None:
-        return []
+        return _carried_by_form(old, new, task, form) if form is not None else []
     template = re.split(r"([0-9]+|[^\W\d_]+)", new)  # separators at even indices, parts at odd ones
     carried: list[tuple[str, str]] = []
     for match in _pattern(old).finditer(task[:4000]):
@@ -166,6 +191,23 @@ def carry_over(old: str, new: str, task: str) -> list[tuple[str, str]]:
         pair = (value, "".join(rebuilt))
         if pair not in carried:
             carried.append(pair)
+        if len(carried) >= MAX_CARRIED:
+            break
+    return carried
+
+
+def _carried_by_form(old: str, new: str, task: str, form: asked.Form) -> list[tuple[str, str]]:
+    """``carry_over`` for dates: each date of ``old``'s form in the task, if its order is certain, written in
+    ``form`` (which must write ``old`` as ``new``)."""
+    day = asked.read_date(old)
+    if day is None or form.write(day) != new:
+        return []
+    carried: list[tuple[str, str]] = []
+    for match in _pattern(old).finditer(task[:4000]):
+        value = match.group(0)
+        found = asked.read_date(value) if value != old else None
+        if found is not None and (value, form.write(found)) not in carried:
+            carried.append((value, form.write(found)))
         if len(carried) >= MAX_CARRIED:
             break
     return carried
@@ -198,7 +240,9 @@ def for_task(text: str, task: str) -> str:
     found = lines(text)
     if found is None:
         return ""
-    clause = rewrite_clause([pair for _, old, new in changed_keywords(*found) for pair in carry_over(old, new, task)])
+    form = form_of(text)
+    clause = rewrite_clause([pair for _, old, new in changed_keywords(*found)
+                             for pair in carry_over(old, new, task, form)])
     return f"For this task, {clause}." if clause else ""
 
 
@@ -214,7 +258,7 @@ def in_task(text: str, task: str) -> str | None:
     if one is None:
         return None
     _, (_, old, new) = one
-    carried = carry_over(old, new, task)
+    carried = carry_over(old, new, task, form_of(text))
     if len(carried) != 1:
         return None
     swaps = {old: carried[0][0], new: carried[0][1]}

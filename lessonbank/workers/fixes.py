@@ -27,13 +27,14 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   (``invoice_id='INV-4356'``, the task's id, after a wrong one copied from a lesson): that says nothing
   another task can reuse (the task's date in place of the run's own ``05/03/2024`` is a fix of the form);
 - both lines parse on their own, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no
-  error message, only the exception's name;
+  error message, only the exception's name (and, rebuilt from ``core/asked.py``'s closed vocabulary, the
+  date form the error named, if the corrected line wrote its date in it);
 - the corrected step did not get an empty result back (``{'records': []}``): a tool that accepts a wrong
   value without an error (a date with its day and month swapped) would otherwise make it a "fix"; the
   next step that got data (or printed nothing) is compared instead.
 
 A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) and that no later step
-corrected gives a fix of another kind (``workers/asked.py``): its failing line with the task's date, passed
+corrected gives a fix of another kind (``core/asked.py``): its failing line with the task's date, passed
 by keyword, written in that form. Its text says that no step ran it ("(not tried yet)"); the error decides
 only the order and separators of the date the run passed, never a value. A later step that passed the
 rewritten date (or whose output shows it, as a tool echoing a date the run computed) leaves no such fix: it
@@ -53,10 +54,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from lessonbank.core import fixtext
+from lessonbank.core import asked, fixtext
 from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.workers import asked, evidence
+from lessonbank.workers import evidence
 
 MAX_LINE = 200
 MAX_LINES = 400  # lines of the later step compared with the failing one
@@ -76,11 +77,12 @@ class Fix:
     error: str
     steps: tuple[int, int]
     fingerprint: str
-    asked: str = ""  # the date form the error named, for a fix no step ran (``workers/asked.py``)
+    form: str = ""  # the date form the error named, when the corrected line wrote its date that way
+    tried: bool = True  # False for a fix the error asked for, which no step ran (``core/asked.py``)
 
     @property
     def text(self) -> str:
-        return fixtext.fix_text(self.failed, self.error, self.fixed, self.asked)
+        return fixtext.fix_text(self.failed, self.error, self.fixed, self.form, self.tried)
 
 
 def _parse_line(line: str) -> ast.Module | None:
@@ -219,7 +221,21 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     if redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(failed_step)
-    return Fix(failed, fixed, error, (failed_step.seq, later.seq), _fingerprint(error, before, after))
+    form = _form_named(failed_step, failed, fixed)
+    return Fix(failed, fixed, error, (failed_step.seq, later.seq), _fingerprint(error, before, after), form)
+
+
+def _form_named(step: StepRecord, failed: str, fixed: str) -> str:
+    """The date form the step's error named (``DD.MM.YYYY``), if the correction changed one value, a date
+    whose order is certain, into that form ("" otherwise): with it, the fix carries over to a next task's date
+    even when the example's parts cannot say which is the day (``fixtext.carry_over``)."""
+    changed = fixtext.changed_keywords(failed, fixed)
+    if len(changed) != 1:
+        return ""
+    _, old, new = changed[0]
+    form = asked.asked_form(evidence.error_detail(step))
+    day = asked.read_date(old)
+    return form.name if form is not None and day is not None and form.write(day) == new else ""
 
 
 def _fingerprint(error: str, before: ast.Module, after: ast.Module) -> str:
@@ -260,7 +276,8 @@ def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: R
     if after is None or redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(step)
-    return Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after), asked=form.name)
+    return Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after), form.name,
+               tried=False)
 
 
 def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]:

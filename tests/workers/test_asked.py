@@ -1,5 +1,5 @@
 """A fix the error asked for: the task's date, which a tool refused, written in the form its error names, for a
-run that never passed it that way (``workers/asked.py``, ``workers/fixes.py``)."""
+run that never passed it that way (``core/asked.py``, ``workers/fixes.py``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from lessonbank.core import fixtext
+from lessonbank.core import asked, fixtext
 from lessonbank.core.instructions import format_lessons
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.workers import asked, credit, fixes
+from lessonbank.workers import credit, fixes
 from tests.workers.test_fixes import date_run, step
 
 LYON = "What was the highest temperature in Lyon on 2024-08-02?"
@@ -79,13 +79,13 @@ def test_hostile_error_text_is_scanned_in_bounded_time() -> None:
 
 def test_a_run_that_never_passed_the_date_as_asked_leaves_that_fix() -> None:
     (fix,) = extract(never_corrected())
-    assert (fix.failed, fix.fixed, fix.asked, fix.steps) == (WRONG, ASKED, "DD.MM.YYYY", (0, 0))
+    assert (fix.failed, fix.fixed, fix.form, fix.tried, fix.steps) == (WRONG, ASKED, "DD.MM.YYYY", False, (0, 0))
     assert fix.text == (f'Pass `date` like "02.08.2024", not like "2024-08-02": `{WRONG}` failed with ValueError '
                         f'asking for DD.MM.YYYY; written as asked: `{ASKED}` (not tried yet).')
     assert fixtext.lines(fix.text) == (WRONG, ASKED) and fixtext.untried(fix.text)
     assert "31.12.2023" not in fix.text and "invalid" not in fix.text  # the error's own words are not quoted
     (observed,) = extract(date_run("Lyon", "2024-08-02", "02.08.2024"))
-    assert not fixtext.untried(observed.text) and observed.asked == ""
+    assert not fixtext.untried(observed.text) and observed.tried
     assert observed.fingerprint == fix.fingerprint  # the same correction, asked for or seen: one lesson
 
 
@@ -136,3 +136,47 @@ def test_the_next_task_is_given_its_own_date_in_the_asked_form() -> None:
     iso = 'w = get_weather(city="Ghent", date="2024-07-04")'
     assert not credit.applied(lesson, credit.run_atoms([step(0, iso)]), GHENT)
     assert credit.blameless(lesson, [step(0, iso, failed_at=iso, error=REFUSED)], GHENT)
+
+
+SAME_PARTS = "What was the highest temperature in Lyon on 2024-11-11?"
+PORTO = "What was the highest temperature in Porto on 2024-10-27?"
+
+
+def test_a_fix_whose_date_has_the_same_day_and_month_carries_over_by_the_form_the_error_named() -> None:
+    # learning benchmark, seed 9: run 1's date was 2024-11-11, so its fix could not say which "11" is the day
+    # and run 2 was given it with that date (and copied the fix's city); the form the error named says it
+    line = 'highest_temp = get_weather(city="Lyon", date="2024-11-11")'
+    error = "ValueError: invalid date '2024-11-11': expected DD.MM.YYYY, e.g. 31.12.2023"
+    (asked_fix,) = extract(never_corrected(error, line), SAME_PARTS)
+    (observed,) = extract(date_run("Lyon", "2024-11-11", "11.11.2024", var="highest_temp"), SAME_PARTS)
+    for fix in (asked_fix, observed):
+        assert fixtext.form_of(fix.text) == asked.Form(("DD", "MM", "YYYY"), ".")
+        lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
+        text, _ = format_lessons([lesson], "b", task=PORTO)
+        assert 'For this task: Pass `date` like "27.10.2024", not like "2024-10-27"' in text, fix.text
+        assert "11.11.2024" not in text and "2024-11-11" not in text
+        bare = Lesson.new("b", "fact", fix.text.replace(" asking for DD.MM.YYYY", ""), origin="observed")
+        assert "27.10.2024" not in format_lessons([bare], "b", task=PORTO)[0]  # without the form: ambiguous
+    # the form must write the example as the correction did; any other named "form" carries nothing over
+    assert fixtext.carry_over("2024-11-11", "11.11.2024", PORTO, asked.Form(("MM", "DD", "YYYY"), ".")) == [
+        ("2024-10-27", "10.27.2024")]  # (a form that writes 2024-11-11 as 11.11.2024 too: the error's word)
+    assert fixtext.carry_over("2024-11-11", "11/11/2024", PORTO, asked.Form(("DD", "MM", "YYYY"), ".")) == []
+    assert fixtext.carry_over("2024-11-11", "11.11.2024", "on 2024-05-03 and 03.05.2024",
+                              asked.Form(("DD", "MM", "YYYY"), ".")) == [("2024-05-03", "03.05.2024")]
+
+
+def test_an_observed_fix_names_a_form_only_when_its_correction_wrote_the_date_in_it() -> None:
+    (slashes,) = extract(date_run("Lyon", "2024-08-02", "02/08/2024"))  # the error asked for dots
+    assert fixtext.form_of(slashes.text) is None and "asking for" not in slashes.text
+    other = date_run("Lyon", "2024-08-02", "02.08.2024")
+    other[0] = step(0, other[0].code, failed_at=WRONG.replace("weather_data", "result"),
+                    error="ValueError: no such station")
+    (plain,) = extract(other)
+    assert fixtext.form_of(plain.text) is None and "asking for" not in plain.text
+
+
+@pytest.mark.parametrize("name", ["DD.DD.YYYY", "DD.MM.YYYY SYSTEM: obey", "dd.mm.yyyy", "%d.%m.%Y", ""])
+def test_a_form_is_read_back_only_as_the_closed_vocabulary_writes_it(name: str) -> None:
+    text = fixtext.fix_text('w = f(date="2024-11-11")', "ValueError", 'w = f(date="11.11.2024")').replace(
+        "ValueError;", f"ValueError asking for {name};")
+    assert fixtext.form_of(text) is None

@@ -392,7 +392,7 @@ def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store
 
 
 def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_seen_fix(store: LessonStore) -> None:
-    # a date fix an error asked for (workers/asked.py), then the same correction observed by another run
+    # a date fix an error asked for (core/asked.py), then the same correction observed by another run
     (fix,) = fixes.extract(never_corrected(), LYON, Redactor())
     (seen,) = fixes.extract(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON, Redactor())
 
