@@ -138,6 +138,7 @@ class Intake:
             "evidence": max(lesson.evidence, 1), "first_seen": min(max(lesson.first_seen, 0.0), self.now),
             "last_seen": min(max(lesson.last_seen, lesson.first_seen, 0.0), self.now),
             "source_run_ids": lesson.source_run_ids[-MAX_SOURCES:], "provenance": lesson.provenance[-MAX_SOURCES:],
+            "task": "",  # an observed fix's own task is read only for lessons of origin "observed", never imported
             **{name: max(getattr(lesson, name), 0) for name in COUNT_FIELDS},
         }
         update.update(self._status(lesson, text, recipe))

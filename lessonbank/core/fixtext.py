@@ -249,23 +249,50 @@ def for_task(text: str, task: str) -> str:
 _PLAIN_VALUE = re.compile(r"[\w.\-/:]{1,40}")
 
 
-def in_task(text: str, task: str) -> str | None:
+def in_task(text: str, task: str, solved: str = "") -> str | None:
     """The fix's text with its example in ``task``'s value: the value that failed replaced by the task's value of
     that form, the corrected one by the same rewritten (``date="2024-09-15"`` failed, ``date="15.09.2024"``
     worked); None unless the fix changed one value and the task holds exactly one of its form. A small model
-    copies the corrected line's value: told to write the task's date another way, it passed the fix's own."""
+    copies the corrected line's value: told to write the task's date another way, it passed the fix's own.
+    With ``solved``, the task of the run that observed the fix (``Lesson.task``), the other values its lines
+    took from that task are put in from this one too (``city="Lyon"`` -> ``city="Porto"``), when the two
+    tasks are the same words but for such values (``task_values``): runs copied the fix's city."""
     one = _one_change(text)
     if one is None:
         return None
-    _, (_, old, new) = one
+    found, (_, old, new) = one
     carried = carry_over(old, new, task, form_of(text))
     if len(carried) != 1:
         return None
     swaps = {old: carried[0][0], new: carried[0][1]}
     if not all(_PLAIN_VALUE.fullmatch(value) for pair in swaps.items() for value in pair):
         return None
+    swaps.update(_from_task(found, old, carried[0][0], solved, task))
     quoted = re.compile("|".join(f"{q}{re.escape(value)}{q}" for value in swaps for q in ('"', "'")))
     return quoted.sub(lambda m: m.group(0)[0] + swaps[m.group(0)[1:-1]] + m.group(0)[0], text)
+
+
+def _from_task(found: tuple[str, str], old: str, placed: str, solved: str, task: str) -> dict[str, str]:
+    """{string constant of the fix's lines taken from ``solved``: ``task``'s value in its place}, for the
+    values other than the one the fix changed (``old``, which ``task`` has as ``placed``); {} when the tasks
+    differ in anything else, or a value cannot be placed."""
+    if not solved:
+        return {}
+    words = {token.lower() for token in _TOKEN.findall(solved[:4000])}
+    others: list[str] = []
+    for line in found:
+        try:
+            tree = ast.parse(line)
+        except (SyntaxError, ValueError, RecursionError):
+            return {}
+        others += [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                   and isinstance(node.value, str) and node.value.lower() in words and node.value != old
+                   and node.value not in others]
+    values = task_values([old, *others], solved, task) if others else None
+    if values is None or values.get(old) != placed:
+        return {}
+    return {value: values[value] for value in others
+            if values[value] != value and _PLAIN_VALUE.fullmatch(value) and _PLAIN_VALUE.fullmatch(values[value])}
 
 
 _WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "mug", "21", "INV-5102", "2024-03-17", "get_invoice"

@@ -293,7 +293,7 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
             given.append(lesson)
             continue
         fix = lesson.origin == "observed" and bool(task)
-        mine = fixtext.in_task(lesson.text, task) if fix else None
+        mine = fixtext.in_task(lesson.text, task, lesson.task) if fix else None
         if mine is not None:  # the fix shown with this task's value: a small model copies the corrected line
             line = f"- For this task: {_one_line(mine)} {_seen(lesson)}"
         else:

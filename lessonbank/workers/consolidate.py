@@ -452,10 +452,11 @@ class Consolidator:
             return "kept"
         return "new"
 
-    def add_observed(self, text: str, fingerprint: str, steps: list[int], tag: str = "fix") -> str | None:
+    def add_observed(self, text: str, fingerprint: str, steps: list[int], tag: str = "fix",
+                     task: str = "") -> str | None:
         """Store an observed fix (``workers/fixes.py``, tag ``fix``) or shape (``workers/shapes.py``, tag
         ``shape``) as a fact, or reinforce the same one; returns its id (None if a user purged it or it is
-        held back)."""
+        held back). ``task`` is a new fix's run's task (``Lesson.task``): the values its lines took from it."""
         fid = recipe_id(self.bank, fingerprint, kind=tag)
         stored = self.store.get(self.bank, [fid])
         if stored and fixtext.untried(text) and not fixtext.untried(stored[0].text):
@@ -470,7 +471,7 @@ class Consolidator:
         if known != "new":
             return fid if known == "kept" else None
         lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)
-        self.store.upsert([vouched_by(lesson, self.run_id, self.verified).model_copy(update={"id": fid})])
+        self.store.upsert([vouched_by(lesson, self.run_id, self.verified).model_copy(update={"id": fid, "task": task})])
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)
         return fid

@@ -259,6 +259,7 @@ class Observed:
     fingerprint: str
     steps: tuple[int, ...]
     tag: str
+    task: str = ""  # a fix's: the run's task (redacted, capped), to put the next task's values in its lines
 
 
 def _best_effort(run: runs.Run, what: str, work: Callable[[], T], default: T) -> T:
@@ -281,7 +282,8 @@ def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
         run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
-    found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix") for fix in found_fixes]
+    task = deps.scrubber.redact(run.task[:recipes.MAX_TASK_CHARS])
+    found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
     found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG) for shape in found_shapes]
     found = [fact for fact in found
              if not gate.quarantine_reason(fact.text) and not deps.scrubber.has_secret(fact.text)]
@@ -313,7 +315,7 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
 
         stats = consolidator.run(drafts, done=set(done), on_done=written)
         for fact in observed or []:
-            consolidator.add_observed(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag)
+            consolidator.add_observed(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag, task=fact.task)
         recipe_id = None
         if recipe is not None:
             steps = [s.seq for s in run.steps if s.kind == "action" and not evidence.failed(s)]

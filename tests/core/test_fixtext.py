@@ -106,3 +106,21 @@ def test_task_values_places_each_value_or_nothing_and_reads_hostile_tasks_quickl
         started = time.perf_counter()
         assert task_values(["ab"], hostile, hostile + "x") is None
         assert time.perf_counter() - started < 0.5
+
+
+def test_a_fix_is_put_in_a_task_with_the_other_values_its_run_took_from_its_own_task() -> None:
+    text = fixtext.fix_text(FAILED, "ValueError", FIXED)
+    solved = "What was the highest temperature in Lyon on 2024-01-02?"
+    porto = "What was the highest temperature in Porto on 2024-09-15?"
+    assert fixtext.in_task(text, porto, solved) == text.replace("2024-01-02", "2024-09-15").replace(
+        "02.01.2024", "15.09.2024").replace('"Lyon"', '"Porto"')
+    # tasks in other words, a value that cannot be placed, or none given: the date only, the city as it was
+    date_only = text.replace("2024-01-02", "2024-09-15").replace("02.01.2024", "15.09.2024")
+    assert fixtext.in_task(text, "Highest temperature in Porto on 2024-09-15?", solved) == date_only
+    assert fixtext.in_task(text, "What was the lowest temperature in Porto on 2024-09-15?", solved) == date_only
+    assert fixtext.in_task(text, "What was the highest temperature in New York on 2024-09-15?", solved) == date_only
+    assert fixtext.in_task(text, porto) == date_only
+    # a value the line did not take from its task stays (the key of a tool, not the city)
+    keyed = fixtext.fix_text('w = get_weather(city="Lyon", date="2024-01-02", units="metric")', "ValueError",
+                             'w = get_weather(city="Lyon", date="02.01.2024", units="metric")')
+    assert '"metric"' in fixtext.in_task(keyed, porto, solved) and '"Porto"' in fixtext.in_task(keyed, porto, solved)
