@@ -463,8 +463,9 @@ class Consolidator:
             # an error asking for a fix that runs already made work adds nothing to it
             return fid if stored[0].status == "active" and not self._tombstoned(fid) else None
         if stored and stored[0].status == "active" and fixtext.untried(stored[0].text) and not fixtext.untried(text):
-            # the fix an error asked for, now seen to work: its text says so (then reinforced as any fix)
-            self.store.upsert([stored[0].model_copy(update={"text": text})])
+            # the fix an error asked for, now seen to work: its text says so (then reinforced as any fix), and
+            # its task is the one whose values the new text's lines took
+            self.store.upsert([stored[0].model_copy(update={"text": text, "task": task or stored[0].task})])
             logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
                         self.run_id, fid)
         known = self._fingerprinted(fid, tag, steps)

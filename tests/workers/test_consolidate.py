@@ -399,16 +399,19 @@ def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_se
     def consolidator(run_id: str) -> Consolidator:
         return Consolidator(store, "b", run_id, Thresholds(0.9, 0.6))
 
-    fid = consolidator("r1").add_observed(fix.text, fix.fingerprint, list(fix.steps))
+    fid = consolidator("r1").add_observed(fix.text, fix.fingerprint, list(fix.steps), task="task of r1")
     assert fid == recipe_id("b", fix.fingerprint, kind="fix")
     (lesson,) = store.list("b")
-    assert lesson.text == fix.text and fixtext.untried(lesson.text)
-    assert consolidator("r2").add_observed(seen.text, seen.fingerprint, list(seen.steps)) == fid
+    assert lesson.text == fix.text and fixtext.untried(lesson.text) and lesson.task == "task of r1"
+    assert consolidator("r2").add_observed(seen.text, seen.fingerprint, list(seen.steps), task="task of r2") == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.evidence, lesson.source_run_ids) == (seen.text, 2, ["r1", "r2"])
-    assert consolidator("r3").add_observed(fix.text, fix.fingerprint, list(fix.steps)) == fid
+    # the task whose values the upgraded text's lines took (learning benchmark, seed 9: run 2's city in its
+    # lines, run 1's task kept, so run 3 was given run 2's city)
+    assert lesson.task == "task of r2"
+    assert consolidator("r3").add_observed(fix.text, fix.fingerprint, list(fix.steps), task="task of r3") == fid
     (lesson,) = store.list("b")
-    assert (lesson.text, lesson.evidence) == (seen.text, 2)  # an error asking again is no evidence it works
+    assert (lesson.text, lesson.evidence, lesson.task) == (seen.text, 2, "task of r2")  # an ask again: no evidence
     # a run that was given the asked fix and saw it work: its text is upgraded, its evidence is not (an echo)
     store.upsert([lesson.model_copy(update={"text": fix.text})])
     given = Consolidator(store, "b", "r4", Thresholds(0.9, 0.6), given=[fid])
