@@ -264,8 +264,8 @@ def test_a_line_that_drops_the_failing_call_is_no_fix() -> None:
     found = extract(steps, "What was the highest temperature in Graz on 2024-03-26?")
     assert all("weather_data[" not in fix.text for fix in found)  # the made-up line is no correction
     # only the date the error asked for (core/asked.py)
-    assert [(fix.form, fix.fixed) for fix in found if not fix.tried] == [
-        ("DD.MM.YYYY", 'highest_temp_in_graz = get_weather(city="Graz", date="26.03.2024")')]
+    assert [(fix.form, fix.tried, fix.fixed) for fix in found] == [
+        ("DD.MM.YYYY", False, 'highest_temp_in_graz = get_weather(city="Graz", date="26.03.2024")')]
 
 
 def test_a_line_that_reads_a_value_computed_elsewhere_is_no_fix() -> None:
