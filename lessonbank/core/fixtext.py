@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 
 from lessonbank.core import asked
 
@@ -177,40 +178,46 @@ def carry_over(old: str, new: str, task: str, form: asked.Form | None = None) ->
     (``form_of``) that writes ``old`` as ``new`` says it."""
     if len(old) > 40 or len(new) > 40:
         return []
-    order = _reorder(old, new)
-    if order is None:
-        return _carried_by_form(old, new, task, form) if form is not None else []
-    template = re.split(r"([0-9]+|[^\W\d_]+)", new)  # separators at even indices, parts at odd ones
-    carried: list[tuple[str, str]] = []
-    for match in _pattern(old).finditer(task[:4000]):
-        value = match.group(0)
-        groups = _GROUP.findall(value)
-        if len(groups) != len(order) or value == old:
-            continue
-        rebuilt = [piece if i % 2 == 0 else groups[order[i // 2]] for i, piece in enumerate(template)]
-        pair = (value, "".join(rebuilt))
-        if pair not in carried:
-            carried.append(pair)
-        if len(carried) >= MAX_CARRIED:
-            break
-    return carried
-
-
-def _carried_by_form(old: str, new: str, task: str, form: asked.Form) -> list[tuple[str, str]]:
-    """``carry_over`` for dates: each date of ``old``'s form in the task, if its order is certain, written in
-    ``form`` (which must write ``old`` as ``new``)."""
-    day = asked.read_date(old)
-    if day is None or form.write(day) != new:
+    rewrite = _by_parts(old, new) or (_by_form(old, new, form) if form is not None else None)
+    if rewrite is None:
         return []
     carried: list[tuple[str, str]] = []
     for match in _pattern(old).finditer(task[:4000]):
         value = match.group(0)
-        found = asked.read_date(value) if value != old else None
-        if found is not None and (value, form.write(found)) not in carried:
-            carried.append((value, form.write(found)))
+        written = rewrite(value) if value != old else None
+        if written is not None and (value, written) not in carried:
+            carried.append((value, written))
         if len(carried) >= MAX_CARRIED:
             break
     return carried
+
+
+def _by_parts(old: str, new: str) -> Callable[[str], str | None] | None:
+    """A value's parts put in the order and separators ``new`` gave ``old``'s (None unless ``new`` only
+    reorders ``old``'s parts, each found once)."""
+    order = _reorder(old, new)
+    if order is None:
+        return None
+    template = re.split(r"([0-9]+|[^\W\d_]+)", new)  # separators at even indices, parts at odd ones
+
+    def rewrite(value: str) -> str | None:
+        groups = _GROUP.findall(value)
+        if len(groups) != len(order):
+            return None
+        return "".join(piece if i % 2 == 0 else groups[order[i // 2]] for i, piece in enumerate(template))
+    return rewrite
+
+
+def _by_form(old: str, new: str, form: asked.Form) -> Callable[[str], str | None] | None:
+    """A date, if its order is certain, written in ``form`` (None unless ``form`` writes ``old`` as ``new``)."""
+    day = asked.read_date(old)
+    if day is None or form.write(day) != new:
+        return None
+
+    def rewrite(value: str) -> str | None:
+        found = asked.read_date(value)
+        return form.write(found) if found is not None else None
+    return rewrite
 
 
 _COMPOUND = re.compile(_STARTS_ALONE + r"[^\W_]{1,10}(?:[^\w\s][^\W_]{1,10}){1,5}" + _STANDS_ALONE)

@@ -282,7 +282,7 @@ def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
         run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
-    task = deps.scrubber.redact(run.task[:recipes.MAX_TASK_CHARS])
+    task = recipes.kept_task(run.task, deps.scrubber)
     found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
     found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG) for shape in found_shapes]
     found = [fact for fact in found

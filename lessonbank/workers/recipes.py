@@ -283,6 +283,11 @@ def _constant_answer(stmt: ast.stmt, answer: str) -> bool:
     return len(args) == 1 and isinstance(args[0], ast.Constant) and str(args[0].value).strip() != answer
 
 
+def kept_task(task: str, redactor: Redactor) -> str:
+    """A run's task as a lesson keeps it (a recipe's, an observed fix's): capped, then redacted."""
+    return redactor.redact(task[:MAX_TASK_CHARS])
+
+
 def is_param(literal: str, task: str) -> bool:
     """A literal the task itself supplied: it appears in the task and looks like a value (a date, an id,
     a number, a path), not a word any code would use (``'orders'``)."""
@@ -709,7 +714,7 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
                     "chance)", "printed the forced answer" if "answer:printed" in checks else "answered",
                     ", ".join(repr(value) for value in ignored[:3]))
         return None
-    return Recipe(language="python", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
+    return Recipe(language="python", code=code, task=kept_task(task, redactor), params=params,
                   checks=["syntax", *checks], fingerprint=fingerprint(tree, tools, params))
 
 
@@ -732,7 +737,7 @@ def _tool_call_recipe(steps: list[StepRecord], task: str, redactor: Redactor) ->
     params = list(dict.fromkeys(p for p in _json_literals(calls) if is_param(p, task)))[:8]
     shape = json.dumps([(c["name"], sorted(c["arguments"]) if isinstance(c["arguments"], dict) else "")
                         for c in calls])
-    return Recipe(language="tool_calls", code=code, task=redactor.redact(task[:MAX_TASK_CHARS]), params=params,
+    return Recipe(language="tool_calls", code=code, task=kept_task(task, redactor), params=params,
                   checks=["json"], fingerprint=hashlib.sha256(shape.encode()).hexdigest()[:32])
 
 
