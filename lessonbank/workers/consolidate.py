@@ -468,6 +468,11 @@ class Consolidator:
             self.store.upsert([stored[0].model_copy(update={"text": text, "task": task or stored[0].task})])
             logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
                         self.run_id, fid)
+        elif stored and stored[0].status == "active" and task and not stored[0].task and not fixtext.untried(text):
+            # a fix kept before fixes kept their run's task: the run that observes it again gives it its task,
+            # with its own text, whose lines took that task's values (and name the error's form, when it did)
+            self.store.upsert([stored[0].model_copy(update={"text": text, "task": task})])
+            logger.info("bank %s run %s: fix %s kept without a task now has this run's", self.bank, self.run_id, fid)
         known = self._fingerprinted(fid, tag, steps)
         if known != "new":
             return fid if known == "kept" else None

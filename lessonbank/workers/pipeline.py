@@ -3,8 +3,8 @@
 read the run -> wait briefly for the user's check -> judge the outcome (user, check, the run's own
 signals; the LLM only when nobody else can) -> mine evidence -> ONE LLM call (output checkpointed in
 Redis) -> quality gate -> consolidate, keep the recipe of a run that ended well and the fixes the run
-observed, under the bank's lock -> mark the run distilled -> credit the lessons the run was given and
-applied.
+observed, under the bank's lock -> credit the lessons the run was given and applied, keep its summary ->
+mark the run distilled (so whoever waits for that state sees the credit and the summary too).
 
 A verdict that arrives after distillation (``lessonbank.feedback``) queues ``credit_one`` for the run,
 which replaces the run's earlier credit by its difference.
@@ -13,6 +13,7 @@ which replaces the run's earlier credit by its difference.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections import Counter
@@ -214,21 +215,40 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
         return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
+    # credited (and its summary kept for `lessonbank report`) before it is marked distilled: whoever waits for
+    # "distilled" (the next run's instructions, a report, the demo) sees the run's credit and summary too
+    _credit(deps, bank, _as_distilled(deps, run, judged, _taught(run, stats)))
     _mark_distilled(deps, run, stats, judged)
     logger.info(
         "bank %s run %s: distilled in %.2fs: %d added, %d reinforced, %d merged, %d replaced, %d echoes, "
         "%d skipped, %d recipe(s)", bank, run_id, time.monotonic() - started, stats.added, stats.reinforced,
         stats.merged, stats.replaced, stats.echoes, stats.skipped, stats.recipes,
     )
-    credit_one(deps, bank, run_id)
     return stats
+
+
+def _taught(run: runs.Run, stats: ConsolidationStats) -> list[str]:
+    """The ids of the lessons the run's distillations wrote or reinforced, this one included."""
+    return list(dict.fromkeys([*run.taught, *stats.lesson_ids]))
+
+
+def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], taught: list[str]) -> runs.Run:
+    """The run as its credit reads it once distilled: what distillation judged and taught, and the verdict a
+    user or a check gave meanwhile (one given after this read is credited by its own credit task, which waits
+    for the run to be marked distilled)."""
+    verdict, source = deps.redis.hmget(run_key(run.run_id), ["verdict", "verdict_source"])
+    meta = {**run.meta, "judged": json.dumps(judged), "taught": json.dumps(taught)}
+    for key, value in (("verdict", verdict), ("verdict_source", source)):
+        if value is not None:
+            meta[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return dataclasses.replace(run, meta=meta)
 
 
 def _mark_distilled(deps: Deps, run: runs.Run, stats: ConsolidationStats, judged: dict[str, str] | None) -> None:
     """Mark the run distilled up to the last record read; steps that arrived meanwhile get a follow-up."""
     upto = max((step.seq for step in run.steps), default=-1)
-    taught = list(dict.fromkeys([*run.taught, *stats.lesson_ids]))
-    runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto, taught)
+    runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto,
+                        _taught(run, stats))
     if runs.step_count(deps.redis, run.run_id) > len(run.steps) + run.malformed:
         runs.queue_followup(deps.redis, run.bank, run.run_id, deps.settings.queue)
 
@@ -335,6 +355,12 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
         return None
     if run.state != RUN_DISTILLED:
         raise NotYetDistilled(f"run {run_id} is not distilled yet ({run.state or 'unknown'})")
+    return _credit(deps, bank, run)
+
+
+def _credit(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | None:
+    """Credit the given lessons of a distilled run (or one about to be marked so) and keep its summary."""
+    run_id = run.run_id
     verdict, source = run.verdict
     if verdict == "unknown":
         verdict, source = run.judged.get("verdict", "unknown"), run.judged.get("source", "none")

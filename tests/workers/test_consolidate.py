@@ -418,3 +418,22 @@ def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_se
     assert given.add_observed(seen.text, seen.fingerprint, list(seen.steps)) == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.evidence) == (seen.text, 2)
+
+
+def test_a_fix_kept_without_a_task_takes_the_task_of_the_next_run_that_observes_it(store: LessonStore) -> None:
+    # a fix stored before fixes kept their run's task: only its date could be carried over to a next task,
+    # never its city; the next run observing it gives it its task, with its text (whose lines took that
+    # task's values), and is counted as evidence as before; a later run's task does not replace it
+    (seen,) = fixes.extract(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON, Redactor())
+    (other,) = fixes.extract(date_run("Graz", "2024-03-17", "17.03.2024"), "Graz on 2024-03-17?", Redactor())
+    assert seen.fingerprint == other.fingerprint and seen.text != other.text
+    old = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(other.text, other.fingerprint, [0, 1])
+    assert old is not None and store.get("b", [old])[0].task == ""
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(
+        seen.text, seen.fingerprint, list(seen.steps), task=LYON) == old
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.task, lesson.evidence, lesson.source_run_ids) == (seen.text, LYON, 2, ["r1", "r2"])
+    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(other.text, other.fingerprint, [0, 1],
+                                                                     task="Graz on 2024-03-17?")
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.task, lesson.evidence) == (seen.text, LYON, 3)

@@ -16,7 +16,7 @@ import redis
 from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
-from lessonbank.core import runs
+from lessonbank.core import runs, summary
 from lessonbank.core.constants import DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
@@ -353,6 +353,54 @@ def test_distillation_waits_for_the_check_and_late_feedback_recredits(deps: Deps
     recipe_id = runs.load_run(deps.redis, run_id).judged["recipe"]
     assert store.get("b", [recipe_id])[0].status == "retired"
     assert runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q") == 0  # a check never beats a user
+
+
+def test_a_run_is_credited_and_summarized_before_it_is_marked_distilled(deps: Deps, openai_server: FakeOpenAI,
+                                                                        store: LessonStore,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever waits for "distilled" (the next run, ``lessonbank report``, the demo) finds the run's credit and
+    summary already there: a report read at that moment once missed the last run."""
+    openai_server.default = Reply(content=lessons_json())
+    lesson = Lesson.new("b", "approach", "Call list_orders with page=1, 2, ... until page reaches 'pages'.")
+    store.upsert([lesson])
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("s1"), run_id="s1")
+    deps.redis.hset(run_key(run_id), mapping={"given": json.dumps([lesson.id])})
+    seen: dict[str, Any] = {}
+    mark = runs.mark_distilled
+
+    def marked(*args: Any, **kwargs: Any) -> None:  # the real write, after a look at what is already there
+        seen["summaries"] = [s.run_id for s in summary.load_summaries(deps.redis, "b")]
+        seen["credit"] = runs.load_credit(deps.redis, run_id)
+        seen["given"] = store.get("b", [lesson.id])[0].given
+        mark(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "mark_distilled", marked)
+    distill_one(deps, "b", run_id)
+    assert seen["summaries"] == [run_id] and seen["credit"] is not None and seen["given"] == 1
+    assert run_state(deps.redis, run_id)["state"] == "distilled"
+
+
+def test_a_verdict_given_while_the_run_is_distilled_is_the_one_credited(deps: Deps, openai_server: FakeOpenAI,
+                                                                         store: LessonStore) -> None:
+    """The user's "wrong" arrives during the LLM call: distillation judged by the run's own ending, but its credit
+    and summary take the user's verdict (and the credit task the verdict queued finds nothing more to do)."""
+    openai_server.default = Reply(content=lessons_json(), delay=0.6)
+    lesson = Lesson.new("b", "approach", "Call list_orders with page=1, 2, ... until page reaches 'pages'.")
+    store.upsert([lesson])
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("v1"), run_id="v1")
+    deps.redis.hset(run_key(run_id), mapping={"given": json.dumps([lesson.id])})
+    timer = threading.Timer(0.3, runs.set_verdict, (deps.redis, "b", run_id, False, "user", "wrong", "q"))
+    timer.start()
+    distill_one(deps, "b", run_id)
+    timer.join()
+    assert runs.load_run(deps.redis, run_id).judged["verdict"] == "success"  # what distillation went by
+    stored = store.get("b", [lesson.id])[0]
+    assert (stored.given, stored.applied, stored.helpful, stored.harmful) == (1, 1, 0, 1)
+    (kept,) = summary.load_summaries(deps.redis, "b")
+    assert (kept.verdict, kept.verdict_source) == ("failure", "user")
+    credit_one(deps, "b", run_id)
+    stored = store.get("b", [lesson.id])[0]
+    assert (stored.given, stored.applied, stored.helpful, stored.harmful) == (1, 1, 0, 1)
 
 
 def test_a_planted_instruction_to_send_data_is_quarantined(deps: Deps, openai_server: FakeOpenAI,
