@@ -7,6 +7,7 @@ LessonbankError
 └── DistillError            distilling a run failed
     ├── TransientDistillError   worth retrying (timeout, connection error, 429, 5xx)
     └── PermanentDistillError   retrying will not help (4xx, output invalid after repair, no steps)
+        └── UnusableOutput      the LLM answered twice with nothing usable (the run is distilled without it)
 """
 
 
@@ -36,3 +37,8 @@ class TransientDistillError(DistillError):
 
 class PermanentDistillError(DistillError):
     """A failure that retrying will not fix (4xx, invalid output after repair, no steps)."""
+
+
+class UnusableOutput(PermanentDistillError):
+    """The LLM answered, and after one repair its reply was still not what was asked for (a model that loops,
+    cut at its token limit): what the run shows without the LLM is still kept."""

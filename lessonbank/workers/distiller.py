@@ -221,7 +221,8 @@ def distill(llm: ChatLLM, task: str, evidence: list[Evidence], transcript: str, 
             verdict: str = "unknown", source: str = "none") -> DistillResult:
     """Lessons from one run: one completion (plus one repair if nothing usable came back).
 
-    Raises TransientDistillError (retry) or PermanentDistillError (nothing usable after the repair).
+    Raises TransientDistillError (retry), UnusableOutput (nothing usable after the repair) or
+    PermanentDistillError (the request refused).
     """
     messages = build_messages(task, evidence, transcript, max_lessons, verdict, source)
 

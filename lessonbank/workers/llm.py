@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import openai
 from pydantic import BaseModel, ValidationError
 
-from lessonbank.core.exceptions import DistillError, PermanentDistillError, TransientDistillError
+from lessonbank.core.exceptions import DistillError, PermanentDistillError, TransientDistillError, UnusableOutput
 from lessonbank.core.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -305,7 +305,7 @@ def structured(
     round if the first reply is invalid (``check`` may raise InvalidOutput for a reply that parses but is
     unusable).
 
-    Raises PermanentDistillError if the reply is still invalid after the repair.
+    Raises UnusableOutput (a PermanentDistillError) if the reply is still invalid after the repair.
     """
     schema = strict_schema(schema_model or model)
 
@@ -329,4 +329,4 @@ def structured(
         try:
             return parse(replies[1].text), replies
         except InvalidOutput as second:
-            raise PermanentDistillError(f"LLM output invalid after one repair: {second.problem}") from second
+            raise UnusableOutput(f"LLM output invalid after one repair: {second.problem}") from second

@@ -28,7 +28,7 @@ from redis.exceptions import LockError
 from lessonbank.core import purge, runs, summary
 from lessonbank.core.constants import DROPPED_KEY, RUN_DISTILLED, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.embeddings import tokens
-from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError
+from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError, UnusableOutput
 from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -140,7 +140,16 @@ def _lessons_of(deps: Deps, run: runs.Run, mined: list[evidence.Evidence], verdi
     budget = max(deps.settings.transcript_budget_chars - sum(len(e.text) for e in mined), 1500)
     tokens = transcript_tokens(e.text for e in mined)  # the prompt stays under ~3,000 tokens
     transcript = build_transcript(run.task, run.outcome, run.steps, budget, max_tokens=tokens, repeat_task=False)
-    result = distill(deps.llm, run.task, mined, transcript, deps.settings.max_lessons, verdict, source)
+    try:
+        result = distill(deps.llm, run.task, mined, transcript, deps.settings.max_lessons, verdict, source)
+    except UnusableOutput as e:
+        # a model that loops on this run would loop again: the run is distilled without its lessons, so that
+        # its credit, summary, observed fixes and recipe are not lost with them (a failed run's most of all)
+        logger.warning("bank %s run %s: %s; distilling the run without the LLM's lessons", run.bank, run.run_id, e)
+        observe.count_llm_error("unusable")
+        deps.redis.hset(run_key(run.run_id), "llm_error", str(e)[:300])
+        runs.save_checkpoint(deps.redis, run.run_id, DistillOutput().model_dump_json())
+        return DistillOutput()
     prompt_tokens, completion_tokens = result.tokens
     logger.info(
         "bank %s run %s: LLM answered in %.2fs (%d call(s), %d+%d tokens, %d lessons, %d malformed, judged %s)",

@@ -1,6 +1,7 @@
 """The distilling LLM and the lesson store failing under a real worker.
 
-Every LLM fault ends as lessons stored, a retry that then stores them, or a dead letter with a reason:
+Every LLM fault ends as lessons stored, a retry that then stores them, a run distilled without the LLM's
+lessons (a reply still unusable after its repair, the reason kept on the run), or a dead letter with a reason:
 never a run left without an outcome, never a secret in the bank. The worker reaches the fake LLM
 through a relay that can refuse connections. Retries are capped at 2 (3 attempts), backoff 1 s.
 """
@@ -61,7 +62,7 @@ class Case:
     lessons: int = 0
     attempts: int = 1
     requests: int = 1
-    reason: str = ""  # in the dead letter
+    reason: str = ""  # in the dead letter, or in the run's llm_error when distilled without the LLM's lessons
     dropped_secret: int = 0  # lessons the quality gate dropped for carrying a secret
     waited: float = 0.0  # seconds the retry must wait (Retry-After, capped)
 
@@ -77,19 +78,19 @@ CASES: dict[str, Case] = {
                                  "distilled", lessons=2, attempts=2, requests=2, waited=1.0),
     "429 asking for an hour": Case([error(429, "quota", headers={"Retry-After": "3600"}), Reply(content=GOOD)],
                                    "distilled", lessons=2, attempts=2, requests=2, waited=1.0),  # capped at 1 s
-    "truncated JSON": Case([Reply(content=GOOD[:60])], "dead", requests=2, reason="invalid after one repair"),
+    "truncated JSON": Case([Reply(content=GOOD[:60])], "distilled", requests=2, reason="invalid after one repair"),
     "cut-off response body": Case([Reply(body=b'{"id": "chatcmpl-1", "object": "chat.comp'), Reply(content=GOOD)],
                                   "distilled", lessons=2, attempts=2, requests=2),
     "a 1 MB reply": Case([Reply(content=lessons_json(("fact", "sales " * 200_000))), Reply(content=GOOD)],
                          "distilled", lessons=2, requests=2),
     "wrong kinds": Case([invalid([{"kind": "tip", "text": "Use sep=';' for sales.csv files.", "tags": []}])],
-                        "dead", requests=2, reason="no lesson in the reply has a valid kind"),
+                        "distilled", requests=2, reason="no lesson in the reply has a valid kind"),
     "wrong kind, then repaired": Case(
         [invalid([{"kind": "hint", "text": "Use sep=';' for sales.csv files.", "tags": []}]), Reply(content=GOOD)],
         "distilled", lessons=2, requests=2),
-    "empty lesson text": Case([invalid([{"kind": "fact", "text": "", "tags": []}])], "dead", requests=2,
+    "empty lesson text": Case([invalid([{"kind": "fact", "text": "", "tags": []}])], "distilled", requests=2,
                               reason="no lesson in the reply has a valid kind"),
-    "empty reply": Case([Reply(content="")], "dead", requests=2, reason="the reply is empty"),
+    "empty reply": Case([Reply(content="")], "distilled", requests=2, reason="the reply is empty"),
     "a secret in a lesson": Case(
         [Reply(content=lessons_json(("fact", f"Call the billing API with the key {SECRET} in the header."),
                                     ("approach", CLEAN)))],
@@ -119,6 +120,7 @@ def test_llm_fault_ends_stored_retried_or_dead_lettered(svc: Service, name: str,
     else:
         counts = json.loads(state["lessons"])
         assert letter is None
+        assert (case.reason in state.get("llm_error", "")) and (bool(case.reason) == ("llm_error" in state)), state
         assert counts["added"] == case.lessons, counts
         assert int(svc.client.hget(DROPPED_KEY, "secret") or 0) - secrets_before == case.dropped_secret
         assert all(lesson.source_run_ids == [run_id] for lesson in lessons)

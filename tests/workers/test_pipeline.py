@@ -731,3 +731,27 @@ def test_an_extractor_that_fails_on_a_run_costs_only_what_it_extracts(
     assert pages in [lesson.text for lesson in kept]
     assert any(lesson.recipe is not None for lesson in kept) == (broken != "recipes")
     assert any("run x1: extracting" in r.message and r.levelname == "WARNING" for r in caplog.records)
+
+
+def test_a_run_whose_llm_reply_stays_unusable_keeps_its_fix_credit_and_summary(deps: Deps, openai_server: FakeOpenAI,
+                                                                               store: LessonStore) -> None:
+    """A model that loops (cut at its token limit, twice) on a long failed run (learning benchmark, seed 10:
+    the run given a recipe, failed, dead-lettered): the run is distilled without the LLM's lessons, and what it
+    shows without the LLM stays: the fix it observed, the blame of the lesson it applied, its summary."""
+    openai_server.default = Reply(content='{"outcome": "failure", "lessons": [{"kind": "fact", "text": "Pass')
+    lesson = Lesson.new("b", "approach", 'Call get_weather with the date as the task gives it: date="2024-01-02".')
+    store.upsert([lesson])
+    wrong = 'w = get_weather(city="Graz", date="2024-01-02")\nprint(w)'
+    run_id = weather_run(deps.settings, "Graz", [wrong, wrong.replace("2024-01-02", "02.01.2024")], verdict=False,
+                         given=[lesson.id])
+    stats = distill_one(deps, "b", run_id)
+    assert stats is not None and len(openai_server.chat_requests()) == 2  # the reply, the repair
+    state = run_state(deps.redis, run_id)
+    assert state["state"] == "distilled" and "invalid after one repair" in state["llm_error"]
+    (fix,) = fixes_in(store)
+    assert 'date="02.01.2024")` worked' in fix.text
+    stored = store.get("b", [lesson.id])[0]
+    assert (stored.given, stored.applied, stored.harmful) == (1, 1, 1)
+    (kept,) = summary.load_summaries(deps.redis, "b")
+    assert (kept.run_id, kept.verdict, kept.verdict_source) == (run_id, "failure", "check")
+    assert distill_one(deps, "b", run_id) is None and len(openai_server.chat_requests()) == 2  # not asked again

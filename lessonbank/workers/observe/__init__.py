@@ -11,7 +11,13 @@ Without the extras everything here is a no-op, and nothing here ever fails a tas
 """
 
 from lessonbank.workers.observe import service as _service  # noqa: F401  (connects the signal handlers)
-from lessonbank.workers.observe.counters import TimedStore, count_consolidation, count_drops, metrics
+from lessonbank.workers.observe.counters import (
+    TimedStore,
+    count_consolidation,
+    count_drops,
+    count_llm_error,
+    metrics,
+)
 from lessonbank.workers.observe.heartbeat import HEARTBEAT_TTL, Heartbeat, probe_llm
 from lessonbank.workers.observe.tracing import distillation, error_kind, llm_call, setup_tracing, traced
 
@@ -21,6 +27,7 @@ __all__ = [
     "TimedStore",
     "count_consolidation",
     "count_drops",
+    "count_llm_error",
     "distillation",
     "error_kind",
     "llm_call",

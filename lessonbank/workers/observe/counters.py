@@ -85,6 +85,13 @@ def count_consolidation(result: Any) -> None:
         m.dropped.labels("secret").inc(counts["dropped_secret"])
 
 
+def count_llm_error(kind: str) -> None:
+    """An LLM reply that failed after it arrived (``unusable``: invalid after its repair)."""
+    m = metrics()
+    if m is not None:
+        m.llm_errors.labels(kind).inc()
+
+
 def count_drops(dropped: Mapping[str, int]) -> None:
     m = metrics()
     if m is not None:
