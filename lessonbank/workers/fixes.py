@@ -18,7 +18,10 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   if the failing line called something, the corrected one still does (a line that drops the call, such as
   ``temp = weather_data["Graz"][date]`` over a dict the agent typed in itself, is no correction); it reads
   no name the failing line did not read (``print(total / 100)`` for ``print(inv['total'] / 100)`` only
-  works with the line that computed ``total``, and handing it on names the wrong key to the next run);
+  works with the line that computed ``total``, and handing it on names the wrong key to the next run), and
+  still does every operation the failing line did (``invoice_lines = invoice['lines']`` is no correction of
+  ``total = invoice['total_amount'] * 0.85``: it is another line of the step, and the next run copies the
+  failing line it is shown);
 - a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not
   copied from what the run had observed before (tool output, error messages): a page or an error message
   cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
@@ -52,6 +55,7 @@ import ast
 import difflib
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from lessonbank.core import asked, fixtext
@@ -108,6 +112,17 @@ def _constants(tree: ast.AST) -> list[tuple[ast.Constant, bool]]:
 
 def _calls(tree: ast.AST) -> set[str]:
     return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+
+
+def _operations(tree: ast.AST) -> Counter[str]:
+    """The arithmetic, comparisons and boolean operations a line does (``* 0.85``, ``<``, ``and``)."""
+    found: Counter[str] = Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp | ast.BoolOp):
+            found[type(node.op).__name__] += 1
+        elif isinstance(node, ast.Compare):
+            found.update(type(op).__name__ for op in node.ops)
+    return found
 
 
 def _read(tree: ast.AST) -> set[str]:
@@ -207,6 +222,8 @@ def _fix(failed_step: StepRecord, later: StepRecord, seen: str, task: str, redac
     if called and not calls:  # the call was dropped, not corrected (a run that made its own data up)
         return None
     if _read(after) - _read(before):  # it reads a value another line computed: the fix is in that line
+        return None
+    if _operations(before) - _operations(after):  # it dropped what the failing line computed: another line
         return None
     constants_before, constants_after = _constants(before), _constants(after)
     old = {repr(node.value) for node, _ in constants_before}

@@ -279,3 +279,23 @@ def test_a_line_that_reads_a_value_computed_elsewhere_is_no_fix() -> None:
                      " * item['qty'] for item in invoice['lines'])\n" + right,
                   observations="Execution logs:\nTotal price of invoice INV-5102 in euros: 235.43")]
     assert extract(steps, "What is the total of invoice INV-5102 in euros?") == []
+
+
+def test_a_line_that_drops_what_the_failing_line_computed_is_no_fix() -> None:
+    # found live (learning benchmark, seed 10): "`total_amount_euros = invoice['total_amount'] * 0.85` failed
+    # with InterpreterError; the corrected line `invoice_lines = invoice['lines']` worked." was handed to the
+    # next two runs with the recipe that solved the task, and both wrote the failing line first and failed
+    wrong = "total_amount_euros = invoice['total_amount'] * 0.85"
+    steps = [step(0, f"invoice = get_invoice(invoice_id='INV-7514')\n{wrong}\nfinal_answer(total_amount_euros)",
+                  failed_at=wrong, error="InterpreterError: Could not index {'invoice': 'INV-7514'} with "
+                                         "'total_amount': KeyError: 'total_amount'"),
+             step(1, "invoice = get_invoice(invoice_id='INV-7514')\ninvoice_lines = invoice['lines']\n"
+                     "total_amount_euros = sum(line['unit_price_cents'] * line['qty'] for line in invoice_lines)"
+                     " / 100\nprint(total_amount_euros)", observations="Execution logs:\n127.25")]
+    assert extract(steps, "Using get_invoice, what is the total of invoice INV-7514 in euros?") == []
+    # the same key corrected in a line that still computes what it did is a fix
+    right = "total_amount_euros = invoice['total_cents'] * 0.85"
+    steps[1] = step(1, f"invoice = get_invoice(invoice_id='INV-7514')\n{right}\nprint(total_amount_euros)",
+                    observations="Execution logs:\n108.16")
+    (fix,) = extract(steps, "Using get_invoice, what is the total of invoice INV-7514 in euros?")
+    assert (fix.failed, fix.fixed) == (wrong, right)
