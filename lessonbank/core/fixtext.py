@@ -36,6 +36,7 @@ CORRECTED = "; the corrected line "
 ASKED = "; written as asked: "
 UNTRIED = " (not tried yet)"
 ASKING = " asking for "  # the date form an error named, which the corrected line wrote its date in
+POSITION = "#"  # a value passed by position, in the names ``changed_keywords`` gives: ``get_weather#2``
 MAX_CARRIED = 3
 _GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
 _DIGITS = re.compile(r"[0-9]+")
@@ -50,7 +51,7 @@ def fix_text(failed: str, error: str, fixed: str, form: str = "", tried: bool = 
     changed = changed_keywords(failed, fixed)
     if len(changed) == 1:
         keyword, old, new = changed[0]
-        lead = f"Pass `{keyword}` like {json.dumps(new)}, not like {json.dumps(old)}: "
+        lead = f"Pass {_named(keyword)} like {json.dumps(new)}, not like {json.dumps(old)}: "
     asking = f"{ASKING}{form}" if form else ""
     if not tried:
         return f"{lead}`{failed}` failed with {error}{asking}{ASKED}`{fixed}`{UNTRIED}."
@@ -95,7 +96,8 @@ def shape(value: object) -> str:
 
 
 def _keywords(line: str) -> dict[str, str]:
-    """``name=value`` of the string constants passed by keyword in one line of code."""
+    """``name=value`` of the string constants passed in one line of code: by keyword (``date``), or by position
+    (``get_weather#2``, the call's second argument: ``get_weather("Porto", "2024-09-13")``)."""
     try:
         tree = ast.parse(line)
     except (SyntaxError, ValueError, RecursionError):
@@ -105,11 +107,23 @@ def _keywords(line: str) -> dict[str, str]:
         if isinstance(node, ast.keyword) and node.arg and isinstance(node.value, ast.Constant) and isinstance(
                 node.value.value, str):
             found.setdefault(node.arg, node.value.value)
+        elif isinstance(node, ast.Call):
+            callee = ast.unparse(node.func)
+            for index, arg in enumerate(node.args, start=1):
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found.setdefault(f"{callee}{POSITION}{index}", arg.value)
     return found
 
 
+def _named(keyword: str) -> str:
+    """How a fix's lead names what changed: `` `date` ``, or ``argument 2 of `get_weather` ``."""
+    callee, _, index = keyword.rpartition(POSITION)
+    return f"argument {index} of `{callee}`" if callee else f"`{keyword}`"
+
+
 def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:
-    """(keyword, failed value, corrected value) of the string keyword arguments the correction changed."""
+    """(keyword, failed value, corrected value) of the string arguments the correction changed (one passed by
+    position is named ``callee#N``)."""
     before, after = _keywords(failed), _keywords(fixed)
     return [(name, before[name], value) for name, value in after.items() if name in before and before[name] != value]
 
@@ -132,6 +146,8 @@ def subject(text: str) -> tuple[str, str, str] | None:
     if one is None:
         return None
     found, (keyword, _, new) = one
+    if POSITION in keyword:
+        return keyword.rpartition(POSITION)[0], keyword, shape(new)
     try:
         tree = ast.parse(found[1])
     except (SyntaxError, ValueError, RecursionError):

@@ -38,10 +38,10 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
 
 A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) and that no later step
 corrected gives a fix of another kind (``core/asked.py``): its failing line with the task's date, passed
-by keyword, written in that form. Its text says that no step ran it ("(not tried yet)"); the error decides
-only the order and separators of the date the run passed, never a value. A later step that passed the
-rewritten date (or whose output shows it, as a tool echoing a date the run computed) leaves no such fix: it
-worked (and was kept as observed, or as a recipe) or it did not.
+to a call by keyword or position, written in that form. Its text says that no step ran it ("(not tried
+yet)"); the error decides only the order and separators of the date the run passed, never a value. A later
+step that passed the rewritten date (or whose output shows it, as a tool echoing a date the run computed)
+leaves no such fix: it worked (and was kept as observed, or as a recipe) or it did not.
 
 Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
 line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
@@ -264,7 +264,8 @@ def _fingerprint(error: str, before: ast.Module, after: ast.Module) -> str:
 
 def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: Redactor) -> Fix | None:
     """The failing line with the task's date written in the form the step's error names (see the module's
-    text); None unless the line passes exactly one date, by keyword, that the task gave."""
+    text); None unless the line passes exactly one date, that the task gave, to a call (by keyword or
+    position)."""
     failed = evidence.named_failing_line(step)
     if not failed or len(failed) > MAX_LINE or "`" in failed:
         return None
@@ -274,8 +275,9 @@ def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: R
         return None
     dates = [node for node, _ in _constants(before) if isinstance(node.value, str)
              and asked.read_date(node.value) is not None]
-    by_keyword = {id(k.value) for k in ast.walk(before) if isinstance(k, ast.keyword)}
-    if len(dates) != 1 or id(dates[0]) not in by_keyword or not _given(dates[0].value, task):
+    passed = {id(k.value) for k in ast.walk(before) if isinstance(k, ast.keyword)} | {
+        id(arg) for call in ast.walk(before) if isinstance(call, ast.Call) for arg in call.args}
+    if len(dates) != 1 or id(dates[0]) not in passed or not _given(dates[0].value, task):
         return None
     value = str(dates[0].value)
     found = asked.rewrite(value, evidence.error_detail(step))

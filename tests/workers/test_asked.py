@@ -99,11 +99,11 @@ def test_an_injected_error_can_only_reorder_the_task_date() -> None:
 
 @pytest.mark.parametrize(("line", "task", "why"), [
     ('weather_data = get_weather(city="Lyon", date="1924-08-02")', LYON, "a date the task did not give"),
-    ('weather_data = get_weather("Lyon", "2024-08-02")', LYON, "passed by position"),
+    ('weather_data = get_weather("Lyon", {"day": "2024-08-02"})', LYON, "inside a value, not passed"),
     ('weather_data = get_weather(city="2024-08-02", date="2024-08-02")', LYON, "two places"),
     ('final_answer(answer="2024-08-02")', LYON, "an answer, not a call that refused it"),
 ])
-def test_no_asked_fix_when_the_line_does_not_pass_the_task_date_by_keyword(line: str, task: str, why: str) -> None:
+def test_no_asked_fix_when_the_line_does_not_pass_the_task_date_to_a_call(line: str, task: str, why: str) -> None:
     error = REFUSED.replace("2024-08-02", "1924-08-02") if "1924" in line else REFUSED
     assert extract(never_corrected(error, line), task) == [], why
 
@@ -180,3 +180,24 @@ def test_a_form_is_read_back_only_as_the_closed_vocabulary_writes_it(name: str) 
     text = fixtext.fix_text('w = f(date="2024-11-11")', "ValueError", 'w = f(date="11.11.2024")').replace(
         "ValueError;", f"ValueError asking for {name};")
     assert fixtext.form_of(text) is None
+
+
+def test_a_date_passed_by_position_is_asked_for_and_carried_over_by_its_position() -> None:
+    # learning benchmark, seed 10: get_weather("Porto", "2024-09-13") then ("Porto", "13.09.2024"); its fix was
+    # given as it was, and the next run (Graz, 2024-05-27) passed "13.05.2024", the fix's day in its own date
+    line = 'weather_data = get_weather("Lyon", "2024-08-02")'
+    (fix,) = extract(never_corrected(line=line))
+    assert (fix.fixed, fix.form, fix.tried) == ('weather_data = get_weather("Lyon", "02.08.2024")', "DD.MM.YYYY", False)
+    assert fix.text.startswith('Pass argument 2 of `get_weather` like "02.08.2024", not like "2024-08-02": ')
+    (seen,) = extract(date_run("Lyon", "2024-08-02", "02.08.2024", var="weather_data"))
+    right = 'weather_data = get_weather("Lyon", "02.08.2024")'
+    steps = [step(0, f"{line}\nprint(weather_data)", failed_at=line, error=REFUSED),
+             step(1, f"{right}\nprint(weather_data)", observations="Execution logs:\n{'records': [{'max_c': 1.0}]}")]
+    (observed,) = extract(steps)
+    assert observed.tried and observed.form == "DD.MM.YYYY" and observed.fingerprint != seen.fingerprint
+    graz = "What was the highest temperature in Graz on 2024-05-27?"
+    assert fixtext.in_task(observed.text, graz, LYON) == (
+        'Pass argument 2 of `get_weather` like "27.05.2024", not like "2024-05-27": `weather_data = '
+        'get_weather("Graz", "2024-05-27")` failed with ValueError asking for DD.MM.YYYY; the corrected '
+        'line `weather_data = get_weather("Graz", "27.05.2024")` worked.')
+    assert fixtext.subject(observed.text) == ("get_weather", "get_weather#2", "9.9.9")
