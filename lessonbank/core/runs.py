@@ -235,14 +235,30 @@ def load_credit(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
     return json_dict(client.hget(run_key(run_id), CREDIT_FIELD)) or None
 
 
+# KEYS: run hash. ARGV: field, value, ... Writes only into a run that exists: a run deleted with its bank while a
+# worker held it (its LLM call can take minutes) must not come back as a hash of a few fields and no expiry,
+# which every later "does the run still exist" check would take for the run.
+_SET_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+def set_fields(client: redis.Redis, run_id: str, fields: dict[str, str]) -> bool:
+    """Set fields of the run's hash if the run still exists; False (nothing written) if it is gone."""
+    args = [item for pair in fields.items() for item in pair]
+    return bool(client.eval(_SET_IF_EXISTS, 1, run_key(run_id), *args))
+
+
 def save_credit(client: redis.Redis, run_id: str, credit: dict[str, Any]) -> None:
-    client.hset(run_key(run_id), CREDIT_FIELD, json.dumps(credit))
+    set_fields(client, run_id, {CREDIT_FIELD: json.dumps(credit)})
 
 
 def save_recount(client: redis.Redis, run_id: str, counted: dict[str, bool]) -> None:
     """What the lessons the run taught now hold of it (``{"failed": ..., "vouched": ...}``), after a verdict
     that came once they were written."""
-    client.hset(run_key(run_id), RECOUNT_FIELD, json.dumps(counted))
+    set_fields(client, run_id, {RECOUNT_FIELD: json.dumps(counted)})
 
 
 def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | float]) -> None:
@@ -314,14 +330,23 @@ def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, al
     return True
 
 
+# KEYS: run hash. Counts only runs that exist.
+_COUNT_ATTEMPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return redis.call('HINCRBY', KEYS[1], 'distill_attempts', 1)
+"""
+
+
 def count_attempt(client: redis.Redis, run_id: str) -> int:
-    """Count one distillation attempt of the run; returns the total so far."""
-    return int(client.hincrby(run_key(run_id), "distill_attempts", 1))
+    """Count one distillation attempt of the run; returns the total so far (0: the run is gone)."""
+    return int(client.eval(_COUNT_ATTEMPT, 1, run_key(run_id)))
 
 
-def save_checkpoint(client: redis.Redis, run_id: str, payload: str) -> None:
-    """Keep the LLM's validated output so a redelivered task reuses it instead of asking again."""
-    client.hset(run_key(run_id), CHECKPOINT_FIELD, payload)
+def save_checkpoint(client: redis.Redis, run_id: str, payload: str, llm_error: str = "") -> bool:
+    """Keep the LLM's validated output so a redelivered task reuses it instead of asking again (with
+    ``llm_error``, why the output is empty: the reply was unusable). False if the run is gone meanwhile."""
+    fields = {CHECKPOINT_FIELD: payload} | ({"llm_error": llm_error} if llm_error else {})
+    return set_fields(client, run_id, fields)
 
 
 def load_checkpoint(client: redis.Redis, run_id: str) -> str | None:
@@ -339,7 +364,7 @@ def load_progress(client: redis.Redis, run_id: str) -> set[int]:
 
 
 def save_progress(client: redis.Redis, run_id: str, done: set[int]) -> None:
-    client.hset(run_key(run_id), PROGRESS_FIELD, json.dumps(sorted(done)))
+    set_fields(client, run_id, {PROGRESS_FIELD: json.dumps(sorted(done))})
 
 
 # KEYS: run hash. Counts only runs that exist (a delivery of an unknown run leaves no key behind).

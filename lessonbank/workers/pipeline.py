@@ -147,8 +147,7 @@ def _lessons_of(deps: Deps, run: runs.Run, mined: list[evidence.Evidence], verdi
         # its credit, summary, observed fixes and recipe are not lost with them (a failed run's most of all)
         logger.warning("bank %s run %s: %s; distilling the run without the LLM's lessons", run.bank, run.run_id, e)
         observe.count_llm_error("unusable")
-        deps.redis.hset(run_key(run.run_id), "llm_error", str(e)[:300])
-        runs.save_checkpoint(deps.redis, run.run_id, DistillOutput().model_dump_json())
+        runs.save_checkpoint(deps.redis, run.run_id, DistillOutput().model_dump_json(), llm_error=str(e)[:300])
         return DistillOutput()
     prompt_tokens, completion_tokens = result.tokens
     logger.info(
@@ -203,6 +202,9 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         raise PermanentDistillError(f"run {run_id} has no step records (never recorded, or expired)")
     run.meta.setdefault("bank", bank)
     attempt = runs.count_attempt(deps.redis, run_id)
+    if not attempt:
+        logger.info("bank %s run %s: the run is gone (its bank deleted?); nothing to do", bank, run_id)
+        return None
     run = wait_for_check(deps.redis, run)
     verdict, source = judge(run)
     logger.info("bank %s run %s: attempt %d, %d step records (%d malformed skipped), outcome %s, verdict %s (%s)",

@@ -52,6 +52,22 @@ def test_abandoned_close_rechecks_activity_and_publishes_once(redis_client: redi
     assert distill_args(redis_client, "q") == [["bank", "run-1"]]
 
 
+def test_a_worker_writes_nothing_into_a_run_that_is_gone(redis_client: redis.Redis) -> None:
+    """Its bank deleted while a worker held it: the worker's writes must not bring back a hash without expiry."""
+    assert runs.save_checkpoint(redis_client, "gone", "{}", llm_error="looped") is False
+    runs.save_progress(redis_client, "gone", {0})
+    runs.save_credit(redis_client, "gone", {"verdict": "success", "lessons": {}})
+    runs.save_recount(redis_client, "gone", {"failed": True})
+    assert runs.count_attempt(redis_client, "gone") == 0
+    assert redis_client.keys("*") == []
+    runs.close_run(redis_client, REF, 0, record(0, "run_end"), "success", time.time(), "q")
+    assert runs.save_checkpoint(redis_client, "run-1", "{}", llm_error="looped") is True
+    assert runs.count_attempt(redis_client, "run-1") == 1
+    state = run_state(redis_client, "run-1")
+    assert runs.load_checkpoint(redis_client, "run-1") == "{}"
+    assert state["llm_error"] == "looped"
+
+
 def test_distilled_dead_and_retry(redis_client: redis.Redis) -> None:
     runs.close_run(redis_client, REF, 0, record(0, "run_end"), "success", time.time(), "q")
     runs.save_checkpoint(redis_client, "run-1", "{}")

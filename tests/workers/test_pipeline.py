@@ -461,6 +461,30 @@ def test_a_run_deleted_with_its_bank_is_neither_distilled_nor_dead_lettered(deps
     assert openai_server.chat_requests() == [] and deps.redis.keys("*") == []
 
 
+@pytest.mark.parametrize("answer", ["lessons", "unusable twice"])
+def test_a_bank_deleted_while_the_llm_answers_gets_nothing_back(deps: Deps, openai_server: FakeOpenAI,
+                                                                store: LessonStore, answer: str) -> None:
+    """Deleting a bank while one of its runs waits for the LLM: the checkpoint of the answer (or the reason it was
+    unusable) must not bring the run's hash back, or the lessons would be written into the deleted bank."""
+    from lessonbank.core.purge import delete_bank_data
+
+    released = openai_server.released_event()
+    if answer == "lessons":
+        openai_server.script(Reply(content=lessons_json(CSV), block=released))
+    else:
+        openai_server.script(Reply(content='{"lessons": [', block=released), Reply(content='{"lessons": ['))
+    run_id = write_run(deps.redis, "b")
+    worker = threading.Thread(target=distill_one, args=(deps, "b", run_id))
+    worker.start()
+    openai_server.wait_for_requests(1)
+    delete_bank_data(deps.redis, "b", deps.settings.queue)
+    released.set()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert store.list("b", include_inactive=True) == []
+    assert deps.redis.keys("*") == [], "a key of the deleted bank's run came back"
+
+
 def test_recipes_can_be_turned_off(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
     deps.settings = deps.settings.model_copy(update={"recipes": False})
