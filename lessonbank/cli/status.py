@@ -23,6 +23,7 @@ from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
     JOBS_DUE_KEY,
+    LLM_STATS_KEY,
     OPEN_RUNS_KEY,
     RECORDER_STATS_KEY,
     WORKERS_KEY,
@@ -53,16 +54,19 @@ def _text_of(value: Any) -> str:
 
 
 def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
-    """Queue length, runs in progress, dead letters, the quality gate's drops and the recorder's counts."""
+    """Queue length, runs in progress, dead letters, runs distilled without the LLM's lessons, the quality gate's
+    drops and the recorder's counts."""
     pipe = client.pipeline(transaction=False)
     pipe.llen(queue)
     pipe.zcard(OPEN_RUNS_KEY)
     pipe.hlen(DEAD_LETTERS_KEY)
     pipe.hgetall(DROPPED_KEY)
     pipe.hgetall(RECORDER_STATS_KEY)
-    queued, open_runs, dead, dropped, recorder = pipe.execute()
+    pipe.hget(LLM_STATS_KEY, "unusable")
+    queued, open_runs, dead, dropped, recorder, unusable = pipe.execute()
     counts = {_text_of(k): int(v) for k, v in recorder.items()}
     return {"queued": int(queued), "runs_in_progress": int(open_runs), "dead_letters": int(dead),
+            "distilled_without_llm_lessons": int(unusable or 0),
             "dropped_by_gate": {_text_of(k): int(v) for k, v in sorted(dropped.items())},
             "recorder": {"delivered": counts.get("delivered", 0), "spooled": counts.get("spooled", 0)}}
 
@@ -153,6 +157,8 @@ def _text(report: dict[str, Any]) -> str:
     lines += [
         f"spool: {report['spooled']} record(s) in {report['spool_files']} file(s) at {report['spool_dir']}",
         f"dead letters: {report['dead_letters']}",
+        f"runs distilled without the LLM's lessons (its reply unusable after a repair; the reason is the run's "
+        f"llm_error): {report['distilled_without_llm_lessons']}",
         f"recorder (agent processes): {report['recorder']['delivered']} record(s) delivered, "
         f"{report['recorder']['spooled']} spooled",
     ]

@@ -48,6 +48,7 @@ RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
 DROPPED_KEY = PREFIX + ":stats:dropped"
+LLM_STATS_KEY = PREFIX + ":stats:llm"  # hash: "unusable" = runs distilled without the LLM's lessons
 PENDING_LESSON_KEY = PREFIX + ":lesson:pending:{pending_id}"
 STORE_REQUESTS_KEY = PREFIX + ":store:requests"
 STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"

@@ -26,7 +26,14 @@ import redis
 from redis.exceptions import LockError
 
 from lessonbank.core import purge, runs, summary
-from lessonbank.core.constants import DROPPED_KEY, RUN_DISTILLED, bank_lock_key, pending_lesson_key, run_key
+from lessonbank.core.constants import (
+    DROPPED_KEY,
+    LLM_STATS_KEY,
+    RUN_DISTILLED,
+    bank_lock_key,
+    pending_lesson_key,
+    run_key,
+)
 from lessonbank.core.embeddings import tokens
 from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError, UnusableOutput
 from lessonbank.core.models import Lesson, Recipe
@@ -147,7 +154,8 @@ def _lessons_of(deps: Deps, run: runs.Run, mined: list[evidence.Evidence], verdi
         # its credit, summary, observed fixes and recipe are not lost with them (a failed run's most of all)
         logger.warning("bank %s run %s: %s; distilling the run without the LLM's lessons", run.bank, run.run_id, e)
         observe.count_llm_error("unusable")
-        runs.save_checkpoint(deps.redis, run.run_id, DistillOutput().model_dump_json(), llm_error=str(e)[:300])
+        if runs.save_checkpoint(deps.redis, run.run_id, DistillOutput().model_dump_json(), llm_error=str(e)[:300]):
+            deps.redis.hincrby(LLM_STATS_KEY, "unusable", 1)  # `lessonbank status`
         return DistillOutput()
     prompt_tokens, completion_tokens = result.tokens
     logger.info(

@@ -14,6 +14,7 @@ from lessonbank.cli.main import cli
 from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DISTILL_TASK,
+    LLM_STATS_KEY,
     OPEN_RUNS_KEY,
     RECORDER_STATS_KEY,
     worker_key,
@@ -44,6 +45,7 @@ def test_status_counts_everything(
     redis_client.rpush("lessonbank", "not this queue")
     redis_client.zadd(OPEN_RUNS_KEY, {"run-a": 1.0, "run-b": 2.0})
     redis_client.hset(DEAD_LETTERS_KEY, "run-c", "{}")
+    redis_client.hset(LLM_STATS_KEY, "unusable", 4)
     spool = tmp_path / "data" / "spool"
     spool.mkdir(parents=True)
     (spool / "spool-1-aa.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
@@ -62,12 +64,15 @@ def test_status_counts_everything(
     report = json.loads(result.stdout)
     assert report["queue"] == "lessonbank-test" and report["queued"] == 3
     assert report["runs_in_progress"] == 2 and report["dead_letters"] == 1
+    assert report["distilled_without_llm_lessons"] == 4
     assert report["spooled"] == 3 and report["spool_files"] == 2
     assert report["lessons"] == {"team": 2, "ops": 1}
 
     text = status(env).stdout
     assert "queue 'lessonbank-test': 3 task(s) waiting" in text
     assert "runs in progress: 2" in text and "dead letters: 1" in text
+    assert "runs distilled without the LLM's lessons (its reply unusable after a repair; " in text
+    assert "llm_error): 4" in text
     assert "spool: 3 record(s) in 2 file(s)" in text
     assert "  ops: 1" in text and "  team: 2" in text
 

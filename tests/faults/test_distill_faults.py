@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import lessonbank
-from lessonbank.core.constants import DROPPED_KEY, job_key
+from lessonbank.core.constants import DROPPED_KEY, LLM_STATS_KEY, job_key
 from lessonbank.workers import deadletters
 from tests.faults.conftest import Report
 from tests.faults.helpers import Service, by_task, deliveries, wait_until
@@ -104,6 +104,7 @@ def test_llm_fault_ends_stored_retried_or_dead_lettered(svc: Service, name: str,
     svc.llm.reset()
     svc.llm.handler = by_task({task: case.replies})
     secrets_before = int(svc.client.hget(DROPPED_KEY, "secret") or 0)
+    unusable_before = int(svc.client.hget(LLM_STATS_KEY, "unusable") or 0)
     run_id = svc.submit(bank, task=task)
     state = svc.wait(run_id, timeout=60)
 
@@ -121,6 +122,8 @@ def test_llm_fault_ends_stored_retried_or_dead_lettered(svc: Service, name: str,
         counts = json.loads(state["lessons"])
         assert letter is None
         assert (case.reason in state.get("llm_error", "")) and (bool(case.reason) == ("llm_error" in state)), state
+        # counted for `lessonbank status` once per such run
+        assert int(svc.client.hget(LLM_STATS_KEY, "unusable") or 0) - unusable_before == bool(case.reason)
         assert counts["added"] == case.lessons, counts
         assert int(svc.client.hget(DROPPED_KEY, "secret") or 0) - secrets_before == case.dropped_secret
         assert all(lesson.source_run_ids == [run_id] for lesson in lessons)
