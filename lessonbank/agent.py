@@ -2,9 +2,13 @@
 
 ``remember(agent, bank=...)`` gives an existing agent memory in one call. It attaches a
 ``StepRecorder`` (so runs are recorded and distilled into lessons) and wraps the agent's ``run`` so
-that each run starts with the user's own instructions followed by the lessons of the bank that bear
-on that task. smolagents rebuilds the system prompt from ``agent.instructions`` at the start of every
-``run``, so setting the attribute is enough; it is set back to the user's value when the run ends.
+that each run is given the lessons of the bank that bear on its task: by default right after the task, in
+the run's first message (``lessons_in="task"``; the run is recorded with the task alone, and ``agent.task``
+is set back to it when the run ends), or after the user's own instructions, in the system prompt
+(``lessons_in="instructions"``: smolagents rebuilds it from ``agent.instructions`` at the start of every
+``run``, so setting the attribute is enough; it is set back to the user's value when the run ends). A
+1.5B model given a fix in the system prompt mostly wrote the task's own value first anyway; given it after
+the task, it wrote the fix (``bench/learning/first_call.py``).
 Managed agents (``agent.managed_agents``) get the same, recursively: their runs are recorded under the
 manager's bank (``managed="shared"``) or a bank of their own, ``f"{bank}/{name}"`` (``managed="own"``),
 and start with the lessons relevant to the sub-task the manager gave them.
@@ -33,7 +37,7 @@ from lessonbank.core import runs
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
-from lessonbank.core.instructions import MAX_RECIPES, STORE_ERRORS, compose_instructions
+from lessonbank.core.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
 from lessonbank.core.models import Lesson, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -46,6 +50,7 @@ logger = logging.getLogger(__name__)
 ATTRIBUTE = "_lessonbank_memory"
 Check = Callable[[Any], Any]
 Managed = Literal["shared", "own"]
+LessonsIn = Literal["task", "instructions"]
 SENTINEL = "\x00lessonbank-task\x00"
 _counted: weakref.WeakKeyDictionary[StepRecorder, tuple[int, int]] = weakref.WeakKeyDictionary()
 
@@ -55,6 +60,25 @@ def join_instructions(user: str | None, lessons: str) -> str | None:
     if not lessons:
         return user
     return f"{user.rstrip()}\n\n{lessons}" if user and user.strip() else lessons
+
+
+def join_task(task: str, lessons: str) -> str:
+    """The task followed by the lessons block (the task alone when there are none)."""
+    return f"{task.rstrip()}\n\n{lessons}" if lessons else task
+
+
+def lessons_given(agent: Any) -> str:
+    """The lessons block the agent's last run was given, after its task or in its system prompt ("" if none)."""
+    from smolagents.memory import TaskStep
+
+    memory = getattr(agent, "memory", None)
+    system = getattr(getattr(memory, "system_prompt", None), "system_prompt", "") or ""
+    tasks = [step.task for step in getattr(memory, "steps", []) if isinstance(step, TaskStep)]
+    for text in tasks[-1:] + [system]:
+        start = str(text).find(LESSONS_HEADER)
+        if start >= 0:
+            return str(text)[start:].split("\n\nNow Begin!")[0].strip()
+    return ""
 
 
 def sub_task(agent: Any, task: str) -> str:
@@ -107,9 +131,11 @@ class AgentHook:
         seed: int | None = None,
         parent: AgentHook | None = None,
         recipes: bool = True,
+        lessons_in: LessonsIn = "task",
     ) -> None:
         self.agent = agent
         self.recipes = recipes
+        self.lessons_in = lessons_in
         self.bank = bank
         self.settings = settings
         self.recorder = recorder
@@ -127,6 +153,7 @@ class AgentHook:
         self._own_run: Callable[..., Any] | None = agent.run if "run" in vars(agent) else None
         self._user_instructions: str | None = agent.instructions
         self._applied: str | None = None
+        self._task: tuple[str, str] | None = None  # (the user's task, the task with lessons the run got)
         self.arm: str | None = None
         self.last_run_id: str | None = None
 
@@ -155,7 +182,8 @@ class AgentHook:
             return self.parent.arm  # a managed agent's run is in the arm of its manager's run
         return "control" if self.holdout and self._random.random() < self.holdout else "lessons"
 
-    def _begin(self, task: Any, trace: telemetry.RunTrace) -> None:
+    def _begin(self, task: Any, trace: telemetry.RunTrace) -> Any:
+        """Choose the run's arm, find its lessons and record them with the run; the task to run with."""
         current = self.agent.instructions
         if self._applied is None or current != self._applied:
             self._user_instructions = current  # the user changed them since the last run
@@ -170,23 +198,29 @@ class AgentHook:
         if parent:
             fields["traceparent"] = parent
         try:
-            self.last_run_id = self.recorder.prepare_run(self.agent, **fields)
+            self.last_run_id = self.recorder.prepare_run(self.agent, task=task if isinstance(task, str) else None,
+                                                         **fields)
         except Exception:  # the recorder is foreign to this module; its failure must not surface
             logger.warning("could not prepare the run's record", exc_info=True)
             self.last_run_id = None
         trace.record_lessons(self._redactor.redact(query), given, started)
         trace.annotate(self.bank, self.last_run_id, self.arm, [lesson.id for lesson in given])
+        if self.lessons_in == "task" and isinstance(task, str):
+            self._applied = current
+            self._task = (task, join_task(task, block))
+            return self._task[1]
         self._applied = join_instructions(self._user_instructions, block)
         self.agent.instructions = self._applied
+        return task
 
     def run(self, task: str, *args: Any, **kwargs: Any) -> Any:
-        """The agent's ``run`` with the lessons of ``task`` added to its instructions.
+        """The agent's ``run`` with the lessons of ``task`` after the task (or in its instructions).
 
         The run is recorded inside ``recorder.recording`` so that a run that raises is closed as failed.
         """
         trace = telemetry.start_run(self.agent, task, self._redactor)
         try:
-            self._begin(task, trace)
+            task = self._begin(task, trace)
             recording = self.recorder.recording(self.agent)
             recording.__enter__()
         except BaseException as e:
@@ -226,7 +260,10 @@ class AgentHook:
         trace.end(error)
         if self.agent.instructions == self._applied:
             self.agent.instructions = self._user_instructions
+        if self._task is not None and getattr(self.agent, "task", None) == self._task[1]:
+            self.agent.task = self._task[0]
         self._applied = None
+        self._task = None
         self.arm = None
         if self.check is not None and self.last_run_id is not None:
             self._report_check(self.last_run_id, answer if error is None else None, error is None)
@@ -281,7 +318,7 @@ def _remember_managed(parent: AgentHook, managed: Managed, store: LessonStorePro
         recorder.attach(sub)
         hook = AgentHook(sub, bank, parent.settings, recorder, store,
                          max_lessons=parent.max_lessons, max_chars=parent.max_chars, parent=parent,
-                         recipes=parent.recipes)
+                         recipes=parent.recipes, lessons_in=parent.lessons_in)
         _hook(sub, hook)
         _remember_managed(hook, managed, store, seen)
 
@@ -300,19 +337,21 @@ def remember(
     max_chars: int = 2000,
     managed: Managed = "shared",
     recipes: bool = True,
+    lessons_in: LessonsIn = "task",
 ) -> StepRecorder:
     """Give ``agent`` memory across runs of ``bank``; returns the attached ``StepRecorder``.
 
-    Every later ``agent.run(task)`` is recorded (and distilled into lessons by the worker service)
-    and starts with the lessons of ``bank`` relevant to ``task`` appended to the agent's
-    instructions. ``check(final_answer) -> bool`` says whether a run did its job (tests pass, schema
-    validates...): the most trusted outcome after a user's ``feedback``. ``holdout`` (default
-    ``LESSONBANK_HOLDOUT``) is the fraction of runs, chosen at random (``seed``), that get no lessons:
-    the control arm ``lessonbank report`` compares with. Managed agents are covered too: their runs are
-    recorded under ``bank`` (``managed="shared"``) or ``f"{bank}/{name}"`` (``managed="own"``) and start
-    with the lessons of their sub-task; ``remember(sub_agent)`` returns a managed agent's recorder.
-    ``recipes=False`` hands out prose lessons only, never the code of earlier runs. Calling it again on
-    the same agent changes nothing and returns the same recorder.
+    Every later ``agent.run(task)`` is recorded (and distilled into lessons by the worker service) and
+    is given the lessons of ``bank`` relevant to ``task``: after the task, in the run's first message
+    (``lessons_in="task"``, the default; the run is recorded with the task alone), or after the agent's
+    instructions, in the system prompt (``lessons_in="instructions"``). ``check(final_answer) -> bool``
+    says whether a run did its job (tests pass, schema validates...): the most trusted outcome after a
+    user's ``feedback``. ``holdout`` (default ``LESSONBANK_HOLDOUT``) is the fraction of runs, chosen at
+    random (``seed``), that get no lessons: the control arm ``lessonbank report`` compares with. Managed
+    agents are covered too: their runs are recorded under ``bank`` (``managed="shared"``) or
+    ``f"{bank}/{name}"`` (``managed="own"``) and given the lessons of their sub-task; ``remember(sub_agent)``
+    returns a managed agent's recorder. ``recipes=False`` hands out prose lessons only, never the code of
+    earlier runs. Calling it again on the same agent changes nothing and returns the same recorder.
     """
     existing: AgentHook | None = getattr(agent, ATTRIBUTE, None)
     if existing is not None:
@@ -328,11 +367,13 @@ def remember(
         raise ConfigurationError("check must be a callable taking the final answer and returning True or False")
     if managed not in ("shared", "own"):
         raise ConfigurationError(f"managed must be 'shared' or 'own' (got {managed!r})")
+    if lessons_in not in ("task", "instructions"):
+        raise ConfigurationError(f"lessons_in must be 'task' or 'instructions' (got {lessons_in!r})")
     if recorder is None:
         recorder = StepRecorder(bank=bank, settings=settings)
     recorder.attach(agent)
     memory = AgentHook(agent, bank, settings, recorder, store, max_lessons=max_lessons, max_chars=max_chars,
-                       check=check, holdout=holdout, seed=seed, recipes=recipes)
+                       check=check, holdout=holdout, seed=seed, recipes=recipes, lessons_in=lessons_in)
     _hook(agent, memory)
     _remember_managed(memory, managed, store, {id(agent)})
     return recorder

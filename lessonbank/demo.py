@@ -29,10 +29,12 @@ import redis
 from smolagents import ActionStep, ChatMessage, CodeAgent, MessageRole, Model, TokenUsage, tool
 
 from lessonbank import llama_server, local_llm
+from lessonbank.agent import lessons_given
 from lessonbank.core.connections import create_redis, masked_url
 from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_key
 from lessonbank.core.embeddings import default_model_dir
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.instructions import LESSONS_HEADER
 from lessonbank.core.settings import Settings
 from lessonbank.model_files import fetch as fetch_embed_model
 
@@ -40,7 +42,6 @@ logger = logging.getLogger(__name__)
 
 BANK = "demo-csv"
 QUEUE = "lessonbank-demo"
-LESSONS_HEADER = "## Lessons from earlier runs"
 SALES_CSV = "date;region;amount\n2024-03-01;north;120.50\n2024-03-01;south;80.25\n2024-03-02;north;99.25\n"
 TASK = "What is the total of the 'amount' column in the sales file {path}? Answer with the number only."
 TOTAL = 300.0
@@ -78,8 +79,7 @@ class TrajectoryModel(Model):
         self.csv_path = csv_path
 
     def generate(self, messages: list[Any], stop_sequences: list[str] | None = None, **kwargs: Any) -> ChatMessage:
-        system = _text(messages[0]) if messages else ""
-        knows = _lessons_block(system)
+        knows = _lessons_block("\n\n".join(_text(m) for m in messages[:2]))  # the system prompt and the task
         step = sum(1 for m in messages if _role(m) == MessageRole.ASSISTANT.value)
         plan = self._short_plan() if _knows_separator(knows) else self._long_plan()
         code = plan[min(step, len(plan) - 1)]
@@ -126,11 +126,11 @@ def _text(message: Any) -> str:
     return content or ""
 
 
-def _lessons_block(system_prompt: str) -> str:
-    start = system_prompt.find(LESSONS_HEADER)
+def _lessons_block(prompt: str) -> str:
+    start = prompt.find(LESSONS_HEADER)
     if start < 0:
         return ""
-    block = system_prompt[start:]
+    block = prompt[start:]
     end = block.find("\n\nNow Begin!")
     return block[:end] if end >= 0 else block
 
@@ -366,9 +366,7 @@ def run_once(agent: CodeAgent, task: str, recorder: Any) -> RunView:
     started = time.monotonic()
     answer = agent.run(task)
     seconds = time.monotonic() - started
-    # The system prompt the run started with (smolagents rebuilds it from the instructions at each run).
-    system_prompt = agent.memory.system_prompt.system_prompt if agent.memory.system_prompt else ""
-    view = RunView(recorder.run_id(agent) or "", answer, seconds, _lessons_block(system_prompt))
+    view = RunView(recorder.run_id(agent) or "", answer, seconds, lessons_given(agent))
     for step in agent.memory.steps:
         if isinstance(step, ActionStep):
             error = f"{type(step.error).__name__}: {step.error}" if step.error else ""

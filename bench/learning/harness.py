@@ -24,7 +24,6 @@ from lessonbank.core.settings import Settings
 
 logger = logging.getLogger("bench.learning")
 
-LESSONS_HEADER = "## Lessons from earlier runs"
 AUTHORIZED_IMPORTS = ["json", "re", "math", "datetime", "statistics"]
 
 
@@ -142,10 +141,10 @@ def evict_prompt_cache(config: AgentConfig) -> None:
 
 
 def lessons_block(agent: CodeAgent) -> str:
-    """The lessons block the run's system prompt carried ("" when none)."""
-    prompt = agent.memory.system_prompt.system_prompt if agent.memory.system_prompt else ""
-    start = prompt.find(LESSONS_HEADER)
-    return prompt[start:].split("\n\nNow Begin!")[0].strip() if start >= 0 else ""
+    """The lessons block the run was given, after its task or in its system prompt ("" when none)."""
+    from lessonbank.agent import lessons_given
+
+    return lessons_given(agent)
 
 
 def attach_memory(

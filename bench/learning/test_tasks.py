@@ -166,3 +166,28 @@ def test_summary_marks_missed_when_memory_does_not_beat_the_baseline() -> None:
     summary = summarize(runs, ["none", "memory"], ["t"], 2)
     assert summary["verdicts"]["memory"]["by_task_later_runs"]["t"] == "beats baseline"
     assert "beats baseline" in format_tables(summary, ["none", "memory"], {})
+
+
+def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_passed() -> None:
+    import first_call as fc
+
+    variants = TASKS["date_format"].variants(2, seed=1)
+    solved, task = variants
+    iso, dotted = task.world["iso"], fc.dotted(task.world["iso"])
+    for kind in fc.KINDS:
+        lesson = fc.fix_lesson(solved, kind)
+        stored, shown, only = (fc.block(lesson, task.prompt, form) for form in ("stored", "shown", "only"))
+        assert f'"{dotted}"' in stored and solved.world["iso"] not in stored  # with the task's own date
+        assert stored.index(iso + '"') < stored.rindex(dotted + '"')  # kept: the failing line first
+        assert shown.index(dotted + '"', shown.index("write")) < shown.rindex(iso + '"')  # the line to write first
+        assert iso not in only and dotted in only
+        assert fc.block(lesson, task.prompt, "task") == stored  # the same block, given after the task
+    assert fc.classify(f'w = get_weather(city="X", date="{dotted}")\nprint(w)', task) == "right date"
+    assert fc.classify(f'w = get_weather("X", "{iso}")', task) == "ISO date"
+    assert fc.classify("w = get_weather(city, d)", task) == "other"
+    assert fc.classify("print(1)", task) == "no call"
+    results = [{"seed_set": 1, "run_index": 1, "kind": "asked", "form": form, "first_call": call, "record": False}
+               for form, call in (("stored", "ISO date"), ("task", "right date"))]
+    summary = fc.summarize(results, ["stored", "task"])
+    assert summary["pairs task vs stored"] == {"n": 1, "task right, stored not": 1, "stored right, task not": 0}
+    assert summary["all/task"]["right date"] == 1 and summary["all/stored"]["ISO date"] == 1

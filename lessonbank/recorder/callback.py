@@ -131,10 +131,12 @@ class StepRecorder:
             self._log_failure("could not determine the run id")
             return None
 
-    def prepare_run(self, agent: Any, **fields: str) -> str:
+    def prepare_run(self, agent: Any, task: str | None = None, **fields: str) -> str:
         """Mint now the id of the agent's next run (the run whose TaskStep appears next) and remember
         ``fields`` (e.g. ``arm="control"``, ``given='["id1"]'``) to be written into that run's hash with its
         records and its close. Called again before that run starts: same id, the new fields replace the old.
+        ``task``: the run's task as the user gave it, recorded instead of the text the agent runs with (which
+        ``remember`` follows with the lessons block).
 
         Raises ValueError/TypeError for a field that is not a str, too long, or a run state field.
         """
@@ -142,7 +144,7 @@ class StepRecorder:
         state = self._tracker.state(agent)
         with state.lock:
             self._resolve(agent, state)
-            return self._tracker.prepare(state, checked)
+            return self._tracker.prepare(state, checked, task)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Deliver what is queued and the spool now (ignoring the breaker's cooldown). True when nothing is

@@ -45,6 +45,7 @@ class Prepared:
     run_id: str
     fields: dict[str, str]
     after: TaskStep | None
+    task: str | None = None  # the run's task as the user gave it, when the agent runs it with more text
 
 
 @dataclass
@@ -136,22 +137,23 @@ class RunTracker:
         state.run = self._new_run(agent, state, task_step)
         return state.run, current if current is not None and not current.closed else None
 
-    def prepare(self, state: AgentState, fields: dict[str, str]) -> str:
-        """Mint (or keep) the id of the agent's next run and remember its fields."""
+    def prepare(self, state: AgentState, fields: dict[str, str], task: str | None = None) -> str:
+        """Mint (or keep) the id of the agent's next run and remember its fields (and its task)."""
         if state.prepared is None:
-            state.prepared = Prepared(uuid.uuid4().hex, fields, state.task_step)
+            state.prepared = Prepared(uuid.uuid4().hex, fields, state.task_step, task)
         else:
-            state.prepared.fields = fields
+            state.prepared.fields, state.prepared.task = fields, task
         return state.prepared.run_id
 
     def _new_run(self, agent: Any, state: AgentState, task_step: TaskStep) -> Run:
         prepared = state.prepared
+        task = None
         if prepared is not None and task_step is not prepared.after:
             state.prepared = None
-            run_id, fields = prepared.run_id, prepared.fields
+            run_id, fields, task = prepared.run_id, prepared.fields, prepared.task
         else:
             run_id, fields = uuid.uuid4().hex, {}
-        task = getattr(agent, "task", None) or task_step.task
+        task = task or getattr(agent, "task", None) or task_step.task
         name = getattr(agent, "name", None) or type(agent).__name__
         extra = {**fields, "tools": tool_names(agent)}
         return Run(RunInfo(self.bank, run_id, str(name), Converter().text(task), extra), task_step)

@@ -132,7 +132,8 @@ def test_run_two_knows_what_run_one_learnt(
     # Run 1: the bank is empty, so no lessons; the first step fails on the separator.
     assert agent.run(task) == 42
     first_prompt = model.calls[0]["messages"][0].content[0]["text"]
-    assert "Answer with a number." in first_prompt and "## Lessons from earlier runs" not in first_prompt
+    first_task = model.calls[0]["messages"][1].content[0]["text"]
+    assert "Answer with a number." in first_prompt and "## Lessons from earlier runs" not in first_prompt + first_task
     assert any(getattr(step, "error", None) for step in agent.memory.steps)
     run_one_id = recorder.run_id(agent)
     assert run_one_id
@@ -143,12 +144,14 @@ def test_run_two_knows_what_run_one_learnt(
     transcript = "\n".join(str(m["content"]) for m in request["messages"])
     assert "delimiter=';'" in transcript and "KeyError" in transcript
 
-    # Run 2: the instructions it started with hold the lesson, and recall_lessons returns it.
+    # Run 2: its task comes with the lesson (the user's instructions as they were), and recall_lessons returns it.
     calls_before = len(model.calls)
     assert agent.run(task) == 42
     second_prompt = model.calls[calls_before]["messages"][0].content[0]["text"]
-    assert "Answer with a number." in second_prompt
-    assert "delimiter=';'" in second_prompt and "## Lessons from earlier runs" in second_prompt
+    second_task = model.calls[calls_before]["messages"][1].content[0]["text"]
+    assert "Answer with a number." in second_prompt and "## Lessons from earlier runs" not in second_prompt
+    assert second_task.startswith(f"New task:\n{task}") and "delimiter=';'" in second_task
+    assert "## Lessons from earlier runs" in second_task
     recall_observation = next(step.observations for step in agent.memory.steps if getattr(step, "observations", None))
     assert "delimiter=';'" in recall_observation
     assert recorder.run_id(agent) != run_one_id

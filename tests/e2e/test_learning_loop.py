@@ -95,8 +95,9 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> N
         time.sleep(0.2)
 
 
-def system_prompt(model: ScriptedModel, call: int) -> str:
-    return str(model.calls[call]["messages"][0].content[0]["text"])
+def told(model: ScriptedModel, call: int) -> str:
+    """The system prompt and the task message of the model's call ``call``: what the run was told."""
+    return "\n\n".join(str(m.content[0]["text"]) for m in model.calls[call]["messages"][:2])
 
 
 class Session:
@@ -109,13 +110,13 @@ class Session:
         self.client = client
 
     def run(self, date: str, replies: list[str]) -> tuple[str, str]:
-        """(run id, system prompt it started with); waits until the worker distilled it."""
+        """(run id, what it was told: system prompt and task); waits until the worker distilled it."""
         first = len(self.model.calls)
         self.model.replies = self.model.replies[: len(self.model.calls)] + replies
         self.agent.run(TASK.format(date=date))
         run_id = self.recorder.run_id(self.agent) or ""
         wait_for(lambda: run_state(self.client, run_id).get("state") == RUN_DISTILLED, f"distillation of {run_id}")
-        return run_id, system_prompt(self.model, first)
+        return run_id, told(self.model, first)
 
 
 def test_a_run_that_fails_twice_then_loops_leaves_one_recipe_for_the_next_run(

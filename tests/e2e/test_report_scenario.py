@@ -52,10 +52,10 @@ def list_orders(page: int) -> dict:
 
 
 def reply(messages: list[Any]) -> str:
-    """The scripted agent: it pages right only when its instructions carry the lesson."""
-    system = str(messages[0].content[0]["text"])
+    """The scripted agent: it pages right only when it was given the lesson (after its task)."""
+    told = "\n".join(str(m.content[0]["text"]) for m in messages[:2])
     done = sum(1 for m in messages if getattr(m, "role", "") == "assistant")
-    if HEADER in system:
+    if HEADER in told:
         return code_reply("total = sum(len(list_orders(page=p)['orders']) for p in (1, 2, 3))\nfinal_answer(total)")
     if done == 0:
         return code_reply("data = list_orders(page=0)")
