@@ -5,7 +5,7 @@ worker process that owns an embedded Qdrant store, and an LLM (the local llama.c
 ``OPENAI_BASE_URL`` is set). The task hides a trap: the CSV uses ``;`` as its separator.
 
 By default the agent follows a scripted trajectory (it makes no LLM calls of its own): it reads the
-file with the default separator unless its instructions mention the ``;`` separator. The distillation
+file with the default separator unless the lessons it was given mention the ``;`` separator. The distillation
 between the runs always uses the real LLM. This module starts and stops the services and runs the
 agent; ``lessonbank.cli.demo`` prints what happens.
 """
@@ -67,7 +67,7 @@ def read_text_file(path: str) -> str:
 
 
 class TrajectoryModel(Model):
-    """The demo's scripted agent: a fixed trajectory, shortened when its instructions know the trap.
+    """The demo's scripted agent: a fixed trajectory, shortened when the lessons it was given know the trap.
 
     Without a lesson about the ``;`` separator it reads the CSV with the default separator (which
     fails), looks at the header line, then reads it right. With one, it reads it right at once.
@@ -109,7 +109,7 @@ class TrajectoryModel(Model):
 
     def _short_plan(self) -> list[tuple[str, str]]:
         return [
-            ("My instructions say these CSV files use ';' as separator; I read it that way.", self._read(";")),
+            ("The lessons say these CSV files use ';' as separator; I read it that way.", self._read(";")),
             ("I have the total.", "final_answer(total)"),
         ]
 
@@ -155,7 +155,7 @@ class RunView:
     run_id: str
     answer: Any
     seconds: float
-    instructions: str
+    instructions: str  # the lessons block the run was given ("" for none)
     steps: list[StepView] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0

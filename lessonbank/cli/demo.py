@@ -37,7 +37,7 @@ RULE = "─" * 78
 def _show_run(number: int, view: RunView) -> None:
     click.secho(f"\nRun {number}  (run id {view.run_id})", bold=True)
     if view.instructions:
-        click.echo("  started with these instructions from the bank:")
+        click.echo("  was given these lessons from the bank, after its task:")
         click.echo(textwrap.indent(view.instructions, "    │ ", predicate=lambda line: True))
     else:
         click.echo("  started with no lessons (empty bank)")

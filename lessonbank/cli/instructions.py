@@ -20,7 +20,7 @@ from lessonbank.core.instructions import compose_instructions
 @click.argument("task")
 @pass_cli
 def instructions(cli: CliContext, bank: str, max_lessons: int, max_chars: int, task: str) -> None:
-    """Print the instructions a run of the bank would start with for TASK (a preview: nothing is recorded)."""
+    """Print the lessons block a run of the bank would be given for TASK (a preview: nothing is recorded)."""
     if not task.strip():
         raise fail("TASK must not be empty")
     with cli_store(cli) as store:
