@@ -67,6 +67,12 @@ def join_task(task: str, lessons: str) -> str:
     return f"{task.rstrip()}\n\n{lessons}" if lessons else task
 
 
+def lessons_in_text(text: str) -> str:
+    """The lessons block inside a task or a system prompt ("" if none)."""
+    start = text.find(LESSONS_HEADER)
+    return text[start:].split("\n\nNow Begin!")[0].strip() if start >= 0 else ""
+
+
 def lessons_given(agent: Any) -> str:
     """The lessons block the agent's last run was given, after its task or in its system prompt ("" if none)."""
     from smolagents.memory import TaskStep
@@ -74,11 +80,7 @@ def lessons_given(agent: Any) -> str:
     memory = getattr(agent, "memory", None)
     system = getattr(getattr(memory, "system_prompt", None), "system_prompt", "") or ""
     tasks = [step.task for step in getattr(memory, "steps", []) if isinstance(step, TaskStep)]
-    for text in tasks[-1:] + [system]:
-        start = str(text).find(LESSONS_HEADER)
-        if start >= 0:
-            return str(text)[start:].split("\n\nNow Begin!")[0].strip()
-    return ""
+    return next((block for text in tasks[-1:] + [system] if (block := lessons_in_text(str(text)))), "")
 
 
 def sub_task(agent: Any, task: str) -> str:

@@ -29,12 +29,11 @@ import redis
 from smolagents import ActionStep, ChatMessage, CodeAgent, MessageRole, Model, TokenUsage, tool
 
 from lessonbank import llama_server, local_llm
-from lessonbank.agent import lessons_given
+from lessonbank.agent import lessons_given, lessons_in_text
 from lessonbank.core.connections import create_redis, masked_url
 from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_key
 from lessonbank.core.embeddings import default_model_dir
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
-from lessonbank.core.instructions import LESSONS_HEADER
 from lessonbank.core.settings import Settings
 from lessonbank.model_files import fetch as fetch_embed_model
 
@@ -79,7 +78,7 @@ class TrajectoryModel(Model):
         self.csv_path = csv_path
 
     def generate(self, messages: list[Any], stop_sequences: list[str] | None = None, **kwargs: Any) -> ChatMessage:
-        knows = _lessons_block("\n\n".join(_text(m) for m in messages[:2]))  # the system prompt and the task
+        knows = lessons_in_text("\n\n".join(_text(m) for m in messages[:2]))  # the system prompt and the task
         step = sum(1 for m in messages if _role(m) == MessageRole.ASSISTANT.value)
         plan = self._short_plan() if _knows_separator(knows) else self._long_plan()
         code = plan[min(step, len(plan) - 1)]
@@ -124,15 +123,6 @@ def _text(message: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
     return content or ""
-
-
-def _lessons_block(prompt: str) -> str:
-    start = prompt.find(LESSONS_HEADER)
-    if start < 0:
-        return ""
-    block = prompt[start:]
-    end = block.find("\n\nNow Begin!")
-    return block[:end] if end >= 0 else block
 
 
 def _knows_separator(lessons_block: str) -> bool:

@@ -330,16 +330,21 @@ def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, al
     return True
 
 
-# KEYS: run hash. Counts only runs that exist.
-_COUNT_ATTEMPT = """
+# KEYS: run hash. ARGV: field. Counts only runs that exist (an unknown or deleted run leaves no key behind).
+_COUNT_IF_EXISTS = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-return redis.call('HINCRBY', KEYS[1], 'distill_attempts', 1)
+return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
 """
+
+
+def _count(client: redis.Redis, run_id: str, field: str) -> int:
+    """Add one to the run's counter ``field``; the new total, 0 for a run that does not exist."""
+    return int(client.eval(_COUNT_IF_EXISTS, 1, run_key(run_id), field))
 
 
 def count_attempt(client: redis.Redis, run_id: str) -> int:
     """Count one distillation attempt of the run; returns the total so far (0: the run is gone)."""
-    return int(client.eval(_COUNT_ATTEMPT, 1, run_key(run_id)))
+    return _count(client, run_id, "distill_attempts")
 
 
 def save_checkpoint(client: redis.Redis, run_id: str, payload: str, llm_error: str = "") -> bool:
@@ -367,14 +372,7 @@ def save_progress(client: redis.Redis, run_id: str, done: set[int]) -> None:
     set_fields(client, run_id, {PROGRESS_FIELD: json.dumps(sorted(done))})
 
 
-# KEYS: run hash. Counts only runs that exist (a delivery of an unknown run leaves no key behind).
-_COUNT_DELIVERY = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-return redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
-"""
-
-
 def count_delivery(client: redis.Redis, run_id: str) -> int:
     """Count one delivery of the run's distill task to a worker (duplicates included: a delivery dropped because
     another worker holds the run counts too); returns the total so far, 0 for an unknown run."""
-    return int(client.eval(_COUNT_DELIVERY, 1, run_key(run_id)))
+    return _count(client, run_id, "deliveries")
