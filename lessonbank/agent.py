@@ -262,8 +262,10 @@ class AgentHook:
         trace.end(error)
         if self.agent.instructions == self._applied:
             self.agent.instructions = self._user_instructions
-        if self._task is not None and getattr(self.agent, "task", None) == self._task[1]:
-            self.agent.task = self._task[0]
+        current = getattr(self.agent, "task", None)
+        if self._task is not None and isinstance(current, str) and current.startswith(self._task[1]):
+            # smolagents appends its note on additional_args to the task: keep it, drop the lessons
+            self.agent.task = self._task[0] + current[len(self._task[1]):]
         self._applied = None
         self._task = None
         self.arm = None

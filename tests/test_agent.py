@@ -108,6 +108,20 @@ def test_run_gets_lessons_after_its_task(settings: Settings, store: LessonStore,
         recorder.close()
 
 
+def test_task_with_additional_args_is_the_users_again_after_the_run(settings: Settings, store: LessonStore) -> None:
+    """smolagents appends a note on ``additional_args`` to the task the lessons were joined to: after the run the
+    task is the user's with that note, without the lessons."""
+    agent, model, _ = make_agent(settings, store)
+    recorder = remember(agent, bank="team", settings=settings, store=store)
+    try:
+        assert agent.run(CSV_TASK, additional_args={"region_names": ["north"]}) == "ok"
+        assert CSV in message(model, 0, 1) and "region_names" in message(model, 0, 1)
+        assert agent.task.startswith(CSV_TASK) and "region_names" in agent.task
+        assert HEADER not in agent.task and CSV not in agent.task
+    finally:
+        recorder.close()
+
+
 def test_run_gets_lessons_in_its_instructions_when_asked(settings: Settings, store: LessonStore,
                                                          redis_client: redis.Redis) -> None:
     agent, model, probe = make_agent(settings, store)
