@@ -1,7 +1,7 @@
 """What a real 1.5B agent writes first when it is given a date fix: how the fix is given, paired.
 
-    python bench/learning/first_call.py [--seeds 1-8] [--per-seed 3] [--forms stored,shown,only,task]
-                                        [--out DIR] [--name first_call]
+    python bench/learning/first_call.py [--seeds 1-8] [--per-seed 3] [--forms stored,shown,only,task,task-only]
+                                        [--context] [--out DIR] [--name first_call]
 
 The learning benchmark's date_format runs given a fix with their own date often wrote the task's ISO date in
 their first call all the same (seed 10: every memory run 2-4 that was handed the rewritten date). This probe
@@ -15,12 +15,17 @@ seed (who goes first turns from pair to pair):
   failing line first, the corrected line last;
 - ``shown``: the same, the line to write first and the failing line after it;
 - ``only``: the same, the line to write and no failing value at all;
-- ``task``: the ``stored`` block after the task, in the run's first message (what ``remember`` does).
+- ``task``: the ``stored`` block after the task, in the run's first message (where ``remember`` puts it);
+- ``task-only``: the ``only`` block after the task (what ``remember`` gives now).
+
+With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
+recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
+of ``get_weather``'s result (after it).
 
 The agent runs one step; the probe reads which date its first ``get_weather`` call passed (the task's date as
 the tool wants it, the task's ISO date, something else, or no call) and whether the tool answered the record.
-Results of 2026-12-04 (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``, 19/48 ``only``,
-44/48 ``task``.
+Results (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``, 19/48 ``only``, 44/48 ``task``;
+with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2).
 
 Starts its own llama.cpp server on the cached 1.5B model (``lessonbank llm setup --model 1.5b``).
 Writes ``<out>/<name>.json``.
@@ -49,12 +54,16 @@ from trap_tasks import TASKS, Variant  # noqa: E402
 from lessonbank.agent import join_task  # noqa: E402
 from lessonbank.core import fixtext  # noqa: E402
 from lessonbank.core.instructions import format_lessons  # noqa: E402
-from lessonbank.core.models import Lesson  # noqa: E402
+from lessonbank.core.models import Lesson, Recipe  # noqa: E402
 
 logger = logging.getLogger("bench.first_call")
-# stored: the fix's text as kept (failing line first); shown: ``fixtext.shown`` (line to write first); only: the line
-# to write and no failing value at all; task: the stored block after the task, in the run's first message
-FORMATS = ("stored", "shown", "only", "task")
+# stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
+# failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
+# message
+FORMATS = ("stored", "shown", "only", "task", "task-only")
+AFTER_TASK = ("task", "task-only")
+SHAPE = ("`get_weather(...)` returns {'city': str, 'date': str, 'records': [{'station': str, 'max_c': float, "
+         "'min_c': float}, ...]}: its records are `result['records']`.")
 KINDS = ("observed", "asked")
 OUTCOMES = ("right date", "ISO date", "other", "no call")
 CALL = re.compile(r"get_weather\(([^()\n]*)\)")
@@ -80,6 +89,19 @@ def fix_lesson(solved: Variant, kind: str) -> Lesson:
     return lesson.model_copy(update={"task": solved.prompt})
 
 
+def context_lessons(solved: Variant) -> list[Lesson]:
+    """The recipe of the run that solved ``solved`` and the shape fact of its tool's result (seed 10's block)."""
+    city, dotted_date = solved.world["city"], dotted(solved.world["iso"])
+    code = (f'weather_data = get_weather("{city}", "{dotted_date}")\n'
+            "temperature_data = max(record['max_c'] for record in weather_data['records'])\n"
+            "final_answer(temperature_data)")
+    recipe = Recipe(code=code, task=solved.prompt, params=[city, dotted_date], checks=["syntax", "outcome:check"])
+    working = Lesson.new("learning-probe", "approach", f"Working code for a task like: {solved.prompt}",
+                         origin="recipe").model_copy(update={"recipe": recipe, "verified": True})
+    shape = Lesson.new("learning-probe", "fact", SHAPE, tags=["shape"], origin="observed")
+    return [working, shape]
+
+
 def shown(text: str) -> str:
     """The fix with the line to write first and the line that failed after it (tried, and worse)."""
     found = fixtext.lines(text)
@@ -96,36 +118,19 @@ def shown(text: str) -> str:
     return f"{lead}{write} `{fixed}`, as the error asked (not tried yet): `{failed}` {failure}."
 
 
-def only(text: str) -> str:
-    """The fix with the line to write and no failing value: what the tool wants, and that other forms failed."""
-    found = fixtext.lines(text)
-    if found is None:
-        return text
-    failed, fixed = found
-    changed = fixtext.changed_keywords(failed, fixed)
-    middle = text.split("`")[-3]
-    error = middle.split(" failed with ", 1)[1].split(fixtext.ASKING, 1)[0].split(";", 1)[0]
-    form = fixtext.form_of(text)
-    tried = not fixtext.untried(text)
-    head = f"Write `{fixed}`" + ("" if tried else " (as the error asked; not tried yet)")
-    if len(changed) != 1:
-        return f"{head}; the line before it failed with {error}."
-    keyword, _, new = changed[0]
-    like = f"like {json.dumps(new)}" + (f" ({form.name})" if form is not None else "")
-    return f"{head}: pass {fixtext._named(keyword)} {like}; written any other way it failed with {error}."
-
-
-def block(lesson: Lesson, task: str, form: str) -> str:
-    """The lessons block of ``lesson`` for ``task``, its fix rewritten as ``form`` says."""
-    text, given = format_lessons([lesson], "learning-probe", task=task)
-    assert given == [lesson], "the fix did not fit the lessons block"
-    rewrite = {"shown": shown, "only": only}.get(form)
-    if rewrite is None:
-        return text
-    head, _, line = text.rpartition("\n- For this task: ")
-    assert line, "the fix was not given with the task's values"
-    fix, seen = line.rsplit(" (seen in ", 1)
-    return f"{head}\n- For this task: {rewrite(fix)} (seen in {seen}"
+def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
+    """The lessons block of ``lesson`` (and ``context``) for ``task``, its fix written as ``form`` says: the
+    instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
+    and ``task`` give it as kept (the failing line first), ``shown`` with the line to write first."""
+    lessons = [*(context or [])[:1], lesson, *(context or [])[1:]]
+    text, given = format_lessons(lessons, "learning-probe", task=task)
+    assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
+    kept = fixtext.in_task(lesson.text, task, lesson.task)
+    assert kept is not None, "the fix was not given with the task's values"
+    written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write}.get(form, str)(kept)
+    line = f"- For this task: {fixtext.to_write(kept)} ("
+    assert line in text, "the instructions builder no longer gives the fix as the line to write"
+    return text.replace(line, f"- For this task: {written} (", 1)
 
 
 def classify(code: str, variant: Variant) -> str:
@@ -144,7 +149,7 @@ def classify(code: str, variant: Variant) -> str:
 def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, form: str) -> dict[str, Any]:
     agent = make_agent(config, TASKS["date_format"], variant, seed)
     prompt = variant.prompt
-    if form == "task":
+    if form in AFTER_TASK:
         prompt = join_task(prompt, lessons)  # what ``remember`` does
     else:
         agent.instructions = lessons
@@ -194,6 +199,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="1-8", help="Seed sets of the date_format variants, e.g. 1-8.")
     parser.add_argument("--per-seed", type=int, default=3, help="Runs per seed set (run 1.. given run 0.. 's fix).")
     parser.add_argument("--forms", default=",".join(FORMATS), help=f"Forms to compare ({', '.join(FORMATS)}).")
+    parser.add_argument("--context", action="store_true",
+                        help="Give the fix with the solved run's recipe (before it) and the result's shape (after).")
     parser.add_argument("--model", default="1.5b", help="Local model key (lessonbank llm setup).")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=2)
@@ -218,7 +225,8 @@ def main() -> None:
                     turn = (run_index + len(kind)) % len(forms)  # who goes first turns from pair to pair
                     order = forms[turn:] + forms[:turn]
                     for form in order:
-                        lessons = block(lesson, variant.prompt, form)
+                        context = context_lessons(solved) if args.context else None
+                        lessons = block(lesson, variant.prompt, form, context)
                         outcome = first_step(config, variant, lessons, seed, form)
                         results.append({"seed_set": seed_set, "run_index": run_index, "variant": variant.key,
                                         "kind": kind, "form": form, "lessons": lessons, **outcome})

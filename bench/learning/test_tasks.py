@@ -182,6 +182,10 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
         assert shown.index(dotted + '"', shown.index("write")) < shown.rindex(iso + '"')  # the line to write first
         assert iso not in only and dotted in only
         assert fc.block(lesson, task.prompt, "task") == stored  # the same block, given after the task
+        assert fc.block(lesson, task.prompt, "task-only") == only  # what the instructions builder gives
+        context = fc.block(lesson, task.prompt, "task-only", fc.context_lessons(solved))
+        assert context.index("```python") < context.index("Write `") < context.index("returns {'city'")
+        assert iso not in context and context.count(dotted) >= 2  # the recipe's call and the fix's, no failing date
     assert fc.classify(f'w = get_weather(city="X", date="{dotted}")\nprint(w)', task) == "right date"
     assert fc.classify(f'w = get_weather("X", "{iso}")', task) == "ISO date"
     assert fc.classify("w = get_weather(city, d)", task) == "other"

@@ -6,7 +6,9 @@ Selection
        helpful credit, or added by a user (one unverified run is not enough: it may have read a
        poisoned page) — and observed fixes (``workers/fixes.py``: a failing line and the corrected
        line that worked, values not copied from what the run read). A fix that rewrote a value's form
-       (a date's parts in another order) also says how to write the task's own values that way.
+       (a date's parts in another order) also says how to write the task's own values that way: with one
+       such value in the task, as the line to write with the task's values and no failing value to copy
+       (``fixtext.in_task``, ``fixtext.to_write``).
     2. Relevance floor: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine
        similarity and its rank in the hybrid (dense + lexical, fused) search; only lessons at or above
        ``settings.min_relevance`` can be given. A task unrelated to everything the bank knows gets ``""``.
@@ -295,8 +297,8 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
             continue
         fix = lesson.origin == "observed" and bool(task)
         mine = fixtext.in_task(lesson.text, task, lesson.task) if fix else None
-        if mine is not None:  # the fix shown with this task's value: a small model copies the corrected line
-            line = f"- For this task: {_one_line(mine)} {_seen(lesson)}"
+        if mine is not None:  # the line to write with this task's values, and no failing value to copy
+            line = f"- For this task: {_one_line(fixtext.to_write(mine))} {_seen(lesson)}"
         else:
             here = fixtext.for_task(lesson.text, task) if fix else ""
             # what the fix means for this task leads: a small model acts on the first words of a line

@@ -42,11 +42,12 @@ def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
     text, given = format_lessons([fix], "b", task="What was the highest temperature in Porto on 2024-09-15?")
     assert given == [fix]
     # the fix is shown with the task's own date in place of its example: told 'write "2024-04-20" as
-    # "20.04.2024"' next to the fix, a run of the 1.5B model passed the fix's example date (benchmark, seed 6)
-    assert ('- For this task: Pass `date` like "15.09.2024", not like "2024-09-15": `w = get_weather(city="Lyon", '
-            'date="2024-09-15")` failed with ValueError; the corrected line `w = get_weather(city="Lyon", '
-            'date="15.09.2024")` worked.') in text
-    assert "02.01.2024" not in text
+    # "20.04.2024"' next to the fix, a run of the 1.5B model passed the fix's example date (benchmark, seed 6);
+    # as the line to write, without the line that failed: given next to a recipe and a shape fact, a 1.5B agent
+    # copied the failing line into its first call 11 times in 48, and never in this form (first_call.py --context)
+    assert ('- For this task: Write `w = get_weather(city="Lyon", date="15.09.2024")`: pass `date` like '
+            '"15.09.2024"; written any other way it failed with ValueError.') in text
+    assert "02.01.2024" not in text and "2024-09-15" not in text
     # two dates of that form: which one goes where is the model's to see; the pairs lead the fix as it was
     two, _ = format_lessons([fix], "b", task="Was it warmer in Porto on 2024-09-15 than on 2024-09-16?")
     assert '- For this task, use "15.09.2024" for "2024-09-15", "16.09.2024" for "2024-09-16". Pass' in two
@@ -54,6 +55,16 @@ def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
     assert "For this task" not in format_lessons([distilled], "b", task="On 2024-09-15?")[0]
+
+
+def test_a_fix_to_write_names_the_line_and_the_form_but_no_failing_value() -> None:
+    asked_fix = fixtext.fix_text(FAILED, "ValueError", FIXED, form="DD.MM.YYYY", tried=False)
+    assert fixtext.to_write(asked_fix) == (
+        f'Write `{FIXED}` (as the error asked; not tried yet): pass `date` like "02.01.2024" (DD.MM.YYYY); written '
+        'any other way it failed with ValueError.')
+    two = fixtext.fix_text('w = f(a="1-2", b="x")', "KeyError", 'w = f(a="2.1", b="y")')
+    assert fixtext.to_write(two) == 'Write `w = f(a="2.1", b="y")`; the line before it failed with KeyError.'
+    assert fixtext.to_write("Read the CSV with sep=';'.") == "Read the CSV with sep=';'."  # not a fix: as it is
 
 
 def test_a_fix_is_put_in_a_task_only_for_one_plain_value_of_its_form() -> None:

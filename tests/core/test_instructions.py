@@ -287,7 +287,7 @@ def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     assert helped in ranked and fresh not in ranked  # equally relevant: the one runs showed to help is kept
     assert by_city in ranked and rain in ranked  # another keyword, another function: other lessons
     text, _ = format_lessons(ranked, "b", task="Highest temperature in Ghent on 2024-12-09?")
-    assert text.count('Pass `date` like') == 2 and 'For this task: Pass `date` like "09.12.2024"' in text
+    assert text.count('ass `date` like') == 2 and 'For this task: Write `' in text and '"09.12.2024"' in text
     # the same lessons as unrelated prose (not observed fixes) are all kept
     prose = [make("b", "fact", text) for text in (iso, slashes)]
     assert len(rank_lessons(FixedSource([(x, 0.7) for x in prose]), "b", "task", min_relevance=0.2)) == 2

@@ -126,8 +126,9 @@ def test_the_next_task_is_given_its_own_date_in_the_asked_form() -> None:
     lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
     text, given = format_lessons([lesson], "b", task=GHENT)
     assert given == [lesson]
-    assert 'For this task: Pass `date` like "04.07.2024", not like "2024-07-04"' in text
-    assert 'date="04.07.2024")` (not tried yet)' in text and "02.08.2024" not in text
+    assert ('For this task: Write `weather_data = get_weather(city="Lyon", date="04.07.2024")` (as the error asked; '
+            'not tried yet): pass `date` like "04.07.2024" (DD.MM.YYYY)') in text
+    assert "02.08.2024" not in text and "2024-07-04" not in text
     # credit: a run that passed its date in that form applied it, and is blamed if that line failed; a run
     # that failed at its ISO date did not follow it
     ghent = 'w = get_weather(city="Ghent", date="04.07.2024")'
@@ -153,7 +154,7 @@ def test_a_fix_whose_date_has_the_same_day_and_month_carries_over_by_the_form_th
         assert fixtext.form_of(fix.text) == asked.Form(("DD", "MM", "YYYY"), ".")
         lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
         text, _ = format_lessons([lesson], "b", task=PORTO)
-        assert 'For this task: Pass `date` like "27.10.2024", not like "2024-10-27"' in text, fix.text
+        assert 'For this task: Write `' in text and 'pass `date` like "27.10.2024" (DD.MM.YYYY)' in text, fix.text
         assert "11.11.2024" not in text and "2024-11-11" not in text
         bare = Lesson.new("b", "fact", fix.text.replace(" asking for DD.MM.YYYY", ""), origin="observed")
         assert "27.10.2024" not in format_lessons([bare], "b", task=PORTO)[0]  # without the form: ambiguous

@@ -557,11 +557,10 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert fix.task == "What was the highest temperature in Graz on 2024-01-02?"  # the values its lines took
     text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
     # the lines with this task's date and city: runs copied the fix's city (learning benchmark, seed 9)
-    assert ('For this task: Pass `date` like "06.05.2024", not like "2024-05-06": `w = get_weather(city="Rome", '
-            'date="2024-05-06")`') in text
-    assert 'the corrected line `w = get_weather(city="Rome", date="06.05.2024")' in text and "Graz" not in text
+    assert 'For this task: Write `w = get_weather(city="Rome", date="06.05.2024")`: pass `date` like' in text
+    assert "Graz" not in text and '"2024-05-06")' not in text  # no failing line to copy
     other, _ = compose_instructions(store, "Highest temperature in Rome on 2024-05-06?", "b")  # other words
-    assert 'For this task: Pass `date` like "06.05.2024"' in other and 'city="Graz"' in other
+    assert 'For this task: Write `w = get_weather(city="Graz", date="06.05.2024")`' in other
 
     second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
                          verdict=False)
