@@ -290,7 +290,8 @@ class AgentHook:
                                exc_info=True)
                 runs.clear_check(client, run_id)
                 return
-            runs.set_verdict(client, self.bank, run_id, passed, "check", "", self.settings.queue)
+            runs.set_verdict(client, self.bank, run_id, passed, "check", "", self.settings.queue,
+                             self.settings.step_ttl)
         except redis.RedisError as e:
             logger.warning("could not record the check's verdict for run %s: %s", run_id, e)
 
@@ -400,7 +401,7 @@ def feedback(run_id: str, success: bool, note: str = "", *, settings: Settings |
         if bank is None:
             return False
         name = bank.decode() if isinstance(bank, bytes) else str(bank)
-        runs.set_verdict(client, name, run_id, bool(success), "user", note, settings.queue)
+        runs.set_verdict(client, name, run_id, bool(success), "user", note, settings.queue, settings.step_ttl)
     except redis.RedisError as e:
         raise ServiceUnavailable(f"Redis unreachable, feedback for run {run_id} not recorded: {e}") from e
     finally:

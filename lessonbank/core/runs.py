@@ -50,16 +50,19 @@ CHECKPOINT_FIELD = "distill_output"
 PROGRESS_FIELD = "consolidated"
 CREDIT_FIELD = "credited"
 RECOUNT_FIELD = "recounted"
+VERDICT_ONLY_TTL = 7 * 24 * 3600  # seconds a verdict for a run with no records yet is kept (``set_verdict``)
 
 
 
 # KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, run fields (JSON), first step's time, last step's
-# time, follow-up task message, then pairs of seq and step record.
+# time, follow-up task message, then pairs of seq and step record. An open or closed run has no expiry (a verdict
+# written before the run's first record gave its hash one: ``set_verdict``).
 STEP_SCRIPT = """
 for i = 6, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
 redis.call('HSETNX', KEYS[1], 'started_at', ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
 if (not state) or state == 'open' then
+  redis.call('PERSIST', KEYS[1])
   for name, value in pairs(cjson.decode(ARGV[2])) do redis.call('HSET', KEYS[1], name, value) end
   redis.call('HSET', KEYS[1], 'state', 'open', 'updated_at', ARGV[4])
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
@@ -79,6 +82,7 @@ CLOSE_SCRIPT = """
 redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
 if (not state) or state == 'open' then
+  redis.call('PERSIST', KEYS[1])
   for name, value in pairs(cjson.decode(ARGV[10])) do
     redis.call('HSET', KEYS[1], name, value)
   end
@@ -199,8 +203,10 @@ VERDICT_TRUST = {"user": 3, "check": 2}
 _SET_VERDICT = """
 local current = redis.call('HGET', KEYS[1], 'verdict_trust')
 if current and tonumber(current) > tonumber(ARGV[4]) then return 0 end
+local new = redis.call('EXISTS', KEYS[1]) == 0
 redis.call('HSET', KEYS[1], 'verdict', ARGV[1], 'verdict_source', ARGV[2], 'verdict_note', ARGV[3],
            'verdict_trust', ARGV[4], 'verdict_at', ARGV[5])
+if new then redis.call('EXPIRE', KEYS[1], ARGV[7]) end
 redis.call('HDEL', KEYS[1], 'check')
 if redis.call('HGET', KEYS[1], 'state') == 'distilled' then
   redis.call('LPUSH', KEYS[2], ARGV[6])
@@ -211,17 +217,21 @@ return 1
 
 
 def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
-                queue: str) -> int:
+                queue: str, ttl: int = VERDICT_ONLY_TTL) -> int:
     """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
 
     A user's verdict is never overwritten by a check's. When the run is already distilled, a credit task
     is queued so the lessons it applied are credited with the new verdict (atomically with the write).
+    A verdict may arrive before the run's first record (the recorder writes in the background); a hash it
+    creates expires after ``ttl`` seconds unless the run's records follow (they clear the expiry), so a verdict
+    for a run that never comes is not kept for ever.
     Returns 0 when ignored, 1 when recorded, 2 when recorded and a credit task was queued.
     """
     message = task_message(CREDIT_TASK, [bank, run_id], queue)
     verdict = "success" if success else "failure"
     keys = [run_key(run_id), queue]
-    args: list[str | int | float] = [verdict, source, note[:500], VERDICT_TRUST.get(source, 1), time.time(), message]
+    args: list[str | int | float] = [verdict, source, note[:500], VERDICT_TRUST.get(source, 1), time.time(), message,
+                                     max(1, int(ttl))]
     return int(client.eval(_SET_VERDICT, len(keys), *keys, *args))
 
 

@@ -117,3 +117,22 @@ def test_a_late_step_never_reopens_and_a_distilled_run_gets_one_followup(redis_c
     assert run.state == RUN_DISTILLED and run.followup and run.distilled_upto == 2
     runs.mark_distilled(redis_client, "run-1", ttl=60, stats={}, upto=4)
     assert not runs.load_run(redis_client, "run-1").followup
+
+
+def test_a_verdict_for_a_run_with_no_records_expires_unless_the_run_follows(redis_client: redis.Redis) -> None:
+    """A check's verdict can reach Redis before the background writer's first record of the run; a verdict for a
+    run that never comes (a mistyped id, records lost) must not stay for ever."""
+    assert runs.set_verdict(redis_client, "bank", "nobody", True, "check", "", "q", ttl=600) == 1
+    assert 0 < redis_client.ttl(run_key("nobody")) <= 600
+    assert runs.set_verdict(redis_client, "bank", "run-1", True, "check", "", "q", ttl=600) == 1
+    runs.record_step(redis_client, REF, 0, record(0), 100.0)  # the run follows: open, kept until distilled
+    assert redis_client.ttl(run_key("run-1")) == -1 and run_state(redis_client, "run-1")["verdict"] == "success"
+    runs.set_verdict(redis_client, "bank", "run-1", False, "user", "", "q", ttl=600)  # a run that exists: as it was
+    assert redis_client.ttl(run_key("run-1")) == -1
+    assert runs.set_verdict(redis_client, "bank", "run-2", True, "check", "", "q", ttl=600) == 1
+    runs.close_run(redis_client, runs.RunRef("bank", "run-2", "agent", "task"), 0, record(0, "run_end"), "success",
+                   101.0, "q")  # a run whose only write is its close
+    assert redis_client.ttl(run_key("run-2")) == -1 and run_state(redis_client, "run-2")["state"] == RUN_CLOSED
+    runs.mark_distilled(redis_client, "run-2", 900, {})
+    runs.set_verdict(redis_client, "bank", "run-2", False, "user", "", "q", ttl=600)  # keeps the distilled expiry
+    assert 600 < redis_client.ttl(run_key("run-2")) <= 900
