@@ -1,7 +1,7 @@
 """What a real 1.5B agent writes first when it is given a date fix: how the fix is given, paired.
 
     python bench/learning/first_call.py [--seeds 1-8] [--per-seed 3] [--forms stored,shown,only,task,task-only]
-                                        [--context] [--out DIR] [--name first_call]
+                                        [--context] [--steps 1] [--out DIR] [--name first_call]
 
 The learning benchmark's date_format runs given a fix with their own date often wrote the task's ISO date in
 their first call all the same (seed 10: every memory run 2-4 that was handed the rewritten date). This probe
@@ -16,14 +16,16 @@ seed (who goes first turns from pair to pair):
 - ``shown``: the same, the line to write first and the failing line after it;
 - ``only``: the same, the line to write and no failing value at all;
 - ``task``: the ``stored`` block after the task, in the run's first message (where ``remember`` puts it);
-- ``task-only``: the ``only`` block after the task (what ``remember`` gives now).
+- ``task-only``: the ``only`` block after the task (what ``remember`` gives now);
+- ``task-recipe`` (with ``--context``): the block after the task without the fix, whose line the recipe holds.
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
 of ``get_weather``'s result (after it).
 
-The agent runs one step; the probe reads which date its first ``get_weather`` call passed (the task's date as
-the tool wants it, the task's ISO date, something else, or no call) and whether the tool answered the record.
+The agent runs one step (``--steps N``: up to N, until it answers); the probe reads which date its first
+``get_weather`` call passed (the task's date as the tool wants it, the task's ISO date, something else, or no
+call), whether the tool answered the record in step 1, and with ``--steps`` whether the run answered right.
 Results (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``, 19/48 ``only``, 44/48 ``task``;
 with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2).
 
@@ -60,7 +62,7 @@ logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
-FORMATS = ("stored", "shown", "only", "task", "task-only")
+FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe")
 AFTER_TASK = ("task", "task-only")
 SHAPE = ("`get_weather(...)` returns {'city': str, 'date': str, 'records': [{'station': str, 'max_c': float, "
          "'min_c': float}, ...]}: its records are `result['records']`.")
@@ -123,6 +125,12 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
     and ``task`` give it as kept (the failing line first), ``shown`` with the line to write first."""
     lessons = [*(context or [])[:1], lesson, *(context or [])[1:]]
+    if form == "task-recipe":
+        assert context, "task-recipe needs --context"
+        lessons.remove(lesson)
+        text, given = format_lessons(lessons, "learning-probe", task=task)
+        assert len(given) == len(lessons), "the lessons did not fit the block"
+        return text
     text, given = format_lessons(lessons, "learning-probe", task=task)
     assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
     kept = fixtext.in_task(lesson.text, task, lesson.task)
@@ -146,8 +154,10 @@ def classify(code: str, variant: Variant) -> str:
     return "other"
 
 
-def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, form: str) -> dict[str, Any]:
+def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, form: str,
+               steps: int = 1) -> dict[str, Any]:
     agent = make_agent(config, TASKS["date_format"], variant, seed)
+    agent.max_steps = steps
     prompt = variant.prompt
     if form in AFTER_TASK:
         prompt = join_task(prompt, lessons)  # what ``remember`` does
@@ -155,17 +165,24 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
         agent.instructions = lessons
     started = time.monotonic()
     step: ActionStep | None = None
+    taken, answer = 0, None
     try:
         for event in agent.run(prompt, stream=True):
             if isinstance(event, ActionStep):
-                step = event
-                break
+                step = step or event
+                taken += 1
+                if event.is_final_answer:
+                    answer = event.action_output
+                if taken >= steps or event.is_final_answer:
+                    break
     except Exception as e:  # the agent's own failure is an outcome here
         logger.warning("run raised %s: %s", type(e).__name__, e)
     code = (step.code_action or "") if step is not None else ""
     observed = str(step.observations or "") if step is not None else ""
-    return {"code": code[:600], "first_call": classify(code, variant),
-            "record": "'max_c'" in observed, "seconds": round(time.monotonic() - started, 1)}
+    return {"code": code[:600], "first_call": classify(code, variant), "record": "'max_c'" in observed,
+            "steps": taken, "answer": None if answer is None else str(answer)[:100],
+            "right answer": answer is not None and TASKS["date_format"].check(variant, answer),
+            "seconds": round(time.monotonic() - started, 1)}
 
 
 def seeds_of(text: str) -> list[int]:
@@ -179,10 +196,13 @@ def summarize(results: list[dict[str, Any]], forms: list[str]) -> dict[str, Any]
         for form in forms:
             rows = [r for r in results if r["form"] == form and kind in ("all", r["kind"])]
             counts = {c: sum(r["first_call"] == c for r in rows) for c in OUTCOMES}
-            table[f"{kind}/{form}"] = {"n": len(rows), **counts, "record in step 1": sum(r["record"] for r in rows)}
+            table[f"{kind}/{form}"] = {"n": len(rows), **counts, "record in step 1": sum(r["record"] for r in rows),
+                                       "right answer": sum(bool(r.get("right answer")) for r in rows)}
     pairs: dict[tuple[Any, ...], dict[str, str]] = {}
+    answers: dict[tuple[Any, ...], dict[str, bool]] = {}
     for r in results:
         pairs.setdefault((r["seed_set"], r["run_index"], r["kind"]), {})[r["form"]] = r["first_call"]
+        answers.setdefault((r["seed_set"], r["run_index"], r["kind"]), {})[r["form"]] = bool(r.get("right answer"))
     base = forms[0]
     for form in forms[1:]:
         both = [p for p in pairs.values() if base in p and form in p]
@@ -190,6 +210,12 @@ def summarize(results: list[dict[str, Any]], forms: list[str]) -> dict[str, Any]
             "n": len(both),
             f"{form} right, {base} not": sum(p[form] == "right date" != p[base] for p in both),
             f"{base} right, {form} not": sum(p[base] == "right date" != p[form] for p in both),
+        }
+        answered = [p for p in answers.values() if base in p and form in p]
+        table[f"pairs {form} vs {base}, right answer"] = {
+            "n": len(answered),
+            f"{form} right, {base} not": sum(p[form] and not p[base] for p in answered),
+            f"{base} right, {form} not": sum(p[base] and not p[form] for p in answered),
         }
     return table
 
@@ -201,6 +227,7 @@ def main() -> None:
     parser.add_argument("--forms", default=",".join(FORMATS), help=f"Forms to compare ({', '.join(FORMATS)}).")
     parser.add_argument("--context", action="store_true",
                         help="Give the fix with the solved run's recipe (before it) and the result's shape (after).")
+    parser.add_argument("--steps", type=int, default=1, help="Steps a probe may run (it stops at an answer).")
     parser.add_argument("--model", default="1.5b", help="Local model key (lessonbank llm setup).")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=2)
@@ -227,12 +254,12 @@ def main() -> None:
                     for form in order:
                         context = context_lessons(solved) if args.context else None
                         lessons = block(lesson, variant.prompt, form, context)
-                        outcome = first_step(config, variant, lessons, seed, form)
+                        outcome = first_step(config, variant, lessons, seed, form, args.steps)
                         results.append({"seed_set": seed_set, "run_index": run_index, "variant": variant.key,
                                         "kind": kind, "form": form, "lessons": lessons, **outcome})
-                        logger.info("seed %d run %d %s/%s: %s%s (%.0f s)", seed_set, run_index, kind, form,
+                        logger.info("seed %d run %d %s/%s: %s%s%s (%.0f s)", seed_set, run_index, kind, form,
                                     outcome["first_call"], ", record" if outcome["record"] else "",
-                                    outcome["seconds"])
+                                    ", right answer" if outcome["right answer"] else "", outcome["seconds"])
     summary = summarize(results, forms)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name}.json"
@@ -240,11 +267,11 @@ def main() -> None:
                                 "seconds": round(time.monotonic() - started), "summary": summary,
                                 "results": results}, indent=1))
     print(f"{'kind/form':18s} {'n':>3s} {'right date':>10s} {'ISO date':>8s} {'other':>5s} {'no call':>7s} "
-          f"{'record':>6s}")
+          f"{'record':>6s} {'right answer':>12s}")
     for key, row in summary.items():
         if not key.startswith("pairs"):
             print(f"{key:18s} {row['n']:3d} {row['right date']:10d} {row['ISO date']:8d} {row['other']:5d} "
-                  f"{row['no call']:7d} {row['record in step 1']:6d}")
+                  f"{row['no call']:7d} {row['record in step 1']:6d} {row['right answer']:12d}")
     for key, row in summary.items():
         if key.startswith("pairs"):
             print(f"{key}: {row}")

@@ -186,6 +186,8 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
         context = fc.block(lesson, task.prompt, "task-only", fc.context_lessons(solved))
         assert context.index("```python") < context.index("Write `") < context.index("returns {'city'")
         assert iso not in context and context.count(dotted) >= 2  # the recipe's call and the fix's, no failing date
+        without = fc.block(lesson, task.prompt, "task-recipe", fc.context_lessons(solved))
+        assert "```python" in without and "returns {'city'" in without and "Write `" not in without
     assert fc.classify(f'w = get_weather(city="X", date="{dotted}")\nprint(w)', task) == "right date"
     assert fc.classify(f'w = get_weather("X", "{iso}")', task) == "ISO date"
     assert fc.classify("w = get_weather(city, d)", task) == "other"
@@ -194,4 +196,5 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
                for form, call in (("stored", "ISO date"), ("task", "right date"))]
     summary = fc.summarize(results, ["stored", "task"])
     assert summary["pairs task vs stored"] == {"n": 1, "task right, stored not": 1, "stored right, task not": 0}
+    assert summary["pairs task vs stored, right answer"]["n"] == 1 and summary["all/task"]["right answer"] == 0
     assert summary["all/task"]["right date"] == 1 and summary["all/stored"]["ISO date"] == 1
