@@ -30,7 +30,7 @@ Results (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``,
 with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2).
 
 Starts its own llama.cpp server on the cached 1.5B model (``lessonbank llm setup --model 1.5b``).
-Writes ``<out>/<name>.json``.
+Writes ``<out>/<name>.json`` (``<name>.partial.json`` after each probe while it runs).
 """
 
 from __future__ import annotations
@@ -220,6 +220,19 @@ def summarize(results: list[dict[str, Any]], forms: list[str]) -> dict[str, Any]
     return table
 
 
+def write(args: argparse.Namespace, results: list[dict[str, Any]], forms: list[str], started: float,
+          partial: bool = False) -> Path:
+    """``<out>/<name>.json`` (``<name>.partial.json`` while the probe runs, removed at the end)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.name}{'.partial' if partial else ''}.json"
+    path.write_text(json.dumps({"benchmark": "first_call", "args": {k: str(v) for k, v in vars(args).items()},
+                                "seconds": round(time.monotonic() - started), "summary": summarize(results, forms),
+                                "results": results}, indent=1))
+    if not partial:
+        path.with_name(f"{args.name}.partial.json").unlink(missing_ok=True)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1-8", help="Seed sets of the date_format variants, e.g. 1-8.")
@@ -260,12 +273,9 @@ def main() -> None:
                         logger.info("seed %d run %d %s/%s: %s%s%s (%.0f s)", seed_set, run_index, kind, form,
                                     outcome["first_call"], ", record" if outcome["record"] else "",
                                     ", right answer" if outcome["right answer"] else "", outcome["seconds"])
+                        write(args, results, forms, started, partial=True)  # what a stopped probe leaves
+    path = write(args, results, forms, started)
     summary = summarize(results, forms)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.name}.json"
-    path.write_text(json.dumps({"benchmark": "first_call", "args": {k: str(v) for k, v in vars(args).items()},
-                                "seconds": round(time.monotonic() - started), "summary": summary,
-                                "results": results}, indent=1))
     print(f"{'kind/form':18s} {'n':>3s} {'right date':>10s} {'ISO date':>8s} {'other':>5s} {'no call':>7s} "
           f"{'record':>6s} {'right answer':>12s}")
     for key, row in summary.items():
