@@ -17,7 +17,8 @@ seed (who goes first turns from pair to pair):
 - ``only``: the same, the line to write and no failing value at all;
 - ``task``: the ``stored`` block after the task, in the run's first message (where ``remember`` puts it);
 - ``task-only``: the ``only`` block after the task (what ``remember`` gives now);
-- ``task-recipe`` (with ``--context``): the block after the task without the fix, whose line the recipe holds.
+- ``task-recipe`` (with ``--context``): the block after the task without the fix, whose line the recipe holds;
+- ``task-fixlast`` (with ``--context``): ``task-only`` with the fix after the shape fact, the block's last line.
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
@@ -62,8 +63,8 @@ logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
-FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe")
-AFTER_TASK = ("task", "task-only")
+FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast")
+AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
 SHAPE = ("`get_weather(...)` returns {'city': str, 'date': str, 'records': [{'station': str, 'max_c': float, "
          "'min_c': float}, ...]}: its records are `result['records']`.")
 KINDS = ("observed", "asked")
@@ -125,6 +126,9 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
     and ``task`` give it as kept (the failing line first), ``shown`` with the line to write first."""
     lessons = [*(context or [])[:1], lesson, *(context or [])[1:]]
+    if form == "task-fixlast":
+        assert context, "task-fixlast needs --context"
+        lessons = [*context, lesson]
     if form == "task-recipe":
         assert context, "task-recipe needs --context"
         lessons.remove(lesson)
@@ -135,7 +139,8 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
     kept = fixtext.in_task(lesson.text, task, lesson.task)
     assert kept is not None, "the fix was not given with the task's values"
-    written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write}.get(form, str)(kept)
+    written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write,
+               "task-fixlast": fixtext.to_write}.get(form, str)(kept)
     line = f"- For this task: {fixtext.to_write(kept)} ("
     assert line in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(line, f"- For this task: {written} (", 1)

@@ -188,6 +188,8 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
         assert iso not in context and context.count(dotted) >= 2  # the recipe's call and the fix's, no failing date
         without = fc.block(lesson, task.prompt, "task-recipe", fc.context_lessons(solved))
         assert "```python" in without and "returns {'city'" in without and "Write `" not in without
+        last = fc.block(lesson, task.prompt, "task-fixlast", fc.context_lessons(solved))
+        assert last.index("returns {'city'") < last.index("Write `") and sorted(last) == sorted(context)
     assert fc.classify(f'w = get_weather(city="X", date="{dotted}")\nprint(w)', task) == "right date"
     assert fc.classify(f'w = get_weather("X", "{iso}")', task) == "ISO date"
     assert fc.classify("w = get_weather(city, d)", task) == "other"
