@@ -1,6 +1,6 @@
 """What a real 1.5B agent writes first when it is given a date fix: how the fix is given, paired.
 
-    python bench/learning/first_call.py [--seeds 1-8] [--per-seed 3] [--forms stored,shown,only,task,task-only]
+    python bench/learning/first_call.py [--seeds 1-8] [--per-seed 3] [--forms stored,shown,only,task,...]
                                         [--context] [--steps 1] [--out DIR] [--name first_call]
 
 The learning benchmark's date_format runs given a fix with their own date often wrote the task's ISO date in
@@ -28,7 +28,8 @@ The agent runs one step (``--steps N``: up to N, until it answers); the probe re
 ``get_weather`` call passed (the task's date as the tool wants it, the task's ISO date, something else, or no
 call), whether the tool answered the record in step 1, and with ``--steps`` whether the run answered right.
 Results (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``, 19/48 ``only``, 44/48 ``task``;
-with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2).
+with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2); with ``--context --steps 3``, right
+answer 14/18 ``task-only``, 10/18 ``task-recipe``, 14/18 ``task-fixlast``.
 
 Starts its own llama.cpp server on the cached 1.5B model (``lessonbank llm setup --model 1.5b``).
 Writes ``<out>/<name>.json`` (``<name>.partial.json`` after each probe while it runs).
