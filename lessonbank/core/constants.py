@@ -46,6 +46,7 @@ PREFIX = "lessonbank"
 RUN_KEY = PREFIX + ":run:{run_id}"
 RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
+STEP_TTL = 7 * 24 * 3600  # default seconds a finished run's data is kept (``Settings.step_ttl``)
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
 DROPPED_KEY = PREFIX + ":stats:dropped"
 LLM_STATS_KEY = PREFIX + ":stats:llm"  # hash: "unusable" = runs distilled without the LLM's lessons

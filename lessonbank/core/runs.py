@@ -36,6 +36,7 @@ from lessonbank.core.constants import (
     RUN_CLOSED,
     RUN_DEAD,
     RUN_DISTILLED,
+    STEP_TTL,
     run_key,
     run_steps_key,
 )
@@ -50,7 +51,6 @@ CHECKPOINT_FIELD = "distill_output"
 PROGRESS_FIELD = "consolidated"
 CREDIT_FIELD = "credited"
 RECOUNT_FIELD = "recounted"
-VERDICT_ONLY_TTL = 7 * 24 * 3600  # seconds a verdict for a run with no records yet is kept (``set_verdict``)
 
 
 
@@ -217,7 +217,7 @@ return 1
 
 
 def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
-                queue: str, ttl: int = VERDICT_ONLY_TTL) -> int:
+                queue: str, ttl: int = STEP_TTL) -> int:
     """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
 
     A user's verdict is never overwritten by a check's. When the run is already distilled, a credit task

@@ -25,6 +25,7 @@ from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field, Secre
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from lessonbank.core.constants import STEP_TTL
 from lessonbank.core.exceptions import ConfigurationError
 
 ENV_PREFIX = "LESSONBANK_"
@@ -174,7 +175,7 @@ class Settings(BaseSettings):
         "task runs); the task of a worker that died is sent again this long after its last renewal.",
     )
     step_ttl: WholeSeconds = Field(
-        7 * 24 * 3600,
+        STEP_TTL,
         description="Seconds a run's steps are kept after it is distilled or dead-lettered.",
     )
     idle_timeout: WholeSeconds = Field(
