@@ -18,7 +18,10 @@ seed (who goes first turns from pair to pair):
 - ``task``: the ``stored`` block after the task, in the run's first message (where ``remember`` puts it);
 - ``task-only``: the ``only`` block after the task (what ``remember`` gives now);
 - ``task-recipe`` (with ``--context``): the block after the task without the fix, whose line the recipe holds;
-- ``task-fixlast`` (with ``--context``): ``task-only`` with the fix after the shape fact, the block's last line.
+- ``task-fixlast`` (with ``--context``): ``task-only`` with the fix after the shape fact, the block's last line;
+- ``task-args``: ``task-only`` in a run given ``additional_args``, whose note smolagents appends after the block
+  (what ``remember`` gives such a run);
+- ``task-args-last``: the same arguments, the block after smolagents' note.
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
@@ -64,8 +67,12 @@ logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
-FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast")
+FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last")
 AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
+# ``additional_args`` of the ``task-args*`` forms, and smolagents' note on them (``MultiStepAgent.run``, 1.26)
+ARGS = {"requested_by": "ops-team"}
+NOTE = ("\nYou have been provided with these additional arguments, that you can access directly using the keys as "
+        f"variables:\n{ARGS}.")
 SHAPE = ("`get_weather(...)` returns {'city': str, 'date': str, 'records': [{'station': str, 'max_c': float, "
          "'min_c': float}, ...]}: its records are `result['records']`.")
 KINDS = ("observed", "asked")
@@ -141,7 +148,8 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     kept = fixtext.in_task(lesson.text, task, lesson.task)
     assert kept is not None, "the fix was not given with the task's values"
     written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write,
-               "task-fixlast": fixtext.to_write}.get(form, str)(kept)
+               "task-fixlast": fixtext.to_write, "task-args": fixtext.to_write,
+               "task-args-last": fixtext.to_write}.get(form, str)(kept)
     line = f"- For this task: {fixtext.to_write(kept)} ("
     assert line in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(line, f"- For this task: {written} (", 1)
@@ -164,8 +172,13 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
                steps: int = 1) -> dict[str, Any]:
     agent = make_agent(config, TASKS["date_format"], variant, seed)
     agent.max_steps = steps
-    prompt = variant.prompt
-    if form in AFTER_TASK:
+    prompt, extra = variant.prompt, None
+    if form == "task-args":  # what ``remember`` does when the run has additional_args: smolagents' note last
+        prompt, extra = join_task(prompt, lessons), ARGS
+    elif form == "task-args-last":  # the same arguments, the lessons after smolagents' note
+        agent.state.update(ARGS)
+        prompt = join_task(prompt + NOTE, lessons)
+    elif form in AFTER_TASK:
         prompt = join_task(prompt, lessons)  # what ``remember`` does
     else:
         agent.instructions = lessons
@@ -173,7 +186,7 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
     step: ActionStep | None = None
     taken, answer = 0, None
     try:
-        for event in agent.run(prompt, stream=True):
+        for event in agent.run(prompt, stream=True, additional_args=extra):
             if isinstance(event, ActionStep):
                 step = step or event
                 taken += 1
@@ -183,6 +196,8 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
                     break
     except Exception as e:  # the agent's own failure is an outcome here
         logger.warning("run raised %s: %s", type(e).__name__, e)
+    if form == "task-args":
+        assert agent.task == prompt + NOTE, "smolagents' note on additional_args is no longer NOTE"
     code = (step.code_action or "") if step is not None else ""
     observed = str(step.observations or "") if step is not None else ""
     return {"code": code[:600], "first_call": classify(code, variant), "record": "'max_c'" in observed,

@@ -190,6 +190,14 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
         assert "```python" in without and "returns {'city'" in without and "Write `" not in without
         last = fc.block(lesson, task.prompt, "task-fixlast", fc.context_lessons(solved))
         assert last.index("returns {'city'") < last.index("Write `") and sorted(last) == sorted(context)
+        assert fc.block(lesson, task.prompt, "task-args") == fc.block(lesson, task.prompt, "task-args-last") == only
+    from smolagents import CodeAgent
+
+    from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+    agent = CodeAgent(tools=[], model=ScriptedModel([final_code("1")]))
+    agent.run("Say 1.", additional_args=fc.ARGS)  # the probe's task-args-last form writes smolagents' note itself
+    assert agent.task == "Say 1." + fc.NOTE
     assert fc.classify(f'w = get_weather(city="X", date="{dotted}")\nprint(w)', task) == "right date"
     assert fc.classify(f'w = get_weather("X", "{iso}")', task) == "ISO date"
     assert fc.classify("w = get_weather(city, d)", task) == "other"
