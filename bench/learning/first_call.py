@@ -21,7 +21,9 @@ seed (who goes first turns from pair to pair):
 - ``task-fixlast`` (with ``--context``): ``task-only`` with the fix after the shape fact, the block's last line;
 - ``task-args``: ``task-only`` in a run given ``additional_args``, whose note smolagents appends after the block
   (what ``remember`` gives such a run);
-- ``task-args-last``: the same arguments, the block after smolagents' note.
+- ``task-args-last``: the same arguments, the block after smolagents' note;
+- ``task-inrecipe`` (with ``--context``): ``task-only`` with the fix pointing at the recipe, whose call passes the
+  value, instead of giving a line to write (``the code above passes `date` like "15.09.2024" ...``).
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
@@ -68,7 +70,8 @@ logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
-FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last")
+FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last",
+           "task-inrecipe")
 AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
 # ``additional_args`` of the ``task-args*`` forms, and smolagents' note on them (``MultiStepAgent.run``, 1.26)
 ARGS = {"requested_by": "ops-team"}
@@ -130,6 +133,14 @@ def shown(text: str) -> str:
     return f"{lead}{write} `{fixed}`, as the error asked (not tried yet): `{failed}` {failure}."
 
 
+def in_recipe(text: str) -> str:
+    """``fixtext.to_write``'s text pointing at the recipe above it instead of a line to write: ``the code above
+    passes `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with ValueError.``"""
+    found = re.fullmatch(r"Write `[^`]*`(?: \([^()]*\))?: pass (.+)", fixtext.to_write(text))
+    assert found is not None, "the fix is not given as one value to pass"
+    return f"the code above passes {found.group(1)}"
+
+
 def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
     """The lessons block of ``lesson`` (and ``context``) for ``task``, its fix written as ``form`` says: the
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
@@ -138,6 +149,8 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     if form == "task-fixlast":
         assert context, "task-fixlast needs --context"
         lessons = [*context, lesson]
+    if form == "task-inrecipe":
+        assert context, "task-inrecipe needs --context"
     if form == "task-recipe":
         assert context, "task-recipe needs --context"
         lessons.remove(lesson)
@@ -150,7 +163,7 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     assert kept is not None, "the fix was not given with the task's values"
     written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write,
                "task-fixlast": fixtext.to_write, "task-args": fixtext.to_write,
-               "task-args-last": fixtext.to_write}.get(form, str)(kept)
+               "task-args-last": fixtext.to_write, "task-inrecipe": in_recipe}.get(form, str)(kept)
     line = f"- For this task: {fixtext.to_write(kept)} ("
     assert line in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(line, f"- For this task: {written} (", 1)
