@@ -23,7 +23,9 @@ seed (who goes first turns from pair to pair):
   (what ``remember`` gives such a run);
 - ``task-args-last``: the same arguments, the block after smolagents' note;
 - ``task-inrecipe`` (with ``--context``): ``task-only`` with the fix pointing at the recipe, whose call passes the
-  value, instead of giving a line to write (``the code above passes `date` like "15.09.2024" ...``).
+  value, instead of giving a line to write (``the code above passes `date` like "15.09.2024" ...``);
+- ``task-runrecipe`` (with ``--context``): ``task-only`` with the line to write followed by "and the rest of the
+  code above".
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
@@ -71,7 +73,7 @@ logger = logging.getLogger("bench.first_call")
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
 FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last",
-           "task-inrecipe")
+           "task-inrecipe", "task-runrecipe")
 AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
 # ``additional_args`` of the ``task-args*`` forms, and smolagents' note on them (``MultiStepAgent.run``, 1.26)
 ARGS = {"requested_by": "ops-team"}
@@ -141,6 +143,15 @@ def in_recipe(text: str) -> str:
     return f"the code above passes {found.group(1)}"
 
 
+def run_recipe(text: str) -> str:
+    """``fixtext.to_write``'s text with the line to write followed by the rest of the recipe above it:
+    ``Write `w = get_weather(...)` and the rest of the code above: pass `date` like ...``."""
+    written = fixtext.to_write(text)
+    head, sep, rest = written.partition(": pass ")
+    assert sep, "the fix is not given as one value to pass"
+    return f"{head} and the rest of the code above{sep}{rest}"
+
+
 def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
     """The lessons block of ``lesson`` (and ``context``) for ``task``, its fix written as ``form`` says: the
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
@@ -149,8 +160,8 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     if form == "task-fixlast":
         assert context, "task-fixlast needs --context"
         lessons = [*context, lesson]
-    if form == "task-inrecipe":
-        assert context, "task-inrecipe needs --context"
+    if form in ("task-inrecipe", "task-runrecipe"):
+        assert context, f"{form} needs --context"
     if form == "task-recipe":
         assert context, "task-recipe needs --context"
         lessons.remove(lesson)
@@ -163,7 +174,8 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     assert kept is not None, "the fix was not given with the task's values"
     written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write,
                "task-fixlast": fixtext.to_write, "task-args": fixtext.to_write,
-               "task-args-last": fixtext.to_write, "task-inrecipe": in_recipe}.get(form, str)(kept)
+               "task-args-last": fixtext.to_write, "task-inrecipe": in_recipe,
+               "task-runrecipe": run_recipe}.get(form, str)(kept)
     line = f"- For this task: {fixtext.to_write(kept)} ("
     assert line in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(line, f"- For this task: {written} (", 1)
