@@ -37,7 +37,8 @@ call), whether the tool answered the record in step 1, and with ``--steps`` whet
 Results (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``, 19/48 ``only``, 44/48 ``task``;
 with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2); with ``--context --steps 3``, right
 answer 14/18 ``task-only``, 10/18 ``task-recipe``, 14/18 ``task-fixlast``; with ``--context``, right first call
-48/48 ``task-args`` and 46/48 ``task-args-last``.
+48/48 ``task-args`` and 46/48 ``task-args-last``; with ``--context --steps 3``, right answer 27/36 ``task-inrecipe``
+(right date first 29) and 27/36 ``task-runrecipe`` (35), against 26-27/36 ``task-only`` (34-35).
 
 Starts its own llama.cpp server on the cached 1.5B model (``lessonbank llm setup --model 1.5b``).
 Writes ``<out>/<name>.json`` (``<name>.partial.json`` after each probe while it runs).

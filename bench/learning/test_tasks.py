@@ -191,6 +191,10 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
         last = fc.block(lesson, task.prompt, "task-fixlast", fc.context_lessons(solved))
         assert last.index("returns {'city'") < last.index("Write `") and sorted(last) == sorted(context)
         assert fc.block(lesson, task.prompt, "task-args") == fc.block(lesson, task.prompt, "task-args-last") == only
+        pointed = fc.block(lesson, task.prompt, "task-inrecipe", fc.context_lessons(solved))
+        assert "Write `" not in pointed and "For this task: the code above passes " in pointed and iso not in pointed
+        rest = fc.block(lesson, task.prompt, "task-runrecipe", fc.context_lessons(solved))
+        assert rest.replace(" and the rest of the code above: pass ", ": pass ") == context
     from smolagents import CodeAgent
 
     from tests.fixtures.scripted_model import ScriptedModel, final_code
