@@ -138,7 +138,8 @@ def shown(text: str) -> str:
 
 def in_recipe(text: str) -> str:
     """``fixtext.to_write``'s text pointing at the recipe above it instead of a line to write: ``the code above
-    passes `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with ValueError.``"""
+    passes `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with ValueError.`` (an asked
+    fix's "not tried yet" is left out: the recipe's code ran)."""
     found = re.fullmatch(r"Write `[^`]*`(?: \([^()]*\))?: pass (.+)", fixtext.to_write(text))
     assert found is not None, "the fix is not given as one value to pass"
     return f"the code above passes {found.group(1)}"
@@ -173,10 +174,8 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
     kept = fixtext.in_task(lesson.text, task, lesson.task)
     assert kept is not None, "the fix was not given with the task's values"
-    written = {"shown": shown, "only": fixtext.to_write, "task-only": fixtext.to_write,
-               "task-fixlast": fixtext.to_write, "task-args": fixtext.to_write,
-               "task-args-last": fixtext.to_write, "task-inrecipe": in_recipe,
-               "task-runrecipe": run_recipe}.get(form, str)(kept)
+    written = {"stored": str, "task": str, "shown": shown, "task-inrecipe": in_recipe,
+               "task-runrecipe": run_recipe}.get(form, fixtext.to_write)(kept)
     line = f"- For this task: {fixtext.to_write(kept)} ("
     assert line in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(line, f"- For this task: {written} (", 1)
