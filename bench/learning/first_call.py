@@ -59,7 +59,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import AgentConfig, make_agent, run_seed  # noqa: E402
+from harness import AgentConfig, evict_prompt_cache, make_agent, run_seed  # noqa: E402
 from services import llama  # noqa: E402
 from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
@@ -208,6 +208,7 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
         prompt = join_task(prompt, lessons)  # what ``remember`` does
     else:
         agent.instructions = lessons
+    evict_prompt_cache(config)  # every probe starts cold, whichever form ran before it (as run.py's runs)
     started = time.monotonic()
     step: ActionStep | None = None
     taken, answer = 0, None
