@@ -76,6 +76,7 @@ logger = logging.getLogger("bench.first_call")
 FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last",
            "task-inrecipe", "task-runrecipe")
 AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
+WITH_CONTEXT = ("task-recipe", "task-fixlast", "task-inrecipe", "task-runrecipe")  # forms that need --context
 # ``additional_args`` of the ``task-args*`` forms, and smolagents' note on them (``MultiStepAgent.run``, 1.26)
 ARGS = {"requested_by": "ops-team"}
 NOTE = ("\nYou have been provided with these additional arguments, that you can access directly using the keys as "
@@ -136,22 +137,26 @@ def shown(text: str) -> str:
     return f"{lead}{write} `{fixed}`, as the error asked (not tried yet): `{failed}` {failure}."
 
 
+def _write_parts(text: str) -> tuple[str, str]:
+    """``fixtext.to_write``'s text split at its value: ``Write `line``` (with an asked fix's note) and what
+    follows ``: pass `` (`` `date` like "15.09.2024" (DD.MM.YYYY); written any other way ...``)."""
+    found = re.fullmatch(r"(Write `[^`]*`(?: \([^()]*\))?): pass (.+)", fixtext.to_write(text))
+    assert found is not None, "the fix is not given as one value to pass"
+    return found.group(1), found.group(2)
+
+
 def in_recipe(text: str) -> str:
     """``fixtext.to_write``'s text pointing at the recipe above it instead of a line to write: ``the code above
     passes `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with ValueError.`` (an asked
     fix's "not tried yet" is left out: the recipe's code ran)."""
-    found = re.fullmatch(r"Write `[^`]*`(?: \([^()]*\))?: pass (.+)", fixtext.to_write(text))
-    assert found is not None, "the fix is not given as one value to pass"
-    return f"the code above passes {found.group(1)}"
+    return f"the code above passes {_write_parts(text)[1]}"
 
 
 def run_recipe(text: str) -> str:
     """``fixtext.to_write``'s text with the line to write followed by the rest of the recipe above it:
     ``Write `w = get_weather(...)` and the rest of the code above: pass `date` like ...``."""
-    written = fixtext.to_write(text)
-    head, sep, rest = written.partition(": pass ")
-    assert sep, "the fix is not given as one value to pass"
-    return f"{head} and the rest of the code above{sep}{rest}"
+    head, rest = _write_parts(text)
+    return f"{head} and the rest of the code above: pass {rest}"
 
 
 def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
@@ -159,13 +164,10 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
     and ``task`` give it as kept (the failing line first), ``shown`` with the line to write first."""
     lessons = [*(context or [])[:1], lesson, *(context or [])[1:]]
+    assert context or form not in WITH_CONTEXT, f"{form} needs --context"
     if form == "task-fixlast":
-        assert context, "task-fixlast needs --context"
-        lessons = [*context, lesson]
-    if form in ("task-inrecipe", "task-runrecipe"):
-        assert context, f"{form} needs --context"
+        lessons = [*(context or []), lesson]
     if form == "task-recipe":
-        assert context, "task-recipe needs --context"
         lessons.remove(lesson)
         text, given = format_lessons(lessons, "learning-probe", task=task)
         assert len(given) == len(lessons), "the lessons did not fit the block"
