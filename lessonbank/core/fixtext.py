@@ -284,7 +284,7 @@ def to_write(text: str) -> str:
     head = f"Write `{fixed}`" + (" (as the error asked; not tried yet)" if untried(text) else "")
     changed = changed_keywords(failed, fixed)
     if len(changed) != 1:
-        return f"{head}; the line before it failed with {error}."
+        return f"{head}; written otherwise, the line failed with {error}."
     keyword, _, new = changed[0]
     form = form_of(text)
     like = f"like {json.dumps(new)}" + (f" ({form.name})" if form is not None else "")
