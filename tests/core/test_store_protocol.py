@@ -4,9 +4,12 @@ proxy is derived from it."""
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
+from pydantic import ValidationError
 
+from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec, method_signature
@@ -45,3 +48,17 @@ def test_the_codec_binds_like_a_direct_call() -> None:
     assert method_signature("get").return_annotation is not inspect.Signature.empty
     with pytest.raises(KeyError):
         codec("close")
+
+
+def test_a_reply_crosses_as_json_and_comes_back_as_the_method_result() -> None:
+    lesson = Lesson.new("b", "fact", "The export is semicolon separated.")
+    wire = codec("rank")
+    raw = wire.dump_reply([(lesson, 0.75, 2), (lesson, 0.5, None)])
+    assert json.loads(raw) == {"ok": True, "result": [[lesson.model_dump(mode="json"), 0.75, 2],
+                                                      [lesson.model_dump(mode="json"), 0.5, None]]}
+    assert wire.load_reply(raw) == {"ok": True, "result": [(lesson, 0.75, 2), (lesson, 0.5, None)]}
+    error = {"ok": False, "error": {"type": "StoreError", "message": "the store is closed"}}
+    assert wire.load_reply(json.dumps(error)) == error
+    with pytest.raises(ValidationError):
+        wire.load_reply(b'{"ok": true, "result": "not a list"}')
+    assert codec("upsert").dump_reply(None) == b'{"ok":true,"result":null}'

@@ -236,12 +236,14 @@ def test_owner_drops_expired_and_malformed_requests(memory_owner: StoreOwner, re
 
 def test_owner_replies_with_errors_and_a_short_ttl(memory_owner: StoreOwner, redis_client: redis.Redis) -> None:
     reply = memory_owner.handle(json.dumps({"id": "r2", "method": "drop_everything", "args": {}}))
-    assert reply == {"ok": False, "error": {"type": "StoreError", "message": "unknown store method 'drop_everything'"}}
-    bad_args = memory_owner.handle(json.dumps({"id": "r3", "method": "list", "args": {"bank": "a", "nope": 1}}))
-    assert bad_args is not None and bad_args["ok"] is False and "bad arguments to list" in bad_args["error"]["message"]
+    assert json.loads(reply or b"") == {
+        "ok": False, "error": {"type": "StoreError", "message": "unknown store method 'drop_everything'"}}
+    bad_args = json.loads(memory_owner.handle(json.dumps(
+        {"id": "r3", "method": "list", "args": {"bank": "a", "nope": 1}})) or b"")
+    assert bad_args["ok"] is False and "bad arguments to list" in bad_args["error"]["message"]
     ok = memory_owner.handle(json.dumps({"id": "r4", "method": "banks", "args": {}, "deadline": time.time() + 5}))
-    assert ok == {"ok": True, "result": {}}
-    assert json.loads(redis_client.lpop(store_reply_key("r4")) or b"") == ok  # type: ignore[arg-type]
+    assert ok is not None and json.loads(ok) == {"ok": True, "result": {}}
+    assert redis_client.lpop(store_reply_key("r4")) == ok
     assert 0 < redis_client.ttl(store_reply_key("r2")) <= REPLY_TTL
 
 
@@ -279,3 +281,17 @@ def test_an_agent_given_lessons_through_the_owner_loads_no_store_embedder_or_too
     given, loaded = done.stdout.splitlines()
     assert int(given) >= 1  # the owner's lesson reached the run, after its task
     assert loaded == ""
+
+
+def test_a_reply_that_is_not_the_method_result_is_a_store_error(settings: Settings, redis_client: redis.Redis) -> None:
+    def impostor() -> None:  # answers like an owner of another version would: a result of the wrong shape
+        item = redis_client.blpop([STORE_REQUESTS_KEY], timeout=10)
+        assert item is not None
+        redis_client.rpush(store_reply_key(json.loads(item[1])["id"]), b'{"ok": true, "result": {"lessons": 3}}')
+
+    thread = threading.Thread(target=impostor, daemon=True)
+    thread.start()
+    remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 10.0}))
+    with pytest.raises(StoreError, match=r"^unreadable reply from the lesson store owner to rank: .+ at result"):
+        remote.rank("a", "anything")
+    thread.join(5)

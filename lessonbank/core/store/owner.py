@@ -128,8 +128,8 @@ class StoreOwner:
             if index == 0:
                 self._maintain()
 
-    def handle(self, raw: bytes | str) -> dict[str, Any] | None:
-        """Run one request and push its reply; returns the reply (None when dropped)."""
+    def handle(self, raw: bytes | str) -> bytes | None:
+        """Run one request and push its reply; returns the reply as sent (None when dropped)."""
         try:
             request = json.loads(raw)
             request_id = str(request["id"])
@@ -147,27 +147,30 @@ class StoreOwner:
         key = store_reply_key(request_id)
         try:
             pipe = self._redis.pipeline()
-            pipe.rpush(key, json.dumps(reply))
+            pipe.rpush(key, reply)
             pipe.expire(key, REPLY_TTL)
             pipe.execute()
         except redis.RedisError as e:
             logger.warning("cannot send the reply to store request %s: %s", request_id, e)
         return reply
 
-    def _call(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, method: str, args: dict[str, Any]) -> bytes:
         try:
             wire = codec(method)
         except KeyError:
-            return {"ok": False, "error": {"type": "StoreError", "message": f"unknown store method {method!r}"}}
+            return _error("StoreError", f"unknown store method {method!r}")
         assert self.store is not None
         try:
-            result = wire.dump_result(getattr(self.store, method)(**wire.load_args(args)))
+            return wire.dump_reply(getattr(self.store, method)(**wire.load_args(args)))
         except LessonbankError as e:
             logger.warning("store call %s failed: %s", method, e)
-            return {"ok": False, "error": {"type": type(e).__name__, "message": str(e)}}
+            return _error(type(e).__name__, str(e))
         except (TypeError, ValueError) as e:  # bad arguments from the caller
-            return {"ok": False, "error": {"type": "StoreError", "message": f"bad arguments to {method}: {e}"}}
+            return _error("StoreError", f"bad arguments to {method}: {e}")
         except Exception as e:  # qdrant-client and fastembed internals: report, keep serving
             logger.exception("store call %s crashed", method)
-            return {"ok": False, "error": {"type": "StoreError", "message": f"{type(e).__name__}: {e}"}}
-        return {"ok": True, "result": result}
+            return _error("StoreError", f"{type(e).__name__}: {e}")
+
+
+def _error(kind: str, message: str) -> bytes:
+    return json.dumps({"ok": False, "error": {"type": kind, "message": message}}).encode()

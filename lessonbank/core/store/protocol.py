@@ -9,12 +9,18 @@ Arguments and results are plain data or ``Lesson`` models, so a call can cross a
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, runtime_checkable
+
+from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing only on Python >= 3.12
 
 from lessonbank.core.models import Lesson, LessonStatus
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 
 @runtime_checkable
@@ -114,9 +120,20 @@ def method_signature(name: str) -> inspect.Signature:
     return signature.replace(parameters=parameters, return_annotation=hints.get("return", Any))
 
 
+class RemoteError(TypedDict):
+    type: str
+    message: str
+
+
+class ErrorReply(TypedDict):
+    ok: Literal[False]
+    error: RemoteError
+
+
 class WireCodec:
-    """Arguments and results of one protocol method as JSON-ready data, and back (pydantic adapters
-    built from the protocol's own annotations, so the wire format cannot drift from the signatures)."""
+    """Arguments and replies of one protocol method as JSON, and back (pydantic adapters built from the
+    protocol's own annotations, so the wire format cannot drift from the signatures). A reply is serialised
+    and validated by pydantic-core in one pass each; each side builds only the adapters it uses."""
 
     def __init__(self, name: str) -> None:
         from pydantic import TypeAdapter
@@ -124,7 +141,26 @@ class WireCodec:
         self.name = name
         self.signature = method_signature(name)
         self._params = {p.name: TypeAdapter(p.annotation) for p in self.signature.parameters.values()}
-        self._result = TypeAdapter(self.signature.return_annotation)
+
+    @functools.cached_property
+    def _result(self) -> Any:
+        """``{"ok": true, "result": <the method's return type>}``: the type is known only here, so the
+        functional form takes it as a value."""
+        return TypedDict(  # type: ignore[misc,operator]  # noqa: UP013
+            f"{self.name}_result", {"ok": Literal[True], "result": self.signature.return_annotation})
+
+    @functools.cached_property
+    def _reply(self) -> TypeAdapter[Any]:
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(self._result)
+
+    @functools.cached_property
+    def _replies(self) -> TypeAdapter[Any]:
+        from pydantic import Field, TypeAdapter
+
+        replies: Any = Annotated[self._result | ErrorReply, Field(discriminator="ok")]
+        return TypeAdapter(replies)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Call arguments as a JSON-ready dict by parameter name; TypeError as a direct call would raise."""
@@ -138,11 +174,14 @@ class WireCodec:
             raise TypeError(f"{self.name}() got unexpected arguments {sorted(unknown)}")
         return {name: self._params[name].validate_python(value) for name, value in data.items()}
 
-    def dump_result(self, value: Any) -> Any:
-        return self._result.dump_python(value, mode="json")
+    def dump_reply(self, value: Any) -> bytes:
+        """The JSON reply ``{"ok": true, "result": <value>}``, serialised in one pass (pydantic-core)."""
+        return self._reply.dump_json({"ok": True, "result": value})
 
-    def load_result(self, data: Any) -> Any:
-        return self._result.validate_python(data)
+    def load_reply(self, raw: bytes | str) -> dict[str, Any]:
+        """A JSON reply parsed and, when it is a result, validated in one pass: ``{"ok": True, "result": ...}``
+        or ``{"ok": False, "error": {...}}``; pydantic's ValidationError when it is neither."""
+        return dict(self._replies.validate_json(raw))
 
 
 CODECS: dict[str, WireCodec] = {}

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import redis
+from pydantic import ValidationError
 
 from lessonbank.core import exceptions
 from lessonbank.core.connections import create_redis
@@ -84,10 +85,10 @@ class RemoteLessonStore:
             self._redis = create_redis(self.settings, "agent")
         return self._redis
 
-    def call(self, method: str, args: dict[str, Any]) -> Any:
-        """Send one request and wait for its reply (the wire-form result); raises ServiceUnavailable or
-        the error the owner reported. A delete the owner took is waited for up to ``PURGE_WAIT`` seconds:
-        it rewrites the embedded store's files."""
+    def call(self, method: str, args: dict[str, Any]) -> bytes:
+        """Send one request and wait for its reply (JSON, as the owner sent it); raises ServiceUnavailable.
+        A delete the owner took is waited for up to ``PURGE_WAIT`` seconds: it rewrites the embedded
+        store's files."""
         request_id = uuid.uuid4().hex
         request = {"id": request_id, "method": method, "args": args, "deadline": time.time() + self.timeout}
         key = store_reply_key(request_id)
@@ -111,10 +112,7 @@ class RemoteLessonStore:
             raise ServiceUnavailable(
                 f"no lesson store owner answered within {self.timeout:g}s; is a worker running?"
             )
-        reply = json.loads(item[1])
-        if not reply.get("ok"):
-            _raise_remote(reply.get("error") or {})
-        return reply.get("result")
+        return item[1]
 
     def _wait_longer(self, key: str) -> Any:
         """BLPOP ``key`` for up to ``PURGE_WAIT`` seconds, in waits shorter than the client's socket timeout."""
@@ -134,7 +132,17 @@ class RemoteLessonStore:
 def _forwarder(name: str) -> Callable[..., Any]:
     def forward(self: RemoteLessonStore, *args: Any, **kwargs: Any) -> Any:
         wire = codec(name)  # built on first use: pydantic adapters cost a few ms each
-        return wire.load_result(self.call(name, wire.bind(args, kwargs)))
+        raw = self.call(name, wire.bind(args, kwargs))
+        try:
+            reply = wire.load_reply(raw)
+        except ValidationError as e:
+            first = e.errors()[0]  # its location starts with the reply's "ok" (the union's tag), when there is one
+            where = ".".join(map(str, first["loc"][1:])) or "the top"
+            raise StoreError(
+                f"unreadable reply from the lesson store owner to {name}: {first['msg']} at {where}") from None
+        if not reply["ok"]:
+            _raise_remote(reply["error"])
+        return reply["result"]
 
     protocol_method = getattr(LessonStoreProtocol, name)
     forward.__name__ = forward.__qualname__ = name
