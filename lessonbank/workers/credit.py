@@ -7,8 +7,9 @@ applied when most of its own calls and literals are in the run's code. An observ
 the run used what its corrected line changed: the same new key or literal, or a value of the same shape
 (``date="02.01.2024"`` applies ``date="17.03.2024"``). Only applied lessons get credit: crediting
 everything retrieved together reinforces noise. A failed run blames an observed fix only if one of its
-failing lines is the fix's own (the same call with the corrected value): the fix says how one call
-works, not how the whole run ends. An observed shape is applied when the run subscripts its records'
+failing lines is the fix's own (the same call with the corrected value), or if the run wrote the fix's
+corrected line (with its own names) and answered with the value it computed: the fix says how one call
+works, not how the whole run ends, unless its line computed the answer. An observed shape is applied when the run subscripts its records'
 path (``['data']['items']``), and blamed by a failed run only when a failing line does. A recipe is
 blamed by a failed run only when a step reproduced it (``unfollowed``): in the learning benchmark every
 failed run given a right recipe had changed it (a dropped loop, a ``round()``, another date format).
@@ -39,7 +40,7 @@ from lessonbank.core import fixtext, specimen
 from lessonbank.core.instructions import USER_ORIGINS
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers import evidence
+from lessonbank.workers import evidence, fixes
 
 logger = logging.getLogger(__name__)
 
@@ -209,12 +210,16 @@ def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
 
 
 def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
-    """An observed fix or shape that no failing line of the run used: a failed run does not blame it."""
+    """An observed fix or shape that no failing line of the run used, and (a fix) whose corrected line, as the
+    run wrote it, did not compute the run's answer: a failed run does not blame it."""
     if lesson.origin != "observed":
         return False
     path = specimen.path_of(lesson.text)
     pieces = _fix_pieces(lesson, task) if path is None else None
     if path is None and pieces is None:
+        return False
+    steps = list(steps)
+    if pieces is not None and _answered_by_fixed_line(lesson, steps):
         return False
     keys = {_norm(key) for key in path or ()}
     for step in steps:
@@ -227,6 +232,45 @@ def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
         if keys and keys <= atoms.literals:
             return False
     return True
+
+
+def _line_skeleton(line: str) -> str | None:
+    """``line`` with every name it reads or sets, but the functions it calls, as ``v`` and its constants as their
+    shapes (subscript keys kept): ``t = sum(r['qty'] for r in inv['lines'])`` and ``total = sum(x['qty'] for x in
+    result['lines'])`` are the same line."""
+    try:
+        tree = ast.parse(line)
+        called = {node.func.id for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - called
+        return ast.dump(_Skeleton(names).visit(tree))
+    except (SyntaxError, ValueError, RecursionError):  # a line nested deeper than the visitor can follow
+        return None
+
+
+def _answered_by_fixed_line(lesson: Lesson, steps: list[StepRecord]) -> bool:
+    """The run wrote the fix's corrected line (its own names) in a step that did not fail, and the value it
+    assigned is the run's answer: a run judged wrong then shows the line computes a wrong answer (seed 11 of the
+    learning benchmark: the fix's total without the quantities, copied by the next runs, was their answer)."""
+    found = fixtext.lines(lesson.text)
+    wanted = _line_skeleton(found[1]) if found is not None else None
+    if wanted is None:
+        return False
+    for step in steps:
+        if step.kind != "action" or evidence.failed(step):
+            continue
+        try:
+            tree = ast.parse(step.code)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for stmt in tree.body:
+            try:
+                line = ast.unparse(stmt)
+            except RecursionError:  # nested deeper than unparsing follows: not the fix's line
+                continue
+            if _line_skeleton(line) == wanted and fixes.line_gave_the_answer(line, step.seq, steps):
+                return True
+    return False
 
 
 def altered(lesson: Lesson, run: Atoms, task: str) -> bool:

@@ -36,6 +36,9 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   value without an error (a date with its day and month swapped) would otherwise make it a "fix"; the
   next step that got data (or printed nothing) is compared instead.
 
+In a run judged wrong (by a user or the check), a fix whose corrected line computed the run's answer
+is not kept (``gave_the_answer``): the line ran, but its value was the wrong answer.
+
 A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) and that no later step
 corrected gives a fix of another kind (``core/asked.py``): its failing line with the task's date, passed
 to a call by keyword or position, written in that form. Its text says that no step ran it ("(not tried
@@ -61,7 +64,7 @@ from dataclasses import dataclass
 from lessonbank.core import asked, fixtext
 from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.workers import evidence
+from lessonbank.workers import evidence, recipes
 
 MAX_LINE = 200
 MAX_LINES = 400  # lines of the later step compared with the failing one
@@ -297,6 +300,66 @@ def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: R
     error = _exception(step)
     return Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after), form.name,
                tried=False)
+
+
+def gave_the_answer(fix: Fix, steps: list[StepRecord]) -> bool:
+    """Whether the value the fix's corrected line assigned is the run's final answer: its step answered with it
+    (``final_answer(total)``) or printed it as the answer the run then gave (``print(total)``, ``71.33``,
+    then ``final_answer(71.33)`` or smolagents' forced answer at the step limit).
+
+    In a run judged wrong, such a line did not work: it computed the wrong answer. The corrected line of
+    ``total = sum(line['amount_cents'] / 100 ...)`` that raised KeyError, ``total = sum(line['unit_price_cents']
+    / 100 ...)``, ran, but without the quantities; kept as "worked", the next runs copied it and gave its wrong
+    total where the plain agent, given nothing, answered right. A line whose value only holds the answer (a
+    record with several fields, from which the run took the wrong one) is not this: the fix got the data."""
+    return line_gave_the_answer(fix.fixed, fix.steps[1], steps)
+
+
+def line_gave_the_answer(line: str, seq: int, steps: list[StepRecord]) -> bool:
+    """Whether the value ``line`` (a statement of step ``seq``) assigned is the run's final answer (see
+    ``gave_the_answer``)."""
+    answer = evidence.final_answer(steps)
+    parsed = _parse_line(line)
+    step = next((s for s in steps if s.seq == seq and s.kind == "action"), None)
+    if not answer or parsed is None or step is None:
+        return False
+    targets = {target.id for stmt in parsed.body if isinstance(stmt, ast.Assign | ast.AnnAssign)
+               for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+               if isinstance(target, ast.Name)}
+    if not targets:
+        return False
+    try:
+        code = ast.parse(step.code)
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    for node in ast.walk(code):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ANSWERERS
+                and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id in targets):
+            return True
+    return any(_value_of(expr) in targets and _read_as(text.strip(), answer)
+               for expr, text in recipes.shown_values(code.body, step.observations))
+
+
+_DECIMALS = re.compile(r"-?[0-9]+\.([0-9]{1,6})")
+
+
+def _read_as(printed: str, answer: str) -> bool:
+    """``answer`` is what was printed, or the printed number as a model types it back: rounded to the
+    answer's decimals (``120.46000000000001`` answered ``120.46``)."""
+    if recipes.same_value(printed, answer):
+        return True
+    decimals = _DECIMALS.fullmatch(answer)
+    try:
+        return decimals is not None and round(float(printed), len(decimals[1])) == float(answer)
+    except (ValueError, OverflowError):
+        return False
+
+
+def _value_of(expr: ast.expr | None) -> str | None:
+    """The name a printed value shows: ``total``, or ``round(total, 2)`` (``{total:.2f}``)."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "round" and expr.args:
+        expr = expr.args[0]
+    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def extract(steps: list[StepRecord], task: str, redactor: Redactor) -> list[Fix]:

@@ -227,9 +227,10 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if verdict == "success" and source in TRUSTED and deps.settings.recipes:
         recipe = _best_effort(run, "a recipe", lambda: recipes.extract(
             run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source), None)
-    observed = _observed(deps, run)
+    failed = judged_failed(verdict, source)
+    observed = _observed(deps, run, failed)
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=vouches(run, verdict, source),
-                                    observed=observed, failed=judged_failed(verdict, source))
+                                    observed=observed, failed=failed)
     if not deps.redis.exists(run_key(run_id)):
         logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
         return stats
@@ -312,13 +313,20 @@ def _best_effort(run: runs.Run, what: str, work: Callable[[], T], default: T) ->
         return default
 
 
-def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
+def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]:
     """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
-    user's eye or carry what looks like a secret)."""
+    user's eye or carry what looks like a secret; in a run judged wrong, no fix whose corrected line gave
+    the wrong answer)."""
     if not deps.settings.recipes:
         return []
     found_fixes: list[fixes.Fix] = _best_effort(
         run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
+    if failed:
+        wrong = [fix for fix in found_fixes if _gave_the_answer(run, fix)]
+        for fix in wrong:
+            logger.info("bank %s run %s: not keeping the fix %s: its corrected line gave the run's wrong answer",
+                        run.bank, run.run_id, evidence.one_line(fix.text, 100))
+        found_fixes = [fix for fix in found_fixes if fix not in wrong]
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
     task = recipes.kept_task(run.task, deps.scrubber)
@@ -330,6 +338,10 @@ def _observed(deps: Deps, run: runs.Run) -> list[Observed]:
         logger.info("bank %s run %s: %d observed fact(s): %s", run.bank, run.run_id, len(found),
                     "; ".join(f"{fact.tag} {evidence.one_line(fact.text, 100)}" for fact in found))
     return found
+
+
+def _gave_the_answer(run: runs.Run, fix: fixes.Fix) -> bool:
+    return _best_effort(run, "observed fixes", lambda: fixes.gave_the_answer(fix, run.steps), False)
 
 
 @observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)

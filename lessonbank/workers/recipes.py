@@ -480,7 +480,7 @@ def _holes(pieces: list[Piece], text: str) -> list[str] | None:
     return holes
 
 
-def _shown(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
+def shown_values(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
     """The values a step printed, each with the text it printed. Only where which text came from which print
     is certain: every print of the step is one of its statements (none in a loop, a branch or a function),
     and either there is one, whose whole output (or else one line of it, the rest printed by tools) is what
@@ -508,7 +508,7 @@ def _shown(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr
             for pair in zip([piece for piece in pieces if not isinstance(piece, str)], holes, strict=True)]
 
 
-def _same(printed: str, literal: str) -> bool:
+def same_value(printed: str, literal: str) -> bool:
     """``printed`` is ``literal``, as text or as the same number (``235.40`` and ``235.4``)."""
     if printed == literal:
         return True
@@ -562,7 +562,7 @@ def _read_back(expr: ast.expr, printed: str, literal: str) -> ast.expr | None:
         for key in paths[0]:
             read = ast.Subscript(value=read, slice=ast.Constant(value=key), ctx=ast.Load())
         return read
-    return copy.deepcopy(expr) if _same(printed, literal) else None
+    return copy.deepcopy(expr) if same_value(printed, literal) else None
 
 
 def _answer_literal(value: object, task: str) -> str | None:
@@ -604,7 +604,7 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
                     break
         for stmt in statements:
             assigned |= _names(stmt, ast.Store)
-        printed.append(_shown(statements, observations))
+        printed.append(shown_values(statements, observations))
 
 
 def _reads_back(shown: list[tuple[ast.expr | None, str]], literal: str, assigned: set[str]) -> list[ast.expr]:
@@ -628,7 +628,7 @@ def answer_where_printed(steps: list[tuple[list[ast.stmt], str]], answer: str,
     for index, (statements, observations) in enumerate(steps):
         for stmt in statements:
             assigned |= _names(stmt, ast.Store)
-        reads = _reads_back(_shown(statements, observations), literal, assigned)
+        reads = _reads_back(shown_values(statements, observations), literal, assigned)
         if len(reads) == 1:  # two values of the step printed it: which one the answer is, is a guess
             answer_stmt = ast.Expr(value=ast.Call(func=ast.Name(id="final_answer", ctx=ast.Load()), args=reads,
                                                   keywords=[]))

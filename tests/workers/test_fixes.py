@@ -299,3 +299,72 @@ def test_a_line_that_drops_what_the_failing_line_computed_is_no_fix() -> None:
                     observations="Execution logs:\n108.16")
     (fix,) = extract(steps, "Using get_invoice, what is the total of invoice INV-7514 in euros?")
     assert (fix.failed, fix.fixed) == (wrong, right)
+
+
+def invoice_run(answer: str, printing: str = 'print(f"Total: {total}")') -> list[StepRecord]:
+    """Seed 11 of the learning benchmark: the key fixed, the quantities still left out, the total printed."""
+    wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
+    right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
+    return [
+        step(0, "inv = get_invoice('INV-1')\nprint(inv)",
+             observations="{'lines': [{'qty': 3, 'unit_price_cents': 1000}, {'qty': 1, 'unit_price_cents': 2000}]}"),
+        step(1, f'{wrong}\nprint(f"Total: {{total}}")', failed_at=wrong, error="KeyError: 'amount_cents'"),
+        step(2, f"{right}\n{printing}", observations="Execution logs:\nTotal: 30.0"),
+        StepRecord(id="r:3", bank="b", run_id="r", kind="final", seq=3, action_output=answer),
+    ]
+
+
+@pytest.mark.parametrize("printing", ['print(f"Total: {total}")', 'print(f"Total: {total:.1f}")',
+                                      'print("Total:", total)'])
+def test_a_corrected_line_whose_value_was_the_answer_gave_it(printing: str) -> None:
+    steps = invoice_run("30.0", printing)
+    (fix,) = extract(steps, "What is the total of invoice INV-1 in euros?")
+    assert fix.fixed == "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
+    assert fixes.gave_the_answer(fix, steps)
+    assert fixes.gave_the_answer(fix, steps[:3] + [steps[3].model_copy(update={"action_output": "30"})])
+    assert not fixes.gave_the_answer(fix, steps[:3] + [steps[3].model_copy(update={"action_output": "50.0"})])
+    assert not fixes.gave_the_answer(fix, steps[:3])  # no answer at all
+    typed_back = [*steps[:2], steps[2].model_copy(update={"observations": "Total: 30.000000000000004"}), steps[3]]
+    assert fixes.gave_the_answer(fix, typed_back)  # the model types the float it read back rounded
+    assert not fixes.gave_the_answer(fix, [*typed_back[:3], steps[3].model_copy(update={"action_output": "30.01"})])
+
+
+def test_a_corrected_line_answered_with_directly_gave_the_answer() -> None:
+    steps = invoice_run("30.0", "final_answer(total)")
+    steps[2] = steps[2].model_copy(update={"observations": ""})
+    (fix,) = extract(steps, "What is the total of invoice INV-1 in euros?")
+    assert fixes.gave_the_answer(fix, steps)
+    halved = steps[2].model_copy(update={"code": steps[2].code.replace("(total)", "(total / 2)")})
+    assert not fixes.gave_the_answer(fix, [*steps[:2], halved, steps[3]])  # computed from it, not it
+
+
+def test_a_corrected_call_whose_record_held_the_answer_did_not_give_it() -> None:
+    """The date fix got the record; a run that then answered with the wrong field does not make the date wrong."""
+    steps = date_run("Graz", "2024-03-17", "17.03.2024")
+    steps.append(StepRecord(id="r:2", bank="b", run_id="r", kind="final", seq=2, action_output="15.0"))
+    (fix,) = extract(steps)
+    assert not fixes.gave_the_answer(fix, steps)
+
+
+def test_a_failed_run_whose_answer_was_the_fix_line_value_blames_the_fix() -> None:
+    """Seed 11: the fix's corrected line, copied with the run's own names, computed the run's wrong answer."""
+    task = "What is the total of invoice INV-2 in euros?"
+    lesson = fix_lesson(invoice_run("30.0"), "What is the total of invoice INV-1 in euros?")
+    copied = [step(0, "result = get_invoice('INV-2')\nprint(result)", observations="{'lines': []}"),
+              step(1, "t = sum(row['unit_price_cents'] / 100 for row in result['lines'])\nprint(t)",
+                   observations="Execution logs:\n56.22"),
+              StepRecord(id="r:2", bank="b", run_id="r", kind="final", seq=2, action_output="56.22")]
+    assert not credit.blameless(lesson, copied, task)
+    other_answer = [*copied[:2], copied[2].model_copy(update={"action_output": "151.5"})]
+    assert credit.blameless(lesson, other_answer, task)  # it ran, and the run answered something else
+    with_qty = [copied[0], copied[1].model_copy(update={
+        "code": "t = sum(row['qty'] * row['unit_price_cents'] / 100 for row in result['lines'])\nprint(t)"}), copied[2]]
+    assert credit.blameless(lesson, with_qty, task)  # another line gave the answer
+
+
+def test_a_deeply_nested_step_neither_blames_nor_breaks_the_credit() -> None:
+    lesson = fix_lesson(invoice_run("30.0"), "What is the total of invoice INV-1 in euros?")
+    deep = "t = " + "+".join(["1"] * 1_000)  # parses, but deeper than a recursive visitor goes
+    steps = [step(0, f"{deep}\nprint(t)", observations="20000"),
+             StepRecord(id="r:1", bank="b", run_id="r", kind="final", seq=1, action_output="20000")]
+    assert credit.blameless(lesson, steps, "What is the total of invoice INV-2 in euros?")

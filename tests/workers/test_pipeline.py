@@ -609,6 +609,35 @@ def test_a_right_answer_forced_at_the_step_limit_leaves_the_code_that_printed_it
     assert "final_answer(w['records'][0]['max_c'])" in text
 
 
+@tool
+def get_invoice(invoice_id: str) -> dict:
+    """Return an invoice.
+
+    Args:
+        invoice_id: Invoice id.
+    """
+    lines = [{"qty": 3, "unit_price_cents": 1000}, {"qty": 1, "unit_price_cents": 2000}]
+    return {"invoice": invoice_id, "lines": lines}
+
+
+@pytest.mark.parametrize(("answer", "kept"), [("30.0", False), ("50.0", True)])
+def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
+    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, kept: bool
+) -> None:
+    """Seed 11 of the learning benchmark, run by a real CodeAgent: the key fixed, the quantities left out; the
+    printed total (30.0, the unit prices) was the wrong answer. Kept as "worked", the next runs copied it and
+    answered its wrong total. A run that answered something else (50.0) keeps the fix: the line ran."""
+    openai_server.default = Reply(content=lessons_json())
+    wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
+    right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
+    run_id = recorded_run(deps.settings, get_invoice, "What is the total of invoice INV-1 in euros?",
+                          [f"inv = get_invoice('INV-1')\n{wrong}\nprint(f'Total: {{total}}')",
+                           f"{right}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=False)
+    distill_one(deps, "b", run_id)
+    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([right] if kept else [])
+    assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
+
+
 def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
     deps.settings = deps.settings.model_copy(update={"recipes": False})
