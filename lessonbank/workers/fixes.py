@@ -312,7 +312,7 @@ def gave_the_answer(fix: Fix, steps: list[StepRecord]) -> bool:
     / 100 ...)``, ran, but without the quantities; kept as "worked", the next runs copied it and gave its wrong
     total where the plain agent, given nothing, answered right. A line whose value only holds the answer (a
     record with several fields, from which the run took the wrong one) is not this: the fix got the data."""
-    return line_gave_the_answer(fix.fixed, fix.steps[1], steps)
+    return fix.tried and line_gave_the_answer(fix.fixed, fix.steps[1], steps)  # an asked fix's line never ran
 
 
 def line_gave_the_answer(line: str, seq: int, steps: list[StepRecord]) -> bool:

@@ -3,6 +3,7 @@ the run read cannot have written the correction."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -324,6 +325,7 @@ def test_a_corrected_line_whose_value_was_the_answer_gave_it(printing: str) -> N
     assert fixes.gave_the_answer(fix, steps[:3] + [steps[3].model_copy(update={"action_output": "30"})])
     assert not fixes.gave_the_answer(fix, steps[:3] + [steps[3].model_copy(update={"action_output": "50.0"})])
     assert not fixes.gave_the_answer(fix, steps[:3])  # no answer at all
+    assert not fixes.gave_the_answer(dataclasses.replace(fix, tried=False), steps)  # an asked fix's line never ran
     typed_back = [*steps[:2], steps[2].model_copy(update={"observations": "Total: 30.000000000000004"}), steps[3]]
     assert fixes.gave_the_answer(fix, typed_back)  # the model types the float it read back rounded
     assert not fixes.gave_the_answer(fix, [*typed_back[:3], steps[3].model_copy(update={"action_output": "30.01"})])
