@@ -9,8 +9,9 @@ the run used what its corrected line changed: the same new key or literal, or a 
 everything retrieved together reinforces noise. A failed run blames an observed fix only if one of its
 failing lines is the fix's own (the same call with the corrected value), or if the run wrote the fix's
 corrected line (with its own names) and answered with the value it computed: the fix says how one call
-works, not how the whole run ends, unless its line computed the answer. An observed shape is applied when the run subscripts its records'
-path (``['data']['items']``), and blamed by a failed run only when a failing line does. A recipe is
+works, not how the whole run ends, unless its line computed the answer. An observed shape is applied
+when the run subscripts its records' path (``['data']['items']``), and blamed by a failed run only when a
+failing line does. A recipe is
 blamed by a failed run only when a step reproduced it (``unfollowed``): in the learning benchmark every
 failed run given a right recipe had changed it (a dropped loop, a ``round()``, another date format).
 
