@@ -341,7 +341,8 @@ def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]
 
 
 def _gave_the_answer(run: runs.Run, fix: fixes.Fix) -> bool:
-    return _best_effort(run, "observed fixes", lambda: fixes.gave_the_answer(fix, run.steps), False)
+    """``fixes.gave_the_answer``; True (the fix is not kept) when checking it fails, as when extracting it does."""
+    return _best_effort(run, "observed fixes", lambda: fixes.gave_the_answer(fix, run.steps), True)
 
 
 @observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)

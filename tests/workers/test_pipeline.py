@@ -638,6 +638,26 @@ def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
 
 
+def test_a_fix_whose_answer_cannot_be_checked_in_a_failed_run_is_not_kept(
+    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    from lessonbank.workers import fixes
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(fixes, "gave_the_answer", fail)
+    openai_server.default = Reply(content=lessons_json())
+    run_id = recorded_run(deps.settings, get_invoice, "What is the total of invoice INV-1 in euros?",
+                          ["inv = get_invoice('INV-1')\ntotal = sum(x['amount_cents'] / 100 for x in inv['lines'])",
+                           "total = sum(x['unit_price_cents'] / 100 for x in inv['lines'])\nprint(total)",
+                           "final_answer(50.0)"], verdict=False)
+    distill_one(deps, "b", run_id)
+    assert run_state(deps.redis, run_id)["state"] == "distilled" and fixes_in(store) == []
+    assert any("extracting observed fixes failed" in r.message and r.levelname == "WARNING" for r in caplog.records)
+
+
 def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
     deps.settings = deps.settings.model_copy(update={"recipes": False})
