@@ -367,6 +367,6 @@ def test_a_failed_run_whose_answer_was_the_fix_line_value_blames_the_fix() -> No
 def test_a_deeply_nested_step_neither_blames_nor_breaks_the_credit() -> None:
     lesson = fix_lesson(invoice_run("30.0"), "What is the total of invoice INV-1 in euros?")
     deep = "t = " + "+".join(["1"] * 1_000)  # parses, but deeper than a recursive visitor goes
-    steps = [step(0, f"{deep}\nprint(t)", observations="20000"),
-             StepRecord(id="r:1", bank="b", run_id="r", kind="final", seq=1, action_output="20000")]
+    steps = [step(0, f"{deep}\nprint(t)", observations="1000"),
+             StepRecord(id="r:1", bank="b", run_id="r", kind="final", seq=1, action_output="1000")]
     assert credit.blameless(lesson, steps, "What is the total of invoice INV-2 in euros?")
