@@ -235,17 +235,16 @@ def blameless(lesson: Lesson, steps: Iterable[StepRecord], task: str) -> bool:
     return True
 
 
-def _line_skeleton(line: str) -> str | None:
-    """``line`` with every name it reads or sets, but the functions it calls, as ``v`` and its constants as their
-    shapes (subscript keys kept): ``t = sum(r['qty'] for r in inv['lines'])`` and ``total = sum(x['qty'] for x in
-    result['lines'])`` are the same line."""
+def _skeleton_of(tree: ast.AST) -> str | None:
+    """``tree`` (changed in place) with every name it reads or sets, but the functions it calls, as ``v`` and its
+    constants as their shapes (subscript keys kept): ``t = sum(r['qty'] for r in inv['lines'])`` and ``total =
+    sum(x['qty'] for x in result['lines'])`` are the same line; None when nested deeper than the visitor follows."""
     try:
-        tree = ast.parse(line)
         called = {node.func.id for node in ast.walk(tree)
                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
         names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - called
         return ast.dump(_Skeleton(names).visit(tree))
-    except (SyntaxError, ValueError, RecursionError):  # a line nested deeper than the visitor can follow
+    except RecursionError:
         return None
 
 
@@ -254,7 +253,10 @@ def _answered_by_fixed_line(lesson: Lesson, steps: list[StepRecord]) -> bool:
     assigned is the run's answer: a run judged wrong then shows the line computes a wrong answer (seed 11 of the
     learning benchmark: the fix's total without the quantities, copied by the next runs, was their answer)."""
     found = fixtext.lines(lesson.text)
-    wanted = _line_skeleton(found[1]) if found is not None else None
+    try:
+        wanted = _skeleton_of(ast.parse(found[1]).body[0]) if found is not None else None
+    except (SyntaxError, ValueError, RecursionError, IndexError):
+        return False
     if wanted is None:
         return False
     for step in steps:
@@ -266,10 +268,10 @@ def _answered_by_fixed_line(lesson: Lesson, steps: list[StepRecord]) -> bool:
             continue
         for stmt in tree.body:
             try:
-                line = ast.unparse(stmt)
+                line = ast.unparse(stmt)  # before the skeleton changes the statement in place
             except RecursionError:  # nested deeper than unparsing follows: not the fix's line
                 continue
-            if _line_skeleton(line) == wanted and fixes.line_gave_the_answer(line, step.seq, steps):
+            if _skeleton_of(stmt) == wanted and fixes.line_gave_the_answer(line, step.seq, steps):
                 return True
     return False
 
