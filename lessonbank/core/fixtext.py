@@ -313,31 +313,70 @@ def in_task(text: str, task: str, solved: str = "") -> str | None:
     if not all(_PLAIN_VALUE.fullmatch(value) for pair in swaps.items() for value in pair):
         return None
     swaps.update(_from_task(found, old, carried[0][0], solved, task))
-    quoted = re.compile("|".join(f"{q}{re.escape(value)}{q}" for value in swaps for q in ('"', "'")))
-    return quoted.sub(lambda m: m.group(0)[0] + swaps[m.group(0)[1:-1]] + m.group(0)[0], text)
+    return _put_in(text, swaps)
 
 
 def _from_task(found: tuple[str, str], old: str, placed: str, solved: str, task: str) -> dict[str, str]:
     """{string constant of the fix's lines taken from ``solved``: ``task``'s value in its place}, for the
     values other than the one the fix changed (``old``, which ``task`` has as ``placed``); {} when the tasks
     differ in anything else, or a value cannot be placed."""
-    if not solved:
+    others = [value for value in _task_constants(found, solved) or [] if value != old]
+    values = task_values([old, *others], solved, task) if others else None
+    if values is None or values.get(old) != placed:
         return {}
+    return _swaps(others, values)
+
+
+def _task_constants(found: tuple[str, str], solved: str, rewritten: bool = False) -> list[str] | None:
+    """The string constants of the fix's lines that are words of ``solved`` (the task of the run that observed
+    it), with ``rewritten`` also those that are one of its values written another way (``08.06.2024`` for
+    ``2024-06-08``), each once; None when a line does not parse."""
     words = {token.lower() for token in _TOKEN.findall(solved[:4000])}
-    others: list[str] = []
+    constants: list[str] = []
     for line in found:
         try:
             tree = ast.parse(line)
         except (SyntaxError, ValueError, RecursionError):
-            return {}
-        others += [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                   and isinstance(node.value, str) and node.value.lower() in words and node.value != old
-                   and node.value not in others]
-    values = task_values([old, *others], solved, task) if others else None
-    if values is None or values.get(old) != placed:
-        return {}
-    return {value: values[value] for value in others
+            return None
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or node.value in constants:
+                continue
+            if node.value.lower() in words or (rewritten and rewritten_from(node.value, solved) is not None):
+                constants.append(node.value)
+    return constants
+
+
+def _swaps(constants: list[str], values: dict[str, str]) -> dict[str, str]:
+    return {value: values[value] for value in constants
             if values[value] != value and _PLAIN_VALUE.fullmatch(value) and _PLAIN_VALUE.fullmatch(values[value])}
+
+
+def _put_in(text: str, swaps: dict[str, str]) -> str:
+    """``text`` with each quoted value of ``swaps`` replaced, in the same quotes."""
+    if not swaps:
+        return text
+    quoted = re.compile("|".join(f"{q}{re.escape(value)}{q}" for value in swaps for q in ('"', "'")))
+    return quoted.sub(lambda m: m.group(0)[0] + swaps[m.group(0)[1:-1]] + m.group(0)[0], text)
+
+
+def with_task_values(text: str, task: str, solved: str) -> str | None:
+    """The fix's text with the values its lines took from ``solved`` (the task of the run that observed it) put
+    in from ``task``, for a fix ``in_task`` cannot give (a key or an argument changed, not a value's form):
+    ``get_invoice(invoice_id="INV-6222")["lines"]`` for a run asked about INV-6810 reads
+    ``get_invoice(invoice_id="INV-6810")["lines"]``. The text itself when its lines hold no value of
+    ``solved``; None when it is not a fix, or a value cannot be placed (the tasks differ in anything else)."""
+    found = lines(text)
+    if found is None or not solved:
+        return None
+    constants = _task_constants(found, solved, rewritten=True)
+    if constants is None:
+        return None
+    if not constants:
+        return text
+    values = task_values(constants, solved, task, every=False)  # a line need not hold every value of its task
+    if values is None:
+        return None
+    return _put_in(text, _swaps(constants, values))
 
 
 _WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "mug", "21", "INV-5102", "2024-03-17", "get_invoice"
@@ -346,12 +385,13 @@ _TOKEN = re.compile(rf"{_WORD}|\S")
 MAX_TASK_TOKENS = 400
 
 
-def task_values(params: list[str], solved: str, task: str) -> dict[str, str] | None:
+def task_values(params: list[str], solved: str, task: str, every: bool = True) -> dict[str, str] | None:
     """``task``'s value for each of ``params`` (values of a recipe that solved the task ``solved``), when the
     two tasks are the same words but for those values, each one word of the same form (``'mug'`` for
     ``'chair'``, ``21`` for ``26``, ``INV-5102`` for ``INV-8526``): ``{'mug': 'chair', '21': '26'}``. A value
     the recipe wrote another way (``17.03.2024`` for the task's ``2024-03-17``) comes rewritten the same way.
-    None when the tasks differ in anything else, or a value cannot be placed."""
+    None when the tasks differ in anything else, or a value cannot be placed; with ``every`` (a recipe's values)
+    also when a value the tasks differ in is not among ``params``."""
     old, new = _TOKEN.findall(solved[:4000]), _TOKEN.findall(task[:4000])
     if not params or len(old) != len(new) or len(old) > MAX_TASK_TOKENS:
         return None
@@ -377,4 +417,4 @@ def task_values(params: list[str], solved: str, task: str) -> dict[str, str] | N
             return None
         values[param] = rewritten[0][1]
     changed = {before.lower() for before, after in zip(old, new, strict=True) if before != after}
-    return values if changed <= sources else None
+    return values if changed <= sources or not every else None

@@ -269,6 +269,21 @@ def _in_use(lesson: Lesson) -> str:
     return f"{lesson.text[:-1]}: use all of them (`for record in result{specimen.path_text(path)}:`)."
 
 
+def _to_write(lesson: Lesson, task: str) -> str | None:
+    """An observed fix's text with ``task``'s values, to give as the line to write (``fixtext.to_write``): one
+    that rewrote a value's form (``fixtext.in_task``), or one that changed a key or an argument whose values can
+    all be put in from ``task`` (``fixtext.with_task_values``); None for any other lesson, or when ``task``'s form
+    is rewritten (``fixtext.for_task``). Given as kept, the failing line of a key fix next to a recipe holding
+    its corrected line was copied for 7 steps (held-out seed 12's run 4); replayed with that run's sampling seed,
+    given as the line to write it answered right in one step (``bench/learning/key_fix.py``)."""
+    if lesson.origin != "observed" or not task:
+        return None
+    mine = fixtext.in_task(lesson.text, task, lesson.task)
+    if mine is not None or fixtext.for_task(lesson.text, task):
+        return mine
+    return fixtext.with_task_values(lesson.text, task, lesson.task)
+
+
 def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
                    task: str = "") -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds.
@@ -295,12 +310,11 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        fix = lesson.origin == "observed" and bool(task)
-        mine = fixtext.in_task(lesson.text, task, lesson.task) if fix else None
-        if mine is not None:  # the line to write with this task's values, and no failing value to copy
+        mine = _to_write(lesson, task)
+        if mine is not None:  # the line to write with this task's values, and no failing line to copy
             line = f"- For this task: {_one_line(fixtext.to_write(mine))} {_seen(lesson)}"
         else:
-            here = fixtext.for_task(lesson.text, task) if fix else ""
+            here = fixtext.for_task(lesson.text, task) if lesson.origin == "observed" and task else ""
             # what the fix means for this task leads: a small model acts on the first words of a line
             line = "- " + (f"{here} " if here else "") + f"{_one_line(_in_use(lesson))} {_seen(lesson)}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)

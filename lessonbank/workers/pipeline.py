@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import LockError
 
-from lessonbank.core import purge, runs, summary
+from lessonbank.core import fixtext, purge, runs, summary
 from lessonbank.core.constants import (
     DROPPED_KEY,
     LLM_STATS_KEY,
@@ -324,8 +324,9 @@ def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]
     if failed:
         wrong = [fix for fix in found_fixes if _gave_the_answer(run, fix)]
         for fix in wrong:
-            logger.info("bank %s run %s: not keeping the fix %s: its corrected line gave the run's wrong answer",
-                        run.bank, run.run_id, evidence.one_line(fix.text, 100))
+            pair = fixtext.lines(fix.text)
+            logger.info("bank %s run %s: not keeping the fix whose corrected line `%s` gave the run's wrong answer",
+                        run.bank, run.run_id, evidence.one_line(pair[1] if pair else fix.text, 200))
         found_fixes = [fix for fix in found_fixes if fix not in wrong]
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])

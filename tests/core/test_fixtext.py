@@ -136,3 +136,45 @@ def test_a_fix_is_put_in_a_task_with_the_other_values_its_run_took_from_its_own_
     keyed = fixtext.fix_text('w = get_weather(city="Lyon", date="2024-01-02", units="metric")', "ValueError",
                              'w = get_weather(city="Lyon", date="02.01.2024", units="metric")')
     assert '"metric"' in fixtext.in_task(keyed, porto, solved) and '"Porto"' in fixtext.in_task(keyed, porto, solved)
+
+
+INVOICE = "Using get_invoice, what is the total of invoice {} in euros? Answer with the number only."
+
+
+def test_a_key_fix_is_given_as_the_line_to_write_with_this_tasks_values() -> None:
+    text = fixtext.fix_text('total = get_invoice(invoice_id="INV-6222")["amount"]', "InterpreterError",
+                            'lines = get_invoice(invoice_id="INV-6222")["lines"]')
+    solved, task = INVOICE.format("INV-6222"), INVOICE.format("INV-6810")
+    assert fixtext.in_task(text, task, solved) is None  # no value's form changed
+    assert fixtext.with_task_values(text, task, solved) == text.replace("INV-6222", "INV-6810")
+    fix = Lesson.new("b", "fact", text, origin="observed").model_copy(update={"task": solved})
+    block, given = format_lessons([fix], "b", task=task)
+    assert given == [fix]
+    # given as kept, its failing line was copied next to a recipe holding the corrected one (held-out seed 12)
+    assert ('- For this task: Write `lines = get_invoice(invoice_id="INV-6810")["lines"]`; written otherwise, the '
+            "line failed with InterpreterError.") in block
+    assert '"amount"' not in block and "INV-6222" not in block
+    # a task in other words: the invoice cannot be placed, and the fix is given as it was kept
+    other, _ = format_lessons([fix], "b", task="Invoice INV-6810: what does it come to in euros?")
+    assert f"- {text} (" in other
+    assert f"- {text} (" in format_lessons([fix], "b")[0]  # no task: as kept
+
+
+def test_values_of_a_fix_are_put_in_whatever_the_line_holds_of_its_task() -> None:
+    solved = "Using search_catalog, how many 'lamp' products cost less than 16 euros? Answer with the number only."
+    task = solved.replace("lamp", "chair").replace("16", "21")
+    extra = fixtext.fix_text('r = search_catalog(query="lamp", limit=50)', "TypeError",
+                             'r = search_catalog(query="lamp")')
+    # the line need not hold every value of its task (the price limit), unlike a recipe's code
+    assert fixtext.with_task_values(extra, task, solved) == extra.replace('"lamp"', '"chair"')
+    weather = "What was the highest temperature in Lyon on 2024-06-08?"
+    keyed = fixtext.fix_text("t = get_weather(city='Lyon', date='08.06.2024')['max_temp']", "InterpreterError",
+                             "t = get_weather(city='Lyon', date='08.06.2024')['records']")
+    # a value the line wrote its own way comes the same way: never the new city with the old date
+    assert fixtext.with_task_values(keyed, "What was the highest temperature in Porto on 2024-09-15?", weather) == (
+        keyed.replace("Lyon", "Porto").replace("08.06.2024", "15.09.2024"))
+    assert fixtext.with_task_values(keyed, "Highest temperature in Porto on 2024-09-15?", weather) is None
+    plain = fixtext.fix_text("n = len(r['items'])", "InterpreterError", "n = len(r['data']['items'])")
+    assert fixtext.with_task_values(plain, task, solved) == plain  # nothing of its task: as it is
+    assert fixtext.with_task_values("Prices are in cents.", task, solved) is None  # not a fix
+    assert fixtext.with_task_values(extra, task, "") is None  # the task it was observed in is unknown

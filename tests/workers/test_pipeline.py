@@ -4,6 +4,7 @@ the real embedder, and a real HTTP server speaking the OpenAI protocol."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import uuid
@@ -622,11 +623,13 @@ def get_invoice(invoice_id: str) -> dict:
 
 @pytest.mark.parametrize(("answer", "kept"), [("30.0", False), ("50.0", True)])
 def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
-    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, kept: bool
+    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, kept: bool,
+    caplog: pytest.LogCaptureFixture
 ) -> None:
     """Seed 11 of the learning benchmark, run by a real CodeAgent: the key fixed, the quantities left out; the
     printed total (30.0, the unit prices) was the wrong answer. Kept as "worked", the next runs copied it and
     answered its wrong total. A run that answered something else (50.0) keeps the fix: the line ran."""
+    caplog.set_level(logging.INFO)
     openai_server.default = Reply(content=lessons_json())
     wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
     right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
@@ -635,6 +638,8 @@ def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
                            f"{right}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=False)
     distill_one(deps, "b", run_id)
     assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([right] if kept else [])
+    dropped = f"run {run_id}: not keeping the fix whose corrected line `{right}` gave the run's wrong answer"
+    assert any(dropped in r.message for r in caplog.records) != kept  # the log names the line it did not keep
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
 
 
