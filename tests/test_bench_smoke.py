@@ -122,3 +122,27 @@ def test_recheck_undoes_the_values_put_in_and_judges_each_recipe_given_with_the_
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "learning" / "recheck.py"), str(tmp_path / "nope.json")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such result file" in bad.stderr
+
+
+def test_the_key_fix_probe_gives_each_form_and_finds_the_run_it_replays() -> None:
+    """``bench/learning/key_fix.py`` without its LLM: the block of each form (the instructions builder gives the fix
+    as the line to write), and seed 12's run 4 read back from its stored result file."""
+    script = (
+        "import json, sys; from pathlib import Path; sys.path.insert(0, 'bench/learning'); import key_fix as k\n"
+        "old, new = k.TASK.variants(2, seed=1)\n"
+        "blocks = {form: k.block(old, new.prompt, form) for form in k.FORMS}\n"
+        "variant, seed, replayed = k.replayed(Path('bench/learning/results/learning-seed12-invoice-stopped.json'), 3)\n"
+        "print(json.dumps({'blocks': blocks, 'variant': variant.key, 'seed': seed, 'replayed': replayed}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    blocks, replayed = out["blocks"], out["replayed"]
+    invoice = "INV-3523"  # seed 1's second variant, the first one's invoice INV-5314 put in its place
+    assert f'- For this task: Write `lines = get_invoice(invoice_id="{invoice}")["lines"]`' in blocks["write"]
+    assert '["amount"]' in blocks["kept"] and "INV-5314" in blocks["kept"].split("Facts:")[1]
+    assert '["amount"]' not in blocks["write"] and '["amount"]' not in blocks["none"]
+    assert "Write `" not in blocks["none"] and blocks["none"].count("`get_invoice(...)` returns") == 1
+    assert out["variant"] == "INV-6810" and out["seed"] == 11074868  # the run that wrote result['amount'] 7 steps
+    assert '"INV-6222")["amount"]` failed' in replayed["kept"]
+    assert 'Write `lines = get_invoice(invoice_id="INV-6810")["lines"]`' in replayed["write"]
+    assert "failed with" not in replayed["none"]
