@@ -53,6 +53,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -271,12 +272,14 @@ def summarize(results: list[dict[str, Any]], forms: list[str]) -> dict[str, Any]
 
 
 def write(args: argparse.Namespace, results: list[dict[str, Any]], forms: list[str], started: float,
-          partial: bool = False) -> Path:
-    """``<out>/<name>.json`` (``<name>.partial.json`` while the probe runs, removed at the end)."""
+          partial: bool = False, benchmark: str = "first_call",
+          summary: Callable[[list[dict[str, Any]], list[str]], dict[str, Any]] = summarize) -> Path:
+    """``<out>/<name>.json`` (``<name>.partial.json`` while the probe runs, removed at the end); another probe
+    (``key_fix.py``) passes its name and its ``summary``."""
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name}{'.partial' if partial else ''}.json"
-    path.write_text(json.dumps({"benchmark": "first_call", "args": {k: str(v) for k, v in vars(args).items()},
-                                "seconds": round(time.monotonic() - started), "summary": summarize(results, forms),
+    path.write_text(json.dumps({"benchmark": benchmark, "args": {k: str(v) for k, v in vars(args).items()},
+                                "seconds": round(time.monotonic() - started), "summary": summary(results, forms),
                                 "results": results}, indent=1))
     if not partial:
         path.with_name(f"{args.name}.partial.json").unlink(missing_ok=True)

@@ -47,6 +47,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+import first_call  # noqa: E402
 from first_call import seeds_of  # noqa: E402
 from harness import AgentConfig, evict_prompt_cache, make_agent, run_seed  # noqa: E402
 from services import llama  # noqa: E402
@@ -180,14 +181,7 @@ def summarize(results: list[dict[str, Any]], forms: list[str]) -> dict[str, Any]
 
 def write(args: argparse.Namespace, results: list[dict[str, Any]], forms: list[str], started: float,
           partial: bool = False) -> Path:
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.name}{'.partial' if partial else ''}.json"
-    path.write_text(json.dumps({"benchmark": "key_fix", "args": {k: str(v) for k, v in vars(args).items()},
-                                "seconds": round(time.monotonic() - started), "summary": summarize(results, forms),
-                                "results": results}, indent=1))
-    if not partial:
-        path.with_name(f"{args.name}.partial.json").unlink(missing_ok=True)
-    return path
+    return first_call.write(args, results, forms, started, partial, benchmark="key_fix", summary=summarize)
 
 
 def main() -> None:
