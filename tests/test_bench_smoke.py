@@ -125,8 +125,8 @@ def test_recheck_undoes_the_values_put_in_and_judges_each_recipe_given_with_the_
 
 
 def test_the_key_fix_probe_gives_each_form_and_finds_the_run_it_replays() -> None:
-    """``bench/learning/key_fix.py`` without its LLM: the block of each form (the instructions builder gives the fix
-    as the line to write), and seed 12's run 4 read back from its stored result file."""
+    """``bench/learning/key_fix.py`` without its LLM: the block of each form (it fails unless the instructions
+    builder gives the fix as the line to write), and seed 12's run 4 read back from its stored result file."""
     script = (
         "import json, sys; from pathlib import Path; sys.path.insert(0, 'bench/learning'); import key_fix as k\n"
         "old, new = k.TASK.variants(2, seed=1)\n"

@@ -104,9 +104,8 @@ def block(solved: Variant, task: str, form: str) -> str:
     placed = fixtext.with_task_values(fix.text, task, fix.task)
     assert placed is not None, "the fix's invoice was not placed in this task"
     kept, write = f"- {fix.text} (", f"- For this task: {fixtext.to_write(placed)} ("
-    shown = kept if kept in text else write
-    assert shown in text, "the instructions builder gives the fix in neither form"
-    return text.replace(shown, kept if form == "kept" else write, 1)
+    assert write in text, "the instructions builder no longer gives the fix as the line to write"
+    return text.replace(write, kept, 1) if form == "kept" else text
 
 
 def replayed(path: Path, run_index: int) -> tuple[Variant, int, dict[str, str]]:
