@@ -286,6 +286,15 @@ def write(args: argparse.Namespace, results: list[dict[str, Any]], forms: list[s
     return path
 
 
+def add_model_and_output(parser: argparse.ArgumentParser, name: str) -> None:
+    """The options every probe shares: the local model it starts, and where it writes ``<name>.json``."""
+    parser.add_argument("--model", default="1.5b", help="Local model key (lessonbank llm setup).")
+    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--name", default=name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1-8", help="Seed sets of the date_format variants, e.g. 1-8.")
@@ -294,11 +303,7 @@ def main() -> None:
     parser.add_argument("--context", action="store_true",
                         help="Give the fix with the solved run's recipe (before it) and the result's shape (after).")
     parser.add_argument("--steps", type=int, default=1, help="Steps a probe may run (it stops at an answer).")
-    parser.add_argument("--model", default="1.5b", help="Local model key (lessonbank llm setup).")
-    parser.add_argument("--n-ctx", type=int, default=8192)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=HERE / "results")
-    parser.add_argument("--name", default="first_call")
+    add_model_and_output(parser, "first_call")
     args = parser.parse_args()
     forms = [form.strip() for form in args.forms.split(",")]
     if not forms or any(form not in FORMATS for form in forms):

@@ -48,7 +48,6 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import first_call  # noqa: E402
-from first_call import seeds_of  # noqa: E402
 from harness import AgentConfig, evict_prompt_cache, make_agent, run_seed  # noqa: E402
 from services import llama  # noqa: E402
 from smolagents import ActionStep  # noqa: E402
@@ -192,11 +191,7 @@ def main() -> None:
     parser.add_argument("--replay", type=Path, help="Replay the memory run of this result file given a key fix.")
     parser.add_argument("--replay-run", type=int, default=3, help="With --replay: the run's index (3: run 4).")
     parser.add_argument("--reps", type=int, default=2, help="With --replay: sampling seeds, the run's and the next.")
-    parser.add_argument("--model", default="1.5b", help="Local model key (lessonbank llm setup).")
-    parser.add_argument("--n-ctx", type=int, default=8192)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=HERE / "results")
-    parser.add_argument("--name", default="key_fix")
+    first_call.add_model_and_output(parser, "key_fix")
     args = parser.parse_args()
     forms = [form.strip() for form in args.forms.split(",")]
     if not forms or any(form not in FORMS for form in forms):
@@ -215,7 +210,7 @@ def main() -> None:
                                     "form": form, "lessons": blocks[form], **outcome})
                     logger.info("replay %d %s: %s", rep, form, outcome)
                     write(args, results, forms, started, partial=True)
-        for seed_set in [] if args.replay else seeds_of(args.seeds):
+        for seed_set in [] if args.replay else first_call.seeds_of(args.seeds):
             variants = TASK.variants(args.per_seed + 1, seed=seed_set)
             for run_index in range(1, args.per_seed + 1):
                 variant, solved = variants[run_index], variants[run_index - 1]

@@ -269,19 +269,21 @@ def _in_use(lesson: Lesson) -> str:
     return f"{lesson.text[:-1]}: use all of them (`for record in result{specimen.path_text(path)}:`)."
 
 
-def _to_write(lesson: Lesson, task: str) -> str | None:
-    """An observed fix's text with ``task``'s values, to give as the line to write (``fixtext.to_write``): one
+def _for_task(lesson: Lesson, task: str) -> tuple[str | None, str]:
+    """How an observed fix is given for ``task``: (its text with ``task``'s values, to give as the line to write
+    (``fixtext.to_write``), or None; the rewritten values that lead it as kept, or ""). The line to write: a fix
     that rewrote a value's form (``fixtext.in_task``), or one that changed a key or an argument whose values can
-    all be put in from ``task`` (``fixtext.with_task_values``); None for any other lesson, or when ``task``'s form
-    is rewritten (``fixtext.for_task``). Given as kept, the failing line of a key fix next to a recipe holding
-    its corrected line was copied for 7 steps (held-out seed 12's run 4); replayed with that run's sampling seed,
-    given as the line to write it answered right in one step (``bench/learning/key_fix.py``)."""
+    all be put in from ``task`` (``fixtext.with_task_values``), unless ``task`` holds several values of the form
+    (``fixtext.for_task`` leads the fix as kept). Given as kept, the failing line of a key fix next to a recipe
+    holding its corrected line was copied for 7 steps (held-out seed 12's run 4); replayed with that run's
+    sampling seed, given as the line to write it answered right in one step (``bench/learning/key_fix.py``)."""
     if lesson.origin != "observed" or not task:
-        return None
+        return None, ""
     mine = fixtext.in_task(lesson.text, task, lesson.task)
-    if mine is not None or fixtext.for_task(lesson.text, task):
-        return mine
-    return fixtext.with_task_values(lesson.text, task, lesson.task)
+    if mine is not None:
+        return mine, ""
+    here = fixtext.for_task(lesson.text, task)
+    return (None, here) if here else (fixtext.with_task_values(lesson.text, task, lesson.task), "")
 
 
 def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
@@ -310,11 +312,10 @@ def format_lessons(lessons: Sequence[Lesson], bank: str, max_chars: int = 2000,
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        mine = _to_write(lesson, task)
+        mine, here = _for_task(lesson, task)
         if mine is not None:  # the line to write with this task's values, and no failing line to copy
             line = f"- For this task: {_one_line(fixtext.to_write(mine))} {_seen(lesson)}"
         else:
-            here = fixtext.for_task(lesson.text, task) if lesson.origin == "observed" and task else ""
             # what the fix means for this task leads: a small model acts on the first words of a line
             line = "- " + (f"{here} " if here else "") + f"{_one_line(_in_use(lesson))} {_seen(lesson)}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
