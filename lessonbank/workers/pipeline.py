@@ -7,7 +7,8 @@ observed, under the bank's lock -> credit the lessons the run was given and appl
 mark the run distilled (so whoever waits for that state sees the credit and the summary too).
 
 A verdict that arrives after distillation (``lessonbank.feedback``) queues ``credit_one`` for the run,
-which replaces the run's earlier credit by its difference.
+which replaces the run's earlier credit by its difference; judged a failure, the run's recipe and the fixes
+whose corrected line gave its answer are retired when they rest on that run alone.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from lessonbank.core.constants import (
 from lessonbank.core.embeddings import tokens
 from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError, UnusableOutput
 from lessonbank.core.models import Lesson, Recipe
+from lessonbank.core.models import recipe_id as fact_id
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
@@ -415,6 +417,7 @@ def _credit(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | None:
             altered = {lid for lid in applied if not previous or not previous["lessons"][lid].get("harmful")}
         report = credit.apply_credit(deps.store, bank, given, applied, verdict, previous, altered)
         _retract_recipe(deps, run, verdict, source)
+        _retract_fixes(deps, run, verdict, source)
         _recount_taught(deps, run, verdict, source)
         runs.save_credit(deps.redis, run_id, report.record(verdict))
     _summarize(deps, run, sorted(applied), verdict, source)
@@ -480,6 +483,34 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
         if lesson.status == "active" and lesson.source_run_ids == [run.run_id]:
             deps.store.set_status(run.bank, [recipe_id], "retired", reason=f"its run {run.run_id} was judged a "
                                   f"failure by {source}")
+
+
+def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> list[str]:
+    """A fix kept from a run later judged a failure (by a user or a check) is retired if it rests on that run
+    alone and its corrected line gave the run's answer: the rule distillation applies to a run already judged
+    wrong (``_observed``), applied when the verdict comes after it. Returns the retired fixes' ids (none once
+    the run's steps have expired: the lines are read from them)."""
+    if verdict != "failure" or source not in ("user", "check") or not run.steps or not deps.settings.recipes:
+        return []
+    if judged_failed(run.judged.get("verdict", "unknown"), run.judged.get("source", "none")):
+        return []  # distillation knew: it kept no such fix
+    found: list[fixes.Fix] = _best_effort(run, "observed fixes", lambda: fixes.extract(run.steps, run.task,
+                                                                                       deps.scrubber), [])
+    retired = []
+    for fix in found:
+        fid = fact_id(run.bank, fix.fingerprint, kind="fix")
+        for lesson in deps.store.get(run.bank, [fid]):
+            if (lesson.status != "active" or lesson.source_run_ids != [run.run_id]
+                    or not _gave_the_answer(run, fix)):
+                continue
+            pair = fixtext.lines(lesson.text)
+            deps.store.set_status(run.bank, [fid], "retired", reason=f"its corrected line gave the answer of run "
+                                  f"{run.run_id}, judged a failure by {source}")
+            logger.info("bank %s run %s: retired the fix whose corrected line `%s` gave the run's wrong answer "
+                        "(judged by %s after distillation)", run.bank, run.run_id,
+                        evidence.one_line(pair[1] if pair else lesson.text, 200), source)
+            retired.append(fid)
+    return retired
 
 
 def _vouched_by_another(lesson: Lesson, run_id: str) -> bool:

@@ -516,10 +516,10 @@ def fixes_in(store: LessonStore) -> list[Lesson]:
     return [lesson for lesson in store.list("b") if lesson.tags == ["fix"]]
 
 
-def recorded_run(settings: Settings, tool_: Any, task: str, codes: list[str], verdict: bool,
+def recorded_run(settings: Settings, tool_: Any, task: str, codes: list[str], verdict: bool | None,
                  given: list[str] = ()) -> str:
     """A real CodeAgent run of ``codes`` (one step each, then an answer) with ``tool_``, recorded by the real
-    recorder; ``given`` lessons are written into its record and the check's ``verdict`` set."""
+    recorder; ``given`` lessons are written into its record and the check's ``verdict`` set (None: none)."""
     recorder = StepRecorder(bank="b", settings=settings)
     model = ScriptedModel([code_reply(code) for code in codes] + [code_reply("final_answer(None)")])
     agent = CodeAgent(tools=[tool_], model=model, max_steps=len(codes) + 2,
@@ -531,7 +531,8 @@ def recorded_run(settings: Settings, tool_: Any, task: str, codes: list[str], ve
     client = redis.Redis.from_url(settings.redis_url)
     if given:
         client.hset(run_key(run_id), "given", json.dumps(list(given)))
-    runs.set_verdict(client, "b", run_id, verdict, "check", "", "q")
+    if verdict is not None:
+        runs.set_verdict(client, "b", run_id, verdict, "check", "", "q")
     client.close()
     return run_id
 
@@ -641,6 +642,38 @@ def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
     dropped = f"run {run_id}: not keeping the fix whose corrected line `{right}` gave the run's wrong answer"
     assert any(dropped in r.message for r in caplog.records) != kept  # the log names the line it did not keep
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
+
+
+@pytest.mark.parametrize(("answer", "retired"), [("30.0", True), ("50.0", False)])
+def test_a_failure_judged_after_distillation_retires_the_fix_whose_corrected_line_gave_the_answer(
+    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, retired: bool,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run above, with no check: distilled as it ended (an answer), it keeps the fix as "worked"; the user's
+    "wrong" comes after. The fix rests on that run alone and its corrected line gave the wrong answer: it is
+    retired (given to the next runs, it was copied and answered its wrong total). A run that answered something
+    else keeps it: the line ran."""
+    caplog.set_level(logging.INFO)
+    openai_server.default = Reply(content=lessons_json())
+    wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
+    right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
+    run_id = recorded_run(deps.settings, get_invoice, "What is the total of invoice INV-1 in euros?",
+                          [f"inv = get_invoice('INV-1')\n{wrong}\nprint(f'Total: {{total}}')",
+                           f"{right}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=None)
+    distill_one(deps, "b", run_id)
+    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == [right]
+    (fix_id,) = [lesson.id for lesson in fixes_in(store)]
+    assert runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong total", "q") == 2  # a credit task
+    credit_one(deps, "b", run_id)
+    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([] if retired else [right])
+    (stored,) = store.get("b", [fix_id])
+    assert stored.status == ("retired" if retired else "active")
+    assert ("judged a failure by user" in stored.status_reason) == retired
+    logged = f"run {run_id}: retired the fix whose corrected line `{right}` gave the run's wrong answer"
+    assert any(logged in r.message for r in caplog.records) == retired
+    assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
+    credit_one(deps, "b", run_id)  # credited again (a retried task): nothing more changes
+    assert store.get("b", [fix_id])[0].status == stored.status
 
 
 def test_a_fix_whose_answer_cannot_be_checked_in_a_failed_run_is_not_kept(
