@@ -644,15 +644,16 @@ def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
 
 
-@pytest.mark.parametrize(("answer", "retired"), [("30.0", True), ("50.0", False)])
+@pytest.mark.parametrize(("answer", "observed_elsewhere", "retired"),
+                         [("30.0", False, True), ("50.0", False, False), ("30.0", True, False)])
 def test_a_failure_judged_after_distillation_retires_the_fix_whose_corrected_line_gave_the_answer(
-    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, retired: bool,
-    caplog: pytest.LogCaptureFixture
+    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, observed_elsewhere: bool,
+    retired: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The run above, with no check: distilled as it ended (an answer), it keeps the fix as "worked"; the user's
     "wrong" comes after. The fix rests on that run alone and its corrected line gave the wrong answer: it is
     retired (given to the next runs, it was copied and answered its wrong total). A run that answered something
-    else keeps it: the line ran."""
+    else keeps it (the line ran), and so does a fix another run observed too."""
     caplog.set_level(logging.INFO)
     openai_server.default = Reply(content=lessons_json())
     wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
@@ -662,7 +663,10 @@ def test_a_failure_judged_after_distillation_retires_the_fix_whose_corrected_lin
                            f"{right}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=None)
     distill_one(deps, "b", run_id)
     assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == [right]
-    (fix_id,) = [lesson.id for lesson in fixes_in(store)]
+    (fix,) = fixes_in(store)
+    fix_id = fix.id
+    if observed_elsewhere:
+        store.upsert([fix.model_copy(update={"source_run_ids": [run_id, "another-run"], "evidence": 2})])
     assert runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong total", "q") == 2  # a credit task
     credit_one(deps, "b", run_id)
     assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([] if retired else [right])
