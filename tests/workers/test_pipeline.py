@@ -622,6 +622,18 @@ def get_invoice(invoice_id: str) -> dict:
     return {"invoice": invoice_id, "lines": lines}
 
 
+UNIT_PRICES = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
+
+
+def unit_prices_run(settings: Settings, answer: str, verdict: bool | None) -> str:
+    """A real CodeAgent run: a key that is not there, then the unit prices summed without the quantities
+    (``UNIT_PRICES``, 30.0) printed, then ``answer``."""
+    wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
+    return recorded_run(settings, get_invoice, "What is the total of invoice INV-1 in euros?",
+                        [f"inv = get_invoice('INV-1')\n{wrong}\nprint(f'Total: {{total}}')",
+                         f"{UNIT_PRICES}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=verdict)
+
+
 @pytest.mark.parametrize(("answer", "kept"), [("30.0", False), ("50.0", True)])
 def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
     deps: Deps, openai_server: FakeOpenAI, store: LessonStore, answer: str, kept: bool,
@@ -632,14 +644,10 @@ def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
     answered its wrong total. A run that answered something else (50.0) keeps the fix: the line ran."""
     caplog.set_level(logging.INFO)
     openai_server.default = Reply(content=lessons_json())
-    wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
-    right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
-    run_id = recorded_run(deps.settings, get_invoice, "What is the total of invoice INV-1 in euros?",
-                          [f"inv = get_invoice('INV-1')\n{wrong}\nprint(f'Total: {{total}}')",
-                           f"{right}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=False)
+    run_id = unit_prices_run(deps.settings, answer, verdict=False)
     distill_one(deps, "b", run_id)
-    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([right] if kept else [])
-    dropped = f"run {run_id}: not keeping the fix whose corrected line `{right}` gave the run's wrong answer"
+    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([UNIT_PRICES] if kept else [])
+    dropped = f"run {run_id}: not keeping the fix whose corrected line `{UNIT_PRICES}` gave the run's wrong answer"
     assert any(dropped in r.message for r in caplog.records) != kept  # the log names the line it did not keep
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
 
@@ -656,24 +664,20 @@ def test_a_failure_judged_after_distillation_retires_the_fix_whose_corrected_lin
     else keeps it (the line ran), and so does a fix another run observed too."""
     caplog.set_level(logging.INFO)
     openai_server.default = Reply(content=lessons_json())
-    wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
-    right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
-    run_id = recorded_run(deps.settings, get_invoice, "What is the total of invoice INV-1 in euros?",
-                          [f"inv = get_invoice('INV-1')\n{wrong}\nprint(f'Total: {{total}}')",
-                           f"{right}\nprint(f'Total: {{total}}')", f"final_answer({answer})"], verdict=None)
+    run_id = unit_prices_run(deps.settings, answer, verdict=None)
     distill_one(deps, "b", run_id)
-    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == [right]
+    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == [UNIT_PRICES]
     (fix,) = fixes_in(store)
     fix_id = fix.id
     if observed_elsewhere:
         store.upsert([fix.model_copy(update={"source_run_ids": [run_id, "another-run"], "evidence": 2})])
     assert runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong total", "q") == 2  # a credit task
     credit_one(deps, "b", run_id)
-    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([] if retired else [right])
+    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([] if retired else [UNIT_PRICES])
     (stored,) = store.get("b", [fix_id])
     assert stored.status == ("retired" if retired else "active")
     assert ("judged a failure by user" in stored.status_reason) == retired
-    logged = f"run {run_id}: retired the fix whose corrected line `{right}` gave the run's wrong answer"
+    logged = f"run {run_id}: retired the fix whose corrected line `{UNIT_PRICES}` gave the run's wrong answer"
     assert any(logged in r.message for r in caplog.records) == retired
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
     credit_one(deps, "b", run_id)  # credited again (a retried task): nothing more changes
