@@ -321,14 +321,12 @@ def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]
     the wrong answer)."""
     if not deps.settings.recipes:
         return []
-    found_fixes: list[fixes.Fix] = _best_effort(
-        run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
+    found_fixes = _found_fixes(deps, run)
     if failed:
         wrong = [fix for fix in found_fixes if _gave_the_answer(run, fix)]
         for fix in wrong:
-            pair = fixtext.lines(fix.text)
             logger.info("bank %s run %s: not keeping the fix whose corrected line `%s` gave the run's wrong answer",
-                        run.bank, run.run_id, evidence.one_line(pair[1] if pair else fix.text, 200))
+                        run.bank, run.run_id, _corrected_line(fix.text))
         found_fixes = [fix for fix in found_fixes if fix not in wrong]
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
@@ -341,6 +339,17 @@ def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]
         logger.info("bank %s run %s: %d observed fact(s): %s", run.bank, run.run_id, len(found),
                     "; ".join(f"{fact.tag} {evidence.one_line(fact.text, 100)}" for fact in found))
     return found
+
+
+def _found_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
+    """The fixes the run observed (``fixes.extract``); none when extracting them fails."""
+    return _best_effort(run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
+
+
+def _corrected_line(text: str) -> str:
+    """A fix's corrected line (its whole text if it has none), on one line, for a log line."""
+    pair = fixtext.lines(text)
+    return evidence.one_line(pair[1] if pair else text, 200)
 
 
 def _gave_the_answer(run: runs.Run, fix: fixes.Fix) -> bool:
@@ -485,32 +494,25 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
                                   f"failure by {source}")
 
 
-def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> list[str]:
+def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
     """A fix kept from a run later judged a failure (by a user or a check) is retired if it rests on that run
     alone and its corrected line gave the run's answer: the rule distillation applies to a run already judged
-    wrong (``_observed``), applied when the verdict comes after it. Returns the retired fixes' ids (none once
-    the run's steps have expired: the lines are read from them)."""
+    wrong (``_observed``), applied when the verdict comes after it (not once the run's steps have expired: the
+    lines are read from them)."""
     if verdict != "failure" or source not in ("user", "check") or not run.steps or not deps.settings.recipes:
-        return []
+        return
     if judged_failed(run.judged.get("verdict", "unknown"), run.judged.get("source", "none")):
-        return []  # distillation knew: it kept no such fix
-    found: list[fixes.Fix] = _best_effort(run, "observed fixes", lambda: fixes.extract(run.steps, run.task,
-                                                                                       deps.scrubber), [])
-    retired = []
-    for fix in found:
+        return  # distillation knew: it kept no such fix
+    for fix in [fix for fix in _found_fixes(deps, run) if _gave_the_answer(run, fix)]:
         fid = fact_id(run.bank, fix.fingerprint, kind="fix")
         for lesson in deps.store.get(run.bank, [fid]):
-            if (lesson.status != "active" or lesson.source_run_ids != [run.run_id]
-                    or not _gave_the_answer(run, fix)):
+            if lesson.status != "active" or lesson.source_run_ids != [run.run_id]:
                 continue
-            pair = fixtext.lines(lesson.text)
             deps.store.set_status(run.bank, [fid], "retired", reason=f"its corrected line gave the answer of run "
                                   f"{run.run_id}, judged a failure by {source}")
             logger.info("bank %s run %s: retired the fix whose corrected line `%s` gave the run's wrong answer "
-                        "(judged by %s after distillation)", run.bank, run.run_id,
-                        evidence.one_line(pair[1] if pair else lesson.text, 200), source)
-            retired.append(fid)
-    return retired
+                        "(judged by %s after distillation)", run.bank, run.run_id, _corrected_line(lesson.text),
+                        source)
 
 
 def _vouched_by_another(lesson: Lesson, run_id: str) -> bool:
