@@ -87,7 +87,8 @@ class Run:
 
     @property
     def judged(self) -> dict[str, str]:
-        """What distillation went by: ``{"verdict", "source", "recipe"}`` (empty before distillation)."""
+        """What distillation went by: ``{"verdict", "source", "recipe"}`` (empty before distillation), and
+        ``"late"``: who judged the run a success once it was distilled, when that kept its recipe and fixes."""
         return {k: str(v) for k, v in json_dict(self.meta.get("judged")).items()}
 
     @property

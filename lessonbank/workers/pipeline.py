@@ -8,7 +8,9 @@ mark the run distilled (so whoever waits for that state sees the credit and the 
 
 A verdict that arrives after distillation (``lessonbank.feedback``) queues ``credit_one`` for the run,
 which replaces the run's earlier credit by its difference; judged a failure, the run's recipe and the fixes
-whose corrected line gave its answer are retired when they rest on that run alone.
+whose corrected line gave its answer are retired when they rest on that run alone. Judged a success by a user
+or a check after distillation went by another verdict, the run keeps what a success keeps (its recipe, the
+fixes a failure refused), and what a late failure retired for it is active again.
 """
 
 from __future__ import annotations
@@ -239,8 +241,9 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
     # credited (and its summary kept for `lessonbank report`) before it is marked distilled: whoever waits for
     # "distilled" (the next run's instructions, a report, the demo) sees the run's credit and summary too
-    _credit(deps, bank, _as_distilled(deps, run, judged, _taught(run, stats)))
-    _mark_distilled(deps, run, stats, judged)
+    distilled = _keep_late_success(deps, _as_distilled(deps, run, judged, _taught(run, stats)))
+    _credit(deps, bank, distilled)
+    _mark_distilled(deps, run, stats, distilled.judged, distilled.taught)
     logger.info(
         "bank %s run %s: distilled in %.2fs: %d added, %d reinforced, %d merged, %d replaced, %d echoes, "
         "%d skipped, %d recipe(s)", bank, run_id, time.monotonic() - started, stats.added, stats.reinforced,
@@ -266,11 +269,12 @@ def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], taught: lis
     return dataclasses.replace(run, meta=meta)
 
 
-def _mark_distilled(deps: Deps, run: runs.Run, stats: ConsolidationStats, judged: dict[str, str] | None) -> None:
+def _mark_distilled(deps: Deps, run: runs.Run, stats: ConsolidationStats, judged: dict[str, str] | None,
+                    taught: list[str] | None = None) -> None:
     """Mark the run distilled up to the last record read; steps that arrived meanwhile get a follow-up."""
     upto = max((step.seq for step in run.steps), default=-1)
     runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto,
-                        _taught(run, stats))
+                        _taught(run, stats) if taught is None else taught)
     if runs.step_count(deps.redis, run.run_id) > len(run.steps) + run.malformed:
         runs.queue_followup(deps.redis, run.bank, run.run_id, deps.settings.queue)
 
@@ -330,9 +334,18 @@ def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]
         found_fixes = [fix for fix in found_fixes if fix not in wrong]
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
-    task = recipes.kept_task(run.task, deps.scrubber)
-    found = [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
+    found = _as_observed(deps, run, found_fixes)
     found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG) for shape in found_shapes]
+    return _keepable(deps, run, found)
+
+
+def _as_observed(deps: Deps, run: runs.Run, found_fixes: list[fixes.Fix]) -> list[Observed]:
+    task = recipes.kept_task(run.task, deps.scrubber)
+    return [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
+
+
+def _keepable(deps: Deps, run: runs.Run, found: list[Observed]) -> list[Observed]:
+    """The observed facts that may be kept: none that needs a user's eye or carries what looks like a secret."""
     found = [fact for fact in found
              if not gate.quarantine_reason(fact.text) and not deps.scrubber.has_secret(fact.text)]
     if found:
@@ -399,7 +412,7 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
         return None
     if run.state != RUN_DISTILLED:
         raise NotYetDistilled(f"run {run_id} is not distilled yet ({run.state or 'unknown'})")
-    return _credit(deps, bank, run)
+    return _credit(deps, bank, _keep_late_success(deps, run))
 
 
 def _credit(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | None:
@@ -482,6 +495,16 @@ def eligible_recipe(lesson: Lesson) -> bool:
     return lesson.status == "active" and lesson.harmful <= lesson.helpful
 
 
+def _retracted_recipe(run_id: str) -> str:
+    """The start of the reason ``_retract_recipe`` gives (the judge follows)."""
+    return f"its run {run_id} was judged a failure by "
+
+
+def _retracted_fix(run_id: str) -> str:
+    """The start of the reason ``_retract_fixes`` gives (the judge follows)."""
+    return f"its corrected line gave the answer of run {run_id}, judged a failure by "
+
+
 def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
     """A recipe kept from a run later judged a failure (by a user or a check) is retired if it rests on
     that run alone."""
@@ -490,8 +513,7 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
         return
     for lesson in deps.store.get(run.bank, [recipe_id]):
         if lesson.status == "active" and lesson.source_run_ids == [run.run_id]:
-            deps.store.set_status(run.bank, [recipe_id], "retired", reason=f"its run {run.run_id} was judged a "
-                                  f"failure by {source}")
+            deps.store.set_status(run.bank, [recipe_id], "retired", reason=_retracted_recipe(run.run_id) + source)
 
 
 def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
@@ -501,18 +523,72 @@ def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None
     lines are read from them)."""
     if verdict != "failure" or source not in ("user", "check") or not run.steps or not deps.settings.recipes:
         return
-    if judged_failed(run.judged.get("verdict", "unknown"), run.judged.get("source", "none")):
-        return  # distillation knew: it kept no such fix
+    judged = run.judged
+    if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")) and not judged.get("late"):
+        return  # distillation knew: it kept no such fix (nor did a later success, ``_keep_late_success``)
     for fix in [fix for fix in _found_fixes(deps, run) if _gave_the_answer(run, fix)]:
         fid = fact_id(run.bank, fix.fingerprint, kind="fix")
         for lesson in deps.store.get(run.bank, [fid]):
             if lesson.status != "active" or lesson.source_run_ids != [run.run_id]:
                 continue
-            deps.store.set_status(run.bank, [fid], "retired", reason=f"its corrected line gave the answer of run "
-                                  f"{run.run_id}, judged a failure by {source}")
+            deps.store.set_status(run.bank, [fid], "retired", reason=_retracted_fix(run.run_id) + source)
             logger.info("bank %s run %s: retired the fix whose corrected line `%s` gave the run's wrong answer "
                         "(judged by %s after distillation)", run.bank, run.run_id, _corrected_line(lesson.text),
                         source)
+
+
+def _keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
+    """A run judged a success by a user or a check after distillation went by another verdict keeps what a
+    success keeps (the run as credited from now on: its ``judged`` names the recipe, its ``taught`` has it).
+
+    What a late failure retired for this run alone (its recipe, a fix whose corrected line gave its answer)
+    is active again. A run distilled as anything but a trusted success had no recipe extracted, and, judged
+    wrong, kept no fix whose corrected line gave its answer: both are kept now, once (``judged["late"]``),
+    while the run's steps are there to read them from."""
+    verdict, source = run.verdict
+    if verdict != "success" or source not in ("user", "check") or not deps.settings.recipes:
+        return run
+    judged = run.judged
+    previous = runs.load_credit(deps.redis, run.run_id)
+    if previous and previous.get("verdict") == "failure":  # credited as a failure: it may have retracted some
+        _restore_retracted(deps, run, source)
+    if not run.steps or judged.get("late") or (judged.get("verdict") == "success" and judged.get("source") in TRUSTED):
+        return run
+    recipe = _best_effort(run, "a recipe", lambda: recipes.extract(
+        run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source), None)
+    refused: list[Observed] = []
+    if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")):
+        refused = _keepable(deps, run, _as_observed(deps, run, [
+            fix for fix in _found_fixes(deps, run) if _gave_the_answer(run, fix)]))
+    stats, recipe_id = ConsolidationStats(), None
+    if recipe is not None or refused:
+        stats, recipe_id = _consolidate(deps, run, [], recipe, verified=vouches(run, verdict, source),
+                                        observed=refused)
+    judged = {**judged, "recipe": recipe_id or judged.get("recipe", ""), "late": source}
+    taught = _taught(run, stats)
+    if not runs.set_fields(deps.redis, run.run_id, {"judged": json.dumps(judged), "taught": json.dumps(taught)}):
+        return run  # deleted with its bank meanwhile
+    logger.info("bank %s run %s: judged a success by %s after distillation: %s, %d fix(es) it had refused kept",
+                run.bank, run.run_id, source, f"recipe {recipe_id} kept" if recipe_id else "no recipe",
+                stats.added)
+    return dataclasses.replace(run, meta={**run.meta, "judged": json.dumps(judged), "taught": json.dumps(taught)})
+
+
+def _restore_retracted(deps: Deps, run: runs.Run, source: str) -> None:
+    """Bring back the recipe and the fixes that a late failure of this run retired (``_retract_recipe``,
+    ``_retract_fixes``): the run is judged a success again."""
+    recipe_id = run.judged.get("recipe")
+    wanted = {recipe_id: _retracted_recipe(run.run_id)} if recipe_id else {}
+    if run.steps:
+        for fix in _found_fixes(deps, run):
+            if _gave_the_answer(run, fix):
+                wanted[fact_id(run.bank, fix.fingerprint, kind="fix")] = _retracted_fix(run.run_id)
+    for lesson in deps.store.get(run.bank, list(wanted)) if wanted else []:
+        if lesson.status == "retired" and lesson.status_reason.startswith(wanted[lesson.id]):
+            deps.store.set_status(run.bank, [lesson.id], "active",
+                                  reason=f"its run {run.run_id} was judged a success by {source} again")
+            logger.info("bank %s run %s: judged a success by %s again: %s %s is active again", run.bank,
+                        run.run_id, source, "recipe" if lesson.id == recipe_id else "fix", lesson.id)
 
 
 def _vouched_by_another(lesson: Lesson, run_id: str) -> bool:

@@ -684,6 +684,68 @@ def test_a_failure_judged_after_distillation_retires_the_fix_whose_corrected_lin
     assert store.get("b", [fix_id])[0].status == stored.status
 
 
+@pytest.mark.parametrize("check", [False, None])
+def test_a_success_judged_after_distillation_keeps_what_a_success_keeps(
+    deps: Deps, openai_server: FakeOpenAI, store: LessonStore, check: bool | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The user knows best, also after the run is distilled. The check said wrong (False): distilled as a
+    failure, the run kept neither its recipe nor the fix whose corrected line gave its answer; the user's
+    "right" keeps both, once. With no check (None) both were kept, and the user's "wrong" retired them: the
+    user's "right" again brings them back, and so on."""
+    caplog.set_level(logging.INFO)
+    openai_server.default = Reply(content=lessons_json())
+    run_id = unit_prices_run(deps.settings, "30.0", verdict=check)
+    distill_one(deps, "b", run_id)
+
+    def kept() -> tuple[list[str], list[str]]:
+        recipes = [lesson for lesson in store.list("b") if lesson.recipe is not None]
+        return [r.recipe.code for r in recipes if r.recipe is not None], [f.text.split("`")[3] for f in fixes_in(store)]
+
+    def judge(success: bool) -> None:
+        assert runs.set_verdict(deps.redis, "b", run_id, success, "user", "", "q") == 2  # a credit task
+        credit_one(deps, "b", run_id)
+
+    assert kept() == (([], []) if check is False else (kept()[0], [UNIT_PRICES]))
+    judge(True)
+    (code,), fixed = kept()
+    assert "line['unit_price_cents'] / 100" in code and code.endswith("final_answer(total)") and fixed == [UNIT_PRICES]
+    (recipe,) = [lesson for lesson in store.list("b") if lesson.recipe is not None]
+    assert recipe.verified and eligible(recipe) and recipe.source_run_ids == [run_id]
+    judged = runs.load_run(deps.redis, run_id).judged
+    assert judged["recipe"] == recipe.id and recipe.id in runs.load_run(deps.redis, run_id).taught
+    late = f"run {run_id}: judged a success by user after distillation: recipe {recipe.id} kept, 1 fix(es)"
+    assert any(late in r.message for r in caplog.records) == (check is False)
+    lessons = {lesson.id: lesson.evidence for lesson in store.list("b")}
+    judge(True)  # credited again: nothing more is kept, nothing reinforced
+    assert {lesson.id: lesson.evidence for lesson in store.list("b")} == lessons
+    for success in (False, True):
+        judge(success)
+        assert kept() == (([], []) if not success else ([code], [UNIT_PRICES]))
+        reason = store.get("b", [recipe.id])[0].status_reason
+        assert reason.startswith(f"its run {run_id} was judged a {'success' if success else 'failure'} by user")
+    assert all(lesson.status == "active" for lesson in store.list("b"))
+
+
+def test_a_success_judged_while_the_run_is_distilled_keeps_its_recipe(deps: Deps, openai_server: FakeOpenAI,
+                                                                       store: LessonStore) -> None:
+    """The check said wrong, and the user's "right" arrives during the LLM call: the run is marked distilled with
+    the recipe that "right" kept, so a later "wrong" retires it again."""
+    openai_server.default = Reply(content=lessons_json(), delay=0.6)
+    run_id = unit_prices_run(deps.settings, "30.0", verdict=False)
+    timer = threading.Timer(0.3, runs.set_verdict, (deps.redis, "b", run_id, True, "user", "", "q"))
+    timer.start()
+    distill_one(deps, "b", run_id)
+    timer.join()
+    (recipe,) = [lesson for lesson in store.list("b") if lesson.recipe is not None]
+    run = runs.load_run(deps.redis, run_id)
+    assert run.state == "distilled" and run.judged == {"verdict": "failure", "source": "check", "recipe": recipe.id,
+                                                       "late": "user"}
+    assert recipe.id in run.taught and [fix.status for fix in fixes_in(store)] == ["active"]
+    runs.set_verdict(deps.redis, "b", run_id, False, "user", "", "q")
+    credit_one(deps, "b", run_id)
+    assert store.get("b", [recipe.id])[0].status == "retired" and fixes_in(store) == []
+
+
 def test_a_fix_whose_answer_cannot_be_checked_in_a_failed_run_is_not_kept(
     deps: Deps, openai_server: FakeOpenAI, store: LessonStore, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture
