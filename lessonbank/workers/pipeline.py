@@ -261,9 +261,19 @@ def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], taught: lis
     """The run as its credit reads it once distilled: what distillation judged and taught, and the verdict a
     user or a check gave meanwhile (one given after this read is credited by its own credit task, which waits
     for the run to be marked distilled)."""
-    verdict, source = deps.redis.hmget(run_key(run.run_id), ["verdict", "verdict_source"])
-    meta = {**run.meta, "judged": json.dumps(judged), "taught": json.dumps(taught)}
-    for key, value in (("verdict", verdict), ("verdict_source", source)):
+    return _refreshed(deps, dataclasses.replace(run, meta={**run.meta, "judged": json.dumps(judged),
+                                                            "taught": json.dumps(taught)}))
+
+
+# What a verdict, or another credit of the run, changes in its hash while a worker holds the run
+_CHANGING = ("verdict", "verdict_source", runs.RECOUNT_FIELD, "judged", "taught")
+
+
+def _refreshed(deps: Deps, run: runs.Run) -> runs.Run:
+    """The run with the fields of ``_CHANGING`` as its hash holds them now (those it holds)."""
+    values = deps.redis.hmget(run_key(run.run_id), list(_CHANGING))
+    meta = dict(run.meta)
+    for key, value in zip(_CHANGING, values, strict=True):
         if value is not None:
             meta[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     return dataclasses.replace(run, meta=meta)
@@ -418,14 +428,17 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
 def _credit(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | None:
     """Credit the given lessons of a distilled run (or one about to be marked so) and keep its summary."""
     run_id = run.run_id
-    verdict, source = run.verdict
-    if verdict == "unknown":
-        verdict, source = run.judged.get("verdict", "unknown"), run.judged.get("source", "none")
-    previous = runs.load_credit(deps.redis, run_id)
     given = run.given
     with bank_lock(deps.redis, bank, deps.settings.distill_lock_timeout):
         if not deps.redis.exists(run_key(run_id)):
             return None
+        # read under the lock: another credit of the run (a verdict changed twice, a task delivered twice) may
+        # have held it, and crediting from what it replaced would count the change twice
+        run = _refreshed(deps, run)
+        verdict, source = run.verdict
+        if verdict == "unknown":
+            verdict, source = run.judged.get("verdict", "unknown"), run.judged.get("source", "none")
+        previous = runs.load_credit(deps.redis, run_id)
         lessons = deps.store.get(bank, given) if given else []
         altered: set[str] = set()
         if run.steps:
@@ -440,6 +453,8 @@ def _credit(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | None:
         report = credit.apply_credit(deps.store, bank, given, applied, verdict, previous, altered)
         _retract_recipe(deps, run, verdict, source)
         _retract_fixes(deps, run, verdict, source)
+        if previous and previous.get("verdict") == "failure":  # credited as a failure: it may have retracted some
+            _restore_retracted(deps, run, verdict, source)
         _recount_taught(deps, run, verdict, source)
         runs.save_credit(deps.redis, run_id, report.record(verdict))
     _summarize(deps, run, sorted(applied), verdict, source)
@@ -541,17 +556,14 @@ def _keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
     """A run judged a success by a user or a check after distillation went by another verdict keeps what a
     success keeps (the run as credited from now on: its ``judged`` names the recipe, its ``taught`` has it).
 
-    What a late failure retired for this run alone (its recipe, a fix whose corrected line gave its answer)
-    is active again. A run distilled as anything but a trusted success had no recipe extracted, and, judged
-    wrong, kept no fix whose corrected line gave its answer: both are kept now, once (``judged["late"]``),
-    while the run's steps are there to read them from."""
+    A run distilled as anything but a trusted success had no recipe extracted, and, judged wrong, kept no fix
+    whose corrected line gave its answer: both are kept now, once (``judged["late"]``), while the run's steps
+    are there to read them from. (What a late failure retired is brought back by the credit,
+    ``_restore_retracted``.)"""
     verdict, source = run.verdict
     if verdict != "success" or source not in ("user", "check") or not deps.settings.recipes:
         return run
     judged = run.judged
-    previous = runs.load_credit(deps.redis, run.run_id)
-    if previous and previous.get("verdict") == "failure":  # credited as a failure: it may have retracted some
-        _restore_retracted(deps, run, source)
     if not run.steps or judged.get("late") or (judged.get("verdict") == "success" and judged.get("source") in TRUSTED):
         return run
     recipe = _best_effort(run, "a recipe", lambda: recipes.extract(
@@ -574,9 +586,11 @@ def _keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
     return dataclasses.replace(run, meta={**run.meta, "judged": json.dumps(judged), "taught": json.dumps(taught)})
 
 
-def _restore_retracted(deps: Deps, run: runs.Run, source: str) -> None:
+def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
     """Bring back the recipe and the fixes that a late failure of this run retired (``_retract_recipe``,
-    ``_retract_fixes``): the run is judged a success again."""
+    ``_retract_fixes``) when a user or a check judges it a success again."""
+    if verdict != "success" or source not in ("user", "check") or not deps.settings.recipes:
+        return
     recipe_id = run.judged.get("recipe")
     wanted = {recipe_id: _retracted_recipe(run.run_id)} if recipe_id else {}
     if run.steps:

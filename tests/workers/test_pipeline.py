@@ -293,6 +293,33 @@ def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, o
     assert (taught().verified, taught().failed_runs, taught().evidence) == (True, 0, 1) and eligible(taught())
 
 
+def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_server: FakeOpenAI,
+                                                              store: LessonStore) -> None:
+    """The user's "wrong" queued a credit task, and the task is delivered twice (or the verdict changed twice):
+    two workers read the run while another held the bank's lock. The second one in credits from what the first
+    left, not from what both read: the given lesson's counts and the taught lesson's failed runs move once."""
+    given = Lesson.new("b", "approach", "Call list_orders with page=1, 2, ... until page reaches 'pages'.")
+    store.upsert([given])
+    openai_server.default = Reply(content=lessons_json())
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("t1"), run_id="t1")
+    deps.redis.hset(run_key(run_id), "given", json.dumps([given.id]))
+    distill_one(deps, "b", run_id)  # its own ending: a success
+    assert store.get("b", [given.id])[0].helpful == 1
+    runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong total", "q")
+    deps.redis.set(bank_lock_key("b"), "another worker", ex=30)
+    workers = [threading.Thread(target=credit_one, args=(deps, "b", run_id)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    threading.Event().wait(0.4)  # both have read the run and wait for the lock
+    deps.redis.delete(bank_lock_key("b"))
+    for worker in workers:
+        worker.join()
+    stored = store.get("b", [given.id])[0]
+    assert (stored.given, stored.applied, stored.helpful, stored.harmful) == (1, 1, 0, 1)
+    taught = [lesson for lesson in store.list("b") if run_id in lesson.source_run_ids]
+    assert taught and all(lesson.failed_runs == 1 for lesson in taught)
+
+
 def test_a_late_failure_leaves_a_lesson_verified_only_while_another_of_its_runs_vouches(
         deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     """Two runs taught the same "what worked": r1 answered by itself (it vouches), r2 hit its step limit (it
