@@ -610,11 +610,14 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert (fix.given, fix.applied, fix.harmful) == (2, 2, 1)
 
 
+@pytest.mark.parametrize("judged", ["before distillation", "after distillation"])
 def test_a_right_answer_forced_at_the_step_limit_leaves_the_code_that_printed_it(deps: Deps,
                                                                                openai_server: FakeOpenAI,
-                                                                               store: LessonStore) -> None:
+                                                                               store: LessonStore,
+                                                                               judged: str) -> None:
     """A real CodeAgent run prints the right record until its step limit and never answers; smolagents' forced
-    answer is right and the check says so. The next run is given the code that printed it, ending in
+    answer is right and the check says so (before the run is distilled, or after: distilled as a failure by
+    its own ending, its recipe is kept then). The next run is given the code that printed it, ending in
     final_answer of the place that held it."""
     openai_server.default = Reply(content=lessons_json())
     recorder = StepRecorder(bank="b", settings=deps.settings)
@@ -627,8 +630,14 @@ def test_a_right_answer_forced_at_the_step_limit_leaves_the_code_that_printed_it
     run_id = recorder.run_id(agent)
     recorder.close(interrupt_open_runs=False)
     assert run_id and runs.load_run(deps.redis, run_id).outcome == "max_steps"
-    runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
-    distill_one(deps, "b", run_id)
+    if judged == "after distillation":
+        distill_one(deps, "b", run_id)
+        assert [lesson for lesson in store.list("b") if lesson.recipe is not None] == []
+        assert runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q") == 2
+        credit_one(deps, "b", run_id)
+    else:
+        runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
+        distill_one(deps, "b", run_id)
     (recipe,) = [lesson for lesson in store.list("b") if lesson.recipe is not None]
     assert recipe.recipe is not None and recipe.recipe.checks == ["syntax", "answer:printed", "outcome:check"]
     assert recipe.recipe.code == ("w = get_weather(city='Graz', date='02.01.2024')\n"
