@@ -6,6 +6,7 @@ protocol, and ``lessonbank.feedback`` from the user.
   answer, not the failed attempts — and the next run of a similar task starts with it as a code block.
 - A lesson applied by three runs that then fail is retired and no longer handed out; a lesson applied by runs
   that succeed rises.
+- A run the check judged wrong and the user right, after it was distilled, leaves its recipe for the next run.
 """
 
 from __future__ import annotations
@@ -170,4 +171,25 @@ def test_a_lesson_that_fails_three_times_is_retired_and_one_that_helps_rises(
     wait_for(lambda: store.get("credit", [good.id])[0].helpful == 2, "helpful credit")
     risen = store.get("credit", [good.id])[0]
     assert risen.utility > 0.5 > stored.utility and risen.status == "active"
+    session.recorder.close()
+
+
+def test_your_right_after_the_check_said_wrong_leaves_the_recipe_for_the_next_run(
+    worker: CeleryWorker, agent_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """The check was wrong (it wanted another count): the run was distilled as a failure and kept no recipe. The
+    user's "right", given after that, has the worker keep it, and the next run of a similar task starts with it."""
+    session = Session("late", agent_settings, redis_client, check=lambda answer: answer == 5)
+    loop = [code_reply(LOOP.format(date="2024-06-01")), code_reply("final_answer(count)")]
+    run_id, _ = session.run("2024-06-01", loop)
+    assert run_state(redis_client, run_id)["verdict"] == "failure"
+    store = connect_store(agent_settings)
+    assert [lesson for lesson in store.list("late") if lesson.recipe is not None] == []
+    assert lessonbank.feedback(run_id, success=True, settings=agent_settings)
+    wait_for(lambda: any(lesson.recipe is not None for lesson in store.list("late")), "the recipe of the late right")
+    (recipe,) = [lesson for lesson in store.list("late") if lesson.recipe is not None]
+    assert recipe.recipe is not None and "outcome:user" in recipe.recipe.checks and recipe.verified
+    _, prompt = session.run("2024-06-02", [code_reply(LOOP.format(date="2024-06-02")),
+                                           code_reply("final_answer(count)")])
+    assert "```python\n" + recipe.recipe.code.replace("2024-06-01", "2024-06-02") in prompt
     session.recorder.close()
