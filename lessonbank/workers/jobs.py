@@ -10,7 +10,9 @@ and who holds it; ``JOBS_DUE_KEY`` says when it is due again:
   process stopped, Redis away; it then holds the job again if nobody took it, else learns it lost it).
   A holder on this host whose process has died (a pool process killed, its message requeued by Celery
   at once) is taken over at once;
-- done (or failed for good): the job is deleted;
+- done (or failed for good): the job is deleted — unless it is a job whose deliveries are not dropped
+  (``Job.again_if_held``: a run's credit, whose verdict may have changed after the holder read it) and one
+  came while it was held: it is then due at once, and runs once more;
 - a transient failure: the holder is dropped and the job is due after the backoff. The failing
   delivery is acknowledged, so no retry message waits, unacknowledged, in a worker (which the
   broker would hand out again only after its visibility timeout);
@@ -65,13 +67,16 @@ local holder = redis.call('HGET', KEYS[1], 'holder')
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local retries = tonumber(redis.call('HGET', KEYS[1], 'retries') or '0')
 if holder then
-  if holder ~= ARGV[9] and due and tonumber(due) > now then return {0, holder} end
+  if holder ~= ARGV[9] and due and tonumber(due) > now then
+    if ARGV[10] == '1' then redis.call('HSET', KEYS[1], 'again', '1') end
+    return {0, holder}
+  end
   retries = retries + 1
 end
 if tonumber(ARGV[8]) > retries then retries = tonumber(ARGV[8]) end
 redis.call('HSET', KEYS[1], 'task', ARGV[4], 'args', ARGV[5], 'queue', ARGV[6], 'task_id', ARGV[7],
            'retries', retries, 'holder', ARGV[2])
-redis.call('HDEL', KEYS[1], 'released')
+redis.call('HDEL', KEYS[1], 'released', 'again', 'rerun')
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return {1, retries}
 """
@@ -99,10 +104,17 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return 1
 """
 
-# KEYS: job hash, due set. ARGV: job id, token. Deletes the job unless another process holds it.
+# KEYS: job hash, due set. ARGV: job id, token. Deletes the job unless another process holds it (0); a job a
+# delivery asked to run again while it was held is let go, due at once, retries counted afresh (2).
 _FINISH = """
 local holder = redis.call('HGET', KEYS[1], 'holder')
 if holder and holder ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'again') then
+  redis.call('HDEL', KEYS[1], 'holder', 'again')
+  redis.call('HSET', KEYS[1], 'retries', 0, 'rerun', '1')
+  redis.call('ZADD', KEYS[2], 0, ARGV[1])
+  return 2
+end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
@@ -136,6 +148,9 @@ class Job:
     args: Sequence[str]
     queue: str
     task_id: str = ""
+    # a delivery that finds the job held has it run once more after the holder's run, instead of being dropped:
+    # for work that reads what may have changed since the holder read it (a run's verdict, for its credit)
+    again_if_held: bool = False
 
 
 def job_id(kind: str, key: str) -> str:
@@ -180,9 +195,13 @@ class Lease:
         return bool(self._eval(_RETRY, round(max(delay, 0.0), 3)))
 
     def finish(self) -> bool:
-        """The job is done (or failed for good): forget it. False if another process holds it now."""
+        """The job is done (or failed for good): forget it — or, when a delivery of a job ``again_if_held``
+        came meanwhile, make it due at once for one more run. False if another process holds it now."""
         self._close()
-        return bool(self._eval(_FINISH))
+        done = int(self._eval(_FINISH))
+        if done == 2:
+            logger.info("job %s: delivered again while it ran; it runs once more", self.job.id)
+        return bool(done)
 
     def _close(self) -> None:
         self.closed = True
@@ -229,7 +248,8 @@ def acquire(client: redis.Redis, job: Job, seconds: float, retries: int,
     steal = ""
     for _ in range(2):
         taken, value = client.eval(_TAKE, 2, job_key(job.id), JOBS_DUE_KEY, job.id, token, seconds, job.task,
-                                   json.dumps(list(job.args)), job.queue, job.task_id, retries, steal)
+                                   json.dumps(list(job.args)), job.queue, job.task_id, retries, steal,
+                                   "1" if job.again_if_held else "")
         if int(taken):
             with _held_lock:
                 _held_here.add(token)
@@ -305,6 +325,8 @@ def publish_due(client: redis.Redis, limit: int = PUBLISH_BATCH) -> int:
             published += 1
             if holder:
                 logger.warning("job %s sent again: the lease of %s lapsed (retry %d)", job_id, holder, retries)
+            elif fields.get("rerun"):
+                logger.info("job %s sent again: delivered again while it ran", job_id)
             else:
                 logger.info("job %s sent again: retry %d is due", job_id, retries)
         elif done == -1:

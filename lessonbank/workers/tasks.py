@@ -1,7 +1,8 @@
 """The Celery tasks: thin, idempotent, and taking ids only.
 
 Each task runs under a lease on its job (``lessonbank.workers.jobs``): a delivery whose job a live worker
-holds is dropped, so a run is never distilled by two workers at once, and the job of a worker that died
+holds is dropped, so a run is never distilled by two workers at once (a run's credit runs once more after the
+holder's instead: the verdict it reads may have changed), and the job of a worker that died
 is sent again when its lease lapses (``LESSONBANK_LEASE_TIMEOUT``). Transient failures (LLM timeouts,
 429 — after its ``Retry-After`` —, 5xx, the store or Redis away, the soft time limit) are retried with
 exponential backoff and jitter, kept as due times in Redis rather than as messages a worker holds
@@ -92,9 +93,9 @@ def requeue(job: jobs.Job, error: BaseException) -> Reject:
     return Reject(str(error), requeue=True)
 
 
-def job_of(task: Task, kind: str, key: str, args: list[str]) -> jobs.Job:
+def job_of(task: Task, kind: str, key: str, args: list[str], again_if_held: bool = False) -> jobs.Job:
     queue = (task.request.delivery_info or {}).get("routing_key") or settings.queue
-    return jobs.Job(jobs.job_id(kind, key), task.name, args, queue, task.request.id or "")
+    return jobs.Job(jobs.job_id(kind, key), task.name, args, queue, task.request.id or "", again_if_held)
 
 
 def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
@@ -109,7 +110,8 @@ def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
     except REDIS_AWAY as e:
         raise requeue(job, e) from e
     if lease is None:
-        logger.info("job %s: delivery %s dropped, %s holds it", job.id, task.request.id, holder)
+        logger.info("job %s: delivery %s dropped, %s holds it%s", job.id, task.request.id, holder,
+                    "; it runs once more after that" if job.again_if_held else "")
         return False
     task.request.retries = lease.retries
     if lease.retries > settings.max_retries:
@@ -185,4 +187,6 @@ def remember_lesson(self: Task, bank: str, pending_id: str) -> None:
 @app.task(bind=True, name=CREDIT_TASK)
 def credit_run(self: Task, bank: str, run_id: str) -> None:
     """Credit the lessons a distilled run was given with the verdict that arrived after it (idempotent)."""
-    in_hand(self, job_of(self, "credit", run_id, [bank, run_id]), lambda: credit_one(deps(), bank, run_id))
+    # a verdict given while the run's credit runs queues a delivery that finds it held: it runs once more then
+    job = job_of(self, "credit", run_id, [bank, run_id], again_if_held=True)
+    in_hand(self, job, lambda: credit_one(deps(), bank, run_id))

@@ -3,6 +3,7 @@ retries kept as due times and published once, and the retry delay a 429 asks for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import threading
@@ -64,6 +65,26 @@ def test_one_holder_at_a_time(redis_client: redis.Redis) -> None:
 
 def publish(client: redis.Redis) -> int:
     return jobs.publish_due(client)
+
+
+def test_a_job_delivered_while_held_runs_once_more_if_it_asks_to(redis_client: redis.Redis) -> None:
+    """A run's credit reads the run's verdict: a verdict given while its credit runs queues a delivery that finds
+    the job held. Dropped, the new verdict would never be credited; the job runs once more instead, once."""
+    credit = jobs.Job("credit:run-1", DISTILL_TASK, ["bank", "run-1"], QUEUE, "task-1", again_if_held=True)
+    lease, _ = jobs.acquire(redis_client, credit, 60, 0)
+    assert lease is not None
+    for task_id in ("task-2", "task-3"):  # two verdicts meanwhile: one more run reads both
+        dropped, holder = jobs.acquire(redis_client, dataclasses.replace(credit, task_id=task_id), 60, 0)
+        assert dropped is None and holder == lease.token
+    assert lease.finish()
+    state = fields(redis_client, credit.id)
+    assert "holder" not in state and state["retries"] == "0" and redis_client.zscore(JOBS_DUE_KEY, credit.id) == 0
+    assert publish(redis_client) == 1 and publish(redis_client) == 0
+    assert queued_tasks(redis_client, QUEUE) == [(DISTILL_TASK, ["bank", "run-1"])]
+    assert messages(redis_client)[0]["headers"]["retries"] == 0
+    again, _ = jobs.acquire(redis_client, credit, 60, 0)  # the run once more: nothing asked meanwhile
+    assert again is not None and again.retries == 0 and again.finish()
+    assert redis_client.exists(job_key(credit.id)) == 0 and publish(redis_client) == 0
 
 
 def test_a_holder_that_died_on_this_host_is_taken_over_at_once(redis_client: redis.Redis) -> None:

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key, run_steps_key
+from lessonbank.core import runs
+from lessonbank.core.constants import CREDIT_TASK, REMEMBER_TASK, job_key, pending_lesson_key, run_steps_key
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.remote import RemoteLessonStore
-from lessonbank.workers import deadletters
+from lessonbank.workers import deadletters, jobs
 from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply, error, lessons_json
 from tests.fixtures.redis_server import RedisServer
@@ -266,3 +267,28 @@ def test_worker_logs_carry_no_step_content(svc: Service) -> None:
     assert "distilled in" in log and "step records (" in log
     assert "columns: date;region;amount" not in log and "test-key" not in log
     assert "semicolon-delimited" not in log
+
+
+def test_a_verdict_given_while_the_runs_credit_runs_is_credited_after_it(svc: Service) -> None:
+    """The user's "wrong" comes while another worker credits the run (its job held): the worker that gets the new
+    credit task drops its delivery, and the job runs once more when the holder finishes, with the new verdict."""
+    svc.llm.script(Reply(content=GOOD))
+    b = bank()
+    run_id = svc.submit(b)
+    assert svc.wait(run_id)["state"] == "distilled"
+    assert runs.load_credit(svc.client, run_id)["verdict"] == "success"  # its own ending
+    held = jobs.Job(f"credit:{run_id}", CREDIT_TASK, [b, run_id], QUEUE, "elsewhere", again_if_held=True)
+    lease, _ = jobs.acquire(svc.client, held, 60, 0, token="another-host:9:cafe0002")
+    assert lease is not None
+    assert runs.set_verdict(svc.client, b, run_id, False, "user", "wrong", QUEUE) == 2
+    deadline = time.monotonic() + 20
+    while f"job credit:{run_id}: delivery" not in svc.worker.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "runs once more after that" in svc.worker.log()
+    assert runs.load_credit(svc.client, run_id)["verdict"] == "success"  # not credited while held
+    assert lease.finish()  # the other worker is done
+    deadline = time.monotonic() + 20
+    while runs.load_credit(svc.client, run_id)["verdict"] != "failure":
+        assert time.monotonic() < deadline, svc.worker.log()[-3000:]
+        time.sleep(0.1)
+    assert svc.client.exists(job_key(held.id)) == 0
