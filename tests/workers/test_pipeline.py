@@ -295,8 +295,8 @@ def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, o
 
 def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_server: FakeOpenAI,
                                                               store: LessonStore) -> None:
-    """The user's "wrong" queued a credit task, and the task is delivered twice (or the verdict changed twice):
-    two workers read the run while another held the bank's lock. The second one in credits from what the first
+    """Two credits of one run at once (the job's lease keeps that to a lease that lapsed under a stalled worker):
+    both read the run while another worker held the bank's lock. The second one in credits from what the first
     left, not from what both read: the given lesson's counts and the taught lesson's failed runs move once."""
     given = Lesson.new("b", "approach", "Call list_orders with page=1, 2, ... until page reaches 'pages'.")
     store.upsert([given])
