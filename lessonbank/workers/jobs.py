@@ -10,9 +10,9 @@ and who holds it; ``JOBS_DUE_KEY`` says when it is due again:
   process stopped, Redis away; it then holds the job again if nobody took it, else learns it lost it).
   A holder on this host whose process has died (a pool process killed, its message requeued by Celery
   at once) is taken over at once;
-- done (or failed for good): the job is deleted — unless it is a job whose deliveries are not dropped
-  (``Job.again_if_held``: a run's credit, whose verdict may have changed after the holder read it) and one
-  came while it was held: it is then due at once, and runs once more;
+- done (or failed for good): the job is deleted — unless it is done, is a job whose deliveries are not
+  dropped (``Job.again_if_held``: a run's distillation or credit, whose steps or verdict may have changed
+  after the holder read them) and one came while it was held: it is then due at once, and runs once more;
 - a transient failure: the holder is dropped and the job is due after the backoff. The failing
   delivery is acknowledged, so no retry message waits, unacknowledged, in a worker (which the
   broker would hand out again only after its visibility timeout);
@@ -104,12 +104,13 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return 1
 """
 
-# KEYS: job hash, due set. ARGV: job id, token. Deletes the job unless another process holds it (0); a job a
-# delivery asked to run again while it was held is let go, due at once, retries counted afresh (2).
+# KEYS: job hash, due set. ARGV: job id, token, '1' when done (not failed for good). Deletes the job unless
+# another process holds it (0); a done job a delivery asked to run again while it was held is let go, due at
+# once, retries counted afresh (2).
 _FINISH = """
 local holder = redis.call('HGET', KEYS[1], 'holder')
 if holder and holder ~= ARGV[2] then return 0 end
-if redis.call('HGET', KEYS[1], 'again') then
+if ARGV[3] == '1' and redis.call('HGET', KEYS[1], 'again') then
   redis.call('HDEL', KEYS[1], 'holder', 'again')
   redis.call('HSET', KEYS[1], 'retries', 0, 'rerun', '1')
   redis.call('ZADD', KEYS[2], 0, ARGV[1])
@@ -194,14 +195,15 @@ class Lease:
         self._close()
         return bool(self._eval(_RETRY, round(max(delay, 0.0), 3)))
 
-    def finish(self) -> bool:
-        """The job is done (or failed for good): forget it — or, when a delivery of a job ``again_if_held``
-        came meanwhile, make it due at once for one more run. False if another process holds it now."""
+    def finish(self, done: bool = True) -> bool:
+        """The job is done (or, ``done`` False, failed for good): forget it — or, when it is done and a delivery
+        of a job ``again_if_held`` came meanwhile, make it due at once for one more run. False if another process
+        holds it now."""
         self._close()
-        done = int(self._eval(_FINISH))
-        if done == 2:
+        finished = int(self._eval(_FINISH, "1" if done else ""))
+        if finished == 2:
             logger.info("job %s: delivered again while it ran; it runs once more", self.job.id)
-        return bool(done)
+        return bool(finished)
 
     def _close(self) -> None:
         self.closed = True

@@ -1,13 +1,14 @@
 """The Celery tasks: thin, idempotent, and taking ids only.
 
 Each task runs under a lease on its job (``lessonbank.workers.jobs``): a delivery whose job a live worker
-holds is dropped, so a run is never distilled by two workers at once (a run's credit runs once more after the
-holder's instead: the verdict it reads may have changed), and the job of a worker that died
-is sent again when its lease lapses (``LESSONBANK_LEASE_TIMEOUT``). Transient failures (LLM timeouts,
-429 — after its ``Retry-After`` —, 5xx, the store or Redis away, the soft time limit) are retried with
-exponential backoff and jitter, kept as due times in Redis rather than as messages a worker holds
-unacknowledged. Anything else, or retries exhausted, lands a run in the dead letters (``on_failure``).
-Every delivery of a run's distillation is counted in its hash (``deliveries``).
+holds is not run, so a run is never distilled by two workers at once; the distillation or credit of a run
+runs once more after the holder's instead (steps or a verdict may have come since the holder read the run),
+the remembering of a lesson is dropped. The job of a worker that died is sent again when its lease lapses
+(``LESSONBANK_LEASE_TIMEOUT``). Transient failures (LLM timeouts, 429 — after its ``Retry-After`` —, 5xx,
+the store or Redis away, the soft time limit) are retried with exponential backoff and jitter, kept as due
+times in Redis rather than as messages a worker holds unacknowledged. Anything else, or retries exhausted,
+lands a run in the dead letters (``on_failure``). Every delivery of a run's distillation is counted in its
+hash (``deliveries``).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def job_of(task: Task, kind: str, key: str, args: list[str], again_if_held: bool
 
 
 def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
-    """Run ``work`` holding ``job``'s lease; False when another live delivery holds it (this one is dropped).
+    """Run ``work`` holding ``job``'s lease; False when another live delivery holds it (this one is not run; a
+    job ``again_if_held`` runs once more when that one is done).
 
     A transient error schedules the retry in Redis and ends this delivery as retried (``Retry``); retries
     exhausted or any other error end the job and are raised. A process stopped mid-task (``SystemExit``
@@ -115,14 +117,14 @@ def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
         return False
     task.request.retries = lease.retries
     if lease.retries > settings.max_retries:
-        lease.finish()
+        lease.finish(done=False)
         raise PermanentDistillError(f"retries exhausted ({lease.retries}): the workers running it were lost")
     try:
         with jobs.renewing(lease, settings.lease_timeout / 3):
             work()
     except TRANSIENT_ERRORS as e:
         if lease.retries >= settings.max_retries:
-            lease.finish()
+            lease.finish(done=False)
             raise
         delay = retry_delay(e, lease.retries)
         lease.retry(delay)
@@ -130,7 +132,7 @@ def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
                        settings.max_retries, delay)
         raise Retry(exc=e, when=delay) from e
     except Exception:
-        lease.finish()
+        lease.finish(done=False)
         raise
     except BaseException:
         lease.retry(0)
@@ -160,7 +162,9 @@ class DistillTask(Task):
 @app.task(bind=True, base=DistillTask, name=DISTILL_TASK)
 def distill_run(self: Task, bank: str, run_id: str) -> None:
     """Distill one finished run of `bank` into lessons (idempotent; one delivery at a time per run)."""
-    job = job_of(self, "distill", run_id, [bank, run_id])
+    # a delivery while another worker distills the run (the follow-up of steps that came meanwhile, queued as
+    # that one marks the run distilled) runs once more after it: dropped, those steps were never distilled
+    job = job_of(self, "distill", run_id, [bank, run_id], again_if_held=True)
     try:
         delivery = runs.count_delivery(deps().redis, run_id)
     except REDIS_AWAY as e:

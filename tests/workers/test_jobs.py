@@ -85,6 +85,9 @@ def test_a_job_delivered_while_held_runs_once_more_if_it_asks_to(redis_client: r
     again, _ = jobs.acquire(redis_client, credit, 60, 0)  # the run once more: nothing asked meanwhile
     assert again is not None and again.retries == 0 and again.finish()
     assert redis_client.exists(job_key(credit.id)) == 0 and publish(redis_client) == 0
+    failing, _ = jobs.acquire(redis_client, credit, 60, 0)  # failed for good: a delivery meanwhile changes nothing
+    assert failing is not None and jobs.acquire(redis_client, credit, 60, 0)[0] is None
+    assert failing.finish(done=False) and redis_client.exists(job_key(credit.id)) == 0 and publish(redis_client) == 0
 
 
 def test_a_holder_that_died_on_this_host_is_taken_over_at_once(redis_client: redis.Redis) -> None:

@@ -17,8 +17,15 @@ import pytest
 from celery import Celery
 
 from lessonbank.core import runs
-from lessonbank.core.constants import CREDIT_TASK, REMEMBER_TASK, job_key, pending_lesson_key, run_steps_key
-from lessonbank.core.models import Lesson
+from lessonbank.core.constants import (
+    CREDIT_TASK,
+    DISTILL_TASK,
+    REMEMBER_TASK,
+    job_key,
+    pending_lesson_key,
+    run_steps_key,
+)
+from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.remote import RemoteLessonStore
 from lessonbank.workers import deadletters, jobs
@@ -292,3 +299,33 @@ def test_a_verdict_given_while_the_runs_credit_runs_is_credited_after_it(svc: Se
         assert time.monotonic() < deadline, svc.worker.log()[-3000:]
         time.sleep(0.1)
     assert svc.client.exists(job_key(held.id)) == 0
+
+
+def test_a_late_step_queued_while_another_worker_holds_the_run_is_distilled_after_it(svc: Service) -> None:
+    """A step arrives as the run is marked distilled, while the worker that distilled it still holds its job: the
+    follow-up distillation it queued finds the job held. Dropped, the step was never distilled (and no later step
+    queues another follow-up); it runs once more when the holder is done, and the step is distilled alone."""
+    svc.llm.script(Reply(content=GOOD), Reply(content=lessons_json()))
+    b = bank()
+    run_id = svc.submit(b)
+    state = svc.wait(run_id)
+    assert state["state"] == "distilled"
+    held = jobs.Job(f"distill:{run_id}", DISTILL_TASK, [b, run_id], QUEUE, "elsewhere", again_if_held=True)
+    lease, _ = jobs.acquire(svc.client, held, 60, 0, token="another-host:9:cafe0003")
+    assert lease is not None
+    seq = max(int(k) for k in svc.client.hkeys(run_steps_key(run_id))) + 1
+    late = StepRecord(id=f"{run_id}:{seq}", bank=b, run_id=run_id, task="Sum the sales in sales.csv", kind="action",
+                      seq=seq, step_number=seq + 1, code="print(open('sales.csv').readline())",
+                      observations="Execution logs:\ndate;region;amount")
+    ref = runs.RunRef(b, run_id, "tester", "Sum the sales in sales.csv")
+    assert runs.record_step(svc.client, ref, seq, late.to_json(), time.time(), queue=QUEUE) == 2
+    deadline = time.monotonic() + 20
+    while f"job distill:{run_id}: delivery" not in svc.worker.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run_state(svc.client, run_id)["distilled_upto"] == state["distilled_upto"]  # not while held
+    assert lease.finish()  # the other worker is done
+    deadline = time.monotonic() + 20
+    while run_state(svc.client, run_id).get("distilled_upto") != str(seq):
+        assert time.monotonic() < deadline, svc.worker.log()[-3000:]
+        time.sleep(0.1)
+    assert "followup" not in run_state(svc.client, run_id) and svc.client.exists(job_key(held.id)) == 0
