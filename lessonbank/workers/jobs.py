@@ -150,7 +150,7 @@ class Job:
     queue: str
     task_id: str = ""
     # a delivery that finds the job held has it run once more after the holder's run, instead of being dropped:
-    # for work that reads what may have changed since the holder read it (a run's verdict, for its credit)
+    # for work that reads what may have changed since the holder read it (a run's steps, a run's verdict)
     again_if_held: bool = False
 
 
