@@ -350,6 +350,7 @@ def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]
 
 
 def _as_observed(deps: Deps, run: runs.Run, found_fixes: list[fixes.Fix]) -> list[Observed]:
+    """The run's fixes as facts to keep, each with the run's task (redacted, capped)."""
     task = recipes.kept_task(run.task, deps.scrubber)
     return [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
 
@@ -432,8 +433,9 @@ def _credit(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | None:
     with bank_lock(deps.redis, bank, deps.settings.distill_lock_timeout):
         if not deps.redis.exists(run_key(run_id)):
             return None
-        # read under the lock: another credit of the run (a verdict changed twice, a task delivered twice) may
-        # have held it, and crediting from what it replaced would count the change twice
+        # read under the lock: a verdict given since the run was read is the one credited, and another credit of
+        # the run (one whose lease lapsed under a stalled worker) may have held the lock: crediting from what it
+        # replaced would count the change twice
         run = _refreshed(deps, run)
         verdict, source = run.verdict
         if verdict == "unknown":
