@@ -19,7 +19,7 @@ import pytest
 import redis
 from celery.exceptions import Reject, Retry
 
-from lessonbank.core.constants import DISTILL_TASK, JOBS_DUE_KEY, job_key
+from lessonbank.core.constants import CREDIT_TASK, DISTILL_TASK, JOBS_DUE_KEY, job_key
 from lessonbank.core.exceptions import PermanentDistillError, TransientDistillError
 from lessonbank.core.runs import mark_dead
 from lessonbank.core.settings import Settings
@@ -70,7 +70,7 @@ def publish(client: redis.Redis) -> int:
 def test_a_job_delivered_while_held_runs_once_more_if_it_asks_to(redis_client: redis.Redis) -> None:
     """A run's credit reads the run's verdict: a verdict given while its credit runs queues a delivery that finds
     the job held. Dropped, the new verdict would never be credited; the job runs once more instead, once."""
-    credit = jobs.Job("credit:run-1", DISTILL_TASK, ["bank", "run-1"], QUEUE, "task-1", again_if_held=True)
+    credit = jobs.Job("credit:run-1", CREDIT_TASK, ["bank", "run-1"], QUEUE, "task-1", again_if_held=True)
     lease, _ = jobs.acquire(redis_client, credit, 60, 0)
     assert lease is not None
     for task_id in ("task-2", "task-3"):  # two verdicts meanwhile: one more run reads both
@@ -80,7 +80,7 @@ def test_a_job_delivered_while_held_runs_once_more_if_it_asks_to(redis_client: r
     state = fields(redis_client, credit.id)
     assert "holder" not in state and state["retries"] == "0" and redis_client.zscore(JOBS_DUE_KEY, credit.id) == 0
     assert publish(redis_client) == 1 and publish(redis_client) == 0
-    assert queued_tasks(redis_client, QUEUE) == [(DISTILL_TASK, ["bank", "run-1"])]
+    assert queued_tasks(redis_client, QUEUE) == [(CREDIT_TASK, ["bank", "run-1"])]
     assert messages(redis_client)[0]["headers"]["retries"] == 0
     again, _ = jobs.acquire(redis_client, credit, 60, 0)  # the run once more: nothing asked meanwhile
     assert again is not None and again.retries == 0 and again.finish()

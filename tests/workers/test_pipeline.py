@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -306,14 +307,24 @@ def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_s
     distill_one(deps, "b", run_id)  # its own ending: a success
     assert store.get("b", [given.id])[0].helpful == 1
     runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong total", "q")
+    deps.settings = deps.settings.model_copy(update={"distill_lock_timeout": 30})  # both wait, however slow
     deps.redis.set(bank_lock_key("b"), "another worker", ex=30)
-    workers = [threading.Thread(target=credit_one, args=(deps, "b", run_id)) for _ in range(2)]
+    failed: list[BaseException] = []
+
+    def credit() -> None:
+        try:
+            credit_one(deps, "b", run_id)
+        except BaseException as e:  # reported below: a thread's exception would otherwise pass unseen
+            failed.append(e)
+
+    workers = [threading.Thread(target=credit) for _ in range(2)]
     for worker in workers:
         worker.start()
-    threading.Event().wait(0.4)  # both have read the run and wait for the lock
+    time.sleep(0.4)  # both have read the run and wait for the lock
     deps.redis.delete(bank_lock_key("b"))
     for worker in workers:
         worker.join()
+    assert failed == []
     stored = store.get("b", [given.id])[0]
     assert (stored.given, stored.applied, stored.helpful, stored.harmful) == (1, 1, 0, 1)
     taught = [lesson for lesson in store.list("b") if run_id in lesson.source_run_ids]

@@ -322,6 +322,7 @@ def test_a_late_step_queued_while_another_worker_holds_the_run_is_distilled_afte
     deadline = time.monotonic() + 20
     while f"job distill:{run_id}: delivery" not in svc.worker.log() and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert "runs once more after that" in svc.worker.log()
     assert run_state(svc.client, run_id)["distilled_upto"] == state["distilled_upto"]  # not while held
     assert lease.finish()  # the other worker is done
     deadline = time.monotonic() + 20
