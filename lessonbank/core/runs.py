@@ -235,6 +235,19 @@ def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, sour
     return int(client.eval(_SET_VERDICT, len(keys), *keys, *args))
 
 
+def credit_if_changed(client: redis.Redis, bank: str, run_id: str, queue: str) -> bool:
+    """Queue a credit task for a run just marked distilled whose verdict is not the one it was credited with:
+    a verdict given after its credit read the run, before it was marked distilled, queued none (``set_verdict``
+    queues one for a distilled run only). One given after this read queues its own (a credit twice is
+    harmless: it replaces the run's credit by its difference). Returns whether a task was queued."""
+    verdict, credited = client.hmget(run_key(run_id), ["verdict", CREDIT_FIELD])
+    given = verdict.decode() if isinstance(verdict, bytes) else verdict
+    if given not in ("success", "failure") or json_dict(credited).get("verdict") == given:
+        return False
+    client.lpush(queue, task_message(CREDIT_TASK, [bank, run_id], queue))
+    return True
+
+
 def clear_check(client: redis.Redis, run_id: str) -> None:
     """The check on the final answer will not report (it raised, or the run had no answer)."""
     client.hdel(run_key(run_id), "check")

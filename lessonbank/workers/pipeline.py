@@ -259,8 +259,9 @@ def _taught(run: runs.Run, stats: ConsolidationStats) -> list[str]:
 
 def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], taught: list[str]) -> runs.Run:
     """The run as its credit reads it once distilled: what distillation judged and taught, and the verdict a
-    user or a check gave meanwhile (one given after this read is credited by its own credit task, which waits
-    for the run to be marked distilled)."""
+    user or a check gave meanwhile (one given after the credit's read is credited by a credit task of its own:
+    queued by ``set_verdict`` once the run is marked distilled, or, before that, by the marking,
+    ``runs.credit_if_changed``)."""
     return _refreshed(deps, dataclasses.replace(run, meta={**run.meta, "judged": json.dumps(judged),
                                                             "taught": json.dumps(taught)}))
 
@@ -285,6 +286,9 @@ def _mark_distilled(deps: Deps, run: runs.Run, stats: ConsolidationStats, judged
     upto = max((step.seq for step in run.steps), default=-1)
     runs.mark_distilled(deps.redis, run.run_id, deps.settings.step_ttl, stats.as_dict(), judged, upto,
                         _taught(run, stats) if taught is None else taught)
+    if runs.credit_if_changed(deps.redis, run.bank, run.run_id, deps.settings.queue):
+        logger.info("bank %s run %s: a verdict came as the run was credited; it is credited again", run.bank,
+                    run.run_id)
     if runs.step_count(deps.redis, run.run_id) > len(run.steps) + run.malformed:
         runs.queue_followup(deps.redis, run.bank, run.run_id, deps.settings.queue)
 

@@ -19,7 +19,7 @@ from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
 from lessonbank.core import runs, summary
-from lessonbank.core.constants import DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
+from lessonbank.core.constants import CREDIT_TASK, DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
 from lessonbank.core.models import Lesson, Provenance, StepRecord
@@ -31,7 +31,7 @@ from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import Deps, _vouched_by_another, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
-from tests.fixtures.recorded import distill_args
+from tests.fixtures.recorded import distill_args, queued_tasks
 from tests.fixtures.runs import run_state, write_run
 from tests.fixtures.scripted_model import ScriptedModel, code_reply
 
@@ -417,6 +417,35 @@ def test_a_run_is_credited_and_summarized_before_it_is_marked_distilled(deps: De
     distill_one(deps, "b", run_id)
     assert seen["summaries"] == [run_id] and seen["credit"] is not None and seen["given"] == 1
     assert run_state(deps.redis, run_id)["state"] == "distilled"
+
+
+def test_a_verdict_given_as_the_run_is_credited_is_credited_again(deps: Deps, openai_server: FakeOpenAI,
+                                                                   store: LessonStore,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's "wrong" arrives after distillation credited the run (its own ending: a success) and before the
+    run is marked distilled: ``set_verdict`` queues no credit for a run not distilled yet, and distillation read
+    the verdict before it came. Marking the run distilled sees the change and queues its credit."""
+    openai_server.default = Reply(content=lessons_json())
+    lesson = Lesson.new("b", "approach", "Call list_orders with page=1, 2, ... until page reaches 'pages'.")
+    store.upsert([lesson])
+    run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("m1"), run_id="m1")
+    deps.redis.hset(run_key(run_id), mapping={"given": json.dumps([lesson.id])})
+    mark = runs.mark_distilled
+
+    def marked(*args: Any, **kwargs: Any) -> None:  # the verdict comes just before the real write
+        assert runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong", deps.settings.queue) == 1
+        mark(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "mark_distilled", marked)
+    distill_one(deps, "b", run_id)
+    assert runs.load_credit(deps.redis, run_id)["verdict"] == "success"  # what distillation credited
+    assert queued_tasks(deps.redis, deps.settings.queue) == [(CREDIT_TASK, ["b", run_id])]
+    credit_one(deps, "b", run_id)
+    stored = store.get("b", [lesson.id])[0]
+    assert (stored.helpful, stored.harmful) == (0, 1) and runs.load_credit(deps.redis, run_id)["verdict"] == "failure"
+    monkeypatch.setattr(runs, "mark_distilled", mark)
+    deps.redis.delete(deps.settings.queue)
+    assert not runs.credit_if_changed(deps.redis, "b", run_id, deps.settings.queue)  # credited as it stands
 
 
 def test_a_verdict_given_while_the_run_is_distilled_is_the_one_credited(deps: Deps, openai_server: FakeOpenAI,
