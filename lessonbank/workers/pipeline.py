@@ -374,6 +374,11 @@ def _found_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
     return _best_effort(run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
 
 
+def _answer_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
+    """The run's fixes whose corrected line gave its answer: the ones its verdict decides on."""
+    return [fix for fix in _found_fixes(deps, run) if _gave_the_answer(run, fix)]
+
+
 def _corrected_line(text: str) -> str:
     """A fix's corrected line (its whole text if it has none), on one line, for a log line."""
     pair = fixtext.lines(text)
@@ -547,7 +552,7 @@ def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None
     judged = run.judged
     if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")) and not judged.get("late"):
         return  # distillation knew: it kept no such fix (nor did a later success, ``_keep_late_success``)
-    for fix in [fix for fix in _found_fixes(deps, run) if _gave_the_answer(run, fix)]:
+    for fix in _answer_fixes(deps, run):
         fid = fact_id(run.bank, fix.fingerprint, kind="fix")
         for lesson in deps.store.get(run.bank, [fid]):
             if lesson.status != "active" or lesson.source_run_ids != [run.run_id]:
@@ -576,8 +581,7 @@ def _keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
         run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source), None)
     refused: list[Observed] = []
     if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")):
-        refused = _keepable(deps, run, _as_observed(deps, run, [
-            fix for fix in _found_fixes(deps, run) if _gave_the_answer(run, fix)]))
+        refused = _keepable(deps, run, _as_observed(deps, run, _answer_fixes(deps, run)))
     stats, recipe_id = ConsolidationStats(), None
     if recipe is not None or refused:
         stats, recipe_id = _consolidate(deps, run, [], recipe, verified=vouches(run, verdict, source),
@@ -599,10 +603,8 @@ def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> 
         return
     recipe_id = run.judged.get("recipe")
     wanted = {recipe_id: _retracted_recipe(run.run_id)} if recipe_id else {}
-    if run.steps:
-        for fix in _found_fixes(deps, run):
-            if _gave_the_answer(run, fix):
-                wanted[fact_id(run.bank, fix.fingerprint, kind="fix")] = _retracted_fix(run.run_id)
+    for fix in _answer_fixes(deps, run) if run.steps else []:
+        wanted[fact_id(run.bank, fix.fingerprint, kind="fix")] = _retracted_fix(run.run_id)
     for lesson in deps.store.get(run.bank, list(wanted)) if wanted else []:
         if lesson.status == "retired" and lesson.status_reason.startswith(wanted[lesson.id]):
             deps.store.set_status(run.bank, [lesson.id], "active",
