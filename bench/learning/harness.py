@@ -35,6 +35,7 @@ class Arm:
     memory: bool
     remember_kwargs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    one_bank: bool = False  # one bank for every task (as one agent doing several jobs), not one per task
 
 
 ARMS: dict[str, Arm] = {
@@ -42,6 +43,8 @@ ARMS: dict[str, Arm] = {
     "memory": Arm("memory", memory=True, description="lessonbank.remember(agent, bank=..., check=...)"),
     "memory-prose": Arm("memory-prose", memory=True, remember_kwargs={"recipes": False},
                         description="lessonbank.remember(..., check=..., recipes=False): prose lessons only"),
+    "memory-one-bank": Arm("memory-one-bank", memory=True, one_bank=True,
+                           description="lessonbank.remember(agent, bank=<one bank for every task>, check=...)"),
 }
 
 

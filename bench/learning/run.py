@@ -6,7 +6,8 @@ For each task, run 1..N meet variants of the same trap (other ids and values, sa
 same order and with the same sampling seeds in every arm. Arm ``none`` is a plain agent; arm
 ``memory`` is the same agent given ``lessonbank.remember(agent, bank=<per-task bank>,
 check=<the task's checker>)``, and the real worker distills each run with the same model before the
-next run of that arm starts. Writes ``results/learning.json`` and ``results/learning.png``
+next run of that arm starts; arm ``memory-one-bank`` keeps every task in one bank, as one agent doing
+several jobs would, and the runs then go run index by run index across the tasks. Writes ``results/learning.json`` and ``results/learning.png``
 (``learning-quick.*`` with ``--quick``); ``--arms none --runs-per-task 5`` measures the unaided rates.
 """
 
@@ -83,7 +84,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def bank_name(arm: Arm, task: TrapTask) -> str:
-    return f"learning-{arm.name}-{task.name}"
+    return f"learning-{arm.name}" if arm.one_bank else f"learning-{arm.name}-{task.name}"
+
+
+def run_order(tasks: list[TrapTask], runs: int, arms: list[Arm]) -> list[tuple[TrapTask, int, Arm]]:
+    """(task, run index, arm) in the order they run: task by task, or, when an arm keeps every task in one
+    bank, run index by run index, so that its bank holds the lessons of the other tasks' runs before each
+    run (a bank per task sees the same runs in either order)."""
+    if any(a.one_bank for a in arms):
+        return [(t, i, a) for i in range(runs) for t in tasks for a in arms]
+    return [(t, i, a) for t in tasks for i in range(runs) for a in arms]
 
 
 def run_meta(client: redis.Redis, run_id: str) -> dict[str, str]:
@@ -158,18 +168,16 @@ def configure_logging() -> None:
 
 def run_all(args: argparse.Namespace, tasks: list[TrapTask], arms: list[Arm], workdir: Path,
             payload: dict[str, Any], partial: Path) -> str:
-    """Every (task, run index, arm) in that order, the banks' lessons at the end; returns the model's name."""
+    """Every (task, run index, arm) in ``run_order``, the banks' lessons at the end; returns the model's name."""
     rows: list[dict[str, Any]] = payload["runs"]
     with services(workdir, args.model, any(a.memory for a in arms), args.n_ctx, args.threads) as svc:
         config = AgentConfig(svc.llm_url, svc.llm_model, temperature=args.temperature, max_steps=args.max_steps,
                              seed=args.seed, reworded=args.reworded)
         client = redis.Redis.from_url(svc.settings.redis_url) if svc.settings else None
-        for task in tasks:
-            for index in range(args.runs_per_task):
-                for arm in arms:
-                    rows.append(one_run(config, svc, client, task, index, arm))
-                    write_json(partial, payload)
-        banks = [bank_name(a, t) for a in arms if a.memory for t in tasks]
+        for task, index, arm in run_order(tasks, args.runs_per_task, arms):
+            rows.append(one_run(config, svc, client, task, index, arm))
+            write_json(partial, payload)
+        banks = list(dict.fromkeys(bank_name(a, t) for a in arms if a.memory for t in tasks))
         payload["banks"] = bank_lessons(svc.settings, banks) if svc.settings and banks else {}
         return svc.llm_model
 

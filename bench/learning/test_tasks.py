@@ -1,6 +1,6 @@
 """Smoke test of the learning benchmark's tasks: variants, tools' data, checkers, figures (no LLM, no services).
 
-Not collected by the default ``pytest`` run (``testpaths = ["tests"]``); run it with
+Part of the default ``pytest`` run (``testpaths``); alone:
 
     python -m pytest -q -p no:cacheprovider bench/learning/test_tasks.py
 """
@@ -212,3 +212,20 @@ def test_the_first_call_probe_gives_one_fix_in_each_form_and_reads_the_date_pass
     assert summary["pairs task vs stored"] == {"n": 1, "task right, stored not": 1, "stored right, task not": 0}
     assert summary["pairs task vs stored, right answer"]["n"] == 1 and summary["all/task"]["right answer"] == 0
     assert summary["all/task"]["right date"] == 1 and summary["all/stored"]["ISO date"] == 1
+
+
+def test_an_arm_with_one_bank_shares_it_across_tasks_and_runs_them_run_index_first() -> None:
+    from harness import ARMS
+    from run import bank_name, run_order
+
+    tasks = [ALL_TASKS["invoice_cents"], ALL_TASKS["date_format"]]
+    per_task, shared, plain = ARMS["memory"], ARMS["memory-one-bank"], ARMS["none"]
+    assert {bank_name(shared, t) for t in tasks} == {"learning-memory-one-bank"}
+    assert len({bank_name(per_task, t) for t in tasks}) == 2
+    order = [(t.name, i, a.name) for t, i, a in run_order(tasks, 2, [plain, shared])]
+    assert order == [("invoice_cents", 0, "none"), ("invoice_cents", 0, "memory-one-bank"),
+                     ("date_format", 0, "none"), ("date_format", 0, "memory-one-bank"),
+                     ("invoice_cents", 1, "none"), ("invoice_cents", 1, "memory-one-bank"),
+                     ("date_format", 1, "none"), ("date_format", 1, "memory-one-bank")]
+    assert [(t.name, i) for t, i, _ in run_order(tasks, 2, [per_task])] == [
+        ("invoice_cents", 0), ("invoice_cents", 1), ("date_format", 0), ("date_format", 1)]
