@@ -7,8 +7,9 @@ same order and with the same sampling seeds in every arm. Arm ``none`` is a plai
 ``memory`` is the same agent given ``lessonbank.remember(agent, bank=<per-task bank>,
 check=<the task's checker>)``, and the real worker distills each run with the same model before the
 next run of that arm starts; arm ``memory-one-bank`` keeps every task in one bank, as one agent doing
-several jobs would, and the runs then go run index by run index across the tasks. Writes ``results/learning.json`` and ``results/learning.png``
-(``learning-quick.*`` with ``--quick``); ``--arms none --runs-per-task 5`` measures the unaided rates.
+several jobs would, and the runs then go run index by run index across the tasks. Writes
+``results/learning.json`` and ``results/learning.png`` (``learning-quick.*`` with ``--quick``);
+``--arms none --runs-per-task 5`` measures the unaided rates.
 """
 
 from __future__ import annotations
