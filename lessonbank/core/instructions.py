@@ -31,6 +31,7 @@ import ast
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -256,8 +257,15 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
             adapt += f" (for this task: {_new_for_old(rewrites)})"
     head = (f'Code that solved a similar task before (task: "{_one_line(recipe.task)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){adapt}:")
-    fence = "python" if recipe.language == "python" else "json"
-    return f"{head}\n```{fence}\n{code}\n```"
+    fence, language = _fence(code), "python" if recipe.language == "python" else "json"
+    return f"{head}\n{fence}{language}\n{code}\n{fence}"
+
+
+def _fence(code: str) -> str:
+    """A code fence longer than any run of backticks in ``code`` (a docstring or string of the run's code may
+    hold one), so that no line of the code can close it and go on as text of the block (CommonMark)."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def _in_use(lesson: Lesson) -> str:
