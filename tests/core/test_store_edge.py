@@ -3,6 +3,8 @@ the import of qdrant-client's local store, the fusion it computes, and exact rou
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import shutil
 from pathlib import Path
@@ -14,9 +16,10 @@ from qdrant_client import QdrantClient
 from lessonbank.core.embeddings import FastEmbedEmbedder, sparse_vector
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable, StoreError
 from lessonbank.core.models import Lesson, Recipe
+from lessonbank.core.store import edge
 from lessonbank.core.store.base import DENSE, LEXICAL, RRF_K, fuse
 from lessonbank.core.store.edge import EdgeLessonStore
-from lessonbank.core.store.edge_files import COMPLETE, REBUILD, RETIRED
+from lessonbank.core.store.edge_files import COMPLETE, PURGE, REBUILD, RETIRED
 from lessonbank.core.store.qdrant import LessonStore
 
 
@@ -194,6 +197,84 @@ def test_an_interrupted_purge_is_finished_on_open(tmp_path: Path, embedder: Fast
     reopened = EdgeLessonStore(path, embedder)
     assert reopened.banks() == {"a": 1} and not (shard / COMPLETE).exists()
     reopened.close()
+
+
+def test_a_purge_killed_before_its_swap_is_done_again_when_the_store_opens(
+    tmp_path: Path, embedder: FastEmbedEmbedder
+) -> None:
+    path = tmp_path / "qdrant"
+    store = EdgeLessonStore(path, embedder)
+    kept = [Lesson.new("b", "fact", f"WOMBAT-{i} the warehouse feed lists weights in grams.") for i in range(3)]
+    gone = [Lesson.new("b", "fact", f"QUOKKA-{i} the billing API hangs without a timeout.") for i in range(2)]
+    store.upsert(kept + gone)
+    store.close()
+    pid = os.fork()
+    if pid == 0:  # the process deleting dies once the fresh copy is complete, before the swap
+        try:
+            child = EdgeLessonStore(path, embedder)
+            child.open()
+            Path.rename = lambda *_: os._exit(3)  # type: ignore[assignment,method-assign]
+            child.delete("b", [lesson.id for lesson in gone])
+        finally:
+            os._exit(4)
+    assert os.waitpid(pid, 0)[1] >> 8 == 3
+    assert files_containing(path, "QUOKKA") and (store.shard_dir.parent / (store.shard_dir.name + PURGE)).exists()
+
+    reopened = EdgeLessonStore(path, embedder)
+    try:
+        assert reopened.delete("b", [lesson.id for lesson in gone]) == 0  # gone from the index already
+        assert sorted(lesson.text for lesson in reopened.list("b")) == sorted(lesson.text for lesson in kept)
+    finally:
+        reopened.close()
+    assert files_containing(path, "QUOKKA") == [] and files_containing(path, "WOMBAT-2")
+    assert sorted(p.name for p in store.shard_dir.parent.iterdir()) == [store.shard_dir.name]
+
+
+def test_a_purge_that_fails_leaves_the_store_open_and_is_retried(
+    tmp_path: Path, embedder: FastEmbedEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "qdrant"
+    store = EdgeLessonStore(path, embedder)
+    kept = Lesson.new("b", "fact", "WOMBAT the warehouse feed lists weights in grams.")
+    gone = Lesson.new("b", "fact", "QUOKKA the billing API hangs without a timeout.")
+    store.upsert([kept, gone])
+    write_text = Path.write_text
+
+    def disk_full(self: Path, *args: object, **kwargs: object) -> int:
+        if self.name == COMPLETE:  # the shard is closed by then
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    try:
+        with pytest.raises(StoreError, match="compact after a delete: .*No space left"):
+            store.delete("b", [gone.id])
+        assert store.list("b") == [kept]  # still open, on the old shard, without the deleted lesson
+        store.upsert([Lesson.new("b", "fact", "WOMBAT-NEW written after the failed purge.")])
+        store.maintain()  # retried: fails again, logged, not raised
+        assert files_containing(path, "QUOKKA")
+        monkeypatch.setattr(Path, "write_text", write_text)
+        store.maintain()  # not before PURGE_RETRY_SECONDS
+        assert files_containing(path, "QUOKKA")
+        monkeypatch.setattr(edge, "PURGE_RETRY_SECONDS", 0.0)
+        store.maintain()
+        assert files_containing(path, "QUOKKA") == []
+        assert sorted(lesson.text for lesson in store.list("b")) == sorted(
+            [kept.text, "WOMBAT-NEW written after the failed purge."])
+    finally:
+        store.close()
+    assert not (store.shard_dir.parent / (store.shard_dir.name + PURGE)).exists()
+    other = EdgeLessonStore(path, embedder)  # the path's lock was released
+    assert other.banks() == {"b": 2}
+    other.close()
+
+
+@pytest.mark.parametrize("collection", ["lessons.retired", "lessons.rebuild", "lessons.purge"])
+def test_a_collection_may_not_take_the_name_of_another_ones_purge_folder(
+    tmp_path: Path, embedder: FastEmbedEmbedder, collection: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="LESSONBANK_COLLECTION=.*not ending in"):
+        EdgeLessonStore(tmp_path, embedder, collection=collection).open()
 
 
 def test_active_lessons_are_found_through_live_whatever_wrote_them(tmp_path: Path,

@@ -39,12 +39,23 @@ from lessonbank.core.embeddings import Embedder, SparseVector
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable, StoreError
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.base import DENSE, LEXICAL, Hit, LessonStoreBase, Payload, fuse, hybrid_depth
-from lessonbank.core.store.edge_files import COMPLETE, REBUILD, RETIRED, exact_payload, lock_path, recover, sibling
+from lessonbank.core.store.edge_files import (
+    COMPLETE,
+    PURGE,
+    REBUILD,
+    RETIRED,
+    SUFFIXES,
+    exact_payload,
+    lock_path,
+    recover,
+    sibling,
+)
 
 logger = logging.getLogger(__name__)
 
 SHARDS = "shards"
 FLUSH_SECONDS = 5.0
+PURGE_RETRY_SECONDS = 60.0  # a purge left undone by an error is tried again by ``maintain()`` this often
 _PAGE = 256
 _COPY_PAGE = 4096
 _FACET_LIMIT = 100_000
@@ -131,13 +142,15 @@ class EdgeLessonStore(LessonStoreBase):
         self._engine = threading.RLock()
         self._dirty = False
         self._flushed_at = time.monotonic()
+        self._purge_pending = False  # this shard's ``.purge`` marker is there (read at open, set by deletes)
+        self._purge_tried = 0.0
 
     @property
     def shard_dir(self) -> Path:
-        if not _COLLECTION_NAME.fullmatch(self.collection):
+        if not _COLLECTION_NAME.fullmatch(self.collection) or self.collection.endswith(SUFFIXES):
             raise ConfigurationError(
                 f"LESSONBANK_COLLECTION={self.collection!r} cannot name the embedded store's folder "
-                "(letters, digits, '_', '-' and '.', up to 128 characters)"
+                f"(letters, digits, '_', '-' and '.', up to 128 characters, not ending in {', '.join(SUFFIXES)})"
             )
         return self.path / SHARDS / self.collection
 
@@ -151,7 +164,8 @@ class EdgeLessonStore(LessonStoreBase):
                 return
             shard_dir = self.shard_dir
             self.path.mkdir(parents=True, exist_ok=True)
-            self._lock_file = lock_path(self.path)
+            if self._lock_file is None:  # still held after a purge that failed with the shard closed
+                self._lock_file = lock_path(self.path)
             try:
                 recover(shard_dir)
                 self._shard = self._load(shard_dir)
@@ -166,6 +180,9 @@ class EdgeLessonStore(LessonStoreBase):
                     logger.info("indexed %d active lessons of %s by bank", marked, shard_dir)
                 if moved or marked:
                     self._shard.flush()
+                self._purge_pending = sibling(shard_dir, PURGE).exists()
+                if self._purge_pending:
+                    self._purge_again("a delete's purge was left undone")
             except BaseException:
                 self._close_engine()
                 raise
@@ -242,8 +259,12 @@ class EdgeLessonStore(LessonStoreBase):
         return self._shard
 
     def maintain(self) -> None:
-        """Flush written points to the segments if the last flush is older than ``FLUSH_SECONDS``."""
+        """Flush written points to the segments if the last flush is older than ``FLUSH_SECONDS``; retry a
+        purge that an error left undone every ``PURGE_RETRY_SECONDS``."""
         with self._engine:
+            if (self._purge_pending and self._shard is not None
+                    and time.monotonic() - self._purge_tried >= PURGE_RETRY_SECONDS):
+                self._purge_again("retrying the purge a delete left undone")
             if self._dirty and self._shard is not None and time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
                 with _engine_errors("flush"):
                     self._shard.flush()
@@ -256,23 +277,44 @@ class EdgeLessonStore(LessonStoreBase):
         Deleted points linger in the old shard's segments until a vacuum, and their original writes in
         its write-ahead log until the log wraps; a fresh shard holds neither. (Vacuuming and then
         dropping the log is not an option: a new log restarts the operation numbers, and the engine
-        would skip later operations as already applied.) ``_recover`` finishes an interrupted purge.
+        would skip later operations as already applied.) ``recover`` finishes an interrupted purge; one
+        that failed leaves the store open on whichever shard ``recover`` keeps, and its ``.purge`` marker,
+        so that the purge is done again (``maintain``, ``open``).
         """
         shard_dir = self.shard_dir
         fresh, old = sibling(shard_dir, REBUILD), sibling(shard_dir, RETIRED)
-        with self._engine, _engine_errors("compact after a delete"):
-            shutil.rmtree(fresh, ignore_errors=True)
-            self._copy_live(fresh)
-            self.shard.close()
-            self._shard = None
-            (fresh / COMPLETE).write_text("")
-            shard_dir.rename(old)
-            fresh.rename(shard_dir)
-            (shard_dir / COMPLETE).unlink()
-            shutil.rmtree(old)
-            self._shard = _reopen(shard_dir, self.embedder.dim)
-            self._dirty = False
-            self._flushed_at = time.monotonic()
+        with self._engine:
+            self._purge_tried = time.monotonic()
+            try:
+                with _engine_errors("compact after a delete"):
+                    shutil.rmtree(fresh, ignore_errors=True)
+                    self._copy_live(fresh)
+                    self.shard.close()
+                    self._shard = None
+                    (fresh / COMPLETE).write_text("")
+                    shard_dir.rename(old)
+                    fresh.rename(shard_dir)
+                    (shard_dir / COMPLETE).unlink()
+                    shutil.rmtree(old)
+                    self._shard = _reopen(shard_dir, self.embedder.dim)
+                    self._dirty = False
+                    self._flushed_at = time.monotonic()
+            finally:
+                if self._shard is None:  # failed with no shard open: reopen the one recover keeps
+                    with contextlib.suppress(Exception):  # else the next call's open() tries again
+                        recover(shard_dir)
+                        self._shard = _reopen(shard_dir, self.embedder.dim)
+            sibling(shard_dir, PURGE).unlink(missing_ok=True)
+            self._purge_pending = False
+
+    def _purge_again(self, why: str) -> None:
+        """Purge for a delete whose purge was left undone; a failure is logged (the marker stays)."""
+        logger.warning("%s: purging %s, where deleted lessons' text is still in the files", why, self.shard_dir)
+        try:
+            self._purge()
+        except StoreError:
+            logger.exception("the purge of %s failed again; retrying in %.0f s", self.shard_dir,
+                             PURGE_RETRY_SECONDS)
 
     def _copy_live(self, fresh: Path) -> None:
         target = qe.EdgeShard.create(str(fresh), _config(self.embedder.dim))
@@ -322,6 +364,8 @@ class EdgeLessonStore(LessonStoreBase):
 
     def _remove(self, ids: builtins.list[str]) -> None:
         with self._engine:
+            sibling(self.shard_dir, PURGE).touch()  # until the purge is done: see ``_purge``
+            self._purge_pending = True
             self._update(qe.UpdateOperation.delete_points(builtins.list(ids)), "delete lessons")
             self._purge()
 

@@ -5,6 +5,9 @@
 - a purge writes the live points into ``<shard>.rebuild``, marks it ``COMPLETE``, renames the old shard
   to ``<shard>.retired`` and the fresh one into place, then removes the old one; ``recover`` finishes or
   rolls back those steps after a crash, so a deleted lesson never survives in a leftover folder;
+- ``<shard>.purge``, written before points are deleted and removed once the purge is done: a purge that a
+  crash or an error left undone (the deleted points gone from the index but their text still in the
+  shard's files) is done again when the store opens, and retried while it runs;
 - ``exact_payload``: floats stored as their repr, because the engine parses JSON floats only to within
   one unit in the last place (qdrant-edge 0.9).
 """
@@ -19,7 +22,8 @@ from typing import IO, Any
 from lessonbank.core.exceptions import ServiceUnavailable
 
 LOCK_FILE = "lessonbank.lock"
-REBUILD, RETIRED, COMPLETE = ".rebuild", ".retired", "COMPLETE"
+REBUILD, RETIRED, PURGE, COMPLETE = ".rebuild", ".retired", ".purge", "COMPLETE"
+SUFFIXES = (REBUILD, RETIRED, PURGE)  # what a purge puts next to a shard: no collection's name ends so
 
 
 def lock_path(path: Path) -> IO[str]:
