@@ -16,7 +16,7 @@ import pytest
 import redis
 from qdrant_client import QdrantClient
 
-from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.exceptions import ServiceUnavailable, StoreError
 from lessonbank.core.models import Lesson
@@ -204,6 +204,51 @@ def test_a_delete_the_owner_took_is_waited_for_beyond_the_store_timeout(
     finally:
         owner.stop()
         store.close()
+
+
+def fake_owner(redis_client: redis.Redis, delay: float, reply: bytes | None) -> threading.Thread:
+    """A thread that takes the next store request after ``delay`` seconds and sends ``reply`` (None: never)."""
+    def serve() -> None:
+        time.sleep(delay)
+        item = redis_client.blpop([STORE_REQUESTS_KEY], timeout=10)
+        assert item is not None
+        if reply is not None:
+            redis_client.rpush(store_reply_key(json.loads(item[1])["id"]), reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_store_timeout_longer_than_the_clients_socket_timeout_is_waited_in_pieces(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=1.0)  # as the CLI's (10 s), shorter
+    remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 4.0}), client)
+    owner = fake_owner(redis_client, 2.5, b'{"ok": true, "result": {"a": 2}}')
+    assert remote.banks() == {"a": 2}  # not "Redis unreachable" once the socket's 1 s has passed
+    owner.join()
+
+    remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 2.5}), client)
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable, match="no lesson store owner answered within 2.5s"):
+        remote.delete_bank("a")
+    assert 2.4 < time.monotonic() - started < 5
+    assert redis_client.llen(STORE_REQUESTS_KEY) == 0  # taken back: no owner starting later runs the delete
+
+
+@pytest.mark.timeout(120)
+def test_a_delete_whose_owner_died_fails_once_its_heartbeat_lapses(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    redis_client.set(STORE_OWNER_KEY, "worker-1", px=2500)  # the owner's heartbeat, not renewed: it died
+    owner = fake_owner(redis_client, 0.0, None)  # takes the delete, never replies
+    remote = RemoteLessonStore(settings.model_copy(update={"store_timeout": 0.3}))
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable, match="stopped during delete_bank .its heartbeat lapsed"):
+        remote.delete_bank("a")
+    assert time.monotonic() - started < 10  # not PURGE_WAIT (600 s)
+    owner.join()
 
 
 @pytest.fixture

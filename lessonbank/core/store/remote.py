@@ -5,9 +5,10 @@ the process that owns it (``owner.StoreOwner``, in the worker service) over Redi
 - the owner BLPOPs it, drops it if its deadline has passed, runs the call and RPUSHes the reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "message"}}`` to
   ``store_reply_key(id)``, which expires after ``REPLY_TTL`` seconds;
-- the caller BLPOPs its reply key for at most ``settings.store_timeout`` seconds and raises
-  ``ServiceUnavailable`` when nothing came; a delete that the owner has taken (it rewrites the embedded
-  store's files) is waited for up to ``PURGE_WAIT`` seconds.
+- the caller BLPOPs its reply key for at most ``settings.store_timeout`` seconds (in waits shorter than
+  its client's socket timeout) and raises ``ServiceUnavailable`` when nothing came, taking its request
+  back if no owner has; a delete that the owner has taken (it rewrites the embedded store's files) is
+  waited for up to ``PURGE_WAIT`` seconds, or until the owner's heartbeat (``STORE_OWNER_KEY``) lapses.
 
 ``RemoteLessonStore`` has no method of its own: each method of ``LessonStoreProtocol`` is forwarded,
 its arguments and result encoded with the protocol's own annotations (``protocol.codec``). This
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 
 from lessonbank.core import exceptions
 from lessonbank.core.connections import create_redis
-from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec
@@ -94,36 +95,64 @@ class RemoteLessonStore:
         key = store_reply_key(request_id)
         payload = json.dumps(request)
         taken = False
+        why = f"did not finish {method} within {self.timeout:g}s"
+        chunk = self._chunk()
         try:
+            ends = time.monotonic() + self.timeout
             pipe = self.redis.pipeline(transaction=False)  # the request and the wait in one round trip
             pipe.rpush(STORE_REQUESTS_KEY, payload)
-            pipe.blpop([key], timeout=self.timeout)
+            pipe.blpop([key], timeout=min(self.timeout, chunk))
             _, item = pipe.execute()
+            item = item if item is not None else self._wait(key, ends, chunk)
             if item is None:  # nobody took it: do not leave it queued for a later owner
                 taken = self.redis.lrem(STORE_REQUESTS_KEY, 1, payload) == 0
                 if taken and method in PURGES:
-                    item = self._wait_longer(key)
+                    item, why = self._wait_for_purge(key, method, chunk)
         except redis.RedisError as e:
+            self._withdraw(payload)
             raise ServiceUnavailable(f"Redis unreachable for lesson store requests: {e}") from e
         if item is None:
             if taken:
-                waited = PURGE_WAIT if method in PURGES else self.timeout
-                raise ServiceUnavailable(f"the lesson store owner did not finish {method} within {waited:g}s")
+                raise ServiceUnavailable(f"the lesson store owner {why}")
             raise ServiceUnavailable(
                 f"no lesson store owner answered within {self.timeout:g}s; is a worker running?"
             )
         return item[1]
 
-    def _wait_longer(self, key: str) -> Any:
-        """BLPOP ``key`` for up to ``PURGE_WAIT`` seconds, in waits shorter than the client's socket timeout."""
-        socket_timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 10.0
-        chunk = max(float(socket_timeout) - 1.0, 1.0)
-        deadline = time.monotonic() + PURGE_WAIT
-        while (left := deadline - time.monotonic()) > 0:
-            item = self.redis.blpop([key], timeout=min(chunk, max(left, 1.0)))
+    def _chunk(self) -> float:
+        """The longest BLPOP this client can wait for: a second (or half) under its socket timeout."""
+        socket_timeout = float(self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 10.0)
+        return max(socket_timeout - 1.0, socket_timeout / 2)
+
+    def _wait(self, key: str, ends: float, chunk: float) -> Any:
+        """BLPOP ``key`` until ``ends`` (monotonic), in waits of at most ``chunk`` seconds."""
+        while (left := ends - time.monotonic()) > 0.05:
+            item = self.redis.blpop([key], timeout=min(chunk, left))
             if item is not None:
                 return item
         return None
+
+    def _wait_for_purge(self, key: str, method: str, chunk: float) -> tuple[Any, str]:
+        """(the reply, or None and why): a delete the owner took, waited for up to ``PURGE_WAIT`` seconds while
+        the owner's heartbeat, if it had one, lasts (a killed owner never replies)."""
+        started = time.monotonic()
+        owner = self.redis.get(STORE_OWNER_KEY)
+        while time.monotonic() - started < PURGE_WAIT:
+            item = self._wait(key, min(time.monotonic() + chunk, started + PURGE_WAIT), chunk)
+            if item is not None:
+                return item, ""
+            if owner is not None and self.redis.get(STORE_OWNER_KEY) != owner:
+                lapsed = time.monotonic() - started
+                return None, (f"stopped during {method} (its heartbeat lapsed after {lapsed:.0f}s); whatever it "
+                              "deleted stays deleted, and a purge left undone is done when the store opens again")
+        return None, f"did not finish {method} within {PURGE_WAIT:g}s"
+
+    def _withdraw(self, payload: str) -> None:
+        """Take a request back from the queue after an error, if Redis answers (a lost one times out there)."""
+        try:
+            self.redis.lrem(STORE_REQUESTS_KEY, 1, payload)
+        except redis.RedisError:
+            pass
 
     def close(self) -> None:
         """Nothing to release (the Redis client is shared or closed with the process)."""
