@@ -89,6 +89,19 @@ def test_upsert_is_idempotent_and_overwrites(store: LessonStoreBase) -> None:
 def test_upsert_rejects_a_non_uuid_id(store: LessonStoreBase) -> None:
     with pytest.raises(StoreError, match="not a uuid"):
         store.upsert([lesson("a", "fact", DATES, id="lesson-1")])
+    upper = lesson("a", "fact", DATES)
+    with pytest.raises(StoreError, match="not a uuid in its standard form"):  # it would read back lower case
+        store.upsert([upper.model_copy(update={"id": upper.id.upper()})])
+
+
+def test_a_lesson_is_found_by_its_id_in_any_spelling_of_the_uuid(store: LessonStoreBase) -> None:
+    first = lesson("a", "fact", DATES)
+    store.upsert([first])
+    spellings = [first.id.upper(), "{" + first.id + "}", first.id.replace("-", ""), "urn:uuid:" + first.id]
+    for spelling in spellings:
+        assert store.get("a", [spelling]) == [first], spelling
+    assert store.set_status("a", [first.id.upper()], "forgotten") == 1
+    assert store.delete("a", [first.id.replace("-", "")]) == 1 and store.list("a", include_inactive=True) == []
 
 
 def test_get_keeps_order_skips_other_banks_and_bad_ids(store: LessonStoreBase) -> None:

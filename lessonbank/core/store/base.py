@@ -34,12 +34,18 @@ Payload = dict[str, Any]
 Hit = tuple[Payload, float]
 
 
-def valid_point_id(lesson_id: str) -> bool:
+def point_id(lesson_id: str) -> str | None:
+    """``lesson_id`` in the engine's form of a uuid (lower case, dashed), whatever its spelling; None if no uuid."""
     try:
-        uuid.UUID(lesson_id)
+        return str(uuid.UUID(lesson_id))
     except (ValueError, AttributeError, TypeError):
-        return False
-    return True
+        return None
+
+
+def valid_point_id(lesson_id: str) -> bool:
+    """Whether a lesson may be written with this id: a uuid in the engine's own form, which is how its id
+    reads back (``Lesson.new`` makes them so)."""
+    return point_id(lesson_id) == lesson_id
 
 
 def hybrid_depth(limit: int) -> int:
@@ -143,7 +149,7 @@ class LessonStoreBase(ABC):
 
     def _points(self, bank: str, lesson_ids: builtins.list[str]) -> builtins.list[tuple[str, Payload]]:
         """(id, payload) of the points of ``bank`` with these ids, in the order asked, each once."""
-        ids = builtins.list(dict.fromkeys(i for i in lesson_ids if valid_point_id(i)))
+        ids = builtins.list(dict.fromkeys(found for i in lesson_ids if (found := point_id(i)) is not None))
         if not ids:
             return []
         by_id = {point_id: payload for point_id, payload in self._retrieve(ids, None) if payload.get("bank") == bank}
@@ -166,7 +172,8 @@ class LessonStoreBase(ABC):
             return
         for lesson in lessons:
             if not valid_point_id(lesson.id):
-                raise StoreError(f"lesson id {lesson.id!r} is not a uuid; build lessons with Lesson.new()")
+                raise StoreError(f"lesson id {lesson.id!r} is not a uuid in its standard form (lower case, with "
+                                 "dashes); build lessons with Lesson.new()")
         self._ensure()
         dense = self.embedder.embed([lesson.text for lesson in lessons])  # one batch, outside the write lock
         lexical = [sparse_vector(lesson.text) for lesson in lessons]
