@@ -4,6 +4,7 @@ exporter), the heartbeat, and a real worker subprocess whose /metrics endpoint a
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -128,6 +129,23 @@ def test_without_the_extras_distilling_works_untraced(deps: Deps, openai_server:
     stats = distill_one(deps, "b", write_run(deps.redis, "b"))
     assert stats is not None and stats.added == 1
     assert observe.metrics() is None and tracing._tracer() is None
+
+
+def test_two_workers_serving_an_embedded_store_over_one_redis_say_so(
+    settings: Settings, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = observe.Heartbeat(settings, "w1@host-a", serves_store=lambda: True)
+    second = observe.Heartbeat(settings, "w2@host-b", serves_store=lambda: True)
+    with caplog.at_level(logging.ERROR, logger="lessonbank.workers.observe.heartbeat"):
+        first.beat()
+        first.beat()  # its own name: nothing to say
+        assert not caplog.records
+        second.beat()
+        first.beat()
+        second.beat()  # once per rival
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 2 and "another worker (w1@host-a)" in said[0] and "another worker (w2@host-b)" in said[1]
+    assert "LESSONBANK_QDRANT_URL" in said[0] and redis_client.get(STORE_OWNER_KEY) == b"w2@host-b"
 
 
 def test_heartbeat_says_which_llm_and_whether_it_answered(settings: Settings, redis_client: redis.Redis,

@@ -66,6 +66,7 @@ class Heartbeat:
         self._redis = client
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._rivals: set[str] = set()  # other workers found serving an embedded store over this Redis
         try:
             package = version("lessonbank")
         except PackageNotFoundError:
@@ -105,10 +106,26 @@ class Heartbeat:
             pipe.zadd(WORKERS_KEY, {self.name: now})
             pipe.zremrangebyscore(WORKERS_KEY, "-inf", now - FORGET_AFTER)
             if store == "owner":
-                pipe.set(STORE_OWNER_KEY, self.name, ex=HEARTBEAT_TTL)
-            pipe.execute()
+                pipe.set(STORE_OWNER_KEY, self.name, ex=HEARTBEAT_TTL, get=True)
+            replies = pipe.execute()
         except redis.RedisError as e:
             logger.warning("heartbeat not written: %s", e)
+            return
+        if store == "owner":
+            self._check_rival(replies[-1])
+
+    def _check_rival(self, previous: bytes | str | None) -> None:
+        """Say so (once per rival) when another worker served an embedded store over this Redis within
+        ``HEARTBEAT_TTL``: on another host, with its own files, each takes half the requests, so a bank's
+        lessons are split between two stores."""
+        rival = previous.decode(errors="replace") if isinstance(previous, bytes) else previous
+        if rival and rival != self.name and rival not in self._rivals:
+            self._rivals.add(rival)
+            logger.error(
+                "another worker (%s) also serves an embedded lesson store over this Redis: requests go to either, "
+                "and each bank's lessons are split between the two stores' files; run the embedded store's workers "
+                "on one host with one LESSONBANK_DATA_DIR, or point every worker at a Qdrant server "
+                "(LESSONBANK_QDRANT_URL)", rival)
 
     def stop(self) -> None:
         self._stop.set()
