@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -221,3 +222,23 @@ def test_without_matplotlib_the_report_is_tables_and_says_how_to_get_plots(tmp_p
     assert plots is None and written == ["report.html", "report.json"] and not imported
     page = (tmp_path / "report.html").read_text()
     assert "pip install &#x27;lessonbank[report]&#x27;" in page and "<table" in page and "<img" not in page
+
+
+def test_identical_arms_save_zero_tokens_not_minus_zero() -> None:
+    summaries = [RunSummary(run_id=f"r{i}", bank="b", arm="lessons" if i % 2 else "control", verdict="success",
+                            started_at=NOW - 100 + i, input_tokens=100, output_tokens=10) for i in range(4)]
+    document = build_report("b", summaries, [], now=NOW)
+    saved = document["difference"]["tokens_saved_per_run"]
+    assert saved == {"estimate": 0.0, "low": 0.0, "high": 0.0}
+    assert all(math.copysign(1.0, value) == 1.0 for value in saved.values()) and "-0.0" not in json.dumps(document)
+    [row] = [row for row in report_tables(document)[0].rows if row[0] == "tokens saved per run"]
+    assert row[-1] == "+0.00 [+0.00, +0.00]"
+
+
+def test_a_tool_name_with_dollar_signs_is_drawn_as_text() -> None:
+    summaries = runs("lessons", "sfs", 900, NOW - 3600)
+    for i, summary in enumerate(summaries):  # unbalanced mathtext, and a pair that would be drawn as math
+        summary.tools = {r"$\frac{a}{$b": ToolStats(calls=1, errors=i % 2, seconds=[0.1]),
+                         "price_in_$_or_$": ToolStats(calls=2, errors=0, seconds=[0.1])}
+    plots = render_plots(build_report("b", summaries, [], now=NOW))
+    assert plots is not None and pixels_vary(plots["tool_errors"])

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -56,6 +57,21 @@ def fail(message: str, cause: Any = None) -> click.ClickException:
     text = f"{message}: {cause}" if cause is not None else message
     lines = text.strip().splitlines()
     return click.ClickException(mask_urls(lines[0] if lines else message))
+
+
+@contextmanager
+def redis_errors(doing: str) -> Iterator[None]:
+    """A Redis error in the block (Redis answered but failed the command: out of memory, a read-only replica,
+    or it went away meanwhile) becomes a one-line error: "Redis failed while <doing>: <error>"."""
+    try:
+        yield
+    except redis.RedisError as e:
+        raise fail(f"Redis failed while {doing}", e) from e
+
+
+def data_dir_failure(settings: Settings, error: OSError) -> click.ClickException:
+    """A one-line error for a LESSONBANK_DATA_DIR (or a file or folder in it) the command cannot use."""
+    return fail(f"LESSONBANK_DATA_DIR {settings.data_dir} cannot be used", error)
 
 
 def checked_bank(bank: str, source: str = "--bank") -> str:

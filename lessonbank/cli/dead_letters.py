@@ -6,6 +6,9 @@ import click
 import redis
 
 from lessonbank.cli.context import CliContext, echo_json, fail, json_option, pass_cli, resolve_ids
+from lessonbank.core.models import MAX_BANK_CHARS
+
+REASON_CHARS = 500  # as deadletters.add keeps it
 
 
 @click.group("dead-letters")
@@ -18,6 +21,7 @@ def dead_letters() -> None:
 @pass_cli
 def list_cmd(cli_ctx: CliContext, as_json: bool) -> None:
     """List dead-lettered runs, oldest first."""
+    from lessonbank.cli.provenance import RUN_ID_CHARS, one_line
     from lessonbank.report.data import human_time
     from lessonbank.workers import deadletters
 
@@ -30,9 +34,10 @@ def list_cmd(cli_ctx: CliContext, as_json: bool) -> None:
         return
     if not letters:
         click.echo("no dead letters", err=True)
-    for letter in letters:
-        reason = " ".join(letter.reason.split())
-        click.echo(f"{letter.run_id}  {letter.bank}  {human_time(letter.at)}  attempts={letter.attempts}  {reason}")
+    for letter in letters:  # what Redis holds is data: printed on one line, without control characters
+        run_id, bank = one_line(letter.run_id, RUN_ID_CHARS), one_line(letter.bank, MAX_BANK_CHARS)
+        reason = one_line(letter.reason, REASON_CHARS)
+        click.echo(f"{run_id}  {bank}  {human_time(letter.at)}  attempts={letter.attempts}  {reason}")
 
 
 @dead_letters.command("retry")

@@ -10,7 +10,7 @@ import redis
 
 from lessonbank import local_llm
 from lessonbank.agent import remember
-from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.context import CliContext, data_dir_failure, fail, pass_cli
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import RUN_DISTILLED
 from lessonbank.core.exceptions import LessonbankError
@@ -156,6 +156,9 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
         raise SystemExit(130) from None
     except LessonbankError as e:
         raise fail(str(e).splitlines()[0]) from e
+    except OSError as e:  # the demo's files all live in the data dir: its folder, logs, models, report
+        in_data_dir = str(e.filename or "").startswith(str(settings.data_dir))
+        raise (data_dir_failure(settings, e) if in_data_dir else fail("the demo failed", e)) from e
 
 
 def _write_report(env: DemoEnvironment, client: redis.Redis, store: LessonStoreProtocol) -> None:

@@ -30,10 +30,19 @@ def feedback(cli: CliContext, run_id: str, success: bool, note: str) -> None:
     try:
         known = record_feedback(run_id, success, note, settings=cli.settings)
     except LessonbankError as e:
+        if isinstance(e.__cause__, redis.RedisError):
+            raise not_recorded(run_id, e.__cause__) from e
         raise fail(str(e)) from e
     if not known:
         raise fail(f"no run {run_id} in Redis (never recorded, or its data expired)")
     click.echo(f"{run_id}: recorded as {'a success' if success else 'a failure'}")
+
+
+def not_recorded(run_id: str, error: redis.RedisError) -> click.ClickException:
+    """The one-line error for feedback Redis did not take: unreachable, or it answered and refused (out of
+    memory, a read-only replica, a command the user may not run)."""
+    unreachable = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
+    return fail(f"Redis {'unreachable' if unreachable else 'failed'}, feedback for run {run_id} not recorded", error)
 
 
 def full_run_id(cli: CliContext, wanted: str) -> str:
@@ -48,7 +57,7 @@ def full_run_id(cli: CliContext, wanted: str) -> str:
         pattern = RUN_HASH_PREFIX + "".join("\\" + c if c in "*?[]^\\" else c for c in wanted) + "*"
         known = {key.decode()[len(RUN_HASH_PREFIX):] for key in cli.redis().scan_iter(match=pattern, count=1000)}
     except redis.RedisError as e:
-        raise fail(f"Redis unreachable, feedback for run {wanted} not recorded", e) from e
+        raise not_recorded(wanted, e) from e
     known = {run for run in known if run and not run.endswith(":steps")}
     unknown = "no run {id} in Redis (never recorded, or its data expired)"
     return resolve_ids([wanted], known, "run", "in Redis", unknown)[0]

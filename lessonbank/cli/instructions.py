@@ -1,10 +1,12 @@
-"""``lessonbank instructions``: the lessons block a run of a bank would get for a task."""
+"""``lessonbank instructions``: the lessons block a run of a bank would get for a task (printed without
+control characters)."""
 
 from __future__ import annotations
 
 import click
 
 from lessonbank.cli.context import CliContext, bank_option, fail, pass_cli
+from lessonbank.cli.provenance import clean
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.instructions import compose_instructions
 
@@ -30,4 +32,4 @@ def instructions(cli: CliContext, bank: str, max_lessons: int, max_chars: int, t
     if not given:
         click.echo(f"No lessons of bank {bank!r} bear on this task.", err=True)
         return
-    click.echo(text)
+    click.echo(clean(text, keep_newlines=True))  # lesson text is data: no terminal escapes

@@ -6,7 +6,8 @@ Users' lessons are handed to runs without waiting for evidence, so each one is
 - given its id here, from its bank and text (``lesson_id``; a recipe's from its code fingerprint,
   ``recipe_id``): an id in the input is never used, so no input can name another bank's lesson;
 - capped: text at most ``MAX_TEXT_CHARS`` on one line without control characters, at most
-  ``MAX_TAGS`` tags, a recipe's code as the distiller caps it, counts not negative, times not ahead;
+  ``MAX_TAGS`` tags, a recipe's code as the distiller caps it, counts and step numbers within 0 to
+  ``MAX_COUNT`` (the store keeps larger ones as floats, which no lesson reads back), times not ahead;
 - screened by the quality gate's context-free rules and the secret check (``gate.reason_to_drop``):
   a lesson that breaks one is refused with the rule's name. A recipe's text is made from its task
   ("Working code for a task like: ..."), so only the secret check applies to it; its code must parse,
@@ -34,7 +35,7 @@ from pydantic import ValidationError
 
 from lessonbank.cli.context import fail
 from lessonbank.cli.provenance import clean
-from lessonbank.core.models import Lesson, LessonOrigin, Recipe, lesson_id, recipe_id
+from lessonbank.core.models import Lesson, LessonOrigin, Provenance, Recipe, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
 from lessonbank.workers import gate
 from lessonbank.workers.recipes import MAX_CODE_CHARS, MAX_TASK_CHARS
@@ -44,6 +45,7 @@ MAX_TAGS = 8
 MAX_TAG_CHARS = 40
 MAX_REASON_CHARS = 500
 MAX_SOURCES = 200
+MAX_COUNT = 10**9
 COUNT_FIELDS = ("given", "applied", "helpful", "harmful", "failed_runs")
 NULLABLE = frozenset({"status_changed_at", "superseded_by", "recipe"})
 # Statuses an import keeps from its file: the lesson stays out of runs, as it was when exported.
@@ -135,11 +137,11 @@ class Intake:
         new_id = recipe_id(self.bank, recipe.fingerprint) if recipe and by_code else lesson_id(self.bank, text)
         update: dict[str, Any] = {
             "id": new_id, "bank": self.bank, "text": text, "tags": tags, "recipe": recipe, "origin": self.origin,
-            "evidence": max(lesson.evidence, 1), "first_seen": min(max(lesson.first_seen, 0.0), self.now),
+            "evidence": _count(lesson.evidence, 1), "first_seen": min(max(lesson.first_seen, 0.0), self.now),
             "last_seen": min(max(lesson.last_seen, lesson.first_seen, 0.0), self.now),
-            "source_run_ids": lesson.source_run_ids[-MAX_SOURCES:], "provenance": lesson.provenance[-MAX_SOURCES:],
+            "source_run_ids": lesson.source_run_ids[-MAX_SOURCES:], "provenance": _provenance(lesson),
             "task": "",  # an observed fix's own task is read only for lessons of origin "observed", never imported
-            **{name: max(getattr(lesson, name), 0) for name in COUNT_FIELDS},
+            **{name: _count(getattr(lesson, name)) for name in COUNT_FIELDS},
         }
         update.update(self._status(lesson, text, recipe))
         return Checked(lesson=lesson.model_copy(update=update), file_id=file_id)
@@ -158,11 +160,21 @@ class Intake:
         return {"status": "active", "status_reason": "", "status_changed_at": None, "superseded_by": None}
 
 
+def _count(value: int, floor: int = 0) -> int:
+    return min(max(value, floor), MAX_COUNT)
+
+
+def _provenance(lesson: Lesson) -> list[Provenance]:
+    """The lesson's last ``MAX_SOURCES`` provenance entries, without step numbers out of 0..MAX_COUNT."""
+    return [ref.model_copy(update={"steps": [step for step in ref.steps if 0 <= step <= MAX_COUNT]})
+            for ref in lesson.provenance[-MAX_SOURCES:]]
+
+
 def _parses(code: str, language: str) -> bool:
     if language == "tool_calls":
         try:
             calls = json.loads(code)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         return isinstance(calls, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls)
     try:
@@ -209,6 +221,8 @@ def parse_line(raw: str, number: int, bank: str) -> tuple[Lesson, str]:
         data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as e:
         raise fail(f"line {number} is not a lesson: not JSON ({e})") from None
+    except RecursionError:
+        raise fail(f"line {number} is not a lesson: its JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise fail(f"line {number} is not a lesson: expected a JSON object with at least kind and text")
     file_id = str(data["id"]) if isinstance(data.get("id"), str) else ""

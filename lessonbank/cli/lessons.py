@@ -8,7 +8,7 @@ from typing import IO, TYPE_CHECKING, cast, get_args
 
 import click
 
-from lessonbank.cli.context import CliContext, bank_option, echo_json, fail, json_option, pass_cli
+from lessonbank.cli.context import CliContext, bank_option, echo_json, fail, json_option, pass_cli, redis_errors
 from lessonbank.cli.store_access import EVERY_LESSON, cli_store, find_lessons
 from lessonbank.core import purge
 from lessonbank.core.exceptions import ServiceUnavailable
@@ -148,7 +148,8 @@ def add_cmd(cli: CliContext, bank: str, kind: str, tags: tuple[str, ...], allow:
         raise fail(f"lesson refused: {checked.refused}")
     lesson = checked.lesson
     client = cli.redis()
-    purged = purge.purged_ids(client, bank, [lesson.id])
+    with redis_errors(f"reading the purged lessons of bank {bank!r}"):
+        purged = purge.purged_ids(client, bank, [lesson.id])
     if purged and not allow:
         raise fail(f"this lesson ({lesson.id}) was purged from bank {bank!r}; pass --allow to learn it again")
     with cli_store(cli) as store:
@@ -157,7 +158,8 @@ def add_cmd(cli: CliContext, bank: str, kind: str, tags: tuple[str, ...], allow:
             click.echo(f"Lesson {lesson.id} is already in bank {bank!r} ({existing[0].status}); nothing added.")
             return
         store.upsert([lesson])
-    purge.remove_tombstones(client, bank, purged)
+    with redis_errors(f"removing the tombstone of lesson {lesson.id} (added; purged until `lessons unforget`)"):
+        purge.remove_tombstones(client, bank, purged)
     if checked.quarantined:
         click.echo(f"Added lesson {lesson.id} to bank {bank!r}, quarantined ({lesson.status_reason}): no run gets it "
                    f"until `lessonbank lessons release --bank {bank} {lesson.id[:8]}`.")
@@ -203,11 +205,12 @@ def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: s
             return
         if not yes:
             click.confirm(f"Purge these {len(targets)} lesson(s) of bank {bank!r} for good?", abort=True)
-        purge.add_tombstones(client, bank, ids)  # first: the text cannot come back while the points go
         wait = cli.settings.distill_lock_timeout
-        try:  # no worker rewrites (reinforces) one of them while it goes
-            with purge.bank_held(client, bank, wait=wait, hold=wait):
-                removed = store.delete(bank, ids)
+        try:
+            with redis_errors(f"purging lessons of bank {bank!r} (run the command again)"):
+                purge.add_tombstones(client, bank, ids)  # first: the text cannot come back while the points go
+                with purge.bank_held(client, bank, wait=wait, hold=wait):  # no worker reinforces one as it goes
+                    removed = store.delete(bank, ids)
         except ServiceUnavailable as e:
             raise fail(str(e)) from e
     click.echo(f"Purged {removed} lesson(s) for good; `lessonbank lessons unforget --bank {bank} ID` lets the same "
@@ -244,7 +247,8 @@ def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: 
         raise fail("give either lesson ids or --text (exactly one of them)")
     client = cli.redis()
     with cli_store(cli) as store:
-        known = purge.tombstones(client, bank)
+        with redis_errors(f"reading the purged lessons of bank {bank!r}"):
+            known = purge.tombstones(client, bank)
         wanted = lesson_ids or (lesson_id(bank, text or ""),)
         found, purged = find_lessons(store, bank, wanted, also_known=known)
         for lesson in found:
@@ -257,7 +261,8 @@ def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: 
                 store.set_status(bank, ids, status, reason="unforgotten by a user")
                 click.echo(f"{len(ids)} lesson(s) {'active again' if status == 'active' else 'back in quarantine'}.")
     if purged:
-        purge.remove_tombstones(client, bank, purged)
+        with redis_errors(f"removing the tombstones of bank {bank!r} (run the command again)"):
+            purge.remove_tombstones(client, bank, purged)
         click.echo(f"{len(purged)} purged lesson(s) may be learnt again.")
 
 
@@ -287,7 +292,8 @@ def release_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], yes: bo
 @pass_cli
 def purged_cmd(cli: CliContext, bank: str, as_json: bool) -> None:
     """Ids of the lessons purged from a bank (their tombstones: the text itself is gone)."""
-    ids = purge.tombstones(cli.redis(), bank)
+    with redis_errors(f"reading the purged lessons of bank {bank!r}"):
+        ids = purge.tombstones(cli.redis(), bank)
     if as_json:
         echo_json([{"id": i} for i in ids])
         return
@@ -356,7 +362,8 @@ def import_cmd(cli: CliContext, bank: str, allow: bool, source: IO[bytes]) -> No
     link_superseded([item for _, item in checked])
     candidates, notes = _admissible(checked)
     client = cli.redis()
-    purged = purge.purged_ids(client, bank, [lesson.id for lesson in candidates])
+    with redis_errors(f"reading the purged lessons of bank {bank!r}"):
+        purged = purge.purged_ids(client, bank, [lesson.id for lesson in candidates])
     blocked = set() if allow else purged
     notes += [f"lesson {i} skipped: it was purged from the bank (--allow imports it)" for i in sorted(blocked)]
     with cli_store(cli) as store:
@@ -367,7 +374,9 @@ def import_cmd(cli: CliContext, bank: str, allow: bool, source: IO[bytes]) -> No
             raise fail(f"no lesson imported: {notes[0]}{more}")
         for start in range(0, len(new), IMPORT_BATCH):
             store.upsert(new[start : start + IMPORT_BATCH])
-    purge.remove_tombstones(client, bank, purged & {lesson.id for lesson in new})
+    with redis_errors("removing the tombstones of the imported lessons (imported; they stay purged until "
+                      "`lessons unforget`)"):
+        purge.remove_tombstones(client, bank, purged & {lesson.id for lesson in new})
     for note in notes:
         click.echo(note, err=True)
     quarantined = sum(1 for lesson in new if lesson.status == "quarantined")

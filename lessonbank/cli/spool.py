@@ -63,7 +63,10 @@ def replay(ctx: CliContext, directory: Path | None) -> None:
     path = _directory(ctx, directory)
     sink = RedisSink(ctx.redis(), ctx.settings.queue)
     started = time.monotonic()
-    reports = replay_directory(path, lambda op: sink.apply(op, replay=True))
+    try:
+        reports = replay_directory(path, lambda op: sink.apply(op, replay=True))
+    except OSError as e:  # a spool (or its .rejected file) that cannot be read, moved or written
+        raise fail(f"cannot replay the spools in {path} (files kept, run again later)", e) from e
     if not reports:
         click.echo(f"no spool files in {path}")
         return

@@ -30,6 +30,7 @@ from lessonbank.core.constants import (
     job_key,
     worker_key,
 )
+from lessonbank.core.models import MAX_BANK_CHARS
 
 MAX_LISTED = 20  # retries listed one by one (all are counted)
 
@@ -143,6 +144,10 @@ def _worker_lines(found: list[dict[str, Any]]) -> list[str]:
 
 
 def _text(report: dict[str, Any]) -> str:
+    """The report as text; what Redis and the store hold (bank names, job and run ids, what workers reported)
+    is data: printed without control characters, ids capped."""
+    from lessonbank.cli.provenance import RUN_ID_CHARS, clean, one_line
+
     lines = _worker_lines(report["workers"])
     lines += [
         f"queue {report['queue']!r}: {report['queued']} task(s) waiting",
@@ -151,7 +156,8 @@ def _text(report: dict[str, Any]) -> str:
         f"waiting for a retry: {report['waiting_for_retry']}",
     ]
     for job in report["retrying"]:
-        subject = f"run {job['run_id']} (bank {job['bank']})" if job["run_id"] else job["job"]
+        subject = (f"run {one_line(job['run_id'], RUN_ID_CHARS)} (bank {one_line(job['bank'], MAX_BANK_CHARS)})"
+                   if job["run_id"] else one_line(job["job"], RUN_ID_CHARS))
         when = f"in {job['due_in_s']:.0f}s" if job["due_in_s"] > 0 else "due now"
         lines.append(f"  {subject}: {job['task']}, retry {job['retries']}, {when}")
     lines += [
@@ -173,8 +179,8 @@ def _text(report: dict[str, Any]) -> str:
         lines.append("lessons: none yet")
     else:
         lines.append("lessons (active, per bank):")
-        lines.extend(f"  {bank}: {count}" for bank, count in sorted(banks.items()))
-    return "\n".join(lines)
+        lines.extend(f"  {one_line(bank, MAX_BANK_CHARS)}: {count}" for bank, count in sorted(banks.items()))
+    return "\n".join(clean(line) for line in lines)
 
 
 @click.command("status")

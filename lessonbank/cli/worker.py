@@ -38,7 +38,7 @@ def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 @pass_cli
 def worker(cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
-    """Run the worker service (`celery -A workers worker`); every option is Celery's (try --help)."""
+    """Run the worker service (`celery -A lessonbank.workers worker`); every option is Celery's (try --help)."""
     settings = cli_ctx.settings
     wants_help = any(arg in ("-h", "--help") for arg in celery_args)
     try:

@@ -59,16 +59,15 @@ def create_redis(settings: Settings, role: Role) -> redis.Redis:
 
 
 def masked_url(url: str) -> str:
-    """``url`` with its password replaced by ``**`` (as Celery prints broker URLs)."""
+    """``url`` with its password replaced by ``**`` (as Celery prints broker URLs); its host and port as
+    written (an IPv6 address keeps its brackets, a port out of range stays as it is)."""
     try:
         parts = urlsplit(url)
+        password, user = parts.password, parts.username or ""
     except ValueError:
         return "<unparseable URL>"
-    if parts.password is None and not parts.username:
+    if password is None and not user:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    credentials = f"{user}:**" if parts.password is not None else user
+    host = parts.netloc.rpartition("@")[2]
+    credentials = f"{user}:**" if password is not None else user
     return urlunsplit((parts.scheme, f"{credentials}@{host}", parts.path, parts.query, parts.fragment))

@@ -121,9 +121,18 @@ def _lessons_plot(document: dict[str, Any]) -> bytes | None:
 
 
 def _tools_plot(document: dict[str, Any]) -> bytes | None:
+    """Error rate per tool. Tool names are the agent's text: drawn literally, never parsed as mathtext
+    (``$...$`` in a name would be, and a malformed one fails the whole drawing)."""
+    from matplotlib import rc_context
+
     tools = sorted(document["tools"], key=lambda r: (-r["calls"], r["name"]))[:TOOLS_PLOTTED]
     if not tools:
         return None
+    with rc_context({"text.parse_math": False}):  # tick labels are made when the figure is drawn: all of it inside
+        return _tools_png(tools)
+
+
+def _tools_png(tools: list[dict[str, Any]]) -> bytes:
     tools.reverse()  # most called at the top
     figure = _figure()
     figure.set_size_inches(SIZE[0], max(2.0, 0.35 * len(tools) + 1.2))

@@ -33,7 +33,7 @@ class Estimate:
 
     def negated(self) -> Estimate:
         def neg(value: float | None) -> float | None:
-            return None if value is None else -value
+            return None if value is None else 0.0 - value  # never -0.0 (printed "-0.00"), unlike -value
 
         return Estimate(neg(self.estimate), neg(self.high), neg(self.low))
 

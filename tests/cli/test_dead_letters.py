@@ -48,3 +48,11 @@ def test_retry_takes_unique_prefixes(redis_url: str, redis_client: redis.Redis) 
     assert result.exit_code == 0 and result.stdout.strip() == f"{second}: sent to the workers"
     assert distill_args(redis_client) == [["b", second]]
     assert [letter.run_id for letter in deadletters.list_all(redis_client)] == [first]
+
+
+def test_list_prints_no_terminal_escapes(redis_url: str, redis_client: redis.Redis) -> None:
+    deadletters.add(redis_client, "run\x1b[2J-1", "bank\x1b[31mRED", "LLM rejected the request: 400 "
+                    "\x1b]0;PWNED\x07\x1b[2J\x9b31m<html>bad</html>", attempts=3)
+    [line] = invoke(redis_url, "list").stdout.splitlines()
+    assert not set(line) & set("\x1b\x07\x9b")
+    assert line.startswith("run [2J-1  bank [31mRED  20") and line.endswith("400 ]0;PWNED [2J 31m<html>bad</html>")

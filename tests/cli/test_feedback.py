@@ -10,6 +10,7 @@ from lessonbank.cli.main import cli
 from lessonbank.core.constants import CREDIT_TASK
 from lessonbank.core.settings import Settings
 from tests.fixtures.recorded import queued_tasks
+from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.runs import run_state, write_run
 
 
@@ -52,3 +53,23 @@ def test_a_unique_prefix_names_the_run_and_an_ambiguous_one_is_refused(settings:
     assert "verdict" not in run_state(redis_client, second)
     glob = runner.invoke(cli, ["--redis-url", settings.redis_url, "feedback", "*", "--success"])
     assert glob.exit_code == 1 and "no run * in Redis" in glob.output  # a glob character is not a wildcard
+
+
+def test_redis_refusing_the_feedback_is_not_called_unreachable(own_redis: RedisServer) -> None:
+    admin = own_redis.client()
+    run_id = write_run(admin, "b")
+    admin.execute_command("ACL", "SETUSER", "no-exists", "on", ">pw", "~*", "&*", "+@all", "-exists")
+    url = f"redis://no-exists:pw@127.0.0.1:{own_redis.port}/0"
+    refused = CliRunner().invoke(cli, ["--redis-url", url, "feedback", run_id, "--success"])
+    assert refused.exit_code == 1 and len(refused.stderr.splitlines()) == 1, refused.output
+    assert refused.stderr.startswith(f"Error: Redis failed, feedback for run {run_id} not recorded: ")
+    assert "no permissions to run the 'exists' command" in refused.stderr
+
+    admin.config_set("maxmemory", 1)  # Redis answers, reads work, writes are refused
+    try:
+        full = CliRunner().invoke(cli, ["--redis-url", own_redis.url, "feedback", run_id, "--success"])
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert full.exit_code == 1 and len(full.stderr.splitlines()) == 1, full.output
+    assert full.stderr.startswith(f"Error: Redis failed, feedback for run {run_id} not recorded: command not allowed")
+    assert "verdict" not in run_state(admin, run_id)

@@ -10,6 +10,7 @@ from pathlib import Path
 import redis
 from qdrant_client import QdrantClient
 
+from lessonbank.cli.intake import MAX_COUNT
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, Recipe, lesson_id, recipe_id
 from lessonbank.core.store.qdrant import LessonStore
@@ -183,3 +184,28 @@ def test_an_imported_provenance_shows_nothing_of_another_banks_run(env: dict[str
     assert f"run {acme_run}: no longer kept in Redis" in shown and "payroll" not in shown and "columns" not in shown
     [item] = json.loads(ok(env, "lessons", "show", "-b", "evil", "--json", lesson_id("evil", CSV)).stdout)
     assert item["sources"]["runs"][0]["excerpts"] == [] and item["sources"]["runs"][0]["task"] == ""
+
+
+def test_counts_and_steps_too_large_for_the_store_are_capped(env: dict[str, str | None], tmp_path: Path) -> None:
+    huge = 10**26  # a JSON integer the store would keep as the float 1e26, which no lesson reads back
+    line = {"kind": "fact", "text": CSV, "evidence": huge, "given": huge, "applied": huge, "helpful": huge,
+            "harmful": huge, "failed_runs": huge, "provenance": [{"run_id": "run-1", "steps": [huge, 3, -1]}]}
+    source = write(tmp_path / "h.jsonl", line)
+    assert "Imported 1 lesson(s)" in ok(env, "lessons", "import", "-b", "huge", source).stdout
+    [item] = lessons_of(env, "huge")  # the bank still reads back
+    counts = ("evidence", "given", "applied", "helpful", "harmful", "failed_runs")
+    assert {name: item[name] for name in counts} == dict.fromkeys(counts, MAX_COUNT)
+    assert item["provenance"] == [{"run_id": "run-1", "steps": [3], "vouched": None}]
+    assert "given: 1000000000" in ok(env, "lessons", "show", "-b", "huge", item["id"]).stdout
+    assert "Deleted bank 'huge': 1 lesson(s)" in ok(env, "banks", "delete", "huge", "--yes").stdout
+
+
+def test_json_nested_too_deeply_is_a_bad_line(env: dict[str, str | None], tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    bad = tmp_path / "deep.jsonl"
+    bad.write_text(json.dumps({"kind": "fact", "text": CSV}) + "\n" + deep + "\n")
+    failed(env, "lessons", "import", "-b", "deep", str(bad), match="line 2 is not a lesson: its JSON is nested too")
+    recipe = {"language": "tool_calls", "code": "[" * 1400 + "]" * 1400, "task": "total the sales"}  # within the cap
+    write(bad, {"kind": "approach", "text": "Working code for a task like: total the sales", "recipe": recipe})
+    failed(env, "lessons", "import", "-b", "deep", str(bad), match="line 1 skipped: the recipe's code is not valid")
+    assert lessons_of(env, "deep") == []

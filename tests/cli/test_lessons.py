@@ -15,7 +15,7 @@ from lessonbank.core.models import Lesson, lesson_id
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.owner import StoreOwner
 from lessonbank.core.store.qdrant import LessonStore
-from tests.fixtures.redis_server import free_port
+from tests.fixtures.redis_server import RedisServer, free_port
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
 TIMEOUT = "Calling requests.get on the orders API without a timeout hung the run; pass timeout=10."
@@ -303,3 +303,49 @@ def test_every_listing_prints_one_json_document(seeded: dict[str, str | None]) -
     assert json.loads(ok(seeded, "dead-letters", "list", "--json").stdout) == []
     assert json.loads(ok(seeded, "spool", "list", "--json").stdout) == []
     assert {item["bank"] for item in json.loads(ok(seeded, "banks", "list", "--json").stdout)} == {"team", "finance"}
+
+
+def test_instructions_print_no_terminal_escapes(env: dict[str, str | None], embedder: FastEmbedEmbedder) -> None:
+    text = "The sales CSV files use a semicolon\x1b]0;PWNED\x07\x1b[2J\x9b31m as the column delimiter."
+    client = QdrantClient(path=str(env["LESSONBANK_QDRANT_PATH"]))
+    LessonStore(client, embedder).upsert([Lesson.new("team", "fact", text).model_copy(update={"evidence": 3})])
+    client.close()
+    out = ok(env, "instructions", "--bank", "team", "total of the amount column in the sales CSV file").stdout
+    assert "The sales CSV files use a semicolon ]0;PWNED  [2J 31m as the column delimiter." in out
+    assert not set(out) & set("\x1b\x07\x9b")
+
+
+def test_redis_failing_a_tombstone_command_is_a_one_line_error(seeded: dict[str, str | None], own_redis: RedisServer,
+                                                                tmp_path: Path) -> None:
+    admin = own_redis.client()
+
+    def as_user_without(command: str) -> dict[str, str | None]:
+        """The environment of a Redis user that may run anything but ``command`` (Redis answers, then refuses)."""
+        admin.execute_command("ACL", "SETUSER", f"no-{command}", "on", ">pw", "~*", "&*", "+@all", f"-{command}")
+        return {**seeded, "LESSONBANK_REDIS_URL": f"redis://no-{command}:pw@127.0.0.1:{own_redis.port}/0"}
+
+    env = {**seeded, "LESSONBANK_REDIS_URL": own_redis.url}
+    ok(env, "lessons", "forget", "-b", "team", "--purge", "--yes", *(lesson.id for lesson in TEAM))
+    reading = "Redis failed while reading the purged lessons of bank 'team': "
+    failed(as_user_without("smismember"), "lessons", "add", "-b", "team", "A new lesson about the orders API.",
+           match=reading)
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"kind": "failure", "text": TIMEOUT}) + "\n")
+    failed(as_user_without("smismember"), "lessons", "import", "-b", "team", str(source), match=reading)
+    failed(as_user_without("smembers"), "lessons", "purged", "-b", "team", match=reading)
+    failed(as_user_without("smembers"), "lessons", "unforget", "-b", "team", TEAM[0].id, match=reading)
+    failed(as_user_without("srem"), "lessons", "add", "-b", "team", "--allow", "--kind", "fact", YAML,
+           match=f"Redis failed while removing the tombstone of lesson {TEAM[2].id} (added; ")
+    failed(as_user_without("srem"), "lessons", "import", "-b", "team", "--allow", str(source),
+           match="Redis failed while removing the tombstones of the imported lessons (imported; ")
+    failed(as_user_without("srem"), "lessons", "unforget", "-b", "team", TEAM[0].id,
+           match="Redis failed while removing the tombstones of bank 'team' (run the command again): ")
+
+    admin.config_set("maxmemory", 1)  # Redis answers PING but refuses writes, as compose runs it when full
+    try:
+        failed(env, "lessons", "forget", "-b", "finance", "--purge", "--yes", FINANCE.id,
+               match="Redis failed while purging lessons of bank 'finance' (run the command again): command not "
+                     "allowed when used memory > 'maxmemory'")
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert FINANCE.id in ok(env, "lessons", "list", "-b", "finance").stdout

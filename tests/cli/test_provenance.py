@@ -106,3 +106,22 @@ def test_show_without_redis_still_shows_the_lesson(env: dict[str, str | None]) -
     assert result.exit_code == 0, result.output
     assert f"text: {SEPARATOR.text}" in result.stdout and "(steps unavailable: Redis at" in result.stdout
     assert "  run run-a (steps [0, 1, 7])" in result.stdout.splitlines()
+
+
+def test_run_ids_and_outcomes_print_without_terminal_escapes(env: dict[str, str | None], embedder: FastEmbedEmbedder,
+                                                             redis_client: redis.Redis) -> None:
+    hostile = "\x1b]0;PWNED\x07\x1b[2J\x1b[31mrun-red\x9b31m"
+    write_run(redis_client, BANK, run_id="run-esc", outcome="success\x1b[2J\x07", steps=[])
+    lesson = Lesson.new(BANK, "fact", "The orders API pages its results with a page parameter.")
+    lesson = lesson.model_copy(update={"source_run_ids": [hostile, "run-esc", "r" * 5000]})
+    client = QdrantClient(path=str(env["LESSONBANK_QDRANT_PATH"]))
+    LessonStore(client, embedder).upsert([lesson])
+    client.close()
+    result = show(env, lesson.id)
+    assert result.exit_code == 0, result.output
+    assert not set(result.stdout) & set("\x1b\x07\x9b")
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("  run ]0;PWNED [2J [31mrun-red 31m: no longer kept") for line in lines)
+    assert any(line.startswith("  run run-esc: started ") and line.endswith(", outcome success [2J") for line in lines)
+    long = next(line for line in lines if line.startswith("  run rrr"))
+    assert len(long) < 200 and "…" in long  # a run id is capped

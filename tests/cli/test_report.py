@@ -4,6 +4,7 @@ redis-server, real embedded store): exact arms, success rates, tokens and script
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -134,8 +135,8 @@ def test_report_prints_tables_in_the_terminal(scenario: dict[str, str | None]) -
     text = invoke(scenario, "report", "--bank", BANK).stdout
     for expected in ("Runs by arm", "80.0 %", "60.0 %", "fetch_orders", "Lessons", LESSON.id[:8], "--out DIR"):
         assert expected in text, expected
-    future = json.loads(invoke(scenario, "report", "--bank", BANK, "--json", "--since", "2999-01-01").stdout)
-    assert future["runs"] == 0 and future["arms"]["lessons"]["success_rate"] is None
+    later = json.loads(invoke(scenario, "report", "--bank", BANK, "--json", "--since", "2024-01-01").stdout)
+    assert later["runs"] == 0 and later["arms"]["lessons"]["success_rate"] is None
 
 
 def test_without_a_control_arm_it_says_so(env: dict[str, str | None], redis_client: redis.Redis) -> None:
@@ -152,6 +153,17 @@ def test_a_bad_since_is_a_one_line_error(env: dict[str, str | None], since: str)
     result = CliRunner().invoke(cli, ["report", "--bank", BANK, "--since", since], env=env)
     assert result.exit_code != 0 and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith("Error: --since: expected a date")
+
+
+def test_a_since_out_of_range_is_a_one_line_error(env: dict[str, str | None], tmp_path: Path) -> None:
+    for since in ("99999999999d", "9" * 400 + "s", "0001-01-01", "1969-12-31T23:59", "0001-01-01T00:00+01:00",
+                  "9999-12-31", "2999-01-01"):
+        result = CliRunner().invoke(cli, ["report", "-b", BANK, "--since", since, "--out", str(tmp_path)], env=env)
+        assert result.exit_code != 0 and len(result.stderr.strip().splitlines()) == 1, result.output
+        assert result.stderr.startswith(f"Error: --since: {since!r} is out of range"), result.stderr
+    tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M")
+    for since in ("1970-01-01", tomorrow, "52w"):  # the edges are taken
+        assert json.loads(invoke(env, "report", "--bank", BANK, "--json", "--since", since).stdout)["runs"] == 0
 
 
 def test_without_matplotlib_the_command_writes_tables_and_the_hint(

@@ -98,3 +98,17 @@ def test_empty_directory(tmp_path, redis_url):
     assert result.exit_code == 0 and "no spool files" in result.output
     as_json = invoke(["spool", "list", "--json", "--dir", str(tmp_path / "nothing")], tmp_path, redis_url)
     assert as_json.exit_code == 0 and json.loads(as_json.output) == []
+
+
+def test_replay_of_a_spool_it_cannot_read_is_a_one_line_error(tmp_path, redis_url):
+    unreadable = tmp_path / "unreadable"
+    (unreadable / "spool-dir.jsonl").mkdir(parents=True)  # a folder where a spool file should be
+    unmovable = tmp_path / "unmovable"
+    unmovable.mkdir()
+    (unmovable / "spool-1.jsonl").write_text("garbage\n")
+    (unmovable / "spool-1.jsonl.rejected").mkdir()  # where its unreadable lines should go
+    for directory in (unreadable, unmovable):
+        result = invoke(["spool", "replay", "--dir", str(directory)], tmp_path / "data", redis_url)
+        assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.output
+        assert result.stderr.startswith(f"Error: cannot replay the spools in {directory} (files kept, run again "
+                                        "later): [Errno 21] Is a directory: "), result.stderr

@@ -141,3 +141,29 @@ def test_status_shows_workers_retries_and_the_recorder(
             held.finish()
     no_worker = status(env).stdout
     assert "workers alive: 0 (start one: `lessonbank worker`)" in no_worker
+
+
+def test_status_prints_no_terminal_escapes(env: dict[str, str | None], redis_client: redis.Redis,
+                                           embedder: FastEmbedEmbedder) -> None:
+    client = QdrantClient(path=env["LESSONBANK_QDRANT_PATH"])
+    LessonStore(client, embedder).upsert([Lesson.new("evil\x1b[2J\x1b[31m", "fact", "The export API needs a version.")])
+    client.close()
+    run_id = "run\x1b]0;PWNED\x07\x9b31m" + "r" * 500
+    waiting = Job(f"distill:{run_id}", DISTILL_TASK, ["team\x1b[31m", run_id], "lessonbank-test")
+    lease, _ = acquire(redis_client, waiting, 60, 1)
+    assert lease is not None and lease.retry(120.0)
+    result = status(env)
+    assert result.exit_code == 0, result.output
+    assert not set(result.stdout) & set("\x1b\x07\x9b")
+    lines = result.stdout.splitlines()
+    assert "  evil [2J [31m: 1" in lines
+    retry = next(line for line in lines if line.startswith("  run run ]0;PWNED 31mrrr"))
+    assert "(bank team [31m): " in retry and len(retry) < 200  # the run id capped
+
+
+def test_status_with_redis_away_at_an_ipv6_address(env: dict[str, str | None]) -> None:
+    port = free_port()
+    result = status({**env, "LESSONBANK_REDIS_URL": f"redis://:s3cret@[::1]:{port}/0"})
+    assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.output
+    assert result.stderr.startswith(f"Error: Redis at redis://:**@[::1]:{port}/0 is unreachable")
+    assert "s3cret" not in result.output

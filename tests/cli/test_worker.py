@@ -3,7 +3,9 @@ refuses to start without an LLM or with limits that cannot work."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -133,3 +135,10 @@ def test_lessonbank_worker_logs_outcomes_and_retries_at_info(tmp_path: Path, emb
     finally:
         worker.stop()
         server.stop()
+
+
+def test_its_help_names_the_celery_app_that_runs_it() -> None:
+    from lessonbank.cli.worker import worker
+
+    [module] = re.findall(r"`celery -A (\S+) worker`", worker.help or "")
+    assert module == "lessonbank.workers" and importlib.import_module(module).app is app

@@ -17,6 +17,11 @@ from lessonbank.core.settings import Settings
         ("rediss://default:p%40ss@host/1", "rediss://default:**@host/1"),
         ("redis://localhost:6379/0", "redis://localhost:6379/0"),
         ("redis://user@host/0", "redis://user@host/0"),
+        ("redis://:pw@[::1]:6379/0", "redis://:**@[::1]:6379/0"),  # an IPv6 host keeps its brackets
+        ("redis://user:pw@[fe80::1%25eth0]/0", "redis://user:**@[fe80::1%25eth0]/0"),
+        ("redis://:pw@host:99999/0", "redis://:**@host:99999/0"),  # a port out of range is no reason to crash
+        ("redis://:pw@host:port/0", "redis://:**@host:port/0"),
+        ("redis://:pw@[::1:6379/0", "<unparseable URL>"),
     ],
 )
 def test_masked_url_hides_the_password(url: str, masked: str) -> None:
