@@ -3,6 +3,8 @@ the lessons of one bank. Every command that takes lesson ids takes unique id pre
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast, get_args
 
@@ -201,7 +203,8 @@ def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: s
         if client is None:
             if not yes:
                 click.confirm(f"Forget these {len(targets)} lesson(s) of bank {bank!r}?", abort=True)
-            click.echo(f"Forgot {store.set_status(bank, ids, 'forgotten')} lesson(s).")
+            with _bank_steady(cli, bank):
+                click.echo(f"Forgot {store.set_status(bank, ids, 'forgotten')} lesson(s).")
             return
         if not yes:
             click.confirm(f"Purge these {len(targets)} lesson(s) of bank {bank!r} for good?", abort=True)
@@ -215,6 +218,19 @@ def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: s
             raise fail(str(e)) from e
     click.echo(f"Purged {removed} lesson(s) for good; `lessonbank lessons unforget --bank {bank} ID` lets the same "
                "text be learnt again.")
+
+
+@contextmanager
+def _bank_steady(cli: CliContext, bank: str) -> Iterator[None]:
+    """The bank's consolidation lock while lessons' statuses change: a worker reinforcing a lesson writes it
+    whole, with the status it read, and would undo a forget (or a release) made between its read and its
+    write. Without Redis (no worker consolidates then) the change goes ahead."""
+    wait = cli.settings.distill_lock_timeout
+    try:
+        with redis_errors(f"locking bank {bank!r}"), purge.bank_held(cli.redis(), bank, wait, wait, unless_away=True):
+            yield
+    except ServiceUnavailable as e:
+        raise fail(str(e)) from e
 
 
 def _forget_targets(
@@ -255,11 +271,13 @@ def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: 
             if lesson.status != "forgotten":
                 hint = " (release a quarantined one with `lessons release`)" if lesson.status == "quarantined" else ""
                 raise fail(f"lesson {lesson.id} is {lesson.status}, not forgotten{hint}")
-        for status in ("active", "quarantined"):
-            ids = [lesson.id for lesson in found if _status_back(lesson) == status]
-            if ids:
-                store.set_status(bank, ids, status, reason="unforgotten by a user")
-                click.echo(f"{len(ids)} lesson(s) {'active again' if status == 'active' else 'back in quarantine'}.")
+        with _bank_steady(cli, bank):
+            for status in ("active", "quarantined"):
+                ids = [lesson.id for lesson in found if _status_back(lesson) == status]
+                if ids:
+                    store.set_status(bank, ids, status, reason="unforgotten by a user")
+                    click.echo(f"{len(ids)} lesson(s) "
+                               f"{'active again' if status == 'active' else 'back in quarantine'}.")
     if purged:
         with redis_errors(f"removing the tombstones of bank {bank!r} (run the command again)"):
             purge.remove_tombstones(client, bank, purged)
@@ -282,7 +300,8 @@ def release_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], yes: bo
             click.echo(_line(lesson))
         if not yes:
             click.confirm(f"Hand these {len(found)} lesson(s) to the runs of bank {bank!r}?", abort=True)
-        changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason=RELEASED_BY_USER)
+        with _bank_steady(cli, bank):
+            changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason=RELEASED_BY_USER)
     click.echo(f"Released {changed} lesson(s).")
 
 

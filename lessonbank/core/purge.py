@@ -200,16 +200,27 @@ def delete_bank_data(client: redis.Redis, bank: str, queue: str) -> BankPurge:
 
 
 @contextmanager
-def bank_held(client: redis.Redis, bank: str, wait: float, hold: float) -> Iterator[None]:
+def bank_held(client: redis.Redis, bank: str, wait: float, hold: float, unless_away: bool = False) -> Iterator[None]:
     """Hold the bank's consolidation lock (the one the workers take) for at most ``hold`` seconds;
-    ServiceUnavailable if a worker keeps it longer than ``wait`` seconds. The key goes on release."""
+    ServiceUnavailable if a worker keeps it longer than ``wait`` seconds. The key goes on release.
+
+    ``unless_away``: when Redis cannot be reached, go ahead without the lock (no worker consolidates then).
+    """
     lock = client.lock(bank_lock_key(bank), timeout=hold, blocking_timeout=wait)
-    if not lock.acquire():
+    try:
+        held = lock.acquire()
+    except (redis.ConnectionError, redis.TimeoutError):
+        if not unless_away:
+            raise
+        logger.warning("bank %s: Redis unreachable, changing its lessons without the bank's lock", bank)
+        yield
+        return
+    if not held:
         raise ServiceUnavailable(f"bank {bank!r} stayed locked by a worker for {wait:g}s; try again later")
     try:
         yield
     finally:
         try:
             lock.release()
-        except LockError:
-            logger.warning("bank %s: the lock expired before the deletion ended", bank)
+        except (LockError, redis.RedisError):
+            logger.warning("bank %s: the lock expired (or Redis went away) before the change ended", bank)

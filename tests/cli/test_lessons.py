@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import redis
 from click.testing import CliRunner, Result
 from qdrant_client import QdrantClient
 
 from lessonbank.cli.main import cli
+from lessonbank.core.constants import bank_lock_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, lesson_id
 from lessonbank.core.settings import Settings
@@ -142,6 +144,30 @@ def test_forget_by_id_and_by_query(seeded: dict[str, str | None]) -> None:
     assert SECRET_CSV in ok(seeded, "lessons", "list", "--bank", "finance").stdout  # the other bank is untouched
     nothing = ok(seeded, "lessons", "forget", "--bank", "team", "-q", "a haiku about autumn leaves", "--yes")
     assert "nothing forgotten" in nothing.stdout
+
+
+def test_a_status_change_waits_for_the_worker_holding_the_bank(
+    seeded: dict[str, str | None], redis_client: redis.Redis, embedder: FastEmbedEmbedder
+) -> None:
+    client = QdrantClient(path=str(seeded["LESSONBANK_QDRANT_PATH"]))
+    store = LessonStore(client, embedder)
+    store.set_status("team", [TEAM[0].id], "retired", reason="given to 8 runs, applied by none")
+    store.set_status("team", [TEAM[2].id], "forgotten")
+    client.close()
+    held = {**seeded, "LESSONBANK_DISTILL_LOCK_TIMEOUT": "1"}
+    worker = redis_client.lock(bank_lock_key("team"), timeout=30)  # consolidating: it read the lessons
+    assert worker.acquire()
+    try:
+        for command, lesson in (("forget", TEAM[1]), ("release", TEAM[0]), ("unforget", TEAM[2])):
+            result = run(held, "lessons", command, lesson.id, "--bank", "team", *(["--yes"] * (command != "unforget")))
+            assert result.exit_code != 0, command
+            assert result.stderr == "Error: bank 'team' stayed locked by a worker for 1s; try again later\n", command
+        listed = ok(seeded, "lessons", "list", "--bank", "team").stdout
+        assert TIMEOUT in listed and CSV not in listed and YAML not in listed  # nothing changed meanwhile
+    finally:
+        worker.release()
+    assert "Forgot 1 lesson(s)." in ok(held, "lessons", "forget", "--bank", "team", TEAM[1].id, "--yes").stdout
+    assert not redis_client.exists(bank_lock_key("team"))  # let go
 
 
 def test_instructions_command(seeded: dict[str, str | None]) -> None:

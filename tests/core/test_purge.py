@@ -13,6 +13,7 @@ from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, bank_lock_key
 from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.models import lesson_id
 from lessonbank.core.publish import publish
+from tests.fixtures.redis_server import free_port
 from tests.fixtures.runs import write_run
 
 
@@ -59,3 +60,14 @@ def test_bank_held_waits_for_the_lock(redis_client: redis.Redis) -> None:
             with purge.bank_held(redis_client, "a", wait=0.2, hold=5):
                 pass
     assert not redis_client.exists(bank_lock_key("a"))
+
+
+def test_bank_held_unless_away_goes_ahead_without_redis() -> None:
+    away = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    with pytest.raises(redis.ConnectionError):
+        with purge.bank_held(away, "a", wait=1, hold=5):
+            pass
+    ran = []
+    with purge.bank_held(away, "a", wait=1, hold=5, unless_away=True):
+        ran.append(True)
+    assert ran == [True]
