@@ -149,7 +149,6 @@ class AgentHook:
         self._random = random.Random(seed)
         self._source = LessonSource(settings, store=store)
         self._redactor = Redactor(settings.redact_patterns)
-        self._redis: redis.Redis | None = None
         # smolagents' own run, looked up at call time when the agent has no ``run`` of its own (so an
         # instrumentation that wraps MultiStepAgent.run later, like OpenInference's, still sees the runs)
         self._own_run: Callable[..., Any] | None = agent.run if "run" in vars(agent) else None
@@ -277,28 +276,32 @@ class AgentHook:
             pass
 
     def _report_check(self, run_id: str, answer: Any, answered: bool) -> None:
-        """Run the user's check on the final answer and record its verdict (never raises)."""
-        try:
-            client = self._client()
-            if not answered:
-                runs.clear_check(client, run_id)
-                return
+        """Run the user's check on the final answer and record its verdict (never raises, never waits longer than
+        the recorder's Redis timeout): through the recorder's client, and not at all while the recorder's
+        breaker says Redis is away (its records are spooled; the verdict is then lost, and logged)."""
+        passed: bool | None = None
+        if answered:
             try:
                 passed = bool(self.check(answer))  # type: ignore[misc]
             except Exception:  # the user's check is foreign code: its failure means "no verdict"
                 logger.warning("check= raised on the final answer of run %s; no verdict recorded", run_id,
                                exc_info=True)
+        if not self.recorder.transport.breaker.allow():
+            logger.warning("Redis is away: the check's verdict for run %s is not recorded", run_id)
+            return
+        try:
+            client = self._client()
+            if passed is None:
                 runs.clear_check(client, run_id)
-                return
-            runs.set_verdict(client, self.bank, run_id, passed, "check", "", self.settings.queue,
-                             self.settings.step_ttl)
+            else:
+                runs.set_verdict(client, self.bank, run_id, passed, "check", "", self.settings.queue,
+                                 self.settings.step_ttl)
         except redis.RedisError as e:
             logger.warning("could not record the check's verdict for run %s: %s", run_id, e)
 
     def _client(self) -> redis.Redis:
-        if self._redis is None:
-            self._redis = create_redis(self.settings, "agent")
-        return self._redis
+        """The recorder's client (its short timeout): what runs after ``agent.run`` must not stall it either."""
+        return self.recorder.transport.client
 
 
 def _hook(agent: Any, memory: AgentHook) -> None:

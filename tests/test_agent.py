@@ -30,6 +30,7 @@ from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
 from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.recorded import distill_args, run_hash, run_records
+from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
@@ -418,3 +419,23 @@ def test_recipes_can_be_left_out_of_the_instructions(settings: Settings, store: 
     finally:
         first.close()
         second.close()
+
+
+def test_a_check_never_stalls_the_run_when_redis_hangs(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Redis stops answering during a run with check=: the records go to the spool within the recorder's short
+    timeout, and recording the verdict does not add a wait of the agent client's (seconds) on top."""
+    settings = Settings(_env_file=None, redis_url=own_redis.url, data_dir=tmp_path / "data", openai_base_url=None,
+                        openai_api_key=None)
+    checked: list[Any] = []
+    agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code(41)), verbosity_level=0)
+    recorder = remember(agent, bank="team", settings=settings, holdout=0.999999, seed=1,
+                        check=lambda answer: checked.append(answer) or answer == 42)
+    try:
+        own_redis.freeze()
+        started = time.monotonic()
+        assert agent.run("What is 6 times 7?") == 41
+        assert time.monotonic() - started < 2.0, "the check's verdict waited for a hung Redis"
+        assert checked == [41]
+    finally:
+        own_redis.thaw()
+        recorder.close()

@@ -56,9 +56,11 @@ RECOUNT_FIELD = "recounted"
 
 # KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, run fields (JSON), first step's time, last step's
 # time, follow-up task message, then pairs of seq and step record. An open or closed run has no expiry (a verdict
-# written before the run's first record gave its hash one: ``set_verdict``).
+# written before the run's first record gave its hash one: ``set_verdict``). Steps stored already (a replayed spool)
+# are nothing late: only a step new to a closed run sets ``late_at`` (and, for a distilled run, queues the follow-up).
 STEP_SCRIPT = """
-for i = 6, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
+local added = 0
+for i = 6, #ARGV, 2 do added = added + redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
 redis.call('HSETNX', KEYS[1], 'started_at', ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
 if (not state) or state == 'open' then
@@ -68,6 +70,7 @@ if (not state) or state == 'open' then
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
   return 0
 end
+if added == 0 then return 3 end
 redis.call('HSET', KEYS[1], 'late_at', ARGV[4])
 if state == 'distilled' and redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
   redis.call('LPUSH', KEYS[4], ARGV[5])
@@ -138,7 +141,8 @@ def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str) 
     """``EVALSHA`` storing step records (seq, record, at) of one run, in order.
 
     An open (or new) run stays open with its fields updated. A run closed already stays closed: its late
-    steps are kept, and a run distilled already gets one follow-up distillation queued for them.
+    steps are kept, and a run distilled already gets one follow-up distillation queued for them; steps it
+    holds already (a replayed spool) change nothing.
     """
     fields = {**ref.extra, "bank": ref.bank, "agent": ref.agent, "task": ref.task}
     keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
@@ -169,7 +173,8 @@ def run_command(client: redis.Redis, command: Command) -> Any:
 def record_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float,
                 queue: str = DEFAULT_QUEUE) -> int:
     """Store one step record (replaying it changes nothing; a closed run is never reopened). Returns 0 for
-    an open run, 1 for a late step of a closed run, 2 when a follow-up distillation was queued."""
+    an open run, 1 for a late step of a closed run, 2 when a follow-up distillation was queued, 3 for a step
+    of a closed run stored already (a replay: nothing late, no follow-up)."""
     return int(run_command(client, steps_command(ref, [(seq, record, at)], queue)))
 
 

@@ -74,6 +74,7 @@ class StepRecorder:
         self._tracker = RunTracker(self.bank)
         self._failure_logged = False
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._watch_key = object()  # marks the tool copies this recorder watches
         self.step_callbacks: dict[type[MemoryStep], Any] = {
             ActionStep: self._on_step,
             PlanningStep: self._on_step,
@@ -162,7 +163,8 @@ class StepRecorder:
 
     def _watch_tools(self, agent: Any) -> None:
         """Watch the agent's tools so that each action step's record carries the structure of their results
-        (``lessonbank.recorder.results``)."""
+        (``lessonbank.recorder.results``): the agent's ``tools`` get copies that report to this recorder for this
+        agent only (a tool shared with other agents is left unchanged)."""
         tools = getattr(agent, "tools", None)
         if not isinstance(tools, dict):
             return
@@ -171,7 +173,9 @@ class StepRecorder:
         except TypeError:  # an agent object that cannot be weakly referenced: its results are not watched
             return
         for name, tool in list(tools.items()):
-            results.watch(tool, str(name), (id(self), id(agent)), sink)
+            watched = results.watch(tool, str(name), self._watch_key, sink)
+            if watched is not None:
+                tools[name] = watched  # this agent's copy: the tool itself, maybe shared, stays as it is
 
     # -- the callback ----------------------------------------------------------------------------
 
@@ -235,10 +239,11 @@ class StepRecorder:
     def _close_run(self, run: Run, outcome: RunOutcome, error: BaseException | None = None,
                    wait: bool = False) -> None:
         """Hand over the run's close; ``wait``: until it and the records before it are in Redis or spooled."""
+        fields = snapshot.end_fields(error)  # first: nothing may keep a run marked closed from its close
         run.closed = True
         seq = run.seq
         run.seq += 1
-        self._writer.put(Snapshot(run.info, seq, "run_end", snapshot.end_fields(error), time.time(), outcome))
+        self._writer.put(Snapshot(run.info, seq, "run_end", fields, time.time(), outcome))
         if wait:
             self._writer.sync(self._close_wait)
 

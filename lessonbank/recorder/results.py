@@ -2,11 +2,15 @@
 
 A CodeAgent's tools run inside its code, so a step's record shows only what the code printed: a run that
 looped over ``search_catalog("lamp")`` without printing it never showed where the products are. When a
-recorder attaches to an agent, each of the agent's tools (not ``final_answer``) gets its ``forward``
-wrapped once: the wrapper hands the result to the recorders watching that tool and returns it unchanged;
-the tool's own exceptions pass through untouched. A recorder keeps, per agent and tool, the specimen of
-the first result that fits (``lessonbank.core.specimen``: keys and type names, no value) until the
-agent's next action step takes them into its record, at most ``MAX_TOOLS_PER_STEP`` tools per step.
+recorder attaches to an agent, each of the agent's tools (not ``final_answer``) is replaced, in that
+agent's ``tools`` only, by a shallow copy whose ``forward`` calls the tool's own and hands the result to
+that recorder for that agent; the result is returned unchanged and the tool's own exceptions pass
+through untouched. The tool object itself is never changed: a module-level ``@tool`` shared by agents
+of two banks feeds each agent's records with its own calls only (a CodeAgent's code runs in a thread of
+its own, so the copy, not the calling thread, says whose call it was), and a copy goes away with its
+agent. A recorder keeps, per agent and tool, the specimen of the first result that fits
+(``lessonbank.core.specimen``: keys and type names, no value) until the agent's next action step takes
+them into its record, at most ``MAX_TOOLS_PER_STEP`` tools per step.
 
 Keeping a result costs a bounded walk of at most ``specimen.MAX_NODES`` values on the agent's thread,
 once per tool and step (later calls of a tool already kept cost a dict lookup); it never raises.
@@ -14,6 +18,7 @@ once per tool and step (later calls of a tool already kept cost a dict lookup); 
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +27,7 @@ from lessonbank.core.specimen import Unfit, specimen
 
 MAX_TOOLS_PER_STEP = 4
 SKIPPED = frozenset({"final_answer"})
-_SINKS = "_lessonbank_sinks"
+_WATCHED_BY = "_lessonbank_watched_by"
 
 Sink = Callable[[str, Any], None]
 
@@ -37,32 +42,33 @@ def keep(pending: dict[str, Any], name: str, result: Any) -> None:
         pass
 
 
-def watch(tool: Any, name: str, key: Any, sink: Sink) -> bool:
-    """Wrap ``tool.forward`` (once per tool object) so that every result also goes to ``sink(name, result)``;
-    ``key`` names the sink (one per recorder and agent). False when the tool cannot be watched."""
-    if name in SKIPPED:
-        return False
+def watch(tool: Any, name: str, key: Any, sink: Sink) -> Any | None:
+    """A copy of ``tool`` for one agent whose every result also goes to ``sink(name, result)``; ``key`` names
+    the watcher (one per recorder and agent). None when the tool cannot be watched or ``key`` watches it
+    already."""
+    if name in SKIPPED or getattr(tool, _WATCHED_BY, None) == key:
+        return None
     forward = getattr(tool, "forward", None)
     if not callable(forward):
-        return False
-    sinks: dict[Any, tuple[str, Sink]] | None = getattr(forward, _SINKS, None)
-    if sinks is None:
-        sinks = {}
-        try:
-            tool.forward = _watched(forward, sinks)
-        except (AttributeError, TypeError):  # a tool object that takes no attributes
-            return False
-    sinks[key] = (name, sink)
-    return True
+        return None
+    try:
+        watched = copy.copy(tool)
+        watched.forward = _watched(tool, forward, name, sink)
+        setattr(watched, _WATCHED_BY, key)
+        if getattr(tool, "is_initialized", None) is not None:
+            watched.is_initialized = True  # the tool sets itself up (once) when the copy calls it
+    except Exception:  # a foreign tool object that cannot be copied or takes no attributes: not watched
+        return None
+    return watched
 
 
-def _watched(original: Callable[..., Any], sinks: dict[Any, tuple[str, Sink]]) -> Callable[..., Any]:
+def _watched(tool: Any, original: Callable[..., Any], name: str, sink: Sink) -> Callable[..., Any]:
     @functools.wraps(original)
     def forward(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        for name, sink in list(sinks.values()):
-            sink(name, result)
+        if getattr(tool, "is_initialized", True) is False:
+            tool.setup()
+        result = tool.forward(*args, **kwargs)
+        sink(name, result)
         return result
 
-    setattr(forward, _SINKS, sinks)
     return forward

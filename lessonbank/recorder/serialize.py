@@ -3,7 +3,10 @@
 Every text field is redacted, then capped (head and tail kept, a marker in between); a text longer
 than 16 field caps is cut to its head before redaction (redacting 10 MB costs seconds), with room
 for a secret straddling the cut. Lone surrogates are replaced. JSON-looking strings stay strings.
-The whole record is then fitted to ``max_record_bytes`` by halving its largest fields.
+Tool call names are cut to ``MAX_TOOL_NAME`` characters. The whole record is then fitted to
+``max_record_bytes`` by halving its largest parts (counted as JSON, escapes included; the tool calls'
+arguments all at once, then the number of calls); a record that still does not fit keeps no text at all:
+the cap holds whatever the step held.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from lessonbank.core.models import StepRecord, TokenUsageRecord, ToolCallRecord, ToolResultRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.recorder.snapshot import RunInfo, Snapshot
+from lessonbank.recorder.snapshot import RunInfo, Snapshot, valid_utf8
 from lessonbank.recorder.tracking import MAX_TOOL_NAME
 
 # Text longer than this many field caps is cut to its head before redaction.
@@ -21,6 +24,8 @@ _HEAD_ONLY_FACTOR = 16
 # Room kept after the cut so that a secret straddling it is still seen whole by the redactor.
 _REDACT_MARGIN = 512
 _TEXT_FIELDS = ("model_output", "code", "observations", "error_message", "action_output", "plan", "task")
+_SHRINK_ROUNDS = 100  # halvings tried before a record that still does not fit loses its text altogether
+_MIN_SHRINK = 64  # bytes of JSON (or characters of tool call arguments) below which a part is not halved
 _CLEANED = ("model_output", "code", "observations", "error_message", "action_output", "plan")
 
 
@@ -37,14 +42,6 @@ def cap_text(text: str, limit: int) -> tuple[str, bool]:
     head = keep * 3 // 4
     tail = keep - head
     return text[:head] + mark + (text[-tail:] if tail else ""), True
-
-
-def _clean_surrogates(text: str) -> str:
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 class StepSerializer:
@@ -67,7 +64,7 @@ class StepSerializer:
             text, cut = cap_text(self.redactor.redact(text), limit)
         if cut and truncated is not None:
             truncated.append(name)
-        return _clean_surrogates(text)
+        return valid_utf8(text)
 
     def task_of(self, run: RunInfo) -> str:
         """The run's task, redacted and capped (computed once per run)."""
@@ -88,7 +85,7 @@ class StepSerializer:
                 fields[name] = self.clean(value, cut, name)
             elif name == "tool_calls":
                 fields[name] = [
-                    ToolCallRecord(name=self.clean(call, cut, name), arguments=self.clean(args, cut, name))
+                    ToolCallRecord(name=self.tool_name(call, cut), arguments=self.clean(args, cut, name))
                     for call, args in value
                 ]
             elif name == "tool_results":
@@ -101,6 +98,14 @@ class StepSerializer:
             fields["outcome"] = snap.outcome
         return self.fit(StepRecord(**fields), cut)
 
+    def tool_name(self, name: str, truncated: list[str]) -> str:
+        """A tool call's name (the model wrote it): cleaned and cut to ``MAX_TOOL_NAME`` characters."""
+        text = self.clean(name[: MAX_TOOL_NAME * _HEAD_ONLY_FACTOR], truncated, "tool_calls")
+        if len(text) > MAX_TOOL_NAME:
+            truncated.append("tool_calls")
+            text = text[:MAX_TOOL_NAME]
+        return text
+
     def tool_results(self, kept: list[tuple[str, Any]]) -> list[ToolResultRecord]:
         """The specimens of a step's tool results, less any whose keys look like a secret."""
         found = []
@@ -111,38 +116,70 @@ class StepSerializer:
         return found
 
     def fit(self, record: StepRecord, truncated: list[str]) -> str:
-        """The record's JSON, with its largest fields halved until it fits ``max_record_bytes``."""
+        """The record's JSON, fitted to ``max_record_bytes``: its largest parts halved (sizes counted as JSON
+        writes them, escapes included) until it fits; whatever is left over the cap then goes whole."""
         if truncated:
             record.truncated = sorted(set(truncated))
         data = record.to_json()
-        for _ in range(64):
-            if len(data) * 4 <= self.max_record_bytes or len(data.encode("utf-8")) <= self.max_record_bytes:
+        for _ in range(_SHRINK_ROUNDS):
+            if self._fits(data):
                 return data
-            if not self._shrink_largest(record):
+            if not _shrink_largest(record):
                 break
             record.truncated = sorted(set(record.truncated))
             data = record.to_json()
-        return data
+        if self._fits(data):
+            return data
+        return _bare(record)
 
-    def _shrink_largest(self, record: StepRecord) -> bool:
-        sizes = [(len(getattr(record, name)), name) for name in _TEXT_FIELDS]
-        sizes += [(len(call.arguments), f"tool_calls.{i}") for i, call in enumerate(record.tool_calls)]
-        size, name = max(sizes)
-        if size < 64:
-            if record.tool_results:
-                record.tool_results = []
-                record.truncated.append("tool_results")
-                return True
-            if len(record.tool_calls) > 1:
-                record.tool_calls = record.tool_calls[:1]
-                record.truncated.append("tool_calls")
-                return True
-            return False
-        if name.startswith("tool_calls."):
-            call = record.tool_calls[int(name.split(".")[1])]
-            call.arguments = cap_text(call.arguments, size // 2)[0]
-            name = "tool_calls"
-        else:
-            setattr(record, name, cap_text(getattr(record, name), size // 2)[0])
-        record.truncated.append(name)
-        return True
+    def _fits(self, data: str) -> bool:
+        return len(data) * 4 <= self.max_record_bytes or len(data.encode("utf-8")) <= self.max_record_bytes
+
+
+def _json_size(text: str) -> int:
+    return len(json.dumps(text))
+
+
+def _shrink_largest(record: StepRecord) -> bool:
+    """Halve the largest part of ``record`` (a text field, the tool calls, the tool results). False when
+    nothing is left to shrink."""
+    sizes = [(_json_size(getattr(record, name)), name) for name in _TEXT_FIELDS]
+    sizes.append((sum(_json_size(c.name) + _json_size(c.arguments) + 24 for c in record.tool_calls), "tool_calls"))
+    sizes.append((len(json.dumps([r.model_dump() for r in record.tool_results], default=str))
+                  if record.tool_results else 0, "tool_results"))
+    size, name = max(sizes)
+    if size < _MIN_SHRINK:
+        return False
+    if name == "tool_results":
+        record.tool_results = []
+    elif name == "tool_calls":
+        _shrink_calls(record)
+    else:
+        text = getattr(record, name)
+        cut = cap_text(text, len(text) // 2)[0]
+        setattr(record, name, cut if _json_size(cut) < size else "")
+    record.truncated.append(name)
+    return True
+
+
+def _shrink_calls(record: StepRecord) -> None:
+    """Halve the longest arguments (every call's, at once), or, when they are all short, drop the later half
+    of the calls."""
+    longest = max(len(call.arguments) for call in record.tool_calls)
+    if longest >= _MIN_SHRINK:
+        limit = longest // 2
+        for call in record.tool_calls:
+            call.arguments = cap_text(call.arguments, limit)[0]
+    elif len(record.tool_calls) > 1:
+        record.tool_calls = record.tool_calls[: len(record.tool_calls) // 2]
+    else:
+        record.tool_calls = []
+
+
+def _bare(record: StepRecord) -> str:
+    """The record without any text, tool call or tool result: ids, kind, numbers and what was cut."""
+    for name in _TEXT_FIELDS:
+        setattr(record, name, "")
+    record.tool_calls, record.tool_results = [], []
+    record.truncated = sorted({*record.truncated, *_TEXT_FIELDS, "tool_calls", "tool_results"})
+    return record.to_json()

@@ -46,6 +46,16 @@ class Snapshot:
     outcome: str = ""
 
 
+def valid_utf8(text: str) -> str:
+    """``text``, with any lone surrogate (text decoded with ``surrogateescape``, say) replaced: Redis, the
+    run scripts' JSON and the spool file all need text that encodes as UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def is_image(value: Any) -> bool:
     """A PIL image (smolagents' AgentImage included), recognised without importing PIL."""
     return any(cls.__module__.startswith("PIL.") for cls in type(value).__mro__)
@@ -158,6 +168,11 @@ def final_fields(step: FinalAnswerStep) -> dict[str, Any]:
 
 
 def end_fields(error: BaseException | None) -> dict[str, Any]:
+    """The fields of a run's close; never raises (an exception's ``__str__`` is foreign code)."""
     if error is None:
         return {}
-    return {"error_type": type(error).__name__, "error_message": Converter().text(str(error))}
+    try:
+        message = Converter().text(str(error))
+    except Exception:  # a user exception whose __str__ raises (or returns a non-str)
+        message = f"<unprintable {type(error).__name__}>"
+    return {"error_type": type(error).__name__, "error_message": message}

@@ -52,8 +52,10 @@ class Spool:
         self._check_fork()
         if not ops:
             return
+        lines = [_encoded(op) for op in ops]
+        ops = [op for op, _ in lines]
         fd = self._open()
-        data = "".join(op.to_line() + "\n" for op in ops).encode("utf-8")
+        data = b"".join(line for _, line in lines)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -119,6 +121,17 @@ class Spool:
                 os.close(self._fd)  # the child's copy only: the parent keeps its descriptor and its lock
             self._fd, self.path = None, None
             self._pending = deque()
+
+
+def _encoded(op: Op) -> tuple[Op, bytes]:
+    """``op`` and its spool line; when some text of it holds a lone surrogate, a copy with those replaced:
+    one op's text must not keep the others of its batch out of the spool, nor fail every replay of it."""
+    line = op.to_line() + "\n"
+    try:
+        return op, line.encode("utf-8")
+    except UnicodeEncodeError:
+        data = line.encode("utf-8", "replace")
+        return Op.from_line(data.decode("utf-8")), data
 
 
 def _fsync_dir(directory: Path) -> None:

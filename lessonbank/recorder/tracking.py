@@ -16,15 +16,17 @@ from typing import Any
 
 from smolagents.memory import TaskStep
 
-from lessonbank.recorder.snapshot import Converter, RunInfo
+from lessonbank.recorder.snapshot import Converter, RunInfo, valid_utf8
 
 MAX_TOOLS = 64  # tool names kept in a run's ``tools`` field
 MAX_TOOL_NAME = 64
+MAX_AGENT_NAME = 200  # characters of the agent's name kept in its records
 # Fields of the run's hash that ``prepare_run`` may not set: the run state machine writes them.
 RESERVED_FIELDS = frozenset({
     "bank", "agent", "task", "state", "outcome", "started_at", "updated_at", "closed_at", "enqueued", "tools",
     "distill_attempts", "distilled_at", "distill_output", "consolidated", "lessons", "credited", "verdict",
-    "verdict_source", "verdict_note",
+    "verdict_source", "verdict_note", "verdict_trust", "verdict_at", "late_at", "followup", "distilled_upto",
+    "judged", "taught", "recounted", "llm_error", "deliveries",
 })
 
 
@@ -155,5 +157,7 @@ class RunTracker:
             run_id, fields = uuid.uuid4().hex, {}
         task = task or getattr(agent, "task", None) or task_step.task
         name = getattr(agent, "name", None) or type(agent).__name__
-        extra = {**fields, "tools": tool_names(agent)}
-        return Run(RunInfo(self.bank, run_id, str(name), Converter().text(task), extra), task_step)
+        extra = {valid_utf8(key): valid_utf8(value) for key, value in {**fields, "tools": tool_names(agent)}.items()}
+        info = RunInfo(valid_utf8(self.bank), run_id, valid_utf8(str(name)[:MAX_AGENT_NAME]), Converter().text(task),
+                       extra)
+        return Run(info, task_step)

@@ -196,6 +196,10 @@ class Transport:
         if spilled:
             self.spool.delivered(len(ops))  # they were at the head of an empty spool
 
+    def hold(self, ops: list[Op]) -> bool:
+        """Spool ``ops`` without trying Redis (the interpreter is finalizing). False if the disk refused."""
+        return self._spool(ops)
+
     def pump(self, spill: Callable[[], list[Op]], budget: float, force: bool = False) -> bool:
         """Replay spooled ops for up to ``budget`` seconds (``force``: even while the breaker is open).
         True when the spool is empty."""
@@ -264,7 +268,7 @@ class Transport:
             return True
         try:
             self.spool.append_many(ops)
-        except OSError:
+        except (OSError, ValueError):  # the disk refused, or (a bug) text that cannot be written
             if not self._spool_error_logged:
                 self._spool_error_logged = True
                 logger.exception("could not write the spool in %s; step records are lost until it can",

@@ -8,8 +8,10 @@ delivered in the order they were handed over, a run's close after its steps.
 Durability, as the module ``lessonbank.recorder`` states it: a record handed over is in Redis within
 100 ms, or in the spool; ``sync`` (a run's close uses it) and ``flush`` deliver on the caller's thread;
 a normal process exit closes every writer (``atexit``): what is left goes to Redis or stays in the
-spool for ``lessonbank spool replay``. A SIGKILL loses what was handed over in the last 100 ms. A
-forked child starts with an empty queue, no thread, and a spool of its own.
+spool for ``lessonbank spool replay``; a step handed over after that (a streamed run's generator closed
+while the interpreter finalizes) is delivered or spooled on the caller's thread, never by a new thread.
+A SIGKILL loses what was handed over in the last 100 ms. A forked child starts with an empty queue, no
+thread, and a spool of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import atexit
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -37,6 +40,7 @@ WORK_BUDGET = 0.025  # seconds of spool replay per turn, so that new records are
 EXIT_TIMEOUT = 2.0  # seconds a writer may take to flush at process exit
 
 _WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
+_exiting = False  # set by the exit flush (atexit)
 
 
 class Writer:
@@ -66,9 +70,15 @@ class Writer:
     # -- the agent's side -----------------------------------------------------------------------------
 
     def put(self, snap: Snapshot) -> None:
-        """Hand ``snap`` over (never blocks; wakes the thread only when it waits)."""
+        """Hand ``snap`` over (never blocks; wakes the thread only when it waits). Once the process exits
+        (the exit flush ran, or the interpreter finalizes) no thread may start: ``Thread.start`` never
+        returns while the interpreter finalizes, so the snapshot is delivered (or spooled) on the caller's
+        thread instead."""
         self._items.append(snap)
         if self._idle:
+            if _exiting or sys.is_finalizing():
+                self._deliver_at_exit()
+                return
             self._idle = False
             if self._thread is None:
                 self._start()
@@ -112,6 +122,25 @@ class Writer:
         self._retired = True
         self._thread = None
         self._wake.put(True)
+
+    def _deliver_at_exit(self) -> None:
+        """A snapshot handed over after the exit flush: deliver or spool it now, then release the spool again
+        (what stays there waits for ``lessonbank spool replay``). Bounded by EXIT_TIMEOUT; never raises."""
+        try:
+            if not self._io.acquire(timeout=EXIT_TIMEOUT):
+                return
+            try:
+                if sys.is_finalizing():  # no imports any more, so no new connection: straight to the spool
+                    self.transport.hold(self._spill())
+                else:
+                    deadline = time.monotonic() + EXIT_TIMEOUT
+                    while self._work(EXIT_TIMEOUT) and time.monotonic() < deadline:
+                        pass
+                self.transport.close()
+            finally:
+                self._io.release()
+        except Exception:  # at exit, the agent's process must end whatever fails here
+            self._log_failure("delivering step records at exit failed")
 
     # -- the writer thread ----------------------------------------------------------------------------
 
@@ -227,6 +256,8 @@ def _after_fork_in_child() -> None:
 
 
 def _close_at_exit() -> None:
+    global _exiting
+    _exiting = True  # from now on put() delivers on the caller's thread: no thread starts any more
     for writer in list(_WRITERS):
         try:
             writer.close(EXIT_TIMEOUT)

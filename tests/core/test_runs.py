@@ -136,3 +136,19 @@ def test_a_verdict_for_a_run_with_no_records_expires_unless_the_run_follows(redi
     runs.mark_distilled(redis_client, "run-2", 900, {})
     runs.set_verdict(redis_client, "bank", "run-2", False, "user", "", "q", ttl=600)  # keeps the distilled expiry
     assert 600 < redis_client.ttl(run_key("run-2")) <= 900
+
+
+def test_replayed_steps_of_a_distilled_run_are_not_late_and_queue_no_followup(redis_client: redis.Redis) -> None:
+    """A spool replayed after a partial delivery re-sends steps Redis has already: nothing is new, so the
+    distilled run is not marked late and no follow-up distillation is queued (a second LLM call for nothing)."""
+    runs.record_step(redis_client, REF, 0, record(0), 100.0, queue="q")
+    runs.close_run(redis_client, REF, 1, record(1, "run_end"), "success", 101.0, "q")
+    runs.mark_distilled(redis_client, "run-1", ttl=60, stats={}, upto=1)
+    assert runs.replay_step(redis_client, REF, 0, record(0), 100.0, queue="q") == 3
+    command = runs.steps_command(REF, [(0, record(0), 100.0)], "q")  # the recorder's batched form too
+    assert runs.run_command(redis_client, command) == 3
+    runs.close_run(redis_client, REF, 1, record(1, "run_end"), "success", 101.0, "q")
+    state = run_state(redis_client, "run-1")
+    assert "late_at" not in state and "followup" not in state and state["state"] == RUN_DISTILLED
+    assert distill_args(redis_client, "q") == [["bank", "run-1"]]  # the close's only
+    assert runs.record_step(redis_client, REF, 2, record(2), 102.0, queue="q") == 2  # a new step still is late

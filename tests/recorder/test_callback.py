@@ -177,6 +177,49 @@ def test_run_helper_closes_a_raising_run_with_outcome_error(recorder, redis_clie
     assert distill_args(redis_client) == [[BANK, run_id]]
 
 
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("broken __str__")
+
+
+def test_a_run_ending_with_an_exception_whose_str_raises_is_still_closed(recorder, redis_client):
+    """The user's own step callback raises an exception whose ``__str__`` raises: the run is closed as
+    ``error`` all the same (its close sent, its distillation queued), not left open for the sweeper."""
+    def guard(step, agent=None):
+        raise _UnprintableError()
+
+    agent = code_agent(recorder, [code_reply("x = 1"), final_code(1)])
+    agent.step_callbacks.register(ActionStep, guard)
+    with pytest.raises(_UnprintableError):
+        recorder.run(agent, "Stopped by a guard.")
+    run_id = recorder.run_id(agent)
+    records = run_records(redis_client, run_id)
+    assert [r.kind for r in records] == ["action", "run_end"]
+    assert records[1].outcome == "error" and records[1].error_type == "_UnprintableError"
+    assert records[1].error_message == "<unprintable _UnprintableError>"
+    assert run_hash(redis_client, run_id)["state"] == "closed"
+    assert distill_args(redis_client) == [[BANK, run_id]]
+
+
+def test_a_prepared_field_with_a_lone_surrogate_costs_no_record_of_any_run(recorder, redis_client):
+    """A ``prepare_run`` field read with ``surrogateescape`` (a file name, an environment value) is recorded with
+    the character replaced: neither its run's records nor another agent's in the same batch are lost, and the
+    breaker does not take it for an outage."""
+    first = code_agent(recorder, [code_reply("x = 1"), final_code(1)])
+    second = code_agent(recorder, [final_code(2)])
+    recorder.prepare_run(first, source=b"caf\xe9".decode("utf-8", "surrogateescape"))
+    first.run("A run with a strange label.")
+    second.run("A clean run.")
+    assert recorder.flush(5)
+    for agent, kinds in ((first, ["action", "action", "final", "run_end"]), (second, ["action", "final", "run_end"])):
+        run_id = recorder.run_id(agent)
+        assert [r.kind for r in run_records(redis_client, run_id)] == kinds
+        assert run_hash(redis_client, run_id)["state"] == "closed"
+    assert run_hash(redis_client, recorder.run_id(first))["source"] == "caf?"
+    assert len(distill_args(redis_client)) == 2
+    assert not recorder.transport.breaker.tripped and recorder.transport.spooled == 0
+
+
 def test_recording_block_that_raises_before_any_run_closes_nothing(recorder, redis_client):
     agent = code_agent(recorder, [final_code(1)])
     with pytest.raises(KeyError), recorder.recording(agent):
@@ -440,6 +483,9 @@ def test_prepare_run_rejects_fields_it_cannot_write(recorder):
         recorder.prepare_run(agent, given=["id1"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'state' cannot be set"):
         recorder.prepare_run(agent, state="closed")
+    for written_by_workers in ("verdict_trust", "judged", "taught", "followup", "late_at", "distilled_upto"):
+        with pytest.raises(ValueError, match=f"'{written_by_workers}' cannot be set"):  # e.g. a user's trust
+            recorder.prepare_run(agent, **{written_by_workers: "3"})
     with pytest.raises(ValueError, match="LESSONBANK_MAX_FIELD_CHARS"):
         recorder.prepare_run(agent, given="x" * (recorder.settings.max_field_chars + 1))
 
@@ -620,6 +666,7 @@ def test_a_tool_result_the_code_never_printed_leaves_its_structure_in_the_step(r
 
 def test_tools_shared_by_two_recorded_agents_feed_each_its_own_steps(settings, redis_client):
     first, second = StepRecorder(bank="one", settings=settings), StepRecorder(bank="two", settings=settings)
+    original_forward = search_catalog.forward
     agents = []
     for rec, query in ((first, "lamp"), (second, "mug")):
         agent = CodeAgent(tools=[search_catalog], model=ScriptedModel([
@@ -627,7 +674,8 @@ def test_tools_shared_by_two_recorded_agents_feed_each_its_own_steps(settings, r
         rec.attach(agent)
         rec.attach(agent)  # idempotent: the tool is wrapped once
         agents.append(agent)
-    assert agents[0].tools["search_catalog"] is agents[1].tools["search_catalog"]
+    assert agents[0].tools["search_catalog"] is not agents[1].tools["search_catalog"]  # a copy per agent
+    assert search_catalog.forward == original_forward  # the shared tool itself is left alone
     agents[0].run("Search lamps.")
     agents[1].run("Search mugs.")
     for rec, agent in ((first, agents[0]), (second, agents[1])):
@@ -635,5 +683,59 @@ def test_tools_shared_by_two_recorded_agents_feed_each_its_own_steps(settings, r
         assert [r.name for r in action.tool_results] == ["search_catalog"]
         rec.close(interrupt_open_runs=False)
     assert agents[0].tools["search_catalog"]("chair")["data"]["total"] == 17  # still the tool itself
-    assert "final_answer" not in {name for name, tool_ in agents[0].tools.items()
-                                  if hasattr(tool_.forward, "_lessonbank_sinks")}
+    assert agents[0].tools["final_answer"].forward == type(agents[0].tools["final_answer"]).forward.__get__(
+        agents[0].tools["final_answer"])  # final_answer is never watched
+
+
+@pytest.mark.parametrize("kind", ["code", "tool_calling"])
+def test_a_shared_tool_feeds_only_the_agent_whose_run_called_it(settings, redis_client, kind):
+    """Two banks (two tenants) share a module-level tool: one agent's tool results never reach the other's
+    records, whether the tool is called from code (in the executor's thread) or as a tool call."""
+    tenant_a, tenant_b = StepRecorder(bank="tenant-a", settings=settings), StepRecorder(bank="tenant-b",
+                                                                                       settings=settings)
+    if kind == "code":
+        a = CodeAgent(tools=[search_catalog], model=ScriptedModel([
+            code_reply('r = search_catalog("lamp")'), final_code(1)]), verbosity_level=0)
+        b = CodeAgent(tools=[search_catalog], model=ScriptedModel([code_reply("x = 2"), final_code(2)]),
+                      verbosity_level=0)
+    else:
+        a = ToolCallingAgent(tools=[search_catalog], model=ScriptedModel([
+            tool_call_reply("search_catalog", {"query": "lamp"}), final_tool_call("1")]), verbosity_level=0)
+        b = ToolCallingAgent(tools=[search_catalog], model=ScriptedModel([
+            tool_call_reply("final_answer", {"answer": "2"})]), verbosity_level=0)
+    tenant_a.attach(a)
+    tenant_b.attach(b)
+    try:
+        a.run("tenant A task")
+        b.run("tenant B task, never calls the tool")
+        a_actions = [r for r in run_records(redis_client, tenant_a.run_id(a)) if r.kind == "action"]
+        b_actions = [r for r in run_records(redis_client, tenant_b.run_id(b)) if r.kind == "action"]
+        assert [t.name for t in a_actions[0].tool_results] == ["search_catalog"]
+        assert b_actions and all(r.tool_results == [] for r in b_actions), "tenant A's tool result leaked into B"
+    finally:
+        tenant_a.close(interrupt_open_runs=False)
+        tenant_b.close(interrupt_open_runs=False)
+
+
+def test_watching_a_shared_tool_leaves_nothing_behind_when_its_agents_go(settings):
+    """One short-lived agent per request, all sharing a module-level tool: the tool does not collect a watcher
+    per agent (its calls would walk them all), and what watched an agent goes away with the agent."""
+    import gc
+    import weakref
+
+    rec = StepRecorder(bank="b", settings=settings)
+    original_forward = search_catalog.forward
+    copies = []
+    try:
+        for _ in range(50):
+            agent = CodeAgent(tools=[search_catalog], model=ScriptedModel([], then=final_code(1)),
+                              verbosity_level=0)
+            rec.attach(agent)
+            copies.append(weakref.ref(agent.tools["search_catalog"]))
+            del agent
+        gc.collect()
+        assert search_catalog.forward == original_forward
+        assert not vars(search_catalog.forward).get("_lessonbank_sinks")
+        assert all(ref() is None or ref() is search_catalog for ref in copies)
+    finally:
+        rec.close(interrupt_open_runs=False)

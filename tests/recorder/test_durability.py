@@ -83,6 +83,39 @@ def test_a_normal_exit_leaves_every_record_in_redis_and_nothing_in_the_spool(red
     assert spool_files(data_dir / "spool") == []
 
 
+# A streamed run the caller stopped reading: its generator is closed while the interpreter finalizes, after the
+# exit flush, and smolagents hands the step in progress to the recorder then.
+EXIT_WITH_A_STREAM_LEFT_OPEN = """
+    recorder = StepRecorder(bank="exit-bank")
+    runner = agent(recorder, [code_reply("x = 1"), code_reply("y = 2"), final_code(1)])
+    steps = runner.run("A streamed run nobody finishes reading.", stream=True)
+    for i, step in enumerate(steps):
+        if i == 3:  # in the middle of the second step
+            break
+    print(recorder.run_id(runner), flush=True)
+"""
+
+
+def test_a_step_handed_over_while_the_interpreter_finalizes_neither_hangs_the_exit_nor_is_lost(
+        redis_url, redis_client, tmp_path):
+    environment = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "LESSONBANK_DATA_DIR": str(tmp_path / "d"),
+                   "LESSONBANK_REDIS_URL": redis_url}
+    started = time.monotonic()
+    try:
+        result = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(EXIT_WITH_A_STREAM_LEFT_OPEN)],
+                                capture_output=True, text=True, env=environment, timeout=30, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the agent process never exited: a writer thread was started while the interpreter finalized")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - started < 20
+    run_id = result.stdout.split()[-1]
+    assert [r.seq for r in run_records(redis_client, run_id)] == [0]  # before the exit
+    # the second step, handed over while the interpreter finalized (no new connection possible), is spooled
+    # (under the run the recorder still knew of then)
+    assert [(op.op, op.task) for op in spooled_ops(tmp_path / "d" / "spool")] in (
+        [], [("step", "A streamed run nobody finishes reading.")])
+
+
 # Redis goes away before the run's last steps: the process still exits normally, the rest waits in the spool.
 EXIT_WITHOUT_REDIS = """
     ready, go = Path(os.environ["READY"]), Path(os.environ["GO"])

@@ -198,3 +198,19 @@ def test_tool_result_structures_are_kept_unless_secret_and_go_first_when_the_rec
     fields["tool_results"] = [("f", wide)]
     data = serializer(record=1024).record(Snapshot(RUN, 0, "action", fields, 0.0))
     assert len(data) <= 1024 and load(data).tool_results == [] and "tool_results" in load(data).truncated
+
+
+@pytest.mark.parametrize("calls", [
+    [ToolCall(name=f"t{i}", arguments={"q": "y" * 4000}, id=str(i)) for i in range(200)],
+    [ToolCall(name="\x01" * 4000, arguments="\x01" * 4000, id=str(i)) for i in range(20)],  # 6 bytes a char
+    [ToolCall(name="n" * 60, arguments="", id=str(i)) for i in range(2000)],
+], ids=["200 calls of 4 KB", "escape-heavy names and arguments", "2000 short calls"])
+def test_the_record_cap_holds_whatever_the_tool_calls_hold(calls):
+    for cap in (32768, 1024):
+        data = serializer(record=cap).action(action(tool_calls=calls, observations="\x02" * 4096,
+                                                    model_output="m" * 4096), RUN, 0)
+        assert len(data.encode("utf-8")) <= cap
+        record = load(data)
+        assert "tool_calls" in record.truncated and (record.tool_calls or cap == 1024)
+        assert all(len(call.name) <= 64 for call in record.tool_calls)
+        assert record.run_id == "r1" and record.kind == "action"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -132,3 +133,23 @@ def test_replay_directory_goes_oldest_first(tmp_path, sink, redis_client):
     reports = replay_directory(tmp_path, replay_apply(sink))
     assert [r.runs for r in reports] == [{"older"}, {"newer"}]
     assert distill_args(redis_client) == [["b", "older"], ["b", "newer"]]
+
+
+def test_an_op_with_a_lone_surrogate_neither_keeps_its_batch_out_nor_poisons_the_replay(tmp_path, sink,
+                                                                                          redis_client):
+    """Text decoded with ``surrogateescape`` cannot be encoded: that op is spooled with the character replaced,
+    and the rest of its batch with it; the replay delivers all of them."""
+    label = b"caf\xe9".decode("utf-8", "surrogateescape")
+    clean = make_ops("clean-run")
+    dirty = [dataclasses.replace(op, agent=label, extra={"source": label}) for op in make_ops("dirty-run")]
+    spool = Spool(tmp_path / "spool")
+    spool.append_many([*clean, *dirty])
+    assert len(spool) == 8
+    lines = spool.path.read_text(encoding="utf-8").splitlines()
+    assert [Op.from_line(line).run_id for line in lines] == ["clean-run"] * 4 + ["dirty-run"] * 4
+    assert spool.head(8)[4].extra == {"source": "caf?"} and spool.head(8)[4].agent == "caf?"
+    for op in spool.head(8):
+        sink.apply(op)
+    assert run_hash(redis_client, "dirty-run")["source"] == "caf?"
+    assert [r.seq for r in run_records(redis_client, "dirty-run")] == [0, 1, 2, 3]
+    spool.release()
