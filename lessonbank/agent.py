@@ -171,12 +171,24 @@ class AgentHook:
         try:
             return self._source.read(lambda store: compose_instructions(
                 store, task, self.bank, max_lessons=self.max_lessons, max_chars=self.max_chars,
-                min_relevance=self.settings.min_relevance, max_recipes=MAX_RECIPES if self.recipes else 0))
+                min_relevance=self.settings.min_relevance, max_recipes=MAX_RECIPES if self.recipes else 0,
+                tools=self.callables()))
         except STORE_ERRORS as e:
             self._source.unavailable(e)
         except Exception:  # never let lessons break the user's run
             logger.warning("building the lessons block failed; the run gets no lessons", exc_info=True)
         return "", []
+
+    def callables(self) -> set[str] | None:
+        """What the agent's code or tool calls can call besides Python's builtins: its tools, its managed agents
+        and the functions smolagents' executor adds (``floor``, ``sqrt``...); None if the agent says not."""
+        from smolagents.local_python_executor import BASE_PYTHON_TOOLS
+
+        tools = getattr(self.agent, "tools", None)
+        if not isinstance(tools, dict):
+            return None
+        managed = getattr(self.agent, "managed_agents", None) or {}
+        return {str(name) for name in (*tools, *managed)} | set(BASE_PYTHON_TOOLS)
 
     def _choose_arm(self) -> str:
         if self.parent is not None and self.parent.arm is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 from qdrant_client import QdrantClient
-from smolagents import CodeAgent
+from smolagents import CodeAgent, tool
 from smolagents.memory import FinalAnswerStep
 
 from lessonbank import remember
@@ -107,6 +107,38 @@ def test_run_gets_lessons_after_its_task(settings: Settings, store: LessonStore,
         assert all(HEADER not in record.model_dump_json() for record in run_records(redis_client, run_id))
     finally:
         recorder.close()
+
+
+def test_a_run_gets_no_lesson_about_a_tool_its_agent_lacks(settings: Settings, store: LessonStore) -> None:
+    """One bank, agents with other tools: the shape of get_invoice goes to the agent that has get_invoice."""
+    shape = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
+             "its records are `result['lines']`.")
+    store.upsert([Lesson.new("shop", "fact", shape).model_copy(update={"origin": "observed"})])
+    task = "Using get_invoice, what is the total of invoice INV-7 in euros?"
+
+    @tool
+    def get_invoice(invoice_id: str) -> dict:
+        """Return an invoice.
+
+        Args:
+            invoice_id: The invoice's id.
+        """
+        return {"invoice": invoice_id, "lines": []}
+
+    told = []
+    for tools in ([], [get_invoice]):
+        ref: list[Any] = []
+        probe = Probe(ref)
+        agent = CodeAgent(tools=tools, model=ScriptedModel([], then=probe), verbosity_level=0)
+        ref.append(agent)
+        recorder = remember(agent, bank="shop", settings=settings, store=store)
+        try:
+            assert agent.run(task) == "ok"
+        finally:
+            recorder.close()
+        told.append(probe.told[0])
+    assert "get_invoice(...)` returns" not in told[0] and HEADER not in told[0]
+    assert "get_invoice(...)` returns" in told[1]
 
 
 def test_task_with_additional_args_is_the_users_again_after_the_run(settings: Settings, store: LessonStore) -> None:
@@ -403,7 +435,8 @@ def test_the_readme_usage_example_runs_as_written(redis_url: str, embed_model_pa
 def test_recipes_can_be_left_out_of_the_instructions(settings: Settings, store: LessonStore) -> None:
     from lessonbank.core.models import Recipe
 
-    recipe = Recipe(code="rows = read(sep=';')\nfinal_answer(len(rows))", task=CSV_TASK, fingerprint="f")
+    recipe = Recipe(code="rows = open('data/sales.csv').read().split(';')\nfinal_answer(len(rows))", task=CSV_TASK,
+                    fingerprint="f")  # calls no tool the agent lacks (final_answer is one of its tools)
     store.upsert([Lesson.new("team", "approach", f"Working code for a task like: {CSV_TASK}", origin="recipe",
                              recipe=recipe).model_copy(update={"verified": True})])
     with_code, _, with_probe = make_agent(settings, store)

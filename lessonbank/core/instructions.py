@@ -33,12 +33,12 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import redis
 
-from lessonbank.core import fixtext, specimen
+from lessonbank.core import fixtext, needs, specimen
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, Lesson, Recipe
 from lessonbank.core.store.protocol import LessonStoreProtocol
@@ -91,28 +91,31 @@ def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> f
 
 
 def rank_candidates(
-    store: LessonStoreProtocol, bank: str, task: str, depth: int, min_relevance: float
+    store: LessonStoreProtocol, bank: str, task: str, depth: int, min_relevance: float,
+    tools: Collection[str] | None = None,
 ) -> list[tuple[float, float, Lesson]]:
-    """(score, similarity, lesson) of the eligible lessons of ``bank`` relevant to ``task``, best first."""
+    """(score, similarity, lesson) of the eligible lessons of ``bank`` relevant to ``task``, best first; with
+    ``tools``, the agent's, only those that call none it lacks (``needs.usable``)."""
     now = time.time()
     scored = [(_score(lesson, sim, rank, now), sim, lesson)
               for lesson, sim, rank in store.rank(bank, task, limit=depth, min_similarity=min_relevance)
-              if eligible(lesson) and lesson.bank == bank]
+              if eligible(lesson) and lesson.bank == bank and needs.usable(lesson, tools)]
     return sorted(scored, key=lambda item: item[0], reverse=True)
 
 
 def rank_lessons(
     store: LessonStoreProtocol, bank: str, task: str, max_lessons: int = 8, min_relevance: float = 0.2,
-    max_recipes: int = MAX_RECIPES,
+    max_recipes: int = MAX_RECIPES, tools: Collection[str] | None = None,
 ) -> list[Lesson]:
     """Lessons of ``bank`` relevant to ``task``, best first, at most ``max_lessons``: the best recipe for a
-    close enough task first, then prose lessons with kinds balanced.
+    close enough task first, then prose lessons with kinds balanced; with ``tools`` (the agent's), none
+    that calls a tool the agent lacks.
 
     Raises the store's errors (``ServiceUnavailable``, ``StoreError``, ...).
     """
     if max_lessons <= 0 or not task.strip():
         return []
-    ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance)
+    ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance, tools)
     recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY]
     chosen = recipes[:max_recipes]
     prose = [lesson for _, _, lesson in ranked
@@ -349,12 +352,13 @@ def compose_instructions(
     max_chars: int = 2000,
     min_relevance: float = 0.2,
     max_recipes: int = MAX_RECIPES,
+    tools: Collection[str] | None = None,
 ) -> tuple[str, list[Lesson]]:
     """The lessons block for ``task`` and the lessons it holds, without recording anything
-    (``max_recipes=0``: prose lessons only).
+    (``max_recipes=0``: prose lessons only; ``tools``: the agent's, when known).
 
     Raises the store's errors; ``build_instructions`` is the forgiving entry point.
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
-                           max_recipes=max_recipes)
+                           max_recipes=max_recipes, tools=tools)
     return format_lessons(lessons, bank, max_chars=max_chars, task=task)

@@ -85,6 +85,12 @@ def path_text(path: tuple[str, ...]) -> str:
     return "".join(f"['{key}']" for key in path)
 
 
+def tool_of(text: str) -> str | None:
+    """The tool a shape fact describes; None if ``text`` is not a shape fact's."""
+    match = _SHAPE_TEXT.match(text)
+    return match.group(1) if match else None
+
+
 def path_of(text: str) -> tuple[str, ...] | None:
     """The records' path a shape fact names; None if ``text`` is not a shape fact's."""
     match = _SHAPE_TEXT.match(text)
