@@ -288,9 +288,9 @@ class AgentHook:
             pass
 
     def _report_check(self, run_id: str, answer: Any, answered: bool) -> None:
-        """Run the user's check on the final answer and record its verdict (never raises, never waits longer than
-        the recorder's Redis timeout): through the recorder's client, and not at all while the recorder's
-        breaker says Redis is away (its records are spooled; the verdict is then lost, and logged)."""
+        """Run the user's check on the final answer and hand its verdict to the recorder (never raises): it goes to
+        Redis after the run's close, in order with the run's records, or to the spool with them while Redis is
+        away, and this waits no longer than what is left of the close's wait."""
         passed: bool | None = None
         if answered:
             try:
@@ -298,18 +298,7 @@ class AgentHook:
             except Exception:  # the user's check is foreign code: its failure means "no verdict"
                 logger.warning("check= raised on the final answer of run %s; no verdict recorded", run_id,
                                exc_info=True)
-        if not self.recorder.transport.breaker.allow():
-            logger.warning("Redis is away: the check's verdict for run %s is not recorded", run_id)
-            return
-        try:
-            client = self._client()
-            if passed is None:
-                runs.clear_check(client, run_id)
-            else:
-                runs.set_verdict(client, self.bank, run_id, passed, "check", "", self.settings.queue,
-                                 self.settings.step_ttl)
-        except redis.RedisError as e:
-            logger.warning("could not record the check's verdict for run %s: %s", run_id, e)
+        self.recorder.record_check(self.agent, run_id, passed)
 
     def _client(self) -> redis.Redis:
         """The recorder's client (its short timeout): what runs after ``agent.run`` must not stall it either."""

@@ -472,3 +472,32 @@ def test_a_check_never_stalls_the_run_when_redis_hangs(own_redis: RedisServer, t
     finally:
         own_redis.thaw()
         recorder.close()
+
+
+def test_a_checks_verdict_given_while_redis_is_away_reaches_the_run_with_its_records(
+        own_redis: RedisServer, tmp_path: Path) -> None:
+    """Redis refuses when a run with check= ends: the verdict is spooled after the run's close, with its records,
+    and replayed with them once Redis is back; a replay of the spool file records it once."""
+    settings = Settings(_env_file=None, redis_url=own_redis.url, data_dir=tmp_path / "data", openai_base_url=None,
+                        openai_api_key=None)
+    agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code(41)), verbosity_level=0)
+    recorder = remember(agent, bank="team", settings=settings, holdout=0.999999, seed=1,
+                        check=lambda answer: answer == 42)
+    try:
+        own_redis.stop()
+        started = time.monotonic()
+        assert agent.run("What is 6 times 7?") == 41
+        assert time.monotonic() - started < 2 * settings.redis_timeout + 0.5 + 0.5
+        run_id = recorder.run_id(agent) or ""
+        spooled = [json.loads(line) for path in settings.resolved_spool_dir.glob("spool-*.jsonl")
+                   for line in path.read_text().splitlines()]
+        assert [op["op"] for op in spooled][-2:] == ["close", "verdict"]  # after the close, in the run's file
+        own_redis.start()  # same port
+        assert recorder.flush()
+        client = own_redis.client()
+        state = run_hash(client, run_id)
+        assert state["state"] == "closed" and (state["verdict"], state["verdict_source"]) == ("failure", "check")
+        assert "check" not in state  # nothing left pending for the worker to wait for
+        assert [r.kind for r in run_records(client, run_id)] == ["action", "final", "run_end"]
+    finally:
+        recorder.close()

@@ -13,7 +13,8 @@ sweeper's) publishes, and no later one publishes again. Steps are stored by one 
 arriving after its run was closed (a long step, a spool replayed late) never reopens it; it is kept,
 and a run distilled already gets one follow-up distillation (``followup``) of its new steps.
 
-The recorder batches these writes: ``steps_command`` / ``close_command`` build the commands, sent by SHA.
+The recorder batches these writes: ``steps_command`` / ``close_command`` / ``verdict_command`` build the
+commands, sent by SHA.
 """
 
 from __future__ import annotations
@@ -116,10 +117,32 @@ end
 return 1
 """
 
+# Who may overwrite whose verdict: a user's word beats a check, which beats nothing.
+VERDICT_TRUST = {"user": 3, "check": 2}
+
+# KEYS: run hash, queue. ARGV: verdict, source, note, trust of source, time given, credit task message, ttl.
+# Returns 0 (ignored: a more trusted verdict is there, or this very verdict -- same source, verdict and time: a
+# replayed spool), 1 (recorded), 2 (recorded, credit task queued).
+VERDICT_SCRIPT = """
+local current = redis.call('HMGET', KEYS[1], 'verdict_trust', 'verdict', 'verdict_source', 'verdict_at')
+if current[1] and tonumber(current[1]) > tonumber(ARGV[4]) then return 0 end
+if current[2] == ARGV[1] and current[3] == ARGV[2] and current[4] == ARGV[5] then return 0 end
+local new = redis.call('EXISTS', KEYS[1]) == 0
+redis.call('HSET', KEYS[1], 'verdict', ARGV[1], 'verdict_source', ARGV[2], 'verdict_note', ARGV[3],
+           'verdict_trust', ARGV[4], 'verdict_at', ARGV[5])
+if new then redis.call('EXPIRE', KEYS[1], ARGV[7]) end
+redis.call('HDEL', KEYS[1], 'check')
+if redis.call('HGET', KEYS[1], 'state') == 'distilled' then
+  redis.call('LPUSH', KEYS[2], ARGV[6])
+  return 2
+end
+return 1
+"""
+
 # The scripts a client sends by SHA (``EVALSHA``) after loading them once (``SCRIPT LOAD``).
-SCRIPTS: dict[str, str] = {name: hashlib.sha1(body.encode("utf-8")).hexdigest()
-                           for name, body in (("step", STEP_SCRIPT), ("close", CLOSE_SCRIPT))}
-SCRIPT_BODIES = (STEP_SCRIPT, CLOSE_SCRIPT)
+SCRIPTS: dict[str, str] = {name: hashlib.sha1(body.encode("utf-8")).hexdigest() for name, body in (
+    ("step", STEP_SCRIPT), ("close", CLOSE_SCRIPT), ("verdict", VERDICT_SCRIPT))}
+SCRIPT_BODIES = (STEP_SCRIPT, CLOSE_SCRIPT, VERDICT_SCRIPT)
 
 Command = tuple[Any, ...]
 """One Redis command, for a pipeline built by the caller (the recorder batches them)."""
@@ -200,44 +223,35 @@ def close_abandoned(client: redis.Redis, bank: str, run_id: str, now: float, cut
     return bool(client.eval(_CLOSE_ABANDONED, len(keys), *keys, run_id, now, cutoff, message))
 
 
-# Who may overwrite whose verdict: a user's word beats a check, which beats nothing.
-VERDICT_TRUST = {"user": 3, "check": 2}
+def verdict_command(bank: str, run_id: str, success: bool, source: str, note: str, at: float, queue: str,
+                    ttl: int = STEP_TTL) -> Command:
+    """``EVALSHA`` recording whether the run did its job, given at unix time ``at`` (see ``set_verdict``). Sent
+    again (a replayed spool) it changes nothing: the same source's same verdict of the same time is there."""
+    message = task_message(CREDIT_TASK, [bank, run_id], queue)
+    keys = (run_key(run_id), queue)
+    return ("EVALSHA", SCRIPTS["verdict"], len(keys), *keys, "success" if success else "failure", source, note[:500],
+            VERDICT_TRUST.get(source, 1), repr(float(at)), message, max(1, int(ttl)))
 
-# KEYS: run hash, queue. ARGV: verdict, source, note, trust of source, now, credit task message.
-# Returns 0 (ignored: a more trusted verdict is there), 1 (recorded), 2 (recorded, credit task queued).
-_SET_VERDICT = """
-local current = redis.call('HGET', KEYS[1], 'verdict_trust')
-if current and tonumber(current) > tonumber(ARGV[4]) then return 0 end
-local new = redis.call('EXISTS', KEYS[1]) == 0
-redis.call('HSET', KEYS[1], 'verdict', ARGV[1], 'verdict_source', ARGV[2], 'verdict_note', ARGV[3],
-           'verdict_trust', ARGV[4], 'verdict_at', ARGV[5])
-if new then redis.call('EXPIRE', KEYS[1], ARGV[7]) end
-redis.call('HDEL', KEYS[1], 'check')
-if redis.call('HGET', KEYS[1], 'state') == 'distilled' then
-  redis.call('LPUSH', KEYS[2], ARGV[6])
-  return 2
-end
-return 1
-"""
+
+def clear_check_command(run_id: str) -> Command:
+    """The run's check will not report (it raised, or the run had no answer): its ``check`` field goes."""
+    return ("HDEL", run_key(run_id), "check")
 
 
 def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
-                queue: str, ttl: int = STEP_TTL) -> int:
+                queue: str, ttl: int = STEP_TTL, at: float | None = None) -> int:
     """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
 
     A user's verdict is never overwritten by a check's. When the run is already distilled, a credit task
     is queued so the lessons it applied are credited with the new verdict (atomically with the write).
     A verdict may arrive before the run's first record (the recorder writes in the background); a hash it
     creates expires after ``ttl`` seconds unless the run's records follow (they clear the expiry), so a verdict
-    for a run that never comes is not kept for ever.
+    for a run that never comes is not kept for ever. ``at`` (default: now) is when it was given: the same
+    source's same verdict of the same time is recorded once however often it is sent (a replayed spool).
     Returns 0 when ignored, 1 when recorded, 2 when recorded and a credit task was queued.
     """
-    message = task_message(CREDIT_TASK, [bank, run_id], queue)
-    verdict = "success" if success else "failure"
-    keys = [run_key(run_id), queue]
-    args: list[str | int | float] = [verdict, source, note[:500], VERDICT_TRUST.get(source, 1), time.time(), message,
-                                     max(1, int(ttl))]
-    return int(client.eval(_SET_VERDICT, len(keys), *keys, *args))
+    when = time.time() if at is None else at
+    return int(run_command(client, verdict_command(bank, run_id, success, source, note, when, queue, ttl)))
 
 
 def credit_if_changed(client: redis.Redis, bank: str, run_id: str, queue: str) -> bool:
@@ -255,7 +269,7 @@ def credit_if_changed(client: redis.Redis, bank: str, run_id: str, queue: str) -
 
 def clear_check(client: redis.Redis, run_id: str) -> None:
     """The check on the final answer will not report (it raised, or the run had no answer)."""
-    client.hdel(run_key(run_id), "check")
+    client.execute_command(*clear_check_command(run_id))
 
 
 def load_credit(client: redis.Redis, run_id: str) -> dict[str, Any] | None:

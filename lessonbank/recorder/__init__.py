@@ -21,6 +21,8 @@ Durability:
   close are in Redis or in the spool: when ``agent.run`` returns, its run is recorded.
 - A normal process exit (``atexit``) delivers what is left, or leaves it in the spool for
   ``lessonbank spool replay``. ``recorder.flush()`` delivers the queue and the spool on demand.
+- A recorder garbage-collected while Redis is away hands what its spool holds to one thread of the process
+  (``survivor.py``), which replays it when Redis answers: the process need not exit for it to be delivered.
 - A SIGKILL of the agent process loses at most what was handed over in its last 100 ms.
 - A forked child starts with an empty queue, a writer thread and a spool file of its own, and records
   its runs under run ids of its own; the parent's queue and spool stay the parent's.

@@ -27,10 +27,10 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.recorder import results, snapshot
 from lessonbank.recorder.serialize import StepSerializer
-from lessonbank.recorder.snapshot import Snapshot
+from lessonbank.recorder.snapshot import RunInfo, Snapshot
 from lessonbank.recorder.spool import Spool
 from lessonbank.recorder.tracking import AgentState, Run, RunTracker, check_fields
-from lessonbank.recorder.transport import Transport
+from lessonbank.recorder.transport import Transport, recorder_client
 from lessonbank.recorder.writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -65,10 +65,11 @@ class StepRecorder:
         )
         if redis_client is None:
             factory = functools.partial(create_redis, self.settings, "recorder")
-        else:
-            factory = functools.partial(_same, redis_client)  # the writer never keeps the recorder alive
+        else:  # its address and credentials, the recorder's timeouts and no retry (the writer never keeps the
+            # recorder alive)
+            factory = functools.partial(recorder_client, redis_client, self.settings.redis_timeout)
         self.transport = Transport(factory, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown,
-                                   self.settings.redis_timeout, self.settings.queue, own_client=redis_client is None)
+                                   self.settings.redis_timeout, self.settings.queue)
         self._writer = Writer(self.serializer, self.transport)
         self._close_wait = 2 * self.settings.redis_timeout + 0.5
         self._tracker = RunTracker(self.bank)
@@ -146,6 +147,28 @@ class StepRecorder:
         with state.lock:
             self._resolve(agent, state)
             return self._tracker.prepare(state, checked, task)
+
+    def record_check(self, agent: Any, run_id: str, passed: bool | None) -> None:
+        """Hand over the verdict of the check of the agent's run ``run_id`` (None: the check gave none), to be
+        delivered after the run's close, in order with its records: spooled and replayed with them while Redis is
+        away. Waits, as the close does, until it is in Redis or spooled, but only for what is left of the close's
+        wait (``2 * LESSONBANK_REDIS_TIMEOUT + 0.5`` s from the close on). Never raises."""
+        try:
+            state = self._tracker.state(agent)
+            with state.lock:
+                run = state.run
+                if run is not None and run.info.run_id == run_id:
+                    info, seq, deadline = run.info, run.seq, run.close_deadline
+                else:  # the agent started another run meanwhile: the verdict still names its own
+                    info, seq, deadline = RunInfo(self.bank, run_id, "", ""), 0, 0.0
+                fields = {"source": "check", "note": "", "ttl": self.settings.step_ttl}
+                outcome = "" if passed is None else "success" if passed else "failure"
+                self._writer.put(Snapshot(info, seq, "verdict", fields, time.time(), outcome))
+            left = deadline - time.monotonic()
+            if left > 0:
+                self._writer.sync(left)
+        except Exception:  # the verdict must never break the user's run
+            self._log_failure("handing over the check's verdict failed")
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Deliver what is queued and the spool now (ignoring the breaker's cooldown). True when nothing is
@@ -245,6 +268,7 @@ class StepRecorder:
         run.seq += 1
         self._writer.put(Snapshot(run.info, seq, "run_end", fields, time.time(), outcome))
         if wait:
+            run.close_deadline = time.monotonic() + self._close_wait
             self._writer.sync(self._close_wait)
 
     def _log_failure(self, what: str) -> None:
@@ -263,10 +287,6 @@ def _keep_result(recorder_ref: weakref.ref[StepRecorder], agent_ref: weakref.ref
         results.keep(recorder._tracker.state(agent).results, name, result)
     except Exception:  # a tool call must never fail because of the recorder
         recorder._log_failure("keeping the structure of a tool result failed")
-
-
-def _same(client: redis.Redis) -> redis.Redis:
-    return client
 
 
 def _forget_runs_in_child() -> None:

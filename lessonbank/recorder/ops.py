@@ -1,4 +1,5 @@
-"""The unit of delivery to Redis: one step record, or the close of a run. Also the spool's line format."""
+"""The unit of delivery to Redis: one step record, the close of a run, or its check's verdict. Also the spool's
+line format."""
 
 from __future__ import annotations
 
@@ -6,16 +7,20 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-OpKind = Literal["step", "close"]
+OpKind = Literal["step", "close", "verdict"]
+KINDS = ("step", "close", "verdict")
 
 
 @dataclass(frozen=True)
 class Op:
-    """A step record to store (``step``) or a run to close and hand to distillation (``close``).
+    """A step record to store (``step``), a run to close and hand to distillation (``close``), or the verdict of
+    the run's check (``verdict``, handed over after the close).
 
-    ``record`` is the step record JSON (for ``close``: the ``run_end`` record). ``at`` is the unix time the
-    op was made, so that a replay keeps the original times. ``token`` identifies one close. ``extra``
-    holds the fields written into the run's hash with the op (``tools``, and what ``prepare_run`` gave).
+    ``record`` is the step record JSON (for ``close``: the ``run_end`` record; for ``verdict``: a JSON object of
+    the verdict's ``source``, ``note`` and ``ttl``, its ``outcome`` ``success``, ``failure`` or ``""`` when the
+    check gave none). ``at`` is the unix time the op was made, so that a replay keeps the original times (a
+    replayed verdict is then recognised and changes nothing). ``token`` identifies one close. ``extra`` holds the
+    fields written into the run's hash with the op (``tools``, and what ``prepare_run`` gave).
     """
 
     op: OpKind
@@ -37,7 +42,7 @@ class Op:
     def from_line(cls, line: str) -> Op:
         """Parse one spool line; raises ValueError on anything that is not a valid op."""
         data = json.loads(line)
-        if not isinstance(data, dict) or data.get("op") not in ("step", "close"):
+        if not isinstance(data, dict) or data.get("op") not in KINDS:
             raise ValueError("not a spool op")
         try:
             op = cls(**data)

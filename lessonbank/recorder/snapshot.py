@@ -36,7 +36,8 @@ class RunInfo:
 @dataclass(slots=True)
 class Snapshot:
     """One record to write: ``kind`` is ``action``, ``planning``, ``final`` or ``run_end``; ``fields`` holds
-    the step's values as text (``tool_calls``: ``(name, arguments)`` pairs) and numbers."""
+    the step's values as text (``tool_calls``: ``(name, arguments)`` pairs) and numbers. Or (``kind``
+    ``verdict``) the verdict of the run's check: its ``outcome``, and its ``source``, ``note`` and ``ttl``."""
 
     run: RunInfo
     seq: int

@@ -37,6 +37,7 @@ class Run:
     seq: int = 0
     closed: bool = False
     max_steps_reached: bool = False
+    close_deadline: float = 0.0  # monotonic time the close's wait ends (a verdict after it waits only what is left)
 
 
 @dataclass

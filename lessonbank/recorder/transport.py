@@ -1,8 +1,9 @@
-"""Delivery of step records and run closes to Redis, with a circuit breaker and the local spool.
+"""Delivery of step records, run closes and check verdicts to Redis, with a circuit breaker and the local spool.
 
 The recorder's writer hands over batches of ops. A batch costs one round trip: per run, the step script
-of ``lessonbank.core.runs`` for its steps and the close script for its close (both by SHA), in one
-pipeline. The scripts keep run state right whatever arrives when (a late step never reopens a closed run).
+of ``lessonbank.core.runs`` for its steps, the close script for its close and the verdict script for its
+check's verdict (all by SHA), in one pipeline. The scripts keep run state right whatever arrives when (a late
+step never reopens a closed run).
 
 - When Redis has not answered a batch ``SPILL_AFTER`` (40 ms) after its oldest record was handed over,
   the batch and every record handed over since go to the fsync'd spool; the wait for the reply goes on
@@ -16,14 +17,18 @@ pipeline. The scripts keep run state right whatever arrives when (a late step ne
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from lessonbank.core import runs
+from lessonbank.core.constants import STEP_TTL
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import Spool
 
@@ -75,8 +80,31 @@ class RedisSink:
         ref = _ref(op)
         if op.op == "close":
             runs.close_run(self.client, ref, op.seq, op.record, op.outcome, op.at, self.queue)
+        elif op.op == "verdict":
+            runs.run_command(self.client, verdict_command(op, self.queue))
         else:
             runs.record_step(self.client, ref, op.seq, op.record, op.at, self.queue)
+
+
+# Connection options of the injected client that its own pool computes: a pool of ours computes its own.
+_POOL_OWNED = ("maint_notifications", "oss_cluster_maint", "orig_")
+
+
+def recorder_client(client: redis.Redis, timeout: float) -> redis.Redis:
+    """A client of the recorder's own to the Redis of an injected ``client``: its connection options (address,
+    credentials, TLS, database, protocol), the recorder's timeouts and no retry, whatever the injected client
+    does, so that a close and ``flush`` keep their bounds. No I/O. When its options cannot be copied (a client
+    that is no redis-py client underneath), its own pool, as it is."""
+    pool = client.connection_pool
+    try:
+        options = {name: value for name, value in pool.connection_kwargs.items() if not name.startswith(_POOL_OWNED)}
+        options.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+                       retry_on_error=[], health_check_interval=0)
+        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **options))
+    except (AttributeError, TypeError, ValueError, redis.RedisError):
+        logger.warning("the injected Redis client's options could not be copied; the recorder uses its pool, "
+                       "with its timeouts and retries", exc_info=True)
+        return redis.Redis(connection_pool=pool)  # closing it leaves the injected pool alone
 
 
 # -- the commands of a batch: lessonbank.core.runs' scripts, pipelined ------------------------------------
@@ -87,8 +115,8 @@ def _ref(op: Op) -> runs.RunRef:
 
 
 def live_commands(ops: list[Op], queue: str) -> list[Command]:
-    """One pipeline for ``ops``: per run, in order, its steps (one script call per stretch of steps) and
-    its close."""
+    """One pipeline for ``ops``: per run, in order, its steps (one script call per stretch of steps), its
+    close and its check's verdict."""
     commands: list[Command] = []
     for group in _by_run(ops):
         stretch: list[Op] = []
@@ -101,8 +129,22 @@ def live_commands(ops: list[Op], queue: str) -> list[Command]:
                 commands.append(runs.steps_command(_ref(last), [(s.seq, s.record, s.at) for s in stretch], queue))
                 stretch = []
             if op is not None:
-                commands.append(runs.close_command(_ref(op), op.seq, op.record, op.outcome, op.at, queue))
+                commands.append(verdict_command(op, queue) if op.op == "verdict" else
+                                runs.close_command(_ref(op), op.seq, op.record, op.outcome, op.at, queue))
     return commands
+
+
+def verdict_command(op: Op, queue: str) -> Command:
+    """The command of a ``verdict`` op: the check's verdict, or (none given) the run's pending check cleared.
+    A verdict's details that do not parse (a damaged spool line) fall back to a check's, never stopping a replay."""
+    if op.outcome not in ("success", "failure"):
+        return runs.clear_check_command(op.run_id)
+    try:
+        details = json.loads(op.record)
+        source, note, ttl = str(details["source"]), str(details.get("note", "")), int(details["ttl"])
+    except (ValueError, TypeError, KeyError):
+        source, note, ttl = "check", "", STEP_TTL
+    return runs.verdict_command(op.bank, op.run_id, op.outcome == "success", source, note, op.at, queue, ttl)
 
 
 def _by_run(ops: list[Op]) -> list[list[Op]]:
@@ -157,6 +199,12 @@ class Transport:
         if self._client is None:
             self._client = self._client_factory()
         return self._client
+
+    @property
+    def address(self) -> str:
+        """Where the client connects: a probe that failed there says the same of every spool bound for it."""
+        options = self.client.connection_pool.connection_kwargs
+        return repr([options.get(name) for name in ("host", "port", "path", "db")])
 
     @property
     def backlog(self) -> int:

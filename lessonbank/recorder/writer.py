@@ -12,11 +12,16 @@ spool for ``lessonbank spool replay``; a step handed over after that (a streamed
 while the interpreter finalizes) is delivered or spooled on the caller's thread, never by a new thread.
 A SIGKILL loses what was handed over in the last 100 ms. A forked child starts with an empty queue, no
 thread, and a spool of its own.
+
+A writer whose recorder is garbage-collected (``retire``) delivers what is queued; what its spool still holds
+(Redis is away) goes to the process's ``Survivor``: one thread that replays the spools of gone recorders when
+Redis answers again, so that a process building a recorder per request loses nothing while it lives on.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import queue
@@ -30,6 +35,7 @@ from lessonbank.core.models import StepRecord
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import Snapshot
+from lessonbank.recorder.survivor import SURVIVOR
 from lessonbank.recorder.transport import Transport
 
 logger = logging.getLogger(__name__)
@@ -51,6 +57,7 @@ class Writer:
         self.transport = transport
         self._failure_logged = False
         self._retired = False
+        self._orphaned = False  # the spool went to the survivor: this writer touches its transport no more
         self._reset()
         _WRITERS.add(self)
 
@@ -103,6 +110,8 @@ class Writer:
         if not self.sync(timeout) or not self._io.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
             return False
         try:
+            if self._orphaned:
+                return False
             return self.transport.pump(self._spill, max(deadline - time.monotonic(), 0.0), force=True)
         finally:
             self._io.release()
@@ -113,12 +122,14 @@ class Writer:
         self.flush(timeout)
         if self._io.acquire(timeout=timeout):
             try:
-                self.transport.close()
+                if not self._orphaned:
+                    self.transport.close()
             finally:
                 self._io.release()
 
     def retire(self) -> None:
-        """Let the thread deliver what is queued, release the spool and end (without waiting for it)."""
+        """Let the thread deliver what is queued and end (without waiting for it): it hands what the spool still
+        holds to the survivor, or releases the spool."""
         self._retired = True
         self._thread = None
         self._wake.put(True)
@@ -130,6 +141,8 @@ class Writer:
             if not self._io.acquire(timeout=EXIT_TIMEOUT):
                 return
             try:
+                if self._orphaned:
+                    return
                 if sys.is_finalizing():  # no imports any more, so no new connection: straight to the spool
                     self.transport.hold(self._spill())
                 else:
@@ -169,7 +182,15 @@ class Writer:
                     more = self._work(WORK_BUDGET)
         if self._retired:
             with self._io:
-                self.transport.close()
+                self._leave()
+
+    def _leave(self) -> None:
+        """The recorder is gone: a spool with ops Redis has not taken goes to the survivor, else it is released."""
+        if self.transport.backlog and not self._orphaned and SURVIVOR.adopt(self.transport):
+            self._orphaned = True
+            _WRITERS.discard(self)
+        elif not self._orphaned:
+            self.transport.close()
 
     def _wait(self, me: threading.Thread) -> None:
         """Wait LINGER for more records (they go out as one batch); when none came, sleep until ``put``
@@ -204,6 +225,8 @@ class Writer:
 
     def _work(self, budget: float) -> bool:
         """Deliver one batch, then replay the spool for up to ``budget`` seconds. True if work is left."""
+        if self._orphaned:
+            return False
         try:
             snaps = [self._items.popleft() for _ in range(min(MAX_BATCH, len(self._items)))]
             if snaps:
@@ -223,6 +246,10 @@ class Writer:
         ops = []
         for snap in snaps:
             run = snap.run
+            if snap.kind == "verdict":  # the check's verdict: written as it is, after the run's close
+                ops.append(Op("verdict", run.bank, run.run_id, run.agent, "", snap.seq, json.dumps(snap.fields),
+                              snap.at, snap.outcome))
+                continue
             try:
                 record = self.serializer.record(snap)
             except Exception:  # the content of a step is foreign; a record that cannot be built is dropped
@@ -263,6 +290,10 @@ def _close_at_exit() -> None:
             writer.close(EXIT_TIMEOUT)
         except Exception:  # at exit, a failing writer must not keep the others from flushing
             logger.warning("flushing step records at exit failed", exc_info=True)
+    try:
+        SURVIVOR.close(EXIT_TIMEOUT)  # the spools of gone recorders, after the writers (none is handed over now)
+    except Exception:  # as above
+        logger.warning("flushing the spools of gone recorders at exit failed", exc_info=True)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -152,3 +152,22 @@ def test_replayed_steps_of_a_distilled_run_are_not_late_and_queue_no_followup(re
     assert "late_at" not in state and "followup" not in state and state["state"] == RUN_DISTILLED
     assert distill_args(redis_client, "q") == [["bank", "run-1"]]  # the close's only
     assert runs.record_step(redis_client, REF, 2, record(2), 102.0, queue="q") == 2  # a new step still is late
+
+
+def test_a_verdict_sent_again_changes_nothing(redis_client: redis.Redis) -> None:
+    """The recorder spools a check's verdict with the run's records; a replay may send it again (a partial delivery
+    before the process died): the same source's same verdict of the same time is recorded once, and a distilled
+    run gets one credit task for it, not one per delivery."""
+    runs.close_run(redis_client, REF, 0, record(0, "run_end"), "success", 100.0, "q")
+    runs.mark_distilled(redis_client, "run-1", ttl=600, stats={})
+    queued = redis_client.llen("q")
+    command = runs.verdict_command("bank", "run-1", False, "check", "", 105.5, "q", ttl=600)
+    assert runs.run_command(redis_client, command) == 2  # recorded, credit task queued
+    assert runs.run_command(redis_client, command) == 0  # the replay
+    assert runs.set_verdict(redis_client, "bank", "run-1", False, "check", "", "q", ttl=600, at=105.5) == 0
+    state = run_state(redis_client, "run-1")
+    assert (state["verdict"], state["verdict_source"], state["verdict_at"]) == ("failure", "check", "105.5")
+    assert redis_client.llen("q") == queued + 1
+    assert runs.set_verdict(redis_client, "bank", "run-1", True, "user", "", "q", ttl=600) == 2  # a user's word
+    assert runs.run_command(redis_client, command) == 0  # a check replayed after it never overrides it
+    assert run_state(redis_client, "run-1")["verdict"] == "success"

@@ -24,7 +24,7 @@ from tests.faults.helpers import wait_until
 from tests.fixtures.celery_worker import REPO
 from tests.fixtures.recorded import distill_args, run_hash, run_records
 from tests.fixtures.redis_server import RedisServer
-from tests.fixtures.scripted_model import ScriptedModel, code_reply
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
 pytestmark = pytest.mark.slow
 
@@ -257,3 +257,30 @@ def test_while_redis_does_not_answer_records_reach_the_spool_within_100_ms(own_r
     assert spool_files(settings.resolved_spool_dir) == []
     assert not recorder.transport.breaker.tripped  # Redis answered within the timeout: no outage
     recorder.close()
+
+
+def test_records_of_a_recorder_dropped_while_redis_is_away_reach_redis_while_the_process_lives_on(own_redis, tmp_path):
+    """One agent and one recorder per request, the recorder garbage-collected while Redis is away: its spool is
+    replayed when Redis is back, by the process itself, without ``lessonbank spool replay``."""
+    import gc
+    import weakref
+
+    settings = Settings(_env_file=None, redis_url=own_redis.url, data_dir=tmp_path / "data", breaker_cooldown=0.2)
+
+    def request(task: str) -> tuple[str, weakref.ref]:
+        recorder = StepRecorder(bank="dropped", settings=settings)
+        agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1"), final_code(1)]), verbosity_level=0,
+                          step_callbacks=recorder.step_callbacks)
+        agent.run(task)
+        return recorder.run_id(agent) or "", weakref.ref(recorder)
+
+    own_redis.stop()
+    dropped = [request(f"Request {i} while Redis is away.") for i in range(3)]
+    wait_until(lambda: gc.collect() is not None and all(ref() is None for _, ref in dropped), 10, "recorders dropped")
+    own_redis.start()  # same port
+    client = own_redis.client()
+    for run_id, _ in dropped:
+        wait_until(lambda run_id=run_id: run_hash(client, run_id).get("state") == "closed", 10, "the run in Redis")
+        assert [r.kind for r in run_records(client, run_id)] == ["action", "action", "final", "run_end"]
+    assert sorted(args[1] for args in distill_args(client, settings.queue)) == sorted(run_id for run_id, _ in dropped)
+    wait_until(lambda: spool_files(settings.resolved_spool_dir) == [], 5, "the spool files delivered and gone")

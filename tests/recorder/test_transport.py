@@ -177,9 +177,14 @@ def redis_state(client) -> dict:
 def batch_ops() -> list[Op]:
     from tests.recorder.test_spool import make_ops
 
-    closed = [Op(**{**op.__dict__, "extra": {"tools": '["a"]', "arm": "control"}}) for op in make_ops("closed")]
-    still_open = [Op(**{**op.__dict__, "extra": {"tools": "[]"}}) for op in make_ops("open", steps=2, close=False)]
-    return [closed[0], still_open[0], closed[1], closed[2], still_open[1], closed[3]]
+    closed = [Op(**{**op.__dict__, "extra": {"tools": '["a"]', "arm": "control", "check": "pending"}})
+              for op in make_ops("closed")]
+    still_open = [Op(**{**op.__dict__, "extra": {"tools": "[]", "check": "pending"}})
+                  for op in make_ops("open", steps=2, close=False)]
+    verdict = Op("verdict", "b", "closed", "agent", "", 4, '{"source": "check", "note": "", "ttl": 600}', 2001.5,
+                 "failure")
+    no_verdict = Op("verdict", "b", "open", "agent", "", 2, '{"source": "check", "note": "", "ttl": 600}', 1500.0, "")
+    return [closed[0], still_open[0], closed[1], closed[2], still_open[1], closed[3], verdict, no_verdict]
 
 
 def test_a_batch_writes_what_the_run_state_functions_write(redis_url):
@@ -193,8 +198,11 @@ def test_a_batch_writes_what_the_run_state_functions_write(redis_url):
         sink.apply(op)
     transport = Transport(lambda: batched, Spool(Path("/nonexistent")), 5.0, 1.0, "q", own_client=False)
     transport.deliver(ops, list)
-    assert transport.delivered == 6 and transport.spooled == 0
+    assert transport.delivered == 8 and transport.spooled == 0
     assert redis_state(batched) == redis_state(expected) != {}
+    closed = batched.hgetall("lessonbank:run:closed")
+    assert (closed[b"verdict"], closed[b"verdict_source"]) == (b"failure", b"check") and b"check" not in closed
+    assert b"check" not in batched.hgetall("lessonbank:run:open")
 
 
 def test_a_replayed_spool_writes_what_replay_step_writes(redis_url, tmp_path):
@@ -212,6 +220,35 @@ def test_a_replayed_spool_writes_what_replay_step_writes(redis_url, tmp_path):
     spool.append_many(ops)
     transport = Transport(lambda: batched, spool, 5.0, 1.0, "q", own_client=False)
     assert transport.pump(list, budget=5.0, force=True)
-    assert transport.delivered == 6 and spool.path is None
+    assert transport.delivered == 8 and spool.path is None
     assert redis_state(batched) == redis_state(expected)
     assert batched.hget("lessonbank:run:open", "state") == b"closed"
+    before = redis_state(batched)
+    spool.append_many(ops)  # the same spool replayed again (a process that died after a partial delivery)
+    assert transport.pump(list, budget=5.0, force=True)
+    assert redis_state(batched) == before  # every op once in effect: no second task, verdict or late step
+
+
+def test_an_injected_client_keeps_the_recorders_bounds(tmp_path):
+    """An injected client that retries with backoff and waits seconds to connect: the recorder's own connections
+    to its Redis use the recorder's timeouts and no retry, so a run's close and ``flush`` keep their bounds."""
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    from tests.fixtures.redis_server import free_port
+
+    port = free_port()  # nothing listens there: every connection is refused
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path / "data")
+    injected = redis.Redis(port=port, retry=Retry(ExponentialBackoff(cap=2.0, base=0.2), 10),
+                           socket_connect_timeout=5.0, socket_timeout=5.0)
+    recorder = StepRecorder(bank=BANK, settings=settings, redis_client=injected)
+    agent = five_step_agent(recorder)
+    started = time.monotonic()
+    assert agent.run("Count to four.") == "done"
+    assert time.monotonic() - started < 2 * settings.redis_timeout + 0.5
+    assert spool_lines(settings) == 7  # the run is recorded (spooled) when agent.run returns
+    started = time.monotonic()
+    assert not recorder.flush(timeout=0.5)
+    assert time.monotonic() - started < 0.5 + 0.2
+    recorder.close()
+    assert injected.connection_pool.connection_kwargs["socket_timeout"] == 5.0  # the user's client is as it was
