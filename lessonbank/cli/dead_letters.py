@@ -8,8 +8,6 @@ import redis
 from lessonbank.cli.context import CliContext, echo_json, fail, json_option, pass_cli, resolve_ids
 from lessonbank.core.models import MAX_BANK_CHARS
 
-REASON_CHARS = 500  # as deadletters.add keeps it
-
 
 @click.group("dead-letters")
 def dead_letters() -> None:
@@ -36,7 +34,7 @@ def list_cmd(cli_ctx: CliContext, as_json: bool) -> None:
         click.echo("no dead letters", err=True)
     for letter in letters:  # what Redis holds is data: printed on one line, without control characters
         run_id, bank = one_line(letter.run_id, RUN_ID_CHARS), one_line(letter.bank, MAX_BANK_CHARS)
-        reason = one_line(letter.reason, REASON_CHARS)
+        reason = one_line(letter.reason, deadletters.MAX_REASON_CHARS)
         click.echo(f"{run_id}  {bank}  {human_time(letter.at)}  attempts={letter.attempts}  {reason}")
 
 

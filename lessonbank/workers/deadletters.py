@@ -12,6 +12,8 @@ from lessonbank.core.constants import DEAD_LETTERS_KEY
 from lessonbank.core.runs import reopen_for_retry
 from lessonbank.workers import jobs
 
+MAX_REASON_CHARS = 500  # of a dead letter's reason, as kept
+
 logger = logging.getLogger(__name__)
 
 
@@ -25,7 +27,7 @@ class DeadLetter(BaseModel):
 
 def add(client: redis.Redis, run_id: str, bank: str, reason: str, attempts: int) -> DeadLetter:
     """Record that the run failed for good (replaces an older dead letter of the same run)."""
-    letter = DeadLetter(run_id=run_id, bank=bank, reason=reason[:500], attempts=attempts, at=time.time())
+    letter = DeadLetter(run_id=run_id, bank=bank, reason=reason[:MAX_REASON_CHARS], attempts=attempts, at=time.time())
     client.hset(DEAD_LETTERS_KEY, run_id, letter.model_dump_json())
     logger.warning("run %s of bank %s dead-lettered after %d attempt(s): %s", run_id, bank, attempts, letter.reason)
     return letter
