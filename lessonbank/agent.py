@@ -21,6 +21,7 @@ With OpenTelemetry installed, each run's span carries the same (``lessonbank.tel
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
@@ -180,15 +181,8 @@ class AgentHook:
         return "", []
 
     def callables(self) -> set[str] | None:
-        """What the agent's code or tool calls can call besides Python's builtins: its tools, its managed agents
-        and the functions smolagents' executor adds (``floor``, ``sqrt``...); None if the agent says not."""
-        from smolagents.local_python_executor import BASE_PYTHON_TOOLS
-
-        tools = getattr(self.agent, "tools", None)
-        if not isinstance(tools, dict):
-            return None
-        managed = getattr(self.agent, "managed_agents", None) or {}
-        return {str(name) for name in (*tools, *managed)} | set(BASE_PYTHON_TOOLS)
+        """What the agent's code or tool calls can call (``callables_of``)."""
+        return callables_of(self.agent)
 
     def _choose_arm(self) -> str:
         if self.parent is not None and self.parent.arm is not None:
@@ -305,6 +299,41 @@ class AgentHook:
         return self.recorder.transport.client
 
 
+def callables_of(agent: Any) -> set[str] | None:
+    """What ``agent``'s code or tool calls can call besides Python's builtins: its tools, its managed agents and
+    the functions smolagents' executor adds (``floor``, ``sqrt``...); None if the agent says not."""
+    from smolagents.local_python_executor import BASE_PYTHON_TOOLS
+
+    tools = getattr(agent, "tools", None)
+    if not isinstance(tools, dict):
+        return None
+    managed = getattr(agent, "managed_agents", None) or {}
+    return {str(name) for name in (*tools, *managed)} | set(BASE_PYTHON_TOOLS)
+
+
+def _lend_callables(agent: Any) -> None:
+    """Give ``agent``, in its ``tools`` only, a copy of its ``recall_lessons`` tool (ours, or one rebuilt from its
+    saved code) that knows what the agent can call, so that it too leaves out code about tools the agent lacks
+    (``lessonbank.core.needs``). The tool object itself is not changed: another agent may share it. Done before
+    the recorder watches the agent's tools, so that the watched copy calls this one."""
+    from lessonbank.tools import RecallLessonsTool
+
+    tools = getattr(agent, "tools", None)
+    if not isinstance(tools, dict):
+        return
+    owner = weakref.ref(agent)
+    for name, tool in list(tools.items()):
+        if getattr(tool, "name", None) != RecallLessonsTool.name:
+            continue
+        try:
+            lent = copy.copy(tool)
+            lent.agent_callables = lambda: callables_of(owner())
+        except Exception:  # a foreign tool object that cannot be copied or takes no attributes: unfiltered
+            logger.debug("could not lend the callables of %r to its recall tool", agent, exc_info=True)
+            continue
+        tools[name] = lent
+
+
 def _hook(agent: Any, memory: AgentHook) -> None:
     @functools.wraps(agent.run)
     def run(task: str, *args: Any, **kwargs: Any) -> Any:
@@ -324,6 +353,7 @@ def _remember_managed(parent: AgentHook, managed: Managed, store: LessonStorePro
         bank = validate_bank(f"{parent.bank}/{name}") if managed == "own" else parent.bank
         recorder = parent.recorder if bank == parent.recorder.bank else StepRecorder(bank=bank,
                                                                                       settings=parent.settings)
+        _lend_callables(sub)
         recorder.attach(sub)
         hook = AgentHook(sub, bank, parent.settings, recorder, store,
                          max_lessons=parent.max_lessons, max_chars=parent.max_chars, parent=parent,
@@ -380,6 +410,7 @@ def remember(
         raise ConfigurationError(f"lessons_in must be 'task' or 'instructions' (got {lessons_in!r})")
     if recorder is None:
         recorder = StepRecorder(bank=bank, settings=settings)
+    _lend_callables(agent)
     recorder.attach(agent)
     memory = AgentHook(agent, bank, settings, recorder, store, max_lessons=max_lessons, max_chars=max_chars,
                        check=check, holdout=holdout, seed=seed, recipes=recipes, lessons_in=lessons_in)

@@ -7,7 +7,9 @@ so ``tool.to_dict()``, ``agent.save()`` and ``push_to_hub`` work. The bank is ke
 and the store and Redis client are made on first use, never captured.
 
 ``recall_lessons`` searches the bank's active lessons (hybrid search, relevance floor on the dense
-similarity). ``remember_lesson`` hands a lesson to the worker service, which consolidates it with
+similarity). In an agent given memory by ``remember()``, it leaves out code about tools that agent lacks,
+as the instructions do (``remember`` gives that agent a copy of the tool that knows its callables,
+``agent_callables``). ``remember_lesson`` hands a lesson to the worker service, which consolidates it with
 the bank's lessons exactly as it does distilled ones: the lesson (redacted, as ``Lesson`` JSON) is
 parked in Redis at ``pending_lesson_key(id)`` with a TTL, and the task ``REMEMBER_TASK`` is published by
 name with ``[bank, pending_id]``, in the same Redis transaction. Nothing here imports the worker code.
@@ -29,6 +31,7 @@ from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key
 from lessonbank.core.instructions import KIND_TITLES, STORE_ERRORS, eligible, format_recipe
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind
+from lessonbank.core.needs import usable
 from lessonbank.core.publish import publish
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -74,13 +77,17 @@ def recall(tool: Any, query: Any, limit: Any) -> str:
     bank, settings = tool_bank(tool), _settings(tool)
     if tool.source is None:
         tool.source = LessonSource(settings, store=tool.store)
+    lent = getattr(tool, "agent_callables", None)
+    callables = lent() if callable(lent) else None
+    wanted = limit if callables is None else 2 * limit  # room for the lessons the agent cannot use
     try:
-        found = tool.source.read(lambda store: store.search(bank, query.strip(), limit=limit,
+        found = tool.source.read(lambda store: store.search(bank, query.strip(), limit=wanted,
                                                             min_similarity=settings.min_relevance))
     except STORE_ERRORS as e:
         logger.warning("recall_lessons: lesson store unavailable: %s", e)
         return "The lesson memory is unavailable right now, so no lessons can be recalled. Carry on without it."
-    lessons = [lesson for lesson, _ in found if lesson.bank == bank and eligible(lesson)]
+    lessons = [lesson for lesson, _ in found
+               if lesson.bank == bank and eligible(lesson) and usable(lesson, callables)][:limit]
     if not lessons:
         return f"No lessons about {query.strip()!r} yet. Carry on with your own approach."
     lines = [f"Lessons from earlier runs about {query.strip()!r} (hints, not instructions):"]
@@ -159,6 +166,7 @@ class RecallLessonsTool(Tool):
         self.store = store
         self.settings = settings
         self.source = None
+        self.agent_callables = None  # what the agent can call, lent by remember()
 
     def forward(self, query: str, limit: int | None = None) -> str:
         from lessonbank.tools import recall

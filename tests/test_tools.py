@@ -193,3 +193,43 @@ def test_tools_are_saved_and_a_reloaded_agent_recalls_from_the_same_bank(
     assert reloaded.run("Sum the sales CSV") == "done"
     observations = [step.observations or "" for step in reloaded.memory.steps if hasattr(step, "observations")]
     assert CSV in observations[0] and OTHER not in observations[0]  # bank "team", not LESSONBANK_BANK's "default"
+
+
+def test_recall_in_a_remembering_agent_leaves_out_code_about_tools_it_lacks(
+    settings: Settings, store: LessonStore, redis_client: redis.Redis
+) -> None:
+    """As with the instructions: in one bank shared by agents with other tools, the shape of get_invoice is
+    recalled by the agent that has get_invoice only; prose lessons are recalled by both."""
+    from smolagents import tool
+
+    from lessonbank import remember
+
+    shape = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
+             "its records are `result['lines']`.")
+    store.upsert([Lesson.new("team", "fact", shape).model_copy(update={"origin": "observed"})])
+
+    @tool
+    def get_invoice(invoice_id: str) -> dict:
+        """Return an invoice.
+
+        Args:
+            invoice_id: The invoice's id.
+        """
+        return {"invoice": invoice_id, "lines": []}
+
+    query = "get_invoice invoice lines and the sales CSV"
+    assert "get_invoice(...)` returns" in RecallLessonsTool("team", store=store, settings=settings)(query=query)
+    shared = memory_tools("team", settings=settings, store=store, redis_client=redis_client)  # one tool, two agents
+    recalled = []
+    for extra in ([], [get_invoice]):
+        model = ScriptedModel([code_reply(f"print(recall_lessons(query={query!r}, limit=2))"), final_code("done")])
+        agent = CodeAgent(tools=[*shared, *extra], model=model, verbosity_level=0)
+        recorder = remember(agent, bank="team", settings=settings, store=store)
+        try:
+            assert agent.run("Sum the sales CSV") == "done"
+        finally:
+            recorder.close()
+        recalled.append(next(step.observations for step in agent.memory.steps if getattr(step, "observations", None)))
+    assert "get_invoice(...)` returns" not in recalled[0] and CSV in recalled[0] and "2." in recalled[0]
+    assert "get_invoice(...)` returns" in recalled[1]
+    assert shared[0].agent_callables is None  # type: ignore[attr-defined]  # each agent got its own copy
