@@ -43,12 +43,15 @@ def test_instructions_latency_measures_the_agent_path_and_its_baseline(tmp_path:
                        "--real", "100", "--previous-up-to", "300")
     (size,) = result["sizes"]
     assert size["lessons"] == 300 and size["agent_heavy_modules"] == []  # the agent loads no engine or model
-    for key in ("agent_path_ms", "in_process_ms", "task_embedding_ms", "bare_query_ms", "previous_engine_ms"):
+    for key in ("agent_path_ms", "in_process_ms", "agent_paired_embedding_ms", "in_process_paired_embedding_ms",
+                "bare_query_ms", "previous_engine_ms"):
         assert size[key]["n"] == 3 and size[key]["p50"] > 0
+    assert size["task_embedding_ms"]["n"] == 6  # each call on either path paired with one embedding
+    assert set(size["task_embedding_unpaired_ms"]) == {"1", "default"}
     assert size["delete_bank"]["lessons"] == 50 and 0 < size["same_lessons_as_previous"] <= 1
     latency, delete = result["rows"][:2], result["rows"][2]
     assert [r["figure"].split(", ")[-1] for r in latency] == ["agent -> Redis -> owner", "in process"]
-    assert all("task embedding" in r["baseline"] for r in latency)
+    assert all("task embedding" in r["baseline"] and "(1 thread, as the store embeds), paired" in r["baseline"] for r in latency)
     assert delete["figure"].startswith("delete_bank of 50 lessons") and delete["value"].endswith(" s")
     assert (tmp_path / "instructions_latency.png").is_file()
 
