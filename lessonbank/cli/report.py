@@ -21,6 +21,7 @@ from lessonbank.core.summary import load_summaries
 from lessonbank.report.data import DEFAULT_WINDOW
 
 ALL_LESSONS = 1_000_000
+MAX_BANKS_LISTED = 10
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 SINCE_SLACK_S = 86400.0  # --since may lie up to a day ahead (another time zone's "today"), no further
@@ -69,6 +70,20 @@ def read_summaries(cli: CliContext, bank: str, since: float | None) -> list[RunS
         raise fail("cannot read run summaries from Redis", e) from e
 
 
+def warn_unknown_bank(cli: CliContext, bank: str, with_lessons: set[str]) -> None:
+    """One line on stderr when ``bank`` has neither runs nor lessons (a mistyped name reads as an empty report)."""
+    from lessonbank.cli.banks import run_counts
+
+    try:
+        known = sorted(with_lessons | set(run_counts(cli)))
+    except redis.RedisError as e:
+        raise fail("cannot list the banks in Redis", e) from e
+    listed = ", ".join(repr(name) for name in known[:MAX_BANKS_LISTED]) or "none yet"
+    more = f" and {len(known) - MAX_BANKS_LISTED} more" if len(known) > MAX_BANKS_LISTED else ""
+    click.echo(f"Bank {bank!r} has no runs and no lessons (banks: {listed}{more}; see lessonbank banks list).",
+               err=True)
+
+
 @click.command("report")
 @bank_option
 @click.option("--since", default=None, help=SINCE_HELP)
@@ -90,6 +105,8 @@ def report(cli: CliContext, bank: str | None, since: str | None, out: Path | Non
     summaries = read_summaries(cli, bank, since_ts)
     with cli_store(cli) as store:
         lessons = store.list(bank, limit=ALL_LESSONS, include_inactive=True)
+        if not summaries and not lessons:
+            warn_unknown_bank(cli, bank, set(store.banks()))
     document = build_report(bank, summaries, lessons, since_ts, window=window)
     tables = report_tables(document)
     if out is not None:

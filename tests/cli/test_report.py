@@ -139,6 +139,14 @@ def test_report_prints_tables_in_the_terminal(scenario: dict[str, str | None]) -
     assert later["runs"] == 0 and later["arms"]["lessons"]["success_rate"] is None
 
 
+def test_a_bank_without_runs_or_lessons_gets_a_line_naming_the_known_banks(scenario: dict[str, str | None]) -> None:
+    typo = invoke(scenario, "report", "--bank", "shpo")
+    assert typo.stderr.strip().splitlines() == [
+        "Bank 'shpo' has no runs and no lessons (banks: 'shop'; see lessonbank banks list)."]
+    assert "0 runs" in typo.stdout
+    assert "no runs and no lessons" not in invoke(scenario, "report", "--bank", BANK).stderr
+
+
 def test_without_a_control_arm_it_says_so(env: dict[str, str | None], redis_client: redis.Redis) -> None:
     write_scenario(redis_client, arms=("lessons",))
     text = invoke(env, "report", "--bank", BANK).stdout
