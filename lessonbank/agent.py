@@ -35,7 +35,7 @@ import redis
 
 from lessonbank import telemetry
 from lessonbank.core import runs
-from lessonbank.core.connections import create_redis
+from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 from lessonbank.core.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
@@ -299,6 +299,9 @@ class AgentHook:
         return self.recorder.transport.client
 
 
+RECALL_TOOL = "recall_lessons"  # RecallLessonsTool.name; lessonbank.tools stays unimported in an agent without it
+
+
 def callables_of(agent: Any) -> set[str] | None:
     """What ``agent``'s code or tool calls can call besides Python's builtins: its tools, its managed agents and
     the functions smolagents' executor adds (``floor``, ``sqrt``...); None if the agent says not."""
@@ -316,14 +319,12 @@ def _lend_callables(agent: Any) -> None:
     saved code) that knows what the agent can call, so that it too leaves out code about tools the agent lacks
     (``lessonbank.core.needs``). The tool object itself is not changed: another agent may share it. Done before
     the recorder watches the agent's tools, so that the watched copy calls this one."""
-    from lessonbank.tools import RecallLessonsTool
-
     tools = getattr(agent, "tools", None)
     if not isinstance(tools, dict):
         return
     owner = weakref.ref(agent)
     for name, tool in list(tools.items()):
-        if getattr(tool, "name", None) != RecallLessonsTool.name:
+        if getattr(tool, "name", None) != RECALL_TOOL:
             continue
         try:
             lent = copy.copy(tool)
@@ -438,7 +439,7 @@ def feedback(run_id: str, success: bool, note: str = "", *, settings: Settings |
         name = bank.decode() if isinstance(bank, bytes) else str(bank)
         runs.set_verdict(client, name, run_id, bool(success), "user", note, settings.queue, settings.step_ttl)
     except redis.RedisError as e:
-        raise ServiceUnavailable(f"Redis unreachable, feedback for run {run_id} not recorded: {e}") from e
+        raise ServiceUnavailable(f"{redis_trouble(e)}, feedback for run {run_id} not recorded: {e}") from e
     finally:
         client.close()
     return True

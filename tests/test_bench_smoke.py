@@ -51,7 +51,8 @@ def test_instructions_latency_measures_the_agent_path_and_its_baseline(tmp_path:
     assert size["delete_bank"]["lessons"] == 50 and 0 < size["same_lessons_as_previous"] <= 1
     latency, delete = result["rows"][:2], result["rows"][2]
     assert [r["figure"].split(", ")[-1] for r in latency] == ["agent -> Redis -> owner", "in process"]
-    assert all("task embedding" in r["baseline"] and "(1 thread, as the store embeds), paired" in r["baseline"] for r in latency)
+    assert all("task embedding" in r["baseline"] and "(1 thread, as the store embeds), paired" in r["baseline"]
+               for r in latency)
     assert delete["figure"].startswith("delete_bank of 50 lessons") and delete["value"].endswith(" s")
     assert (tmp_path / "instructions_latency.png").is_file()
 

@@ -233,3 +233,6 @@ def test_recall_in_a_remembering_agent_leaves_out_code_about_tools_it_lacks(
     assert "get_invoice(...)` returns" not in recalled[0] and CSV in recalled[0] and "2." in recalled[0]
     assert "get_invoice(...)` returns" in recalled[1]
     assert shared[0].agent_callables is None  # type: ignore[attr-defined]  # each agent got its own copy
+    from lessonbank.agent import RECALL_TOOL
+
+    assert RECALL_TOOL == RecallLessonsTool.name

@@ -71,3 +71,13 @@ def masked_url(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     credentials = f"{user}:**" if password is not None else user
     return urlunsplit((parts.scheme, f"{credentials}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def redis_trouble(error: redis.RedisError) -> str:
+    """What went wrong with Redis, in a few words for an error message: refused the credentials, unreachable
+    (no connection, or no answer in time), or failed the command (out of memory, a read-only replica...)."""
+    if isinstance(error, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
+        return "Redis refused the credentials or the command (check LESSONBANK_REDIS_URL)"
+    if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+        return "Redis unreachable"
+    return "Redis failed the command"

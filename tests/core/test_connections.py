@@ -43,3 +43,34 @@ def test_roles_get_their_timeouts(role, socket_timeout, connect_timeout, retries
 def test_a_url_without_a_scheme_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="LESSONBANK_REDIS_URL"):
         create_redis(Settings(_env_file=None, redis_url="localhost:6379"), "cli")
+
+
+def test_redis_trouble_names_what_went_wrong(redis_url: str) -> None:
+    """A wrong password or a missing permission is no "unreachable"; nor is a command Redis refused."""
+    import redis
+
+    from lessonbank.core.connections import redis_trouble
+    from tests.fixtures.redis_server import free_port
+
+    admin = redis.Redis.from_url(redis_url)
+    admin.execute_command("ACL", "SETUSER", "limited", "on", ">right-pw", "~*", "-@all", "+auth", "+hello")
+    host = redis_url.split("//", 1)[1].split("/", 1)[0]
+    seen = {}
+    try:
+        for case, url in (("wrong password", f"redis://limited:wrong-pw@{host}/0"),
+                          ("no permission", f"redis://limited:right-pw@{host}/0"),
+                          ("unreachable", f"redis://127.0.0.1:{free_port()}/0")):
+            client = create_redis(Settings(_env_file=None, redis_url=url), "cli")
+            with pytest.raises(redis.RedisError) as raised:
+                client.get("some-key")
+            seen[case] = redis_trouble(raised.value)
+        with pytest.raises(redis.RedisError) as raised:
+            admin.execute_command("NO-SUCH-COMMAND")
+        seen["refused command"] = redis_trouble(raised.value)
+    finally:
+        admin.execute_command("ACL", "DELUSER", "limited")
+        admin.close()
+    assert seen["wrong password"].startswith("Redis refused the credentials")
+    assert seen["no permission"].startswith("Redis refused the credentials")
+    assert seen["unreachable"] == "Redis unreachable"
+    assert seen["refused command"] == "Redis failed the command"

@@ -29,7 +29,7 @@ import redis
 from pydantic import ValidationError
 
 from lessonbank.core import exceptions
-from lessonbank.core.connections import create_redis
+from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
 from lessonbank.core.settings import Settings
@@ -110,7 +110,7 @@ class RemoteLessonStore:
                     item, why = self._wait_for_purge(key, method, chunk)
         except redis.RedisError as e:
             self._withdraw(payload)
-            raise ServiceUnavailable(f"Redis unreachable for lesson store requests: {e}") from e
+            raise ServiceUnavailable(f"{redis_trouble(e)} for lesson store requests: {e}") from e
         if item is None:
             if taken:
                 raise ServiceUnavailable(f"the lesson store owner {why}")
