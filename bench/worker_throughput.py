@@ -9,6 +9,11 @@ server speaking OpenAI's protocol that answers every chat completion after a fix
 hit related lessons and the consolidation decision is asked for), the consolidation call with "add"
 for each new lesson. Runs are 10 steps (9 actions and a final answer), written to Redis as the
 recorder lays them out. Each repeat enqueues ``--runs`` runs at once and times until all are distilled.
+Every case's worker runs from the start (each with its own queue, data dir and Redis database, so each
+owns its own store) and the cases' batches alternate, repeat by repeat: the speedup over the baseline is the
+median of the repeats' ratios (a batch against the baseline's batch of the same repeat), so a drift of the
+machine over the minutes of the run moves both sides of each ratio. The idle workers cost the running one a
+little (Celery's polling, the owners' housekeeping), the same for every case.
 
 Cases: ``--banks`` banks (runs spread over them) at each concurrency, and one bank at the lowest and
 highest concurrency (its consolidations queue for the bank's lock). The baseline is the lowest
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import threading
@@ -39,7 +45,6 @@ from common import (
     embed_model_path,
     plt_or_none,
     print_table,
-    ratio,
     redis_server,
     row,
     save_plot,
@@ -131,49 +136,70 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_case(conc: int, banks: int, args: argparse.Namespace, url: str, llm: FakeOpenAI,
-                 tmp: Path) -> dict[str, Any]:
-    label = f"c{conc}-b{banks}"
-    env = worker_env(url, QUEUE, tmp / f"data-{label}", llm.url, embed_model_path(), llm_timeout=10)
-    worker = CeleryWorker(env, QUEUE, tmp / f"worker-{label}.log", concurrency=conc)
-    client = redis.Redis.from_url(url)
-    app = producer(url)
-    names = [f"bench-{label}-{i}" for i in range(banks)]
-    rates: list[float] = []
-    states: Counter[str] = Counter()
-    main_cpu = pool_cpu = 0.0
-    try:
+class Case:
+    """One worker (-c ``conc``, runs over ``banks`` banks) with its own data dir, queue and Redis database, kept
+    running while the other cases' batches run, so that the cases' batches can alternate."""
+
+    def __init__(self, conc: int, banks: int, db: int, args: argparse.Namespace, url: str, llm: FakeOpenAI,
+                 tmp: Path) -> None:
+        self.conc, self.banks, self.args = conc, banks, args
+        label = f"c{conc}-b{banks}"
+        self.queue = f"{QUEUE}-{label}"
+        self.url = f"{url.rsplit('/', 1)[0]}/{db}"  # the store owner's keys are per database: one per worker
+        env = worker_env(self.url, self.queue, tmp / f"data-{label}", llm.url, embed_model_path(), llm_timeout=10)
+        self.worker = CeleryWorker(env, self.queue, tmp / f"worker-{label}.log", concurrency=conc)
+        self.client = redis.Redis.from_url(self.url)
+        self.app = producer(self.url)
+        self.names = [f"bench-{label}-{i}" for i in range(banks)]
+        self.rates: list[float] = []
+        self.states: Counter[str] = Counter()
+        self.cpu = {"main_process": 0.0, "pool": 0.0}
+        self.start_s = 0.0
+
+    def start(self) -> None:
         started = time.monotonic()
-        worker.start()
-        start_s = time.monotonic() - started
+        self.worker.start()
+        self.start_s = time.monotonic() - started
+        self._batch(self.conc)  # warm-up: every pool child builds its clients
 
-        def batch(n: int) -> tuple[float, dict[str, int]]:
-            runs = [ten_step_run(names[i % len(names)]) for i in range(n)]
-            for run_id, steps in runs:
-                write_run(client, steps[0].bank, task=steps[0].task, run_id=run_id, steps=steps)
-            t0 = time.monotonic()
-            for run_id, steps in runs:
-                enqueue(app, QUEUE, steps[0].bank, run_id)
-            done = wait_all(client, [r for r, _ in runs], args.timeout)
-            return time.monotonic() - t0, done
-
-        batch(conc)  # warm-up: every pool child builds its clients
-        assert worker.process is not None
-        main_pid, children = worker.process.pid, worker.child_pids()
+    def batch(self) -> None:
+        """One timed batch of ``--runs`` runs; the CPU its worker's processes spent meanwhile is counted."""
+        assert self.worker.process is not None
+        main_pid, children = self.worker.process.pid, self.worker.child_pids()
         cpu_main, cpu_pool = cpu_seconds(main_pid), sum(cpu_seconds(p) for p in children)
-        for _ in range(args.repeats):
-            seconds, done = batch(args.runs)
-            states.update(done)
-            rates.append(args.runs / seconds)
-        runs_done = args.runs * args.repeats
-        main_cpu = (cpu_seconds(main_pid) - cpu_main) / runs_done
-        pool_cpu = (sum(cpu_seconds(p) for p in children) - cpu_pool) / runs_done
-    finally:
-        worker.stop()
-        client.close()
-    return {"concurrency": conc, "banks": banks, "worker_start_seconds": round(start_s, 1),
-            "runs_per_s": spread(rates, 2), "states": dict(states),
-            "cpu_ms_per_run": {"main_process": round(main_cpu * 1000, 1), "pool": round(pool_cpu * 1000, 1)}}
+        seconds, done = self._batch(self.args.runs)
+        self.cpu["main_process"] += cpu_seconds(main_pid) - cpu_main
+        self.cpu["pool"] += sum(cpu_seconds(p) for p in children) - cpu_pool
+        self.states.update(done)
+        self.rates.append(self.args.runs / seconds)
+
+    def _batch(self, n: int) -> tuple[float, dict[str, int]]:
+        runs = [ten_step_run(self.names[i % len(self.names)]) for i in range(n)]
+        for run_id, steps in runs:
+            write_run(self.client, steps[0].bank, task=steps[0].task, run_id=run_id, steps=steps)
+        t0 = time.monotonic()
+        for run_id, steps in runs:
+            enqueue(self.app, self.queue, steps[0].bank, run_id)
+        done = wait_all(self.client, [r for r, _ in runs], self.args.timeout)
+        return time.monotonic() - t0, done
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.client.close()
+
+    def result(self) -> dict[str, Any]:
+        runs_done = max(self.args.runs * len(self.rates), 1)
+        return {"concurrency": self.conc, "banks": self.banks, "worker_start_seconds": round(self.start_s, 1),
+                "runs_per_s": spread(self.rates, 2), "rates": [round(r, 3) for r in self.rates],
+                "states": dict(self.states),
+                "cpu_ms_per_run": {k: round(v / runs_done * 1000, 1) for k, v in self.cpu.items()}}
+
+
+def paired_speedup(case: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """``case``'s rate over ``base``'s, repeat by repeat (the two batches of a repeat ran minutes apart at most,
+    in alternation), and their median: the speedup, with less of the machine's drift than a ratio of medians."""
+    per_repeat = [a / b for a, b in zip(case["rates"], base["rates"], strict=True) if b > 0]
+    return {"median": round(statistics.median(per_repeat), 2) if per_repeat else 0.0, "repeats": per_repeat}
 
 
 def calls_per_run(calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,11 +226,14 @@ def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
         for case in cases:
             r, cpu = case["runs_per_s"], case["cpu_ms_per_run"]
             top = case is cases[-1] and case is not base
+            speedup = paired_speedup(case, base)
+            repeats = "/".join(f"{x:.2f}" for x in speedup["repeats"])
             out.append(row(f"worker runs/s, {result['runs_per_batch']}-run batches, {where}, -c {case['concurrency']}",
                            f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}); CPU/run main {cpu['main_process']:.0f}"
-                           f" ms, pool {cpu['pool']:.0f} ms", f"-c {base['concurrency']} {base_rate:.2f}",
-                           ratio(r["median"], base_rate), f">= {TARGET_SPEEDUP}x -c {base['concurrency']}"
-                           if top and banks > 1 else "", r["median"] / base_rate >= TARGET_SPEEDUP
+                           f" ms, pool {cpu['pool']:.0f} ms", f"-c {base['concurrency']} {base_rate:.2f}"
+                           + (f"; paired by repeat {repeats}" if case is not base else ""),
+                           speedup["median"], f">= {TARGET_SPEEDUP}x -c {base['concurrency']}"
+                           if top and banks > 1 else "", speedup["median"] >= TARGET_SPEEDUP
                            if top and banks > 1 else None))
     calls = result["llm_calls"]
     # The consolidation decision is asked before the bank's lock; under it, only a bank that changed
@@ -266,14 +295,22 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     plan = [(c, args.banks) for c in levels]
     if not args.no_one_bank:
         plan += [(levels[0], 1), (levels[-1], 1)]
-    cases = []
+    cases: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp) / "redis") as url:
-            for conc, banks in plan:
-                cases.append(measure_case(conc, banks, args, url, llm, Path(tmp)))
-                r = cases[-1]["runs_per_s"]
-                print(f"  -c {conc}, {banks} bank(s): {r['median']:.2f} runs/s ({r['min']:.2f}-{r['max']:.2f}), "
-                      f"CPU/run {cases[-1]['cpu_ms_per_run']}, states {cases[-1]['states']}", flush=True)
+            workers = [Case(conc, banks, db, args, url, llm, Path(tmp)) for db, (conc, banks) in enumerate(plan)]
+            try:
+                for case in workers:
+                    case.start()
+                for repeat in range(args.repeats):  # the cases' batches alternate: each repeat sees every case
+                    for case in workers:
+                        case.batch()
+                        print(f"  repeat {repeat + 1}, -c {case.conc}, {case.banks} bank(s): "
+                              f"{case.rates[-1]:.2f} runs/s", flush=True)
+            finally:
+                for case in workers:
+                    case.stop()
+            cases = [case.result() for case in workers]
     finally:
         llm.stop()
     result: dict[str, Any] = {

@@ -78,6 +78,9 @@ def test_worker_throughput_runs_a_real_worker(tmp_path: Path) -> None:
     assert all(case["states"] == {"distilled": 3} for case in result["cases"])
     assert result["cases"][0]["cpu_ms_per_run"]["main_process"] > 0
     assert result["rows"][1]["target"] == ">= 3.5x -c 1" and result["rows"][1]["met"] in ("yes", "MISSED")
+    (c1,), (c2,) = (case["rates"] for case in result["cases"])  # the cases ran side by side, one batch each
+    top = result["rows"][1]
+    assert top["ratio"] == f"{round(c2 / c1, 2):.2f}x" and "paired by repeat" in top["baseline"]
 
 
 def test_memory_measures_each_arm_against_a_clean_baseline_and_the_interned_table_variant(tmp_path: Path) -> None:
