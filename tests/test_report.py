@@ -16,7 +16,7 @@ from PIL import Image, ImageStat
 
 from lessonbank.core.models import Lesson, Recipe, RunSummary, ToolStats
 from lessonbank.report import build_report, render_html, render_plots, render_text, report_tables
-from lessonbank.report.stats import mean, mean_difference, newcombe, wilson
+from lessonbank.report.stats import mean, mean_difference, newcombe, t_value, wilson
 from lessonbank.report.tables import lessons_table
 
 NOW = 1_700_000_000.0
@@ -54,13 +54,33 @@ def test_newcombe_matches_newcombe_1998(counts: tuple[int, int, int, int], expec
     assert estimate.estimate == pytest.approx(counts[0] / counts[1] - counts[2] / counts[3])
 
 
+@pytest.mark.parametrize(("df", "quantile"), [  # two-sided 95 %, any table of Student's t
+    (1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423), (120, 1.9799), (math.inf, 1.9600)])
+def test_t_value_matches_the_table(df: float, quantile: float) -> None:
+    assert round(t_value(df), 4) == quantile
+
+
+def test_t_value_for_fractional_degrees_of_freedom_matches_the_density_integrated() -> None:
+    """Welch's degrees of freedom are fractional: the quantile found must leave 2.5 % in the tail of the density
+    integrated directly (Simpson's rule), a computation independent of the incomplete beta function."""
+    df = 4.4117647
+    q = t_value(df)
+    density = lambda t: math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi) \
+        * (1 + t * t / df) ** (-(df + 1) / 2)  # noqa: E731
+    n, h = 20_000, q / 20_000
+    area = h / 3 * sum(density(i * h) * (1 if i in (0, n) else 4 if i % 2 else 2) for i in range(n + 1))
+    assert area == pytest.approx(0.475, abs=1e-7)
+
+
 def test_means_and_their_difference() -> None:
-    d = mean_difference([1, 2, 3, 4], [2, 4, 6, 8])  # Welch SE sqrt(1.667/4 + 6.667/4) = 1.4434
-    assert d.estimate == -2.5 and close((d.low, d.high), (-5.3290, 0.3290))
+    d = mean_difference([1, 2, 3, 4], [2, 4, 6, 8])  # Welch SE sqrt(1.667/4 + 6.667/4) = 1.4434, df 4.41
+    assert d.estimate == -2.5 and close((d.low, d.high), (-6.3642, 1.3642))  # t(4.41) = 2.677
     assert d.negated().to_dict() == {"estimate": 2.5, "low": -d.high, "high": -d.low}  # type: ignore[operator]
-    m = mean([2.0, 4.0, 6.0])
-    assert m.estimate == 4.0 and close((m.low, m.high), (1.7368, 6.2632))
+    m = mean([2.0, 4.0, 6.0])  # 4 ± t(2) 4.3027 x 2/sqrt(3)
+    assert m.estimate == 4.0 and close((m.low, m.high), (-0.9683, 8.9683))
     assert mean([5.0]).low is None and mean_difference([1.0], [2.0, 3.0]).estimate == -1.5
+    same = mean_difference([3.0, 3.0], [5.0, 5.0, 5.0])  # no spread at all: the interval is the difference
+    assert (same.estimate, same.low, same.high) == (-2.0, -2.0, -2.0)
 
 
 def runs(arm: str, verdicts: str, tokens: int, start: float) -> list[RunSummary]:

@@ -62,7 +62,7 @@ def _verdicts(runs: Sequence[RunSummary]) -> tuple[int, int]:
 
 
 def arm_stats(runs: Sequence[RunSummary]) -> dict[str, Any]:
-    """Counts, success rate (Wilson interval) and means (normal intervals) of one group of runs."""
+    """Counts, success rate (Wilson interval) and means (Student's t intervals) of one group of runs."""
     successes, known = _verdicts(runs)
     rate = stats.wilson(successes, known)
     data: dict[str, Any] = {
