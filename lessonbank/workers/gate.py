@@ -117,7 +117,9 @@ _TRANSCRIPT = re.compile(
     r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
     r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
     # "The previous run failed because of an invalid date format." (the learning benchmark's distiller)
-    r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first) (?:run|attempt|try)s?\b"
+    r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first|initial|original) (?:run|attempt|try)s?\b"
+    # a sentence that leans on one before it: "However, the initial attempt failed due to ..."
+    r"|^\W{0,3}however,"
     # smolagents' own framing of a step's error, copied: "The code execution failed at line '...' due to: ..."
     r"|\bcode execution failed at line\b"
     r"|\b(?:the|this) (?:run|agent) (?:ended|failed|succeeded|finished|was judged|stopped|gave up)\b"
@@ -136,6 +138,7 @@ _TRANSCRIPT = re.compile(
     # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
     # two runs back to the rejected date.
     r"|(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
+    r"|the (?:\w+ )?approach (?:then |later |next )?(?:switched|changed|shifted|moved|turned)\b"
     r"|the (?:failure|error|problem|issue|mistake)s? (?:was|were|occurred|happened|arose)\b"
     r"|(?:the|this) (?:run|agent|code|script)(?: (?:also|still|then|first|again|itself|provided|correctly|"
     r"incorrectly|successfully))? (?:[a-z]+ed|did|was|were|had|ran|got|made|took|found|read|wrote|gave|saw|"

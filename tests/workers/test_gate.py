@@ -60,6 +60,13 @@ JUNK = [
     ("refers_to_transcript", "The code snippet used the `read_text_file` function with the path '/data/sales.csv'. "
                              "The output was `None`, indicating that no data was returned."),
     ("refers_to_transcript", "The approach above works well for reading the semicolon separated file."),
+    # the learning benchmark's distiller after an invoice run; one bank handed it to a catalog task's first run
+    ("refers_to_transcript", "However, the initial attempt failed due to an `InterpreterError`, indicating that the "
+                             "key 'total_amount' was not found in the invoice dictionary. The approach then switched "
+                             "to a different method by calculating the total amount directly from the line prices "
+                             "and quantities."),
+    ("refers_to_transcript", "The approach then switched to reading the sales file with delimiter=';'."),
+    ("refers_to_transcript", "The initial attempt read the sales file with the default comma delimiter."),
     ("refers_to_transcript", "This run discovered that the separator of the file is a semicolon (E1)."),
     ("refers_to_transcript", "The run ended with recorded outcome success, judged failure (by check); final answer: 5"),
     ("refers_to_transcript", "The agent failed because it read only the first page of the sales file."),
