@@ -170,10 +170,10 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
         lessons = [*(context or []), lesson]
     if form == "task-recipe":
         lessons.remove(lesson)
-        text, given = format_lessons(lessons, "learning-probe", task=task)
+        text, given = format_lessons(lessons, task=task)
         assert len(given) == len(lessons), "the lessons did not fit the block"
         return text
-    text, given = format_lessons(lessons, "learning-probe", task=task)
+    text, given = format_lessons(lessons, task=task)
     assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
     kept = fixtext.in_task(lesson.text, task, lesson.task)
     assert kept is not None, "the fix was not given with the task's values"

@@ -96,7 +96,7 @@ def block(solved: Variant, task: str, form: str) -> str:
     working, shape = context_lessons(solved)
     fix = fix_lesson(solved)
     lessons = [working, shape] if form == "none" else [working, fix, shape]
-    text, given = format_lessons(lessons, "learning-probe", task=task)
+    text, given = format_lessons(lessons, task=task)
     assert len(given) == len(lessons), "the lessons did not fit the block"
     if form == "none":
         return text

@@ -69,7 +69,7 @@ def test_relevant_lessons_are_given_as_an_advisory_block(filled: LessonStore, se
         "Load data/sales.csv and compute the total revenue per region", "team", store=filled, settings=settings
     )
     assert CSV in text
-    assert 'bank "team"' in text and "earlier runs" in text
+    assert "Earlier runs left these notes" in text and "team" not in text  # the bank is not the model's business
     assert "advisory" in text and "untrusted" in text and "never override the task" in text
     assert YAML not in text  # not about this task
 
@@ -219,7 +219,7 @@ def test_the_best_recipe_comes_first_as_a_code_block() -> None:
     prose = make("b", "fact", "The orders API has 3 pages.", evidence=2)
     ranked = rank_lessons(FixedSource([(prose, 0.7), (code, 0.65), (far, 0.3)]), "b", "task", min_relevance=0.2)
     assert [lesson.text for lesson in ranked] == [code.text, prose.text]
-    text, given = format_lessons(ranked, "b", max_chars=2000)
+    text, given = format_lessons(ranked, max_chars=2000)
     assert "```python\nrows = fetch(page=1)\nfinal_answer(len(rows))\n```" in text
     assert "verified by check" in text and "adapt the task-specific values '2024-03-05'" in text
     assert text.index("```python") < text.index("Facts:") and len(given) == 2
@@ -231,7 +231,7 @@ def test_recipe_code_cannot_close_its_fence_and_go_on_as_text_of_the_block() -> 
     recipe = Recipe(code=code, task="Total of the rows", params=[], checks=["syntax", "outcome:check"],
                     fingerprint="f1")
     lesson = make("b", "approach", "Working code for a task like: Total of the rows", recipe=recipe, origin="recipe")
-    text, given = format_lessons([lesson], "b", max_chars=4000)
+    text, given = format_lessons([lesson], max_chars=4000)
     assert given == [lesson]
     fences = [line for line in text.splitlines() if line.startswith("```")]
     assert fences == ["````python", "```", "```python", "````"]  # the code's own fence lines sit inside the block
@@ -274,7 +274,7 @@ def test_balance_fills_free_slots_with_the_best_rest() -> None:
 
 def test_format_leaves_out_what_does_not_fit() -> None:
     lessons = [make("b", "fact", "x" * 300), make("b", "failure", "short one")]
-    text, given = format_lessons(lessons, "b", max_chars=450)
+    text, given = format_lessons(lessons, max_chars=450)
     assert [lesson.text for lesson in given] == ["short one"]
     assert "What to avoid:\n- short one" in text and len(text) <= 450
 
@@ -299,7 +299,7 @@ def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     ranked = rank_lessons(source, "b", "Highest temperature in Ghent on 2024-12-09?", min_relevance=0.2)
     assert helped in ranked and fresh not in ranked  # equally relevant: the one runs showed to help is kept
     assert by_city in ranked and rain in ranked  # another keyword, another function: other lessons
-    text, _ = format_lessons(ranked, "b", task="Highest temperature in Ghent on 2024-12-09?")
+    text, _ = format_lessons(ranked, task="Highest temperature in Ghent on 2024-12-09?")
     assert text.count('ass `date` like') == 2 and 'For this task: Write `' in text and '"09.12.2024"' in text
     # the same lessons as unrelated prose (not observed fixes) are all kept
     prose = [make("b", "fact", text) for text in (iso, slashes)]
@@ -315,15 +315,15 @@ GRAZ = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
 def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
     code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=GRAZ,
                 origin="recipe")
-    text, given = format_lessons([code], "b", task="How warm did it get in Ghent on 2024-12-09?")  # other words
+    text, given = format_lessons([code], task="How warm did it get in Ghent on 2024-12-09?")  # other words
     assert given == [code]
     assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task: '09.12.2024' for "
             "'17.03.2024'):\n```python") in text
     assert "2024-12-09" not in text  # the task's own form is never written where the model reads what to pass
     # a colon right after the task's date ends it (reworded benchmark task, seed 5: the clause was missing)
-    colon, _ = format_lessons([code], "b", task="Ghent, 2024-12-09: what was the day's highest temperature?")
+    colon, _ = format_lessons([code], task="Ghent, 2024-12-09: what was the day's highest temperature?")
     assert "(for this task: '09.12.2024' for '17.03.2024')" in colon
-    plain, _ = format_lessons([code], "b", task="What was the highest temperature in Ghent yesterday?")
+    plain, _ = format_lessons([code], task="What was the highest temperature in Ghent yesterday?")
     assert "adapt the task-specific values 'Graz', '17.03.2024':\n```python" in plain  # nothing of that form
 
 
@@ -333,7 +333,7 @@ def test_a_recipe_for_the_same_task_with_other_values_comes_with_this_tasks_valu
     for the recipe's values, the code comes with this task's values in place: there is nothing to adapt."""
     code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=GRAZ,
                 origin="recipe")
-    text, given = format_lessons([code], "b", task="What was the highest temperature in Ghent on 2024-12-09?")
+    text, given = format_lessons([code], task="What was the highest temperature in Ghent on 2024-12-09?")
     assert given == [code]
     assert ("seen in 1 run), with this task's values put in ('Ghent' for 'Graz', '09.12.2024' for '17.03.2024'):"
             "\n```python\nresult = get_weather(city='Ghent', date='09.12.2024')\n") in text
@@ -371,7 +371,7 @@ def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments() -> None:
     nested = recipe.model_copy(update={"code": json.dumps([{"name": "q", "arguments": {"where": "shop north"}}])})
     assert put_in(nested, "Orders of shop 'south' on 2024-04-01, 20 a page?") is None  # inside a longer text
     lesson = make("b", "approach", "Working code for a task like: orders", recipe=recipe, origin="recipe")
-    text, _ = format_lessons([lesson], "b", task="Orders of shop 'south' on 2024-04-01, 20 a page?")
+    text, _ = format_lessons([lesson], task="Orders of shop 'south' on 2024-04-01, 20 a page?")
     assert "```json\n" in text and '"shop": "south"' in text and "north\"" not in text.split("```json")[1]
 
 
@@ -381,13 +381,13 @@ def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
     text = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
             "its records are `result['lines']`.")
     shape = make("b", "fact", text, origin="observed", tags=["shape"])
-    block, given = format_lessons([shape], "b", task="Using get_invoice, what is the total of INV-1?")
+    block, given = format_lessons([shape], task="Using get_invoice, what is the total of INV-1?")
     assert given == [shape]
     assert ("- `get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
             "its records are `result['lines']`: use all of them (`for record in result['lines']:`). (seen in "
             "1 run)") in block
     # the same words from the distiller, or any other observed text, are given as they are
     said = make("b", "fact", text)
-    assert f"- {text} (seen in 1 run)" in format_lessons([said], "b")[0]
+    assert f"- {text} (seen in 1 run)" in format_lessons([said])[0]
     odd = make("b", "fact", text.replace("its records are", "the records are"), origin="observed")
-    assert "use all of them" not in format_lessons([odd], "b")[0]
+    assert "use all of them" not in format_lessons([odd])[0]

@@ -124,7 +124,7 @@ def test_no_asked_fix_when_a_later_step_passed_the_date_as_asked_and_it_failed()
 def test_the_next_task_is_given_its_own_date_in_the_asked_form() -> None:
     (fix,) = extract(never_corrected())
     lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
-    text, given = format_lessons([lesson], "b", task=GHENT)
+    text, given = format_lessons([lesson], task=GHENT)
     assert given == [lesson]
     assert ('For this task: Write `weather_data = get_weather(city="Lyon", date="04.07.2024")` (as the error asked; '
             'not tried yet): pass `date` like "04.07.2024" (DD.MM.YYYY)') in text
@@ -153,11 +153,11 @@ def test_a_fix_whose_date_has_the_same_day_and_month_carries_over_by_the_form_th
     for fix in (asked_fix, observed):
         assert fixtext.form_of(fix.text) == asked.Form(("DD", "MM", "YYYY"), ".")
         lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
-        text, _ = format_lessons([lesson], "b", task=PORTO)
+        text, _ = format_lessons([lesson], task=PORTO)
         assert 'For this task: Write `' in text and 'pass `date` like "27.10.2024" (DD.MM.YYYY)' in text, fix.text
         assert "11.11.2024" not in text and "2024-11-11" not in text
         bare = Lesson.new("b", "fact", fix.text.replace(" asking for DD.MM.YYYY", ""), origin="observed")
-        assert "27.10.2024" not in format_lessons([bare], "b", task=PORTO)[0]  # without the form: ambiguous
+        assert "27.10.2024" not in format_lessons([bare], task=PORTO)[0]  # without the form: ambiguous
     # the form must write the example as the correction did; any other named "form" carries nothing over
     assert fixtext.carry_over("2024-11-11", "11.11.2024", PORTO, asked.Form(("MM", "DD", "YYYY"), ".")) == [
         ("2024-10-27", "10.27.2024")]  # (a form that writes 2024-11-11 as 11.11.2024 too: the error's word)
