@@ -13,8 +13,10 @@ capped, the code must parse.
 
 Literals that come from the task (a date, an id, a file name) are the recipe's parameters: the next
 run must adapt them. An answer the model copied from an observation (``final_answer(152.74)`` after
-printing ``total``) is answered with the variable it printed instead, or the recipe would hand the next
-run this run's answer. A run whose right answer was forced at the step limit leaves the code up to the
+printing ``total``, or after a step that ended with ``total = ...``, which smolagents shows) is answered
+with the variable it showed instead, or the recipe would hand the next run this run's answer; code that
+still answers with a literal the task did not give leaves no recipe (``typed_answer``). A run whose right
+answer was forced at the step limit leaves the code up to the
 step that printed it. Either way, the code must hold every value the task gives (``ignored_values``). A date
 converted from constants is kept as the text it gave (``fold_dates``). The
 fingerprint hashes the code with its local names renamed in order of first
@@ -37,7 +39,7 @@ from collections.abc import Iterable
 from lessonbank.core import fixtext
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.core.summary import failing_line, step_failed
+from lessonbank.core.summary import LAST_OUTPUT, LOGS_HEADER, failing_line, step_failed
 from lessonbank.workers import evidence
 from lessonbank.workers.shapes import read_literal
 
@@ -481,6 +483,31 @@ def _holes(pieces: list[Piece], text: str) -> list[str] | None:
 
 
 def shown_values(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
+    """The values a step showed, each with the text it showed: what it printed, and the value its code ended
+    with (``last_value``)."""
+    return _printed_values(statements, observations) + last_value(statements, observations)
+
+
+def last_value(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
+    """The value a step's code ended with, which smolagents shows after "Last output from code snippet:": the
+    name its last statement assigned (``highest = max(...)``) or the expression it ended with (not a print or
+    an answer), with the text shown; none when that was None. A model reads the number there as readily as a
+    printed one and types it into ``final_answer``."""
+    _, framed, text = observations.partition(LAST_OUTPUT)
+    text = text.strip()
+    if not framed or not text or text == "None" or not statements:
+        return []
+    stmt = statements[-1]
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return [(ast.Name(id=stmt.targets[0].id, ctx=ast.Load()), text)]
+    if isinstance(stmt, ast.Expr) and not _calls_final_answer(stmt) and not (
+            isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id in PRINTERS):
+        return [(stmt.value, text)]
+    return []
+
+
+def _printed_values(statements: list[ast.stmt], observations: str) -> list[tuple[ast.expr | None, str]]:
     """The values a step printed, each with the text it printed. Only where which text came from which print
     is certain: every print of the step is one of its statements (none in a loop, a branch or a function),
     and either there is one, whose whole output (or else one line of it, the rest printed by tools) is what
@@ -491,7 +518,7 @@ def shown_values(statements: list[ast.stmt], observations: str) -> list[tuple[as
     all_pieces = [pieces for stmt in printing if (pieces := _print_pieces(stmt)) is not None]
     if not prints or len(all_pieces) != len(prints):
         return []
-    text = evidence.printed(observations)
+    text = observations.partition(LAST_OUTPUT)[0].replace(LOGS_HEADER, "").strip()  # the logs: what was printed
     lines = [line.strip() for line in text.splitlines()]
     if len(prints) == 1:  # its whole output, else the one line of it that is what it writes
         found = [holes] if (holes := _holes(all_pieces[0], text)) is not None else [
@@ -573,6 +600,27 @@ def _answer_literal(value: object, task: str) -> str | None:
     if not literal or len(literal) > 100 or "\n" in literal or is_param(literal, task):
         return None
     return literal
+
+
+def typed_answer(statements: list[ast.stmt], task: str) -> str | None:
+    """The literal every ``final_answer`` of the code passes, when each passes one the task did not give (the
+    model typed the answer it had read or worked out): such code does not compute the answer. None otherwise."""
+    answers = [node for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Call)
+               and isinstance(node.func, ast.Name) and node.func.id == "final_answer"]
+    literals = [_answer_literal(node.args[0].value, task) if len(node.args) == 1 and not node.keywords
+                and isinstance(node.args[0], ast.Constant) else None for node in answers]
+    return literals[0] if literals and all(literal is not None for literal in literals) else None
+
+
+def _computes_answer(statements: list[ast.stmt], task: str) -> bool:
+    """Whether the code reaches ``final_answer`` with something it computed (``typed_answer``)."""
+    if not statements or not any(_calls_final_answer(stmt) for stmt in statements):
+        return False
+    if (typed := typed_answer(statements, task)) is not None:
+        logger.info("recipe not kept: it answers with %r, which it does not compute and no step showed (a recipe "
+                    "would hand the next run this run's answer)", typed[:40])
+        return False
+    return True
 
 
 def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) -> None:
@@ -701,7 +749,7 @@ def _code_recipe(steps: list[StepRecord], task: str, tools: list[str], redactor:
     kept = prune([stmt for statements, _ in parsed_steps for stmt in statements], frozenset(optional))
     if (folded := fold_dates(kept)) is not kept:
         kept = prune(folded)  # the import a folded date needed goes
-    if not kept or not any(_calls_final_answer(s) for s in kept):
+    if not _computes_answer(kept, task):
         return None
     code = redactor.redact("\n".join(ast.unparse(s) for s in kept))
     tree = _parse(code) if len(code) <= MAX_CODE_CHARS else None

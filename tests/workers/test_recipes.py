@@ -160,12 +160,13 @@ def test_an_answer_literal_stays_unless_an_earlier_step_printed_exactly_it() -> 
               step(1, "final_answer(152.74)")]
     # printed by a failed step: the literal stays, and final_answer(152.74) alone holds no value of the task
     assert extract(failed, INVOICE_TASK, ["get_invoice"], Redactor(), "check") is None
-    for name, steps in cases.items():
+    for name, steps in cases.items():  # the literal stays, so the code answers with this run's answer: no recipe
         recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
-        assert recipe is not None, name
-        assert recipe.code.splitlines()[-1] in ("final_answer(152.74)", "final_answer('INV-1471')"), name
-    recipe = extract(failed, "What is the total in euros?", ["get_invoice"], Redactor(), "check")
-    assert recipe is not None and recipe.code == "final_answer(152.74)"
+        if name == "a value the task gave":  # a parameter: the next run puts its own in
+            assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer('INV-1471')"
+        else:
+            assert recipe is None, name
+    assert extract(failed, "What is the total in euros?", ["get_invoice"], Redactor(), "check") is None
 
 
 def test_a_huge_adversarial_observation_is_scanned_in_linear_time() -> None:
@@ -177,7 +178,7 @@ def test_a_huge_adversarial_observation_is_scanned_in_linear_time() -> None:
     started = time.perf_counter()
     recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
     assert time.perf_counter() - started < 2.0
-    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(152.74)"
+    assert recipe is None  # no step showed 152.74 whole: the answer stays typed, and typed answers make no recipe
 
 
 def test_a_task_value_written_another_way_and_a_named_city_are_parameters() -> None:
@@ -381,8 +382,8 @@ def test_an_answer_copied_from_a_printed_dict_is_read_at_its_place_not_answered_
     assert recipe.checks == ["syntax", "outcome:check"]
     twice = [step(0, "t = get_weather(city='Porto', date='15.09.2024')\nprint(t)",
                   observations=LOGS.format(PORTO.replace("18.1", "26.3"))), step(1, "final_answer(26.3)")]
-    recipe = extract(twice, WEATHER_TASK, ["get_weather"], Redactor(), "check")
-    assert recipe is not None and recipe.code.splitlines()[-1] == "final_answer(26.3)"  # not the whole dict
+    # two places hold it: which one was read is a guess, so the answer stays typed (not the whole dict): no recipe
+    assert extract(twice, WEATHER_TASK, ["get_weather"], Redactor(), "check") is None
 
 
 def test_hostile_printed_structures_are_refused_quickly() -> None:
@@ -529,3 +530,39 @@ def test_a_date_the_code_converted_from_constants_is_kept_as_the_text_it_gave_wi
         assert left is not None and "strptime(" in left.code, (to, fmt)
     deep = ast.parse("from datetime import datetime\nx = " + "[" * 190 + "1" + "]" * 190).body
     assert fold_dates(deep) is deep  # nested deeper than a copy can go: kept as it ran, no RecursionError
+
+
+def test_an_answer_copied_from_the_value_a_step_ended_with_becomes_that_value() -> None:
+    """The learning benchmark's 1.5B agent assigned the maximum (smolagents showed it as the step's last output),
+    then answered with the number it read: the recipe answered every later city and date with 10.6."""
+    def shown(value: str) -> str:
+        return f"Execution logs:\n\nLast output from code snippet:\n{value}"
+
+    steps = [step(0, 'weather_data = get_weather("Porto", "15.09.2024")',
+                  observations=shown("{'city': 'Porto', 'date': '15.09.2024', 'records': [{'station': 'A', "
+                                     "'max_c': 10.6, 'min_c': 4.0}]}")),
+             step(1, "highest_temperature = max([record['max_c'] for record in weather_data['records']])",
+                  observations=shown("10.6")),
+             step(2, "final_answer(10.6)")]
+    recipe = extract(steps, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code.splitlines()[-1] == "final_answer(highest_temperature)" and "10.6" not in recipe.code
+    assert "highest_temperature = max(" in recipe.code
+    ended_with_an_expression = [step(0, 'weather_data = get_weather("Porto", "15.09.2024")\n'
+                                        "max(r['max_c'] for r in weather_data['records'])", observations=shown("10.6")),
+                                step(1, "final_answer(10.6)")]
+    recipe = extract(ended_with_an_expression, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is not None
+    assert recipe.code.splitlines()[-1] == "final_answer(max((r['max_c'] for r in weather_data['records'])))"
+    ended_with_none = [step(0, 'weather_data = get_weather("Porto", "15.09.2024")\nx = None',
+                            observations=shown("None")), step(1, "final_answer(10.6)")]
+    recipe = extract(ended_with_none, WEATHER_TASK, ["get_weather"], Redactor(), "check")
+    assert recipe is None  # nothing showed 10.6: code that types the answer computes nothing
+    for code in ("final_answer(10.6)", "final_answer('It was 10.6 degrees')", "if True:\n    final_answer(3)\n"
+                 "else:\n    final_answer(4)"):
+        typed = [step(0, 'weather_data = get_weather("Porto", "15.09.2024")'), step(1, code)]
+        assert extract(typed, WEATHER_TASK, ["get_weather"], Redactor(), "check") is None, code
+    computed = [step(0, 'weather_data = get_weather("Porto", "15.09.2024")'),
+                step(1, "if weather_data:\n    final_answer(max(r['max_c'] for r in weather_data['records']))\n"
+                        "else:\n    final_answer(0)")]
+    assert extract(computed, WEATHER_TASK, ["get_weather"], Redactor(), "check") is not None  # one computes it
