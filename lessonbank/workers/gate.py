@@ -60,7 +60,9 @@ _NOTHING = re.compile(
     r"|\bthe (?:run|task|agent|execution)(?: \w+){0,2} (?:was (?:completed |)successful(?:ly)?|succeeded|"
     r"completed successfully|finished successfully)"
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
-    r"|\b(?:was|were) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
+    r"|\b(?:was|were|is|are) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
+    # "The invoice with ID 'INV-1002' is retrieved successfully." (the 1.5B distiller's, handed to a run)
+    r"|\b(?:was|were|is|are) (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated) successfully\b"
     r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
     # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
     r"|\b(?:the|this) (?:run|agent|task)(?: \w+){0,2}? successfully\b"

@@ -40,6 +40,7 @@ JUNK = [
     # written by the local 1.5B distiller in a real run of the learning benchmark's invoice task
     ("nothing_happened", "The run successfully retrieved the invoice data for INV-1471 and calculated its total "
                          "amount in euros."),
+    ("nothing_happened", "The invoice with ID 'INV-1002' is retrieved successfully."),  # handed to a later run
     ("refers_to_transcript", "The error AgentMaxStepsError: Reached max steps was observed, indicating that the code "
                              "did not complete within the allowed number of steps. This suggests a problem with the "
                              "logic or data handling in the `get_invoice` function."),
