@@ -297,7 +297,7 @@ def _for_task(lesson: Lesson, task: str) -> tuple[str | None, str]:
     return (None, here) if here else (fixtext.with_task_values(lesson.text, task, lesson.task), "")
 
 
-def format_lessons(lessons: Sequence[Lesson], max_chars: int = 2000, task: str = "") -> tuple[str, list[Lesson]]:
+def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "") -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds. It does not
     name the bank: the model has no use for the name, and runs given the same lessons get the same words.
     An observed fix that rewrote a value's form says what that means for ``task``'s own values.

@@ -39,7 +39,7 @@ def test_a_reformatted_value_is_carried_over_to_the_task_values_of_its_old_form(
 def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
     fix = Lesson.new("b", "fact", fixtext.fix_text(FAILED, "ValueError", FIXED), origin="observed")
     assert fix.text.startswith('Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(')
-    text, given = format_lessons([fix], "b", task="What was the highest temperature in Porto on 2024-09-15?")
+    text, given = format_lessons([fix], task="What was the highest temperature in Porto on 2024-09-15?")
     assert given == [fix]
     # the fix is shown with the task's own date in place of its example: told 'write "2024-04-20" as
     # "20.04.2024"' next to the fix, a run of the 1.5B model passed the fix's example date (benchmark, seed 6);
@@ -49,12 +49,12 @@ def test_the_instructions_say_what_a_date_fix_means_for_this_task() -> None:
             '"15.09.2024"; written any other way it failed with ValueError.') in text
     assert "02.01.2024" not in text and "2024-09-15" not in text
     # two dates of that form: which one goes where is the model's to see; the pairs lead the fix as it was
-    two, _ = format_lessons([fix], "b", task="Was it warmer in Porto on 2024-09-15 than on 2024-09-16?")
+    two, _ = format_lessons([fix], task="Was it warmer in Porto on 2024-09-15 than on 2024-09-16?")
     assert '- For this task, use "15.09.2024" for "2024-09-15", "16.09.2024" for "2024-09-16". Pass' in two
-    plain, _ = format_lessons([fix], "b")
+    plain, _ = format_lessons([fix])
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
-    assert "For this task" not in format_lessons([distilled], "b", task="On 2024-09-15?")[0]
+    assert "For this task" not in format_lessons([distilled], task="On 2024-09-15?")[0]
 
 
 def test_a_fix_to_write_names_the_line_and_the_form_but_no_failing_value() -> None:
@@ -148,16 +148,16 @@ def test_a_key_fix_is_given_as_the_line_to_write_with_this_tasks_values() -> Non
     assert fixtext.in_task(text, task, solved) is None  # no value's form changed
     assert fixtext.with_task_values(text, task, solved) == text.replace("INV-6222", "INV-6810")
     fix = Lesson.new("b", "fact", text, origin="observed").model_copy(update={"task": solved})
-    block, given = format_lessons([fix], "b", task=task)
+    block, given = format_lessons([fix], task=task)
     assert given == [fix]
     # given as kept, its failing line was copied next to a recipe holding the corrected one (held-out seed 12)
     assert ('- For this task: Write `lines = get_invoice(invoice_id="INV-6810")["lines"]`; written otherwise, the '
             "line failed with InterpreterError.") in block
     assert '"amount"' not in block and "INV-6222" not in block
     # a task in other words: the invoice cannot be placed, and the fix is given as it was kept
-    other, _ = format_lessons([fix], "b", task="Invoice INV-6810: what does it come to in euros?")
+    other, _ = format_lessons([fix], task="Invoice INV-6810: what does it come to in euros?")
     assert f"- {text} (" in other
-    assert f"- {text} (" in format_lessons([fix], "b")[0]  # no task: as kept
+    assert f"- {text} (" in format_lessons([fix])[0]  # no task: as kept
 
 
 def test_values_of_a_fix_are_put_in_whatever_the_line_holds_of_its_task() -> None:
