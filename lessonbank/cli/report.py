@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import redis
 
-from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.context import CliContext, fail, pass_cli, redis_errors
 from lessonbank.cli.lessons import bank_option, json_option
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.models import RunSummary
@@ -74,10 +74,8 @@ def warn_unknown_bank(cli: CliContext, bank: str, with_lessons: set[str]) -> Non
     """One line on stderr when ``bank`` has neither runs nor lessons (a mistyped name reads as an empty report)."""
     from lessonbank.cli.banks import run_counts
 
-    try:
+    with redis_errors("listing the banks"):
         known = sorted(with_lessons | set(run_counts(cli)))
-    except redis.RedisError as e:
-        raise fail("cannot list the banks in Redis", e) from e
     listed = ", ".join(repr(name) for name in known[:MAX_BANKS_LISTED]) or "none yet"
     more = f" and {len(known) - MAX_BANKS_LISTED} more" if len(known) > MAX_BANKS_LISTED else ""
     click.echo(f"Bank {bank!r} has no runs and no lessons (banks: {listed}{more}; see lessonbank banks list).",

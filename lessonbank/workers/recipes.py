@@ -73,9 +73,14 @@ def _calls(node: ast.AST) -> list[str]:
     return [ast.dump(n) for n in ast.walk(node) if isinstance(n, ast.Call)]
 
 
+def _answer_calls(statements: list[ast.stmt]) -> list[ast.Call]:
+    """Every ``final_answer(...)`` call in ``statements``, nested ones too, in walk order."""
+    return [n for stmt in statements for n in ast.walk(stmt)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "final_answer"]
+
+
 def _calls_final_answer(stmt: ast.stmt) -> bool:
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "final_answer"
-               for n in ast.walk(stmt))
+    return bool(_answer_calls([stmt]))
 
 
 def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str]) -> bool:
@@ -605,10 +610,8 @@ def _answer_literal(value: object, task: str) -> str | None:
 def typed_answer(statements: list[ast.stmt], task: str) -> str | None:
     """The literal every ``final_answer`` of the code passes, when each passes one the task did not give (the
     model typed the answer it had read or worked out): such code does not compute the answer. None otherwise."""
-    answers = [node for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Call)
-               and isinstance(node.func, ast.Name) and node.func.id == "final_answer"]
     literals = [_answer_literal(node.args[0].value, task) if len(node.args) == 1 and not node.keywords
-                and isinstance(node.args[0], ast.Constant) else None for node in answers]
+                and isinstance(node.args[0], ast.Constant) else None for node in _answer_calls(statements)]
     return literals[0] if literals and all(literal is not None for literal in literals) else None
 
 
@@ -637,9 +640,8 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], str]], task: str) ->
     printed: list[list[tuple[ast.expr | None, str]]] = []  # per step: the values it printed, with their text
     assigned: set[str] = set()
     for statements, observations in steps:
-        for node in (n for stmt in statements for n in ast.walk(stmt)):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "final_answer"
-                    and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
+        for node in _answer_calls(statements):
+            if not (len(node.args) == 1 and isinstance(node.args[0], ast.Constant)):
                 continue
             literal = _answer_literal(node.args[0].value, task)
             if literal is None:
