@@ -8,7 +8,11 @@ server speaking OpenAI's protocol that answers every chat completion after a fix
 (200 ms): the distill call with two lessons per run (drawn from a few topics, so later runs of a bank
 hit related lessons and the consolidation decision is asked for), the consolidation call with "add"
 for each new lesson. Runs are 10 steps (9 actions and a final answer), written to Redis as the
-recorder lays them out. Each repeat enqueues ``--runs`` runs at once and times until all are distilled.
+recorder lays them out. Each repeat enqueues ``--runs`` runs at once and times until the last of them was
+marked distilled; every case gets the same runs in a repeat (the same lessons from the scripted LLM, so the
+same consolidation decisions to ask for), only their ids differ. The fake server sends its replies with
+TCP_NODELAY: without it, headers and body as two writes met the client's delayed ACK and every call took
+~45 ms more than ``--latency``.
 Every case's worker runs from the start (each with its own queue, data dir and Redis database, so each
 owns its own store) and the cases' batches alternate, repeat by repeat: the speedup over the baseline is the
 median of the repeats' ratios (a batch against the baseline's batch of the same repeat), so a drift of the
@@ -26,6 +30,7 @@ Writes bench/results/worker_throughput.json and worker_throughput.png.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -59,7 +64,7 @@ from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.runs import make_steps, write_run
 
 QUEUE = "lessonbank-bench"
-MARK = re.compile(r"job-[0-9a-f]{8}")
+MARK = re.compile(r"job-[0-9a-f]{8}-c\d+b\d+")  # the work (its hex) and the case the run is of
 TARGET_SPEEDUP = 3.5
 TOPICS = [
     ("fact", "The {m} export file is semicolon separated, so read it with pandas.read_csv(path, sep=';')."),
@@ -95,7 +100,7 @@ class ScriptedLLM:
             kind, mark = "consolidate", marks[-1] if marks else ""
         else:
             mark = marks[0] if marks else ""
-            rng = int(mark[4:], 16) if mark else 0
+            rng = int(mark[4:12], 16) if mark else 0
             picks = [TOPICS[rng % len(TOPICS)], TOPICS[(rng // 7) % len(TOPICS)]]
             lessons = [{"kind": k, "text": t.format(m=mark) + VARIANTS[(rng // 3 + i) % len(VARIANTS)],
                         "evidence": ["E1"], "tags": ["bench"]} for i, (k, t) in enumerate(picks)]
@@ -107,10 +112,16 @@ class ScriptedLLM:
                      completion_tokens=len(content) // 4)
 
 
-def ten_step_run(bank: str) -> tuple[str, list[StepRecord]]:
-    mark = f"job-{uuid.uuid4().hex[:8]}"
+def ten_step_run(bank: str, mark: str) -> tuple[str, list[StepRecord]]:
     run_id = uuid.uuid4().hex
     return run_id, make_steps(bank, run_id, f"Sum the sales of {mark} in sales.csv", n_actions=9, error_at=2)
+
+
+def batch_marks(label: str, n: int, conc: int, banks: int) -> list[str]:
+    """The marks of a batch's runs. A mark decides the lessons the scripted LLM answers with (and so which runs
+    need a consolidation decision): drawn from the batch's label, every case's batch of a repeat gets the same
+    work, run for run; the case's suffix keeps the LLM's ledger per case."""
+    return [f"job-{hashlib.sha256(f'{label}-{i}'.encode()).hexdigest()[:8]}-c{conc}b{banks}" for i in range(n)]
 
 
 def wait_all(client: redis.Redis, run_ids: list[str], timeout: float) -> dict[str, int]:
@@ -160,28 +171,38 @@ class Case:
         started = time.monotonic()
         self.worker.start()
         self.start_s = time.monotonic() - started
-        self._batch(self.conc)  # warm-up: every pool child builds its clients
+        self._batch(self.conc, "warm-up")  # every pool child builds its clients
 
-    def batch(self) -> None:
-        """One timed batch of ``--runs`` runs; the CPU its worker's processes spent meanwhile is counted."""
+    def batch(self, repeat: int) -> None:
+        """One timed batch of ``--runs`` runs, the same for every case in a repeat; the CPU its worker's processes
+        spent meanwhile is counted."""
         assert self.worker.process is not None
         main_pid, children = self.worker.process.pid, self.worker.child_pids()
         cpu_main, cpu_pool = cpu_seconds(main_pid), sum(cpu_seconds(p) for p in children)
-        seconds, done = self._batch(self.args.runs)
+        seconds, done = self._batch(self.args.runs, f"repeat-{repeat}")
         self.cpu["main_process"] += cpu_seconds(main_pid) - cpu_main
         self.cpu["pool"] += sum(cpu_seconds(p) for p in children) - cpu_pool
         self.states.update(done)
         self.rates.append(self.args.runs / seconds)
 
-    def _batch(self, n: int) -> tuple[float, dict[str, int]]:
-        runs = [ten_step_run(self.names[i % len(self.names)]) for i in range(n)]
+    def _batch(self, n: int, label: str) -> tuple[float, dict[str, int]]:
+        marks = batch_marks(label, n, self.conc, self.banks)
+        runs = [ten_step_run(self.names[i % len(self.names)], marks[i]) for i in range(n)]
         for run_id, steps in runs:
             write_run(self.client, steps[0].bank, task=steps[0].task, run_id=run_id, steps=steps)
-        t0 = time.monotonic()
+        t0 = time.time()
         for run_id, steps in runs:
             enqueue(self.app, self.queue, steps[0].bank, run_id)
         done = wait_all(self.client, [r for r, _ in runs], self.args.timeout)
-        return time.monotonic() - t0, done
+        polled = time.time()
+        # the batch ends when its last run was marked distilled (the worker's clock, this machine's), not at the
+        # poll that saw it: 0-50 ms later, a bias a short batch (-c 4) would pay more of than a long one
+        pipe = self.client.pipeline(transaction=False)
+        for run_id, _ in runs:
+            pipe.hget(run_key(run_id), "distilled_at")
+        marked = [float(v) for v in pipe.execute() if v]
+        end = max(marked) if len(marked) == n else polled
+        return end - t0, done
 
     def stop(self) -> None:
         self.worker.stop()
@@ -304,7 +325,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
                     case.start()
                 for repeat in range(args.repeats):  # the cases' batches alternate: each repeat sees every case
                     for case in workers:
-                        case.batch()
+                        case.batch(repeat)
                         print(f"  repeat {repeat + 1}, -c {case.conc}, {case.banks} bank(s): "
                               f"{case.rates[-1]:.2f} runs/s", flush=True)
             finally:

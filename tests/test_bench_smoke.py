@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import openai
 import pytest
+
+from tests.fixtures.openai_server import FakeOpenAI, Reply
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,6 +86,37 @@ def test_worker_throughput_runs_a_real_worker(tmp_path: Path) -> None:
     (c1,), (c2,) = (case["rates"] for case in result["cases"])  # the cases ran side by side, one batch each
     top = result["rows"][1]
     assert top["ratio"] == f"{round(c2 / c1, 2):.2f}x" and "paired by repeat" in top["baseline"]
+
+
+def test_worker_cases_get_the_same_work_in_a_repeat_and_a_ledger_each() -> None:
+    code = ("import json, sys; sys.path.insert(0, 'bench'); import worker_throughput as w\n"
+            "print(json.dumps({'c1': w.batch_marks('repeat-0', 32, 1, 4), 'c4': w.batch_marks('repeat-0', 32, 4, 4),"
+            " 'next': w.batch_marks('repeat-1', 32, 1, 4),"
+            " 'match': all(w.MARK.fullmatch(m) for m in w.batch_marks('repeat-0', 32, 4, 4))}))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    marks = json.loads(proc.stdout)
+    work = [m[:12] for m in marks["c1"]]  # "job-" and the hex the scripted LLM's lessons are drawn from
+    assert work == [m[:12] for m in marks["c4"]] and len(set(marks["c1"]) | set(marks["c4"])) == 64
+    assert [m[:12] for m in marks["next"]] != work and marks["match"]
+
+
+def test_the_scripted_llm_answers_in_its_latency_not_a_delayed_ack_more() -> None:
+    # headers and body are two writes: without TCP_NODELAY the body waited for the client's delayed ACK, and
+    # every "200 ms" call of the worker benchmark took ~245 ms
+    fake = FakeOpenAI().start()
+    try:
+        fake.handler = lambda body: Reply(content="{}", delay=0.05)
+        client = openai.OpenAI(base_url=fake.url, api_key="test", max_retries=0)
+        took = []
+        for _ in range(5):
+            started = time.perf_counter()
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 2000}])
+            took.append(time.perf_counter() - started)
+        client.close()
+    finally:
+        fake.stop()
+    assert statistics.median(took) < 0.05 + 0.03, took
 
 
 def test_memory_measures_each_arm_against_a_clean_baseline_and_the_interned_table_variant(tmp_path: Path) -> None:
