@@ -132,6 +132,43 @@ def test_killed_mid_consolidation_counts_once(svc: Service, kill: str, report: R
            llm_calls=distill_requests(svc, task), duplicate_lessons=0, redelivery_s=round(redelivered, 1))
 
 
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_the_main_process_killed_alone_leaves_no_child_holding_the_store(svc: Service, report: Report) -> None:
+    """The worker's main process owns the embedded store (and the embedding model: the process an OOM killer
+    picks). SIGKILLed alone, its pool children, forked after it opened the store and holding its files, exit
+    too: a restarted worker owns the store at once and distills."""
+    bank = "main-killed-alone"
+    svc.llm.reset()
+    svc.llm.handler = lambda body: Reply(content=lessons_json(("fact", SEED)))
+    worker = svc.worker
+    assert worker is not None and worker.process is not None
+    children = worker.child_pids()
+    assert children
+    killed_at = time.monotonic()
+    os.kill(worker.process.pid, signal.SIGKILL)
+    worker.process.wait(10)
+    worker.process = None
+    wait_until(lambda: not any(alive(pid) for pid in children), 10, "the pool children to exit")
+    orphaned = time.monotonic() - killed_at
+    started = time.monotonic()
+    restarted = svc.start_worker()  # waits for "serving the lesson store": the path was free
+    owned = time.monotonic() - started
+    assert "not serving the lesson store" not in restarted.log()
+    run_id = svc.submit(bank, task="Sum the sales (main process killed alone)")
+    assert svc.wait(run_id)["state"] == "distilled"
+    assert [lesson.text for lesson in svc.lessons(bank)] == [SEED]
+    report(f"worker main process SIGKILLed alone (children gone in {orphaned:.1f}s, store owned again in "
+           f"{owned:.1f}s)", faults=1, runs=1, llm_calls=len(svc.requests_for("main process killed alone")),
+           duplicate_lessons=0)
+
+
 def test_a_run_delivered_twice_is_distilled_once(svc: Service, report: Report) -> None:
     """Two deliveries of one run at once, to two workers (as when the broker hands a message out again while
     the first worker still holds it), then a late third: one LLM call, the other deliveries dropped."""
