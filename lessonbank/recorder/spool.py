@@ -2,6 +2,9 @@
 
 The owning process holds an exclusive ``flock`` on its file for as long as it has one, so a replay
 from another process (``lessonbank spool replay``) only ever touches files of processes that died.
+The oldest ``IN_MEMORY`` undelivered ops are also kept in memory, ready to send; the ones after them are
+on disk only and read back as those go, so a long Redis outage under a busy agent grows its file, not the
+agent's memory.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 SPOOL_GLOB = "spool-*.jsonl"
 REJECTED_SUFFIX = ".rejected"
+IN_MEMORY = 512  # undelivered ops kept in memory too; the rest wait on disk only
 
 
 class Spool:
@@ -32,16 +36,20 @@ class Spool:
     its own (the parent's file, lock and queue stay the parent's).
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, in_memory: int = IN_MEMORY) -> None:
         self.directory = Path(directory)
         self.path: Path | None = None
+        self.in_memory = max(1, in_memory)
         self._fd: int | None = None
         self._pid = os.getpid()
         self._pending: deque[Op] = deque()
+        self._on_disk = 0  # undelivered ops after ``_pending``, in the file only
+        self._read_at = 0  # where the first of them starts in the file
+        self._keep_file = False  # a line of it could not be read back: replay must see it
 
     def __len__(self) -> int:
         self._check_fork()
-        return len(self._pending)
+        return len(self._pending) + self._on_disk
 
     def append(self, op: Op) -> None:
         """Write ``op`` durably (write, fsync) and queue it. Raises OSError if the disk refuses."""
@@ -55,32 +63,86 @@ class Spool:
         lines = [_encoded(op) for op in ops]
         ops = [op for op, _ in lines]
         fd = self._open()
+        start = os.fstat(fd).st_size  # appends only, under our lock: where these lines begin
         data = b"".join(line for _, line in lines)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
         os.fsync(fd)
-        self._pending.extend(ops)
+        room = 0 if self._on_disk else max(self.in_memory - len(self._pending), 0)
+        self._pending.extend(ops[:room])
+        if len(ops) > room:
+            if not self._on_disk:
+                self._read_at = start + sum(len(line) for _, line in lines[:room])
+            self._on_disk += len(ops) - room
 
     def peek(self) -> Op | None:
         """The oldest undelivered op, or None."""
         self._check_fork()
+        self._read_back()
         return self._pending[0] if self._pending else None
 
     def head(self, count: int) -> list[Op]:
-        """The ``count`` oldest undelivered ops."""
+        """The ``count`` oldest undelivered ops (at most ``in_memory``)."""
         self._check_fork()
+        if len(self._pending) < count:
+            self._read_back()
         return [self._pending[i] for i in range(min(count, len(self._pending)))]
 
     def delivered(self, count: int = 1) -> None:
         """The ``count`` oldest ops reached Redis. The file goes away with the last one."""
-        for _ in range(min(count, len(self._pending))):
-            self._pending.popleft()
-        if not self._pending:
+        while count > 0:
+            if not self._pending:
+                self._read_back()
+                if not self._pending:
+                    break
+            done = min(count, len(self._pending))
+            for _ in range(done):
+                self._pending.popleft()
+            count -= done
+        if not self._pending and not self._on_disk:
             self.discard()
 
+    def _read_back(self) -> None:
+        """Fill the memory again, oldest first, from the ops waiting on disk only. A file that cannot be read is
+        left on disk whole for ``lessonbank spool replay`` (replays are idempotent) and a new one is begun."""
+        want = min(self._on_disk, self.in_memory - len(self._pending))
+        if want <= 0 or self.path is None:
+            return
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._read_at)
+                for _ in range(want):
+                    line = handle.readline()
+                    if not line:
+                        raise OSError(f"{self._on_disk} spooled ops missing from the file")
+                    self._read_at += len(line)
+                    self._on_disk -= 1
+                    try:
+                        self._pending.append(Op.from_line(line.decode("utf-8")))
+                    except ValueError:  # a line cut short by a full disk: replay moves it to .rejected
+                        logger.warning("a spooled line of %s does not read back; the file stays for `lessonbank "
+                                       "spool replay`", self.path)
+                        self._keep_file = True
+        except OSError as e:
+            logger.warning("cannot read %d spooled ops back from %s (%s); the file stays for `lessonbank spool "
+                           "replay`", self._on_disk, self.path, e)
+            self._on_disk = 0
+            self._keep_file = True
+            self._let_go()  # what comes next starts a file of its own
+
+    def _let_go(self) -> None:
+        """Close the file and release its lock, leaving it on disk (its ops are replayed from it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd, self.path, self._keep_file = None, None, False
+
     def discard(self) -> None:
-        """Remove the (fully delivered) spool file and release its lock."""
+        """Remove the (fully delivered) spool file and release its lock; a file with a line that did not read
+        back stays, for ``lessonbank spool replay``."""
+        if self._keep_file:
+            self._let_go()
+            return
         if self._fd is not None:
             if self.path is not None:
                 self.path.unlink(missing_ok=True)
@@ -91,13 +153,13 @@ class Spool:
     def release(self) -> None:
         """Close the file but keep it on disk (undelivered ops stay there for ``lessonbank spool replay``)."""
         self._check_fork()
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = None
-        if self._pending and self.path is not None:
-            logger.warning("%d step records remain in %s", len(self._pending), self.path)
+        left = len(self)
+        path = self.path
+        self._let_go()
+        if left and path is not None:
+            logger.warning("%d step records remain in %s", left, path)
         self._pending.clear()
-        self.path = None
+        self._on_disk = 0
 
     def _open(self) -> int:
         if self._fd is None:
@@ -119,8 +181,9 @@ class Spool:
             self._pid = os.getpid()
             if self._fd is not None:
                 os.close(self._fd)  # the child's copy only: the parent keeps its descriptor and its lock
-            self._fd, self.path = None, None
+            self._fd, self.path, self._keep_file = None, None, False
             self._pending = deque()
+            self._on_disk = 0
 
 
 def _encoded(op: Op) -> tuple[Op, bytes]:

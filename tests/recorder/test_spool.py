@@ -70,6 +70,62 @@ def test_release_keeps_undelivered_ops_on_disk(tmp_path):
     assert path is not None and path.exists() and not describe(path).live
 
 
+def test_only_the_oldest_ops_wait_in_memory_the_rest_are_read_back_from_disk_in_order(tmp_path):
+    spool = Spool(tmp_path, in_memory=4)
+    ops = [op for run in range(5) for op in make_ops(f"run{run}", steps=2)]  # 15 ops
+    spool.append_many(ops[:3])
+    for op in ops[3:9]:
+        spool.append(op)
+    spool.append_many(ops[9:])
+    assert len(spool) == 15 and len(spool._pending) == 4  # the other 11 are in the file only
+    assert [Op.from_line(line) for line in spool.path.read_text().splitlines()] == ops
+    path, sent = spool.path, []
+    while len(spool):
+        batch = spool.head(3)
+        assert batch and len(spool._pending) <= 4
+        sent += batch
+        spool.delivered(len(batch))
+    assert sent == ops and not path.exists()
+    spool.append_many(ops[:6])  # a new outage: a new file, the memory filled first again
+    assert len(spool) == 6 and len(spool._pending) == 4 and spool.path != path
+    spool.delivered(6)  # delivered past what memory held (a spilled batch): read back and counted
+    assert len(spool) == 0 and spool.path is None
+
+
+def test_a_spooled_line_that_does_not_read_back_leaves_its_file_for_replay(tmp_path, sink, redis_client):
+    spool = Spool(tmp_path, in_memory=2)
+    ops = make_ops("cut-run", steps=4)  # 5 ops: 2 in memory, 3 on disk
+    spool.append_many(ops)
+    path = spool.path
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + lines[3][:20] + "\n" + lines[4])  # line 4 cut short, as by a full disk
+    sent = []
+    while len(spool):
+        batch = spool.head(2)
+        sent += batch
+        spool.delivered(len(batch) or 1)
+    assert [op.seq for op in sent] == [0, 1, 2, 4]  # the cut line is not sent...
+    assert path.exists() and not describe(path).live  # ...and its file stays, unlocked, for the replay
+    reports = replay_directory(tmp_path, replay_apply(sink))
+    assert reports[0].rejected == 1 and path.with_name(path.name + ".rejected").read_text().startswith(lines[3][:20])
+    assert [r.seq for r in run_records(redis_client, "cut-run")] == [0, 1, 2, 4]
+
+
+def test_a_spool_file_gone_from_disk_is_let_go_and_the_next_ops_start_another(tmp_path, caplog):
+    spool = Spool(tmp_path, in_memory=2)
+    ops = make_ops("lost-run", steps=4)
+    spool.append_many(ops)
+    first = spool.path
+    first.unlink()  # removed by hand while the agent runs
+    assert spool.head(5) == ops[:2]  # what memory holds still goes
+    with caplog.at_level("WARNING", logger="lessonbank.recorder.spool"):
+        spool.delivered(2)
+        assert spool.head(5) == []  # the 3 on disk cannot be read back
+    assert "cannot read 3 spooled ops back" in caplog.text and len(spool) == 0
+    spool.append(ops[-1])
+    assert spool.path is not None and spool.path != first and len(spool) == 1
+
+
 def test_op_lines_round_trip_and_reject_garbage():
     op = make_ops()[-1]
     assert Op.from_line(op.to_line()) == op

@@ -66,6 +66,35 @@ def test_redis_stopped_before_the_run(own_redis, tmp_path, caplog):
 
 
 @pytest.mark.slow
+def test_a_long_outage_grows_the_spool_file_not_the_agents_memory(own_redis, tmp_path):
+    """Twelve runs while Redis is away: 84 ops spooled, at most 10 of them held in memory; back, every run lands
+    whole and in order, and each is handed to distillation once, in the order the runs closed."""
+    settings = settings_for(own_redis, tmp_path)
+    own_redis.stop()
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    spool = recorder.transport.spool
+    spool.in_memory = 10
+    held = []
+    agents = []
+    for run in range(12):
+        agent = five_step_agent(recorder)
+        assert agent.run(f"Count to four, run {run}.") == "done"
+        held.append(len(spool._pending))
+        agents.append(recorder.run_id(agent))
+    assert spool_lines(settings) == 84 and len(spool) == 84 and max(held) == 10
+
+    own_redis.start()
+    assert recorder.flush()
+    assert spool_files(settings.resolved_spool_dir) == []
+    client = own_redis.client()
+    for run_id in agents:
+        records = run_records(client, run_id)
+        assert [r.seq for r in records] == list(range(7)) and records[-1].outcome == "success"
+    assert distill_args(client) == [[BANK, run_id] for run_id in agents]
+    recorder.close()
+
+
+@pytest.mark.slow
 def test_next_successful_push_flushes_the_spool_first(own_redis, tmp_path):
     settings = settings_for(own_redis, tmp_path, breaker_cooldown=0.2)
     recorder = StepRecorder(bank=BANK, settings=settings)
