@@ -13,6 +13,7 @@ blocking wait for the store owner's reply is not cut by the socket's own timeout
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -81,3 +82,30 @@ def redis_trouble(error: redis.RedisError) -> str:
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
         return "Redis unreachable"
     return "Redis failed the command"
+
+
+class RedisClock:
+    """Redis's clock (``TIME``), read through this process's: the clock a deadline that one machine writes
+    and another checks is written in (an agent's machine and the worker's may disagree by seconds; a
+    deadline in either one's own clock would then have passed before it was sent, or never pass).
+
+    The offset to Redis's clock is measured with one ``TIME`` round trip, again every ``REFRESH`` seconds;
+    ``now()`` raises what the client raises when it cannot measure it.
+    """
+
+    REFRESH = 60.0
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._offset: float | None = None
+        self._measured = 0.0
+
+    def now(self) -> float:
+        """Redis's time now, in seconds since the epoch."""
+        if self._offset is None or time.monotonic() - self._measured > self.REFRESH:
+            before = time.time()
+            seconds, micros = self.client.time()
+            after = time.time()
+            self._offset = seconds + micros / 1_000_000 - (before + after) / 2
+            self._measured = time.monotonic()
+        return time.time() + self._offset

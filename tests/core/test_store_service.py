@@ -55,25 +55,61 @@ def shared_settings(settings: Settings, embed_model_path: Path) -> Settings:
     return settings.model_copy(update={"embed_model_path": embed_model_path, "store_timeout": 20.0})
 
 
-@pytest.fixture
-def owner_process(shared_settings: Settings) -> Iterator[subprocess.Popen[str]]:
-    """A real second process owning the embedded Qdrant path and serving it over Redis."""
+# A machine whose clock is off by CLOCK_SKEW seconds
+SKEWED = """
+import os, time
+_clock = time.time
+time.time = lambda: _clock() + float(os.environ["CLOCK_SKEW"])
+"""
+
+
+def start_owner(settings: Settings, skew: float | None = None) -> subprocess.Popen[str]:
+    """A real second process owning the embedded Qdrant path and serving it over Redis (its clock ``skew``
+    seconds off)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "LESSONBANK_REDIS_URL": shared_settings.redis_url,
-        "LESSONBANK_DATA_DIR": str(shared_settings.data_dir),
-        "LESSONBANK_EMBED_MODEL_PATH": str(shared_settings.embed_model_path),
+        "LESSONBANK_REDIS_URL": settings.redis_url,
+        "LESSONBANK_DATA_DIR": str(settings.data_dir),
+        "LESSONBANK_EMBED_MODEL_PATH": str(settings.embed_model_path),
+        "CLOCK_SKEW": str(skew or 0.0),
     }
-    process = subprocess.Popen(
-        [sys.executable, "-c", OWNER_SCRIPT], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
-    )
+    script = (SKEWED if skew else "") + OWNER_SCRIPT
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "serving"
+    return process
+
+
+@pytest.fixture
+def owner_process(shared_settings: Settings) -> Iterator[subprocess.Popen[str]]:
+    process = start_owner(shared_settings)
     yield process
     if process.poll() is None:
         process.kill()
         process.wait()
+
+
+@pytest.mark.parametrize("skew", [30.0, -30.0])
+def test_an_owner_whose_clock_is_off_serves_the_agent_and_drops_what_it_gave_up(
+    shared_settings: Settings, redis_client: redis.Redis, skew: float
+) -> None:
+    """The agent's machine and the worker's may disagree by seconds, more than the 3 s an agent waits: a
+    request's deadline is in Redis's clock. Were it in the agent's, an owner 30 s ahead would drop every request
+    as given up, and one 30 s behind would run requests given up long ago."""
+    process = start_owner(shared_settings, skew)
+    try:
+        remote = RemoteLessonStore(shared_settings.model_copy(update={"store_timeout": 3.0}))
+        remote.upsert([Lesson.new("a", "fact", CSV)])
+        assert remote.banks() == {"a": 1}
+        seconds, micros = redis_client.time()
+        given_up = {"id": "given-up", "method": "banks", "args": {}, "deadline": seconds + micros / 1e6 - 1}
+        redis_client.rpush(STORE_REQUESTS_KEY, json.dumps(given_up))
+        assert remote.banks() == {"a": 1}  # served after the one given up...
+        time.sleep(0.3)  # (another serving thread may have taken that one side by side)
+        assert not redis_client.exists(store_reply_key("given-up"))  # ...which got no reply
+    finally:
+        stop_owner(process)
 
 
 def stop_owner(process: subprocess.Popen[str]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from lessonbank.core.connections import create_redis
+from lessonbank.core.connections import RedisClock, create_redis
 from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.embeddings import embedder_from_settings
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
@@ -60,6 +60,7 @@ class StoreOwner:
         self._owns_store = store is None
         self._stop = threading.Event()
         self._workers: list[threading.Thread] = []
+        self._clock: RedisClock | None = None
 
     @property
     def running(self) -> bool:
@@ -139,7 +140,7 @@ class StoreOwner:
         except (ValueError, KeyError, TypeError) as e:
             logger.warning("dropping a malformed store request (%s)", e)
             return None
-        if deadline and time.time() > deadline:
+        if deadline and self._now() > deadline:
             logger.info("dropping store request %s (%s): its caller gave up", request_id, method)
             return None
         reply = self._call(method, args)
@@ -153,6 +154,17 @@ class StoreOwner:
         except redis.RedisError as e:
             logger.warning("cannot send the reply to store request %s: %s", request_id, e)
         return reply
+
+    def _now(self) -> float:
+        """Redis's clock, the one callers write deadlines in; this machine's if Redis cannot tell it now (the
+        reply would not get through either)."""
+        assert self._redis is not None
+        if self._clock is None or self._clock.client is not self._redis:
+            self._clock = RedisClock(self._redis)
+        try:
+            return self._clock.now()
+        except redis.RedisError:
+            return time.time()
 
     def _call(self, method: str, args: dict[str, Any]) -> bytes:
         try:

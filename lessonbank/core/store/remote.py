@@ -1,7 +1,8 @@
 """Reaching the lesson store from any process: a Qdrant server directly, or the embedded store through
 the process that owns it (``owner.StoreOwner``, in the worker service) over Redis:
 
-- a request is JSON ``{"id", "method", "args", "deadline"}`` RPUSHed to ``STORE_REQUESTS_KEY``;
+- a request is JSON ``{"id", "method", "args", "deadline"}`` RPUSHed to ``STORE_REQUESTS_KEY``, its deadline
+  in Redis's clock (``RedisClock``: the agent's machine and the worker's may disagree by seconds);
 - the owner BLPOPs it, drops it if its deadline has passed, runs the call and RPUSHes the reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "message"}}`` to
   ``store_reply_key(id)``, which expires after ``REPLY_TTL`` seconds;
@@ -29,7 +30,7 @@ import redis
 from pydantic import ValidationError
 
 from lessonbank.core import exceptions
-from lessonbank.core.connections import create_redis, redis_trouble
+from lessonbank.core.connections import RedisClock, create_redis, redis_trouble
 from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
 from lessonbank.core.settings import Settings
@@ -79,6 +80,7 @@ class RemoteLessonStore:
         self.settings = settings
         self.timeout = settings.store_timeout
         self._redis = redis_client
+        self._clock: RedisClock | None = None
 
     @property
     def redis(self) -> redis.Redis:
@@ -86,19 +88,26 @@ class RemoteLessonStore:
             self._redis = create_redis(self.settings, "agent")
         return self._redis
 
+    @property
+    def clock(self) -> RedisClock:
+        if self._clock is None:
+            self._clock = RedisClock(self.redis)
+        return self._clock
+
     def call(self, method: str, args: dict[str, Any]) -> bytes:
         """Send one request and wait for its reply (JSON, as the owner sent it); raises ServiceUnavailable.
         A delete the owner took is waited for up to ``PURGE_WAIT`` seconds: it rewrites the embedded
         store's files."""
         request_id = uuid.uuid4().hex
-        request = {"id": request_id, "method": method, "args": args, "deadline": time.time() + self.timeout}
         key = store_reply_key(request_id)
-        payload = json.dumps(request)
+        payload = ""
         taken = False
         why = f"did not finish {method} within {self.timeout:g}s"
         chunk = self._chunk()
         try:
             ends = time.monotonic() + self.timeout
+            deadline = self.clock.now() + self.timeout
+            payload = json.dumps({"id": request_id, "method": method, "args": args, "deadline": deadline})
             pipe = self.redis.pipeline(transaction=False)  # the request and the wait in one round trip
             pipe.rpush(STORE_REQUESTS_KEY, payload)
             pipe.blpop([key], timeout=min(self.timeout, chunk))
@@ -149,6 +158,8 @@ class RemoteLessonStore:
 
     def _withdraw(self, payload: str) -> None:
         """Take a request back from the queue after an error, if Redis answers (a lost one times out there)."""
+        if not payload:
+            return
         try:
             self.redis.lrem(STORE_REQUESTS_KEY, 1, payload)
         except redis.RedisError:
