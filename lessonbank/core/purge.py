@@ -29,6 +29,7 @@ import redis
 from redis.exceptions import LockError
 
 from lessonbank.core.constants import (
+    BANK_LOCK_POLL,
     DEAD_LETTERS_KEY,
     OPEN_RUNS_KEY,
     PENDING_LESSON_KEY,
@@ -206,7 +207,7 @@ def bank_held(client: redis.Redis, bank: str, wait: float, hold: float, unless_a
 
     ``unless_away``: when Redis cannot be reached, go ahead without the lock (no worker consolidates then).
     """
-    lock = client.lock(bank_lock_key(bank), timeout=hold, blocking_timeout=wait)
+    lock = client.lock(bank_lock_key(bank), timeout=hold, blocking_timeout=wait, sleep=BANK_LOCK_POLL)
     try:
         held = lock.acquire()
     except (redis.ConnectionError, redis.TimeoutError):

@@ -30,6 +30,7 @@ from redis.exceptions import LockError
 
 from lessonbank.core import fixtext, purge, runs, summary
 from lessonbank.core.constants import (
+    BANK_LOCK_POLL,
     DROPPED_KEY,
     LLM_STATS_KEY,
     RUN_DISTILLED,
@@ -77,7 +78,7 @@ class Deps:
 @contextmanager
 def bank_lock(client: redis.Redis, bank: str, timeout: int) -> Iterator[None]:
     """Hold the bank's consolidation lock; TransientDistillError if it stays taken for `timeout` seconds."""
-    lock = client.lock(bank_lock_key(bank), timeout=timeout, blocking_timeout=timeout)
+    lock = client.lock(bank_lock_key(bank), timeout=timeout, blocking_timeout=timeout, sleep=BANK_LOCK_POLL)
     if not lock.acquire():
         raise TransientDistillError(f"bank {bank} stayed locked for {timeout}s")
     try:
