@@ -18,7 +18,7 @@ import redis
 from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
-from lessonbank.core import runs, summary
+from lessonbank.core import purge, runs, summary
 from lessonbank.core.constants import CREDIT_TASK, DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
@@ -28,7 +28,7 @@ from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.recorder import StepRecorder
 from lessonbank.workers.llm import ChatLLM
-from lessonbank.workers.pipeline import Deps, _vouched_by_another, credit_one, distill_one, remember_one
+from lessonbank.workers.pipeline import Deps, _vouched_by_another, bank_lock, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args, queued_tasks
@@ -1011,3 +1011,20 @@ def test_a_run_whose_llm_reply_stays_unusable_keeps_its_fix_credit_and_summary(d
     (kept,) = summary.load_summaries(deps.redis, "b")
     assert (kept.run_id, kept.verdict, kept.verdict_source) == (run_id, "failure", "check")
     assert distill_one(deps, "b", run_id) is None and len(openai_server.chat_requests()) == 2  # not asked again
+
+
+@pytest.mark.parametrize("take", ["worker", "purge"])
+def test_a_bank_lock_released_is_taken_within_milliseconds_by_whoever_waits(redis_client: redis.Redis,
+                                                                            take: str) -> None:
+    """The lock is held 1-5 ms by a consolidation: a waiter tries again every 5 ms (redis-py's default is 100)."""
+    waits = []
+    for _ in range(5):
+        holder = redis_client.lock(bank_lock_key("a"), timeout=5, thread_local=False)  # released by a timer
+        assert holder.acquire()
+        releaser = threading.Timer(0.02, holder.release)
+        releaser.start()
+        started = time.monotonic()
+        with bank_lock(redis_client, "a", 5) if take == "worker" else purge.bank_held(redis_client, "a", 5, 5):
+            waits.append(time.monotonic() - started)
+        releaser.join()
+    assert sorted(waits)[2] < 0.02 + 0.03, waits  # 0.1 s and more with redis-py's default
