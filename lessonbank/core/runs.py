@@ -56,19 +56,23 @@ RECOUNT_FIELD = "recounted"
 
 
 # KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, run fields (JSON), first step's time, last step's
-# time, follow-up task message, then pairs of seq and step record. An open or closed run has no expiry (a verdict
-# written before the run's first record gave its hash one: ``set_verdict``). Steps stored already (a replayed spool)
-# are nothing late: only a step new to a closed run sets ``late_at`` (and, for a distilled run, queues the follow-up).
+# time, follow-up task message, the time it was sent, then pairs of seq and step record. An open or closed run has
+# no expiry (a verdict written before the run's first record gave its hash one: ``set_verdict``). Steps stored
+# already (a replayed spool) are nothing late: only a step new to a closed run sets ``late_at`` (and, for a
+# distilled run, queues the follow-up). The open-runs score, which the sweeper reads, is the last step's time on
+# Redis's clock: how long before the sending its step was made (both on the agent's clock) before Redis's TIME.
 STEP_SCRIPT = """
 local added = 0
-for i = 6, #ARGV, 2 do added = added + redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
+for i = 7, #ARGV, 2 do added = added + redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
 redis.call('HSETNX', KEYS[1], 'started_at', ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
 if (not state) or state == 'open' then
   redis.call('PERSIST', KEYS[1])
   for name, value in pairs(cjson.decode(ARGV[2])) do redis.call('HSET', KEYS[1], name, value) end
   redis.call('HSET', KEYS[1], 'state', 'open', 'updated_at', ARGV[4])
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  local t = redis.call('TIME')
+  local ago = math.max(tonumber(ARGV[6]) - tonumber(ARGV[4]), 0)
+  redis.call('ZADD', KEYS[3], string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 - ago), ARGV[1])
   return 0
 end
 if added == 0 then return 3 end
@@ -160,8 +164,9 @@ class RunRef:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str) -> Command:
-    """``EVALSHA`` storing step records (seq, record, at) of one run, in order.
+def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str, sent: float | None = None) -> Command:
+    """``EVALSHA`` storing step records (seq, record, at) of one run, in order; ``sent``: when (default now, on
+    the same clock as ``at``), so that the run's last activity is put on Redis's clock.
 
     An open (or new) run stays open with its fields updated. A run closed already stays closed: its late
     steps are kept, and a run distilled already gets one follow-up distillation queued for them; steps it
@@ -172,7 +177,7 @@ def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str) 
     followup = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
     pairs = [item for seq, record, _ in steps for item in (seq, record)]
     return ("EVALSHA", SCRIPTS["step"], len(keys), *keys, ref.run_id, json.dumps(fields), steps[0][2], steps[-1][2],
-            followup, *pairs)
+            followup, time.time() if sent is None else sent, *pairs)
 
 
 def close_command(ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> Command:

@@ -12,7 +12,6 @@ sweeper does it too, for a service whose workers are all busy restarting.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import redis
@@ -49,8 +48,11 @@ def _bank_of(client: redis.Redis, run_id: str) -> str | None:
 
 
 def close_abandoned(client: redis.Redis, settings: Settings, now: float | None = None) -> int:
-    """Close open runs idle for more than ``idle_timeout`` and queue their distillation."""
-    now = time.time() if now is None else now
+    """Close open runs idle for more than ``idle_timeout`` and queue their distillation. ``now`` (default: Redis's
+    ``TIME``) is on Redis's clock, as the open runs' last activity is (``runs.steps_command``)."""
+    if now is None:
+        seconds, micros = client.time()
+        now = seconds + micros / 1_000_000
     cutoff = now - settings.idle_timeout
     closed = 0
     for raw_id in client.zrangebyscore(OPEN_RUNS_KEY, "-inf", cutoff, start=0, num=SCAN_BATCH):

@@ -196,8 +196,8 @@ def redis_state(client) -> dict:
         kind = client.type(key)
         if kind == b"hash":
             state[key] = client.hgetall(key)
-        elif kind == b"zset":
-            state[key] = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"zset":  # an open run's last activity is put on Redis's clock as it is written: to 0.1 s
+            state[key] = [(member, round(score, 1)) for member, score in client.zrange(key, 0, -1, withscores=True)]
         elif kind == b"list":
             state[key] = queued_tasks(client, key.decode())
     return state

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from lessonbank.core import runs
 from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, run_key, run_steps_key
+from lessonbank.core.models import StepRecord
 from lessonbank.core.settings import Settings
 from lessonbank.workers import jobs
 from lessonbank.workers.sweeper import sweep
@@ -36,6 +38,23 @@ def test_abandoned_run_is_closed_and_sent(redis_client: redis.Redis, settings: S
     assert run_state(redis_client, fresh)["state"] == "open" and redis_client.zscore(OPEN_RUNS_KEY, fresh)
     assert sweep(redis_client, settings).abandoned == 0
     assert sent(redis_client, settings) == [("b", old)]
+
+
+@pytest.mark.parametrize("skew", [-7200.0, 7200.0])
+def test_a_run_is_abandoned_by_its_idleness_not_by_its_agents_clock(redis_client: redis.Redis, settings: Settings,
+                                                                   skew: float) -> None:
+    """An agent on a machine whose clock is 2 h behind or ahead of Redis's: its live run (a step 5 s ago) stays
+    open, its run idle for an hour (the process died; its spool is replayed now) is closed as abandoned."""
+    agent_now = time.time() + skew
+    for run_id, ago in (("live-run", 5.0), ("idle-run", 3600.0)):
+        ref = runs.RunRef("b", run_id, "agent", "task")
+        record = StepRecord(id=f"{run_id}:0", bank="b", run_id=run_id, kind="action", seq=0).to_json()
+        runs.run_command(redis_client, runs.steps_command(ref, [(0, record, agent_now - ago)], settings.queue,
+                                                          sent=agent_now))
+    assert sweep(redis_client, settings.model_copy(update={"idle_timeout": 1800})).abandoned == 1
+    assert run_state(redis_client, "live-run")["state"] == "open"
+    assert run_state(redis_client, "idle-run")["outcome"] == "abandoned"
+    assert sent(redis_client, settings) == [("b", "idle-run")]
 
 
 def test_run_closed_by_its_recorder_is_left_alone(redis_client: redis.Redis, settings: Settings) -> None:
