@@ -19,7 +19,8 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
 | ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
-|                        | or that a key was missing when a step that ran used it (``row['amount']``)       |
+|                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
+|                        | that a field exists when every step that used it failed (``result['max_temp']``) |
 | ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
 
 A lesson that passes but carries a URL, an e-mail address or an instruction to send data somewhere is
@@ -297,6 +298,30 @@ def _contradicts_a_working_key(text: str, ctx: GateContext) -> bool:
     return all(any(f"[{q}{name}{q}]" in code for code in ran for q in ("'", '"')) for name in quoted)
 
 
+# "a dictionary with 'max_temp' as one of its fields", "the 'total' key of the result": a name said to be there.
+_FIELD = re.compile(r"(?i)\b(?:fields?|keys?|columns?|attributes?|propert(?:y|ies))\b")
+# ...unless the lesson says it is not, or names it as what not to use
+_DENIED = re.compile(r"(?i)\b(?:not?|none|never|without|instead|rather|missing|absent|lacks?|wrong|avoid)\b|n't\b")
+
+
+def _claims_a_failed_key(text: str, ctx: GateContext) -> bool:
+    """The lesson says a field or key is there, but every step that used it as a key (``['max_temp']``) failed:
+    "The `get_weather` tool is expected to return a dictionary with 'max_temp' as one of its fields" from a
+    run whose ``get_weather(...)['max_temp']`` raised KeyError before ``['records'][0]['max_c']`` worked. The
+    run's wrong guess, stated as a fact: given to the next run, it makes that run guess the same. Kept: a lesson
+    that says the name is not there, or names it as what not to use, and any name a step used without failing."""
+    if not ctx.results or not _FIELD.search(text) or _DENIED.search(text):
+        return False
+    quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
+
+    def used(name: str, code: str) -> bool:
+        return any(f"[{q}{name}{q}]" in code for q in ("'", '"'))
+
+    return any(any(used(name, code) for code, _ in ctx.results)
+               and all(got == "failed" for code, got in ctx.results if used(name, code))
+               for name in quoted)
+
+
 def _copies_given(text: str, ctx: GateContext) -> bool:
     normal, mine = normalize_lesson_text(text), set(tokens(text))
     return any(normal == other or _overlap(mine, other_tokens) >= GIVEN_OVERLAP for other, other_tokens in ctx._given)
@@ -319,6 +344,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
     ("contradicts_observed", _contradicts_observed),
     ("contradicts_observed", _contradicts_a_working_key),
+    ("contradicts_observed", _claims_a_failed_key),
     ("copies_given", _copies_given),
 )
 

@@ -240,6 +240,37 @@ def test_missing_keys_the_run_does_not_contradict_pass(text: str) -> None:
     assert reason_to_drop(text, GateContext(task=CSV_CTX.task, observed=CSV_CTX.observed)) != "contradicts_observed"
 
 
+# Seed 11's date run: two guesses at a 'max_temp' key fail, the records' 'max_c' works.
+GUESS_RESULTS = [
+    ("highest_temperature = get_weather(city='Lyon', date='2024-04-05')['max_temp']", "failed"),
+    ("highest_temperature = get_weather(city='Lyon', date='05.04.2024')['max_temp']", "failed"),
+    ("highest_temperature = get_weather(city='Lyon', date='05.04.2024')['records'][0]['max_c']\n"
+     "final_answer(highest_temperature)", ""),
+]
+GUESS_CTX = GateContext(task="Using get_weather, what was the highest temperature in Lyon on 2024-04-05?",
+                        observed="\n".join([*(code for code, _ in GUESS_RESULTS), "KeyError: 'max_temp'", "17.4"]),
+                        results=GUESS_RESULTS)
+
+
+@pytest.mark.parametrize("text", [
+    # written by the local 1.5B distiller from that run, and handed to the next run of the bank
+    "The `get_weather` tool is expected to return a dictionary with 'max_temp' as one of its fields.",
+    "Read the highest temperature from the 'max_temp' key of the get_weather result.",
+])
+def test_a_field_said_to_be_there_is_dropped_when_every_step_that_used_it_failed(text: str) -> None:
+    assert reason_to_drop(text, GUESS_CTX) == "contradicts_observed"
+
+
+@pytest.mark.parametrize("text", [
+    "The get_weather result has no 'max_temp' key; read result['records'][0]['max_c'] instead.",  # says it is not
+    "Do not use the 'max_temp' key: the temperatures are in the 'records' list.",  # what not to use
+    "Each record of get_weather has a 'max_c' field with the day's highest temperature.",  # a step used it fine
+    "The 'amount' column holds the sale in euros; sum it as floats.",  # no step used it
+])
+def test_fields_the_run_does_not_contradict_pass(text: str) -> None:
+    assert reason_to_drop(text, GUESS_CTX) != "contradicts_observed"
+
+
 @pytest.mark.parametrize("text", [
     "The `get_weather` function did not return any weather records for 2024-09-15.",  # that call failed: true
     "get_weather returns no records for dates written like 2024-09-15; pass 15.09.2024 instead.",  # a contrast
