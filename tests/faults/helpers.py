@@ -265,7 +265,9 @@ class Monitor:
         """How many times each step record (by seq) of the run reached Redis, closes included."""
         sent: Counter[int] = Counter()
         for args in self.script_sends(runs.SCRIPTS["step"], run_id):
-            sent.update(int(seq) for seq in args[4::2])
+            # after the run id: its fields, first and last step's times, the follow-up, the sending time, then
+            # pairs of seq and record (runs.STEP_SCRIPT)
+            sent.update(int(seq) for seq in args[5::2])
         for args in self.script_sends(runs.SCRIPTS["close"], run_id):
             sent[int(args[0])] += 1
         return sent
