@@ -88,14 +88,19 @@ def test_worker_throughput_runs_a_real_worker(tmp_path: Path) -> None:
     assert top["ratio"] == f"{round(c2 / c1, 2):.2f}x" and "paired by repeat" in top["baseline"]
 
 
+def snippet_json(code: str) -> dict:  # type: ignore[type-arg]
+    """What a Python snippet run from the repository's root printed, as JSON (bench modules import by path)."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout))
+
+
 def test_worker_cases_get_the_same_work_in_a_repeat_and_a_ledger_each() -> None:
     code = ("import json, sys; sys.path.insert(0, 'bench'); import worker_throughput as w\n"
             "print(json.dumps({'c1': w.batch_marks('repeat-0', 32, 1, 4), 'c4': w.batch_marks('repeat-0', 32, 4, 4),"
             " 'next': w.batch_marks('repeat-1', 32, 1, 4),"
             " 'match': all(w.MARK.fullmatch(m) for m in w.batch_marks('repeat-0', 32, 4, 4))}))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    marks = json.loads(proc.stdout)
+    marks = snippet_json(code)
     work = [m[:12] for m in marks["c1"]]  # "job-" and the hex the scripted LLM's lessons are drawn from
     assert work == [m[:12] for m in marks["c4"]] and len(set(marks["c1"]) | set(marks["c4"])) == 64
     assert [m[:12] for m in marks["next"]] != work and marks["match"]
@@ -176,9 +181,7 @@ def test_the_key_fix_probe_gives_each_form_and_finds_the_run_it_replays() -> Non
         "blocks = {form: k.block(old, new.prompt, form) for form in k.FORMS}\n"
         "variant, seed, replayed = k.replayed(Path('bench/learning/results/learning-seed12-invoice-stopped.json'), 3)\n"
         "print(json.dumps({'blocks': blocks, 'variant': variant.key, 'seed': seed, 'replayed': replayed}))\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = snippet_json(script)
     blocks, replayed = out["blocks"], out["replayed"]
     invoice = "INV-3523"  # seed 1's second variant, the first one's invoice INV-5314 put in its place
     assert f'- For this task: Write `lines = get_invoice(invoice_id="{invoice}")["lines"]`' in blocks["write"]

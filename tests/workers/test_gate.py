@@ -212,9 +212,15 @@ CSV_RESULTS = [
     ("rows = list(csv.DictReader(io.StringIO(text), delimiter=';'))\n"
      "total = round(sum(float(row['amount']) for row in rows), 2)\nprint(total)", ""),
 ]
-CSV_CTX = GateContext(task="What is the total of the 'amount' column in the sales file sales.csv?",
-                      observed="\n".join([*(code for code, _ in CSV_RESULTS), "date;region;amount", "300.0"]),
-                      results=CSV_RESULTS)
+
+
+def run_context(task: str, results: list[tuple[str, str]], *printed: str) -> GateContext:
+    """The gate's view of a run: its task, the code of its steps and what they printed, each step's result."""
+    return GateContext(task=task, observed="\n".join([*(code for code, _ in results), *printed]), results=results)
+
+
+CSV_CTX = run_context("What is the total of the 'amount' column in the sales file sales.csv?", CSV_RESULTS,
+                      "date;region;amount", "300.0")
 
 
 @pytest.mark.parametrize("text", [
@@ -247,9 +253,8 @@ GUESS_RESULTS = [
     ("highest_temperature = get_weather(city='Lyon', date='05.04.2024')['records'][0]['max_c']\n"
      "final_answer(highest_temperature)", ""),
 ]
-GUESS_CTX = GateContext(task="Using get_weather, what was the highest temperature in Lyon on 2024-04-05?",
-                        observed="\n".join([*(code for code, _ in GUESS_RESULTS), "KeyError: 'max_temp'", "17.4"]),
-                        results=GUESS_RESULTS)
+GUESS_CTX = run_context("Using get_weather, what was the highest temperature in Lyon on 2024-04-05?", GUESS_RESULTS,
+                        "KeyError: 'max_temp'", "17.4")
 
 
 @pytest.mark.parametrize("text", [
