@@ -18,7 +18,7 @@ import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.core.connections import masked_url
+from lessonbank.core.connections import masked_url, redis_time
 from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
@@ -93,8 +93,7 @@ def workers(client: redis.Redis, now: float) -> list[dict[str, Any]]:
 
 def retries(client: redis.Redis) -> dict[str, Any]:
     """Jobs waiting for a retry (no holder) with when they are due, and how many are in a worker's hands."""
-    seconds, micros = client.time()  # the clock the jobs' due times are on
-    now = float(seconds) + float(micros) / 1e6
+    now = redis_time(client)  # the clock the jobs' due times are on
     due: list[tuple[bytes, float]] = client.zrange(JOBS_DUE_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
     pipe = client.pipeline(transaction=False)
     for job_id, _ in due:

@@ -84,6 +84,12 @@ def redis_trouble(error: redis.RedisError) -> str:
     return "Redis failed the command"
 
 
+def redis_time(client: redis.Redis) -> float:
+    """Redis's clock (``TIME``) now, in seconds since the epoch: the clock every machine's deadlines share."""
+    seconds, micros = client.time()
+    return float(seconds) + float(micros) / 1_000_000
+
+
 class RedisClock:
     """Redis's clock (``TIME``), read through this process's: the clock a deadline that one machine writes
     and another checks is written in (an agent's machine and the worker's may disagree by seconds; a
@@ -104,8 +110,8 @@ class RedisClock:
         """Redis's time now, in seconds since the epoch."""
         if self._offset is None or time.monotonic() - self._measured > self.REFRESH:
             before = time.time()
-            seconds, micros = self.client.time()
+            now = redis_time(self.client)
             after = time.time()
-            self._offset = seconds + micros / 1_000_000 - (before + after) / 2
+            self._offset = now - (before + after) / 2
             self._measured = time.monotonic()
         return time.time() + self._offset

@@ -45,7 +45,7 @@ from typing import Any
 import redis
 from celery import bootsteps
 
-from lessonbank.core.connections import create_redis
+from lessonbank.core.connections import create_redis, redis_time
 from lessonbank.core.constants import JOBS_DUE_KEY, job_key
 from lessonbank.core.publish import task_message
 from lessonbank.core.settings import Settings
@@ -311,9 +311,8 @@ def _text(value: bytes | str) -> str:
 
 def publish_due(client: redis.Redis, limit: int = PUBLISH_BATCH) -> int:
     """Send every due job (a retry whose time has come, a lease that lapsed) to its queue; returns how many."""
-    seconds, micros = client.time()
     published = 0
-    for raw in client.zrangebyscore(JOBS_DUE_KEY, "-inf", seconds + micros / 1e6, start=0, num=limit):
+    for raw in client.zrangebyscore(JOBS_DUE_KEY, "-inf", redis_time(client), start=0, num=limit):
         job_id = _text(raw)  # type: ignore[arg-type]
         fields = {_text(k): _text(v) for k, v in client.hgetall(job_key(job_id)).items()}
         holder = fields.get("holder", "")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import redis
 
 from lessonbank.core import runs
+from lessonbank.core.connections import redis_time
 from lessonbank.core.constants import OPEN_RUNS_KEY, PREFIX, RUN_DEAD, RUN_DISTILLED, run_key, run_steps_key
 from lessonbank.core.models import StepRecord
 from lessonbank.core.settings import Settings
@@ -50,9 +51,7 @@ def _bank_of(client: redis.Redis, run_id: str) -> str | None:
 def close_abandoned(client: redis.Redis, settings: Settings, now: float | None = None) -> int:
     """Close open runs idle for more than ``idle_timeout`` and queue their distillation. ``now`` (default: Redis's
     ``TIME``) is on Redis's clock, as the open runs' last activity is (``runs.steps_command``)."""
-    if now is None:
-        seconds, micros = client.time()
-        now = seconds + micros / 1_000_000
+    now = redis_time(client) if now is None else now
     cutoff = now - settings.idle_timeout
     closed = 0
     for raw_id in client.zrangebyscore(OPEN_RUNS_KEY, "-inf", cutoff, start=0, num=SCAN_BATCH):

@@ -159,7 +159,7 @@ class StoreOwner:
         """Redis's clock, the one callers write deadlines in; this machine's if Redis cannot tell it now (the
         reply would not get through either)."""
         assert self._redis is not None
-        if self._clock is None or self._clock.client is not self._redis:
+        if self._clock is None:
             self._clock = RedisClock(self._redis)
         try:
             return self._clock.now()
