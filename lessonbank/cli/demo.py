@@ -17,7 +17,7 @@ from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.core.store.remote import connect_store
-from lessonbank.core.summary import LAST_OUTPUT, LOGS_HEADER, error_text
+from lessonbank.core.summary import LAST_OUTPUT, error_text, logs
 from lessonbank.demo import (
     BANK,
     SALES_CSV,
@@ -72,8 +72,7 @@ def _error_line(error: str) -> str:
 
 def _printed(observation: str) -> str:
     """What the step printed (smolagents' 'Execution logs'), else the value its code ended with."""
-    logs, _, last = observation.partition(LAST_OUTPUT)
-    text = logs.replace(LOGS_HEADER, "").strip() or last.strip()
+    text = logs(observation) or observation.partition(LAST_OUTPUT)[2].strip()
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0] if lines else ""
 

@@ -118,15 +118,21 @@ def failing_line(message: str) -> str:
     return ""
 
 
+def logs(observation: str) -> str:
+    """What a CodeAgent step printed, without smolagents' framing (or the observation as it is)."""
+    return observation.partition(LAST_OUTPUT)[0].replace(LOGS_HEADER, "").strip()
+
+
+def last_output(observation: str) -> str:
+    """The value a CodeAgent step's code ended with, as smolagents showed it ("" when it showed None, or none)."""
+    last = observation.partition(LAST_OUTPUT)[2].strip()
+    return "" if last == "None" else last
+
+
 def printed(observation: str) -> str:
     """What a CodeAgent step printed, without smolagents' framing, followed by the value its code ended
     with unless that was None (or the observation as it is)."""
-    logs, _, last = observation.partition(LAST_OUTPUT)
-    text = logs.replace(LOGS_HEADER, "").strip()
-    last = last.strip()
-    if last and last != "None":
-        text = f"{text}\n{last}".strip()
-    return text
+    return f"{logs(observation)}\n{last_output(observation)}".strip()
 
 
 def error_text(message: str) -> str:

@@ -35,11 +35,12 @@ import json
 import logging
 import re
 from collections.abc import Iterable
+from typing import TypeGuard
 
 from lessonbank.core import fixtext
 from lessonbank.core.models import Recipe, StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.core.summary import LAST_OUTPUT, LOGS_HEADER, failing_line, step_failed
+from lessonbank.core.summary import failing_line, last_output, logs, step_failed
 from lessonbank.workers import evidence
 from lessonbank.workers.shapes import read_literal
 
@@ -52,16 +53,20 @@ INSPECTORS = frozenset({"head", "tail", "describe", "info", "keys", "values", "i
 BUILTINS = frozenset(dir(builtins))
 
 
+def _printer_call(node: ast.AST) -> TypeGuard[ast.Call]:
+    """``print(...)``, ``pprint(...)`` or ``display(...)``."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PRINTERS
+
+
 def _is_inspection(stmt: ast.stmt) -> bool:
     """A statement run only to look at something: ``print(x)``, ``df.head()``, a bare name."""
     if not isinstance(stmt, ast.Expr):
         return False
     value = stmt.value
+    if _printer_call(value):
+        return True
     if isinstance(value, ast.Call):
-        func = value.func
-        if isinstance(func, ast.Name) and func.id in PRINTERS:
-            return True
-        return isinstance(func, ast.Attribute) and func.attr in INSPECTORS and not value.args
+        return isinstance(value.func, ast.Attribute) and value.func.attr in INSPECTORS and not value.args
     return isinstance(value, ast.Name | ast.Attribute | ast.Subscript | ast.Constant)
 
 
@@ -428,8 +433,7 @@ def _print_pieces(stmt: ast.stmt) -> list[Piece] | None:
     """What a ``print(...)`` statement writes, in order: its texts and the values it shows (``print(f"Total of
     {inv['id']}:", total / 100)``: text, value, text, value). A ``pprint``/``display`` of one value shows just
     that value. None for anything else, or a ``sep``/``end``/``file`` it cannot follow."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
-            and stmt.value.func.id in PRINTERS):
+    if not (isinstance(stmt, ast.Expr) and _printer_call(stmt.value)):
         return None
     call = stmt.value
     if call.func.id != "print":  # type: ignore[attr-defined]
@@ -498,16 +502,13 @@ def last_value(statements: list[ast.stmt], observations: str) -> list[tuple[ast.
     name its last statement assigned (``highest = max(...)``) or the expression it ended with (not a print or
     an answer), with the text shown; none when that was None. A model reads the number there as readily as a
     printed one and types it into ``final_answer``."""
-    _, framed, text = observations.partition(LAST_OUTPUT)
-    text = text.strip()
-    if not framed or not text or text == "None" or not statements:
+    text = last_output(observations)
+    if not text or not statements:
         return []
     stmt = statements[-1]
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         return [(ast.Name(id=stmt.targets[0].id, ctx=ast.Load()), text)]
-    if isinstance(stmt, ast.Expr) and not _calls_final_answer(stmt) and not (
-            isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
-            and stmt.value.func.id in PRINTERS):
+    if isinstance(stmt, ast.Expr) and not _calls_final_answer(stmt) and not _printer_call(stmt.value):
         return [(stmt.value, text)]
     return []
 
@@ -517,13 +518,12 @@ def _printed_values(statements: list[ast.stmt], observations: str) -> list[tuple
     is certain: every print of the step is one of its statements (none in a loop, a branch or a function),
     and either there is one, whose whole output (or else one line of it, the rest printed by tools) is what
     it writes, or each wrote one line, in order."""
-    prints = [node for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Call)
-              and isinstance(node.func, ast.Name) and node.func.id in PRINTERS]
+    prints = [node for stmt in statements for node in ast.walk(stmt) if _printer_call(node)]
     printing = [stmt for stmt in statements if isinstance(stmt, ast.Expr) and stmt.value in prints]
     all_pieces = [pieces for stmt in printing if (pieces := _print_pieces(stmt)) is not None]
     if not prints or len(all_pieces) != len(prints):
         return []
-    text = observations.partition(LAST_OUTPUT)[0].replace(LOGS_HEADER, "").strip()  # the logs: what was printed
+    text = logs(observations)  # what was printed, not the value the code ended with
     lines = [line.strip() for line in text.splitlines()]
     if len(prints) == 1:  # its whole output, else the one line of it that is what it writes
         found = [holes] if (holes := _holes(all_pieces[0], text)) is not None else [
