@@ -282,6 +282,11 @@ def _contradicts_observed(text: str, ctx: GateContext) -> bool:
                for value in pinned)
 
 
+def _used_as_key(name: str, code: str) -> bool:
+    """The code subscripts something with ``name`` (``row['amount']``, ``result["max_temp"]``)."""
+    return any(f"[{q}{name}{q}]" in code for q in ("'", '"'))
+
+
 def _contradicts_a_working_key(text: str, ctx: GateContext) -> bool:
     """The lesson says a key or name was missing, but each one it quotes was used as a key (``['amount']``)
     by a step that ran without an error: "The 'amount' column was not found in the header line" from a run
@@ -295,7 +300,7 @@ def _contradicts_a_working_key(text: str, ctx: GateContext) -> bool:
     if not quoted:
         return False
     ran = [code for code, got in ctx.results if got != "failed"]
-    return all(any(f"[{q}{name}{q}]" in code for code in ran for q in ("'", '"')) for name in quoted)
+    return all(any(_used_as_key(name, code) for code in ran) for name in quoted)
 
 
 # "a dictionary with 'max_temp' as one of its fields", "the 'total' key of the result": a name said to be there.
@@ -313,12 +318,8 @@ def _claims_a_failed_key(text: str, ctx: GateContext) -> bool:
     if not ctx.results or not _FIELD.search(text) or _DENIED.search(text):
         return False
     quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
-
-    def used(name: str, code: str) -> bool:
-        return any(f"[{q}{name}{q}]" in code for q in ("'", '"'))
-
-    return any(any(used(name, code) for code, _ in ctx.results)
-               and all(got == "failed" for code, got in ctx.results if used(name, code))
+    return any(any(_used_as_key(name, code) for code, _ in ctx.results)
+               and all(got == "failed" for code, got in ctx.results if _used_as_key(name, code))
                for name in quoted)
 
 
