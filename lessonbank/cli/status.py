@@ -9,7 +9,6 @@ times of their jobs (``lessonbank.workers.jobs``); the recorder's counts by what
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +190,7 @@ def status(cli: CliContext, as_json: bool) -> None:
     settings = cli.settings
     try:
         client = cli.redis()
-        found = workers(client, time.time())
+        found = workers(client, redis_time(client))  # the clock the heartbeats are on
         report: dict[str, Any] = {"queue": settings.queue, "workers_alive": sum(1 for w in found if w["alive"]),
                                   "workers": found, **redis_counts(client, settings.queue), **retries(client)}
     except redis.RedisError as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,22 @@ def test_status_shows_workers_retries_and_the_recorder(
             held.finish()
     no_worker = status(env).stdout
     assert "workers alive: 0 (start one: `lessonbank worker`)" in no_worker
+
+
+def test_a_worker_whose_clock_is_behind_is_seen_beating_now(
+    env: dict[str, str | None], settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heartbeat is written in Redis's clock: ``status`` on another machine reads it against the same clock.
+    In the worker's own clock, a worker 2 h behind would show as last seen 2 h ago while it beats."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 7200)  # the worker's machine
+    Heartbeat(settings, "late@host", serves_store=lambda: False).beat()
+    monkeypatch.setattr(time, "time", real)
+    result = status(env, "--json")
+    assert result.exit_code == 0, result.output
+    [late] = json.loads(result.stdout)["workers"]
+    assert late["name"] == "late@host" and late["alive"] and late["last_seen_s"] < 5
+    assert abs(late["at"] - redis_client.time()[0]) < 5
 
 
 def test_status_prints_no_terminal_escapes(env: dict[str, str | None], redis_client: redis.Redis,

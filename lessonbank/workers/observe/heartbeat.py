@@ -21,7 +21,7 @@ from typing import Any
 import openai
 import redis
 
-from lessonbank.core.connections import create_redis, masked_url
+from lessonbank.core.connections import RedisClock, create_redis, masked_url
 from lessonbank.core.constants import STORE_OWNER_KEY, WORKERS_KEY, worker_key
 from lessonbank.core.settings import Settings
 
@@ -64,6 +64,7 @@ class Heartbeat:
         self.interval = interval
         self.serves_store = serves_store
         self._redis = client
+        self._clock: RedisClock | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rivals: set[str] = set()  # other workers found serving an embedded store over this Redis
@@ -97,10 +98,14 @@ class Heartbeat:
             self.beat()
 
     def beat(self) -> None:
-        now = time.time()
+        """One beat; its time is Redis's (``RedisClock``), the clock ``lessonbank status`` reads it against from
+        another machine, and the one the list forgets workers by."""
         store = "server" if self.settings.qdrant_url else "owner" if self.serves_store() else "through the owner"
-        info = {**self.info, "at": now, "store": store}
         try:
+            if self._clock is None:
+                self._clock = RedisClock(self.redis)
+            now = self._clock.now()
+            info = {**self.info, "at": now, "store": store}
             pipe = self.redis.pipeline(transaction=False)
             pipe.set(worker_key(self.name), json.dumps(info), ex=HEARTBEAT_TTL)
             pipe.zadd(WORKERS_KEY, {self.name: now})
