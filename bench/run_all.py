@@ -35,8 +35,8 @@ BENCHMARKS: dict[str, tuple[Callable[[list[str] | None], dict[str, Any]], list[s
     "memory": (memory.run, ["--steps", "200", "--repeats", "3"], ["--steps", "1000", "--repeats", "5"]),
     "instructions_latency": (instructions_latency.run, ["--sizes", "1000", "10000", "100000"],
                              ["--sizes", "1000", "10000", "100000", "--queries", "20", "--repeats", "5"]),
-    "worker_throughput": (worker_throughput.run, ["--runs", "32", "--repeats", "3"],
-                          ["--runs", "64", "--repeats", "5"]),
+    "worker_throughput": (worker_throughput.run, ["--runs", "128", "--banks", "16", "--repeats", "3"],
+                          ["--runs", "256", "--banks", "32", "--repeats", "5"]),
     "prompt_tokens": (prompt_tokens.run, [], []),
 }
 

@@ -1,6 +1,6 @@
 """Worker throughput (runs/s) by concurrency, with the runs over several banks and all on one bank.
 
-    python bench/worker_throughput.py [--concurrency 1 2 4] [--runs 32] [--repeats 3] [--latency 0.2]
+    python bench/worker_throughput.py [--concurrency 1 2 4] [--runs 128] [--banks 16] [--repeats 3] [--latency 0.2]
 
 A real ``celery -A lessonbank.workers worker --pool prefork -c N`` process per case (fresh data dir, the
 embedded store owned by its main process), a real redis-server, the real MiniLM model, and an HTTP
@@ -18,6 +18,12 @@ owns its own store) and the cases' batches alternate, repeat by repeat: the spee
 median of the repeats' ratios (a batch against the baseline's batch of the same repeat), so a drift of the
 machine over the minutes of the run moves both sides of each ratio. The idle workers cost the running one a
 little (Celery's polling, the owners' housekeeping), the same for every case.
+
+A batch is 128 runs by default: every batch ends with processes idle while the last runs finish (at -c 4 the
+pool is busy ~90 % of a 32-run batch), a cost of the batch's end, not of the worker, that a service under steady
+load does not pay; the longer the batch, the less of it. The runs are spread over 16 banks, 8 runs a bank a
+batch, so that each bank holds what it held with 32 runs over 4 banks, and runs ask the consolidation decision
+as often.
 
 Cases: ``--banks`` banks (runs spread over them) at each concurrency, and one bank at the lowest and
 highest concurrency (its consolidations queue for the bank's lock). The baseline is the lowest
@@ -300,9 +306,9 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4], help="Worker -c levels.")
-    parser.add_argument("--runs", type=int, default=32, help="Runs enqueued at once per repeat.")
+    parser.add_argument("--runs", type=int, default=128, help="Runs enqueued at once per repeat.")
     parser.add_argument("--repeats", type=int, default=3, help="Batches per case.")
-    parser.add_argument("--banks", type=int, default=4, help="Banks the runs are spread over.")
+    parser.add_argument("--banks", type=int, default=16, help="Banks the runs are spread over.")
     parser.add_argument("--no-one-bank", action="store_true", help="Skip the one-bank cases.")
     parser.add_argument("--latency", type=float, default=0.2, help="Seconds the fake LLM takes per call.")
     parser.add_argument("--timeout", type=float, default=300.0, help="Seconds a batch may take.")
