@@ -120,7 +120,9 @@ _TRANSCRIPT = re.compile(
     r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
     r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
     # "The previous run failed because of an invalid date format." (the learning benchmark's distiller)
-    r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first|initial|original) (?:run|attempt|try)s?\b"
+    # "The initial approach failed due to an incorrect date format, but the subsequent approach ..."
+    r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first|initial|original|subsequent) "
+    r"(?:run|attempt|try|approach)(?:e?s)?\b"
     # a sentence that leans on one before it: "However, the initial attempt failed due to ..."
     r"|^\W{0,3}however,"
     # smolagents' own framing of a step's error, copied: "The code execution failed at line '...' due to: ..."

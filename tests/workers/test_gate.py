@@ -51,6 +51,8 @@ JUNK = [
     ("refers_to_transcript", "The agent read the CSV file and used a delimiter to split the fields. It then "
                              "calculated the sum of the 'amount' column."),
     ("refers_to_transcript", "An earlier attempt passed the date as 2024-03-17, which the service refused."),
+    ("refers_to_transcript", "The initial approach failed due to an incorrect date format, but the subsequent "
+                             "approach successfully retrieved the data and printed the correct answer."),
     ("refers_to_transcript", "The code execution failed at line 'for line in invoice['lines']:' due to: "
                              "InterpreterError: The variable `invoice` is not defined."),
     ("refers_to_transcript", "The total amount of the invoice was calculated by summing up the product of quantity "
@@ -89,6 +91,7 @@ GOOD = [
     "The header line of the sales file is date;region;amount, so the separator is a semicolon.",
     "csv.DictReader with delimiter=';' successfully reads every row of the sales file.",
     "Reading the sales file line by line reached the maximum steps; read it once with delimiter=';'.",
+    "When the sales export times out, a second attempt with timeout=60 reads the whole file.",
 ]
 
 
