@@ -177,7 +177,7 @@ def _screen(deps: Deps, run: runs.Run, drafts: list[DraftLesson], given: list[Le
                                observed=evidence.observed_text(run.steps), given=[g.text for g in given],
                                results=evidence.call_results(run.steps), redactor=deps.scrubber)
     kept, dropped = gate.screen([draft.text for draft in drafts], context)
-    count_drops(deps.redis, run.bank, run.run_id, dropped)
+    count_drops(deps.redis, run.bank, f"run {run.run_id}", dropped)
     return [drafts[i].model_copy(update={"quarantine": gate.quarantine_reason(drafts[i].text)}) for i in kept]
 
 
