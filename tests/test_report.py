@@ -262,3 +262,20 @@ def test_a_tool_name_with_dollar_signs_is_drawn_as_text() -> None:
                          "price_in_$_or_$": ToolStats(calls=2, errors=0, seconds=[0.1])}
     plots = render_plots(build_report("b", summaries, [], now=NOW))
     assert plots is not None and pixels_vary(plots["tool_errors"])
+
+
+def test_a_narrow_terminal_prints_the_lessons_text_at_full_width_after_the_table() -> None:
+    text = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
+            "its records are `result['lines']`.")
+    found = [Lesson.new("b", "fact", text), Lesson.new("b", "fact", "CSV files use ';' as separator")]
+    document = build_report("b", runs("lessons", "sfs", 100, NOW - 100), found, now=NOW)
+    narrow = render_text(report_tables(document), "h", width=100)
+    # left to rich, the text column got ten characters a line; now every line of it has the width
+    listed = narrow.split("text (by id):\n", 1)[1]
+    assert "`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int," in listed
+    assert all(len(line) <= 100 for line in narrow.splitlines())
+    lessons_header = next(line for line in narrow.splitlines() if "┃ id" in line)
+    assert "text" not in lessons_header and "utility" in lessons_header
+    assert "early third" in narrow.split("Lessons", 1)[0]  # the comparison table is whole: no long text in it
+    wide = render_text(report_tables(document), "h", width=400)
+    assert "text (by id)" not in wide and text in wide  # it fits: one table, one line per lesson

@@ -33,6 +33,40 @@ def rich_table(table: Table) -> RichTable:
     return rendered
 
 
+SPLIT_AT = 60  # a column with lines longer than this is printed after its table when the table does not fit
+
+
+def _longest(table: Table, i: int) -> int:
+    return max((len(line) for row in table.rows for line in row[i].split("\n")), default=0)
+
+
+def _natural_width(console: Console, rendered: RichTable) -> int:
+    """How wide ``rendered`` is with no line wrapped (rich caps a measurement at the console's width)."""
+    return console.measure(rendered, options=console.options.update_width(1 << 16)).maximum
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """``table``; or, when it does not fit the terminal and a column other than the first holds long text (a
+    lesson's), the table without that column, then the column row by row at the terminal's whole width, keyed
+    by the first column: left to rich, the long column shrinks most and a lesson's text came out ten characters
+    a line next to counts that kept their width."""
+    rendered = rich_table(table)
+    wide = max(range(1, len(table.headers)), key=lambda i: _longest(table, i), default=0)
+    if wide == 0 or _longest(table, wide) <= SPLIT_AT or _natural_width(console, rendered) <= console.width:
+        console.print(rendered)
+        return
+    keep = [i for i in range(len(table.headers)) if i != wide]
+    console.print(rich_table(Table(table.title, [table.headers[i] for i in keep],
+                                   [[row[i] for i in keep] for row in table.rows])))
+    console.print(plain(f"{table.headers[wide]} (by {table.headers[0]}):"))
+    listing = RichTable.grid(padding=(0, 2))
+    listing.add_column(no_wrap=True)
+    listing.add_column(overflow="fold")
+    for row in table.rows:
+        listing.add_row(plain(row[0]), plain(row[wide]))
+    console.print(listing)
+
+
 def render_text(tables: list[Table], header: str, footer: str = "", width: int | None = None) -> str:
     """The tables (each with its note) under ``header``, as text for a terminal of ``width`` columns."""
     width = width or shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
@@ -40,7 +74,7 @@ def render_text(tables: list[Table], header: str, footer: str = "", width: int |
     console.print(plain(header))
     for table in tables:
         console.print()
-        console.print(rich_table(table))
+        _print_table(console, table)
         if table.note:
             console.print(plain(table.note))
     if footer:
