@@ -66,14 +66,16 @@ def run_source(client: redis.Redis | None, ref: Provenance, bank: str) -> dict[s
     """What Redis still holds of one source run of ``bank``, and excerpts of the steps the lesson rests on
     (nothing of a run of another bank: an imported lesson may name any run id)."""
     data: dict[str, Any] = {"run_id": ref.run_id, "steps": ref.steps, "checked": client is not None, "kept": False,
-                            "task": "", "outcome": "", "started_at": None, "excerpts": []}
+                            "task": "", "outcome": "", "verdict": "", "started_at": None, "excerpts": []}
     if client is None:
         return data
     run = load_run(client, ref.run_id)
     if (not run.meta and not run.steps) or any(step.bank != bank for step in run.steps) or run.bank not in ("", bank):
         return data
     started = run.meta.get("started_at")
+    verdict, source = run.verdict
     data.update(kept=bool(run.steps), task=one_line(run.task, TASK_CHARS), outcome=run.outcome,
+                verdict=f"{verdict} ({source})" if verdict != "unknown" else "",
                 started_at=human_time(float(started)) if started else None)
     wanted = set(ref.steps)
     data["excerpts"] = [
@@ -112,7 +114,9 @@ def _print_run(run: dict[str, Any]) -> None:
         click.echo(f"  run {run_id}: no longer kept in Redis (steps {run['steps'] or 'not recorded'})")
         return
     outcome = one_line(run["outcome"] or "-", TASK_CHARS)
-    click.echo(f"  run {run_id}: started {run['started_at'] or '-'}, outcome {outcome}")
+    # the run's own end, and what a user or a check said of it: "outcome success" alone read as a good run
+    verdict = f", verdict {one_line(run['verdict'], TASK_CHARS)}" if run["verdict"] else ""
+    click.echo(f"  run {run_id}: started {run['started_at'] or '-'}, outcome {outcome}{verdict}")
     if run["task"]:
         click.echo(f"    task: {run['task']}")
     if not run["kept"]:

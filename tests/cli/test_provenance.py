@@ -13,6 +13,7 @@ from qdrant_client import QdrantClient
 from lessonbank.cli.main import cli
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, Provenance, Recipe
+from lessonbank.core.runs import set_verdict
 from lessonbank.core.store.qdrant import LessonStore
 from tests.fixtures.runs import make_steps, write_run
 
@@ -65,7 +66,7 @@ def test_show_prints_source_runs_steps_and_recipe(env: dict[str, str | None]) ->
     assert "first_seen: 2024-05-01 12:00:00 UTC" in lines and "last_seen: 2024-05-01 13:00:00 UTC" in lines
     assert "sources: 2 run(s):" in lines
     run_line = next(line for line in lines if line.startswith("  run run-a: started "))
-    assert run_line.endswith("UTC, outcome success")
+    assert run_line.endswith("UTC, outcome success")  # no verdict given
     assert f"    task: {TASK}" in lines
     first = next(line for line in lines if line.startswith("    #0 (action, step 1): "))
     assert "code: import pandas as pd df = pd.read_csv('sales.csv', sep=',')" in first
@@ -77,6 +78,17 @@ def test_show_prints_source_runs_steps_and_recipe(env: dict[str, str | None]) ->
     assert "  run gone-run: no longer kept in Redis (steps not recorded)" in lines
     assert "recipe (python; checks: syntax, outcome:user)" in lines
     assert "    df = pd.read_csv('sales.csv', sep=';')" in lines
+
+
+def test_show_says_what_a_check_judged_the_source_run(env: dict[str, str | None], redis_client: redis.Redis) -> None:
+    """A run that ended with an answer (outcome success) that its check judged wrong: both are shown."""
+    set_verdict(redis_client, BANK, "run-a", False, "check", "", "lessonbank")
+    result = show(env, SEPARATOR.id[:8])
+    assert result.exit_code == 0, result.output
+    run_line = next(line for line in result.stdout.splitlines() if line.startswith("  run run-a: started "))
+    assert run_line.endswith("UTC, outcome success, verdict failure (check)")
+    [item] = json.loads(show(env, "--json", SEPARATOR.id).stdout)
+    assert item["sources"]["runs"][0]["verdict"] == "failure (check)"
 
 
 def test_show_json_carries_the_sources(env: dict[str, str | None]) -> None:
