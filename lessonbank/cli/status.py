@@ -17,7 +17,7 @@ import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.core.connections import masked_url, redis_time
+from lessonbank.core.connections import eviction_risk, masked_url, redis_time
 from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
@@ -147,6 +147,8 @@ def _text(report: dict[str, Any]) -> str:
     from lessonbank.cli.provenance import RUN_ID_CHARS, clean, one_line
 
     lines = _worker_lines(report["workers"])
+    if report.get("redis_eviction"):
+        lines.append(f"warning: {report['redis_eviction']}")
     lines += [
         f"queue {report['queue']!r}: {report['queued']} task(s) waiting",
         f"runs in progress: {report['runs_in_progress']}",
@@ -192,7 +194,8 @@ def status(cli: CliContext, as_json: bool) -> None:
         client = cli.redis()
         found = workers(client, redis_time(client))  # the clock the heartbeats are on
         report: dict[str, Any] = {"queue": settings.queue, "workers_alive": sum(1 for w in found if w["alive"]),
-                                  "workers": found, **redis_counts(client, settings.queue), **retries(client)}
+                                  "workers": found, **redis_counts(client, settings.queue), **retries(client),
+                                  "redis_eviction": eviction_risk(client)}
     except redis.RedisError as e:
         raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
     spooled, files = spooled_records(settings.resolved_spool_dir)

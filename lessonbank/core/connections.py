@@ -84,6 +84,30 @@ def redis_trouble(error: redis.RedisError) -> str:
     return "Redis failed the command"
 
 
+def eviction_risk(client: redis.Redis) -> str:
+    """One line when this Redis may evict lessonbank's keys under memory pressure, else "" (no ``maxmemory``,
+    ``noeviction``, or ``CONFIG`` not allowed, as on some managed Redis). With ``allkeys-*`` it may drop the
+    queue, a run in progress or its records; with ``volatile-*`` the keys that expire anyway: the steps a retry
+    or ``lessons show`` reads, heartbeats, the store's replies. ``noeviction`` refuses writes instead, which the
+    recorder spools and the worker retries."""
+    try:
+        found = client.config_get("maxmemory*")
+    except redis.RedisError:
+        return ""
+    config = {_text(k): _text(v) for k, v in found.items()}
+    policy, limit = config.get("maxmemory-policy", ""), config.get("maxmemory", "0")
+    if limit in ("", "0") or policy in ("", "noeviction"):
+        return ""
+    what = ("any key: the queue, runs in progress and their records" if policy.startswith("allkeys")
+            else "keys that expire: the steps a retry reads, heartbeats, the store's replies")
+    return (f"Redis may evict {what} when it reaches maxmemory {limit} bytes (maxmemory-policy {policy}); "
+            f"set maxmemory-policy noeviction for lessonbank's Redis")
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+
+
 def redis_time(client: redis.Redis) -> float:
     """Redis's clock (``TIME``) now, in seconds since the epoch: the clock every machine's deadlines share."""
     seconds, micros = client.time()

@@ -79,6 +79,22 @@ def _retry_owning() -> None:
             return
 
 
+@signals.worker_ready.connect
+def warn_if_redis_evicts(sender: Any = None, **_: Any) -> None:
+    """Say once, at start, when Redis may evict lessonbank's keys (``connections.eviction_risk``)."""
+    if not _ours(sender):
+        return
+    from lessonbank.core.connections import create_redis, eviction_risk
+
+    client = create_redis(app.settings, "service")
+    try:
+        risk = eviction_risk(client)
+    finally:
+        client.close()
+    if risk:
+        logger.warning("%s", risk)
+
+
 @signals.worker_shutdown.connect
 def stop_store_owner(sender: Any = None, **_: Any) -> None:
     """Close the embedded store (releases the path)."""

@@ -27,7 +27,7 @@ from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers.jobs import Job, acquire
 from lessonbank.workers.observe import Heartbeat
 from tests.fixtures.openai_server import FakeOpenAI
-from tests.fixtures.redis_server import free_port
+from tests.fixtures.redis_server import RedisServer, free_port
 
 
 @pytest.fixture
@@ -158,6 +158,18 @@ def test_a_worker_whose_clock_is_behind_is_seen_beating_now(
     [late] = json.loads(result.stdout)["workers"]
     assert late["name"] == "late@host" and late["alive"] and late["last_seen_s"] < 5
     assert abs(late["at"] - redis_client.time()[0]) < 5
+
+
+def test_status_warns_when_redis_may_evict(env: dict[str, str | None], own_redis: RedisServer) -> None:
+    admin = own_redis.client()
+    env = {**env, "LESSONBANK_REDIS_URL": own_redis.url}
+    assert "maxmemory" not in status(env).stdout and json.loads(status(env, "--json").stdout)["redis_eviction"] == ""
+    admin.config_set("maxmemory", "64mb")
+    admin.config_set("maxmemory-policy", "allkeys-lfu")
+    text = status(env).stdout
+    assert "warning: Redis may evict any key: the queue, runs in progress and their records" in text
+    assert "(maxmemory-policy allkeys-lfu); set maxmemory-policy noeviction" in text
+    assert "maxmemory-policy allkeys-lfu" in json.loads(status(env, "--json").stdout)["redis_eviction"]
 
 
 def test_status_prints_no_terminal_escapes(env: dict[str, str | None], redis_client: redis.Redis,

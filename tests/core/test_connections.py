@@ -7,6 +7,7 @@ import pytest
 from lessonbank.core.connections import create_redis, masked_url
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
+from tests.fixtures.redis_server import RedisServer
 
 
 @pytest.mark.parametrize(
@@ -74,3 +75,23 @@ def test_redis_trouble_names_what_went_wrong(redis_url: str) -> None:
     assert seen["no permission"].startswith("Redis refused the credentials")
     assert seen["unreachable"] == "Redis unreachable"
     assert seen["refused command"] == "Redis failed the command"
+
+
+def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
+    """lessonbank's Redis must not evict: a queue or a run in progress would vanish without a word."""
+    from lessonbank.core.connections import eviction_risk
+
+    admin = own_redis.client()
+    assert eviction_risk(admin) == ""  # the default: no maxmemory
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    assert eviction_risk(admin) == ""  # a policy without a limit never evicts
+    admin.config_set("maxmemory", "100mb")
+    risk = eviction_risk(admin)
+    assert "the queue, runs in progress" in risk and "maxmemory-policy allkeys-lru" in risk
+    assert risk.endswith("set maxmemory-policy noeviction for lessonbank's Redis")
+    admin.config_set("maxmemory-policy", "volatile-ttl")
+    assert "keys that expire" in eviction_risk(admin)
+    admin.config_set("maxmemory-policy", "noeviction")
+    assert eviction_risk(admin) == ""
+    admin.execute_command("ACL", "SETUSER", "default", "-config")  # CONFIG refused, as on some managed Redis
+    assert eviction_risk(admin) == ""

@@ -11,6 +11,7 @@ from lessonbank.core.settings import Settings
 from lessonbank.core.store.owner import open_local_store
 from tests.fixtures.celery_worker import CeleryWorker, worker_env
 from tests.fixtures.openai_server import FakeOpenAI
+from tests.fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -32,5 +33,23 @@ def test_a_worker_owns_the_store_once_the_cli_lets_go_of_it(redis_url: str, open
         with pytest.raises(Exception, match="held by another process"):
             open_local_store(Settings(_env_file=None, redis_url=redis_url, data_dir=data,
                                       embed_model_path=embed_model_path))
+    finally:
+        worker.stop()
+
+
+def test_a_worker_says_at_start_when_redis_may_evict_its_keys(own_redis: RedisServer, openai_server: FakeOpenAI,
+                                                              embed_model_path: Path, tmp_path: Path) -> None:
+    admin = own_redis.client()
+    admin.config_set("maxmemory", "256mb")
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    env = worker_env(own_redis.url, "evicting", tmp_path / "data", openai_server.url, embed_model_path)
+    worker = CeleryWorker(env, "evicting", tmp_path / "worker.log").start(wait_for=("ready.",))
+    try:
+        deadline = time.monotonic() + 10
+        while "maxmemory-policy allkeys-lru" not in worker.log():
+            assert time.monotonic() < deadline, worker.log()[-2000:]
+            time.sleep(0.1)
+        [line] = [line for line in worker.log().splitlines() if "maxmemory-policy" in line]
+        assert "WARNING" in line and "set maxmemory-policy noeviction for lessonbank's Redis" in line
     finally:
         worker.stop()
