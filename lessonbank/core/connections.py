@@ -94,7 +94,7 @@ def eviction_risk(client: redis.Redis) -> str:
         found = client.config_get("maxmemory*")
     except redis.RedisError:
         return ""
-    config = {_text(k): _text(v) for k, v in found.items()}
+    config = {redis_text(k): redis_text(v) for k, v in found.items()}
     policy, limit = config.get("maxmemory-policy", ""), config.get("maxmemory", "0")
     if limit in ("", "0") or policy in ("", "noeviction"):
         return ""
@@ -104,8 +104,9 @@ def eviction_risk(client: redis.Redis) -> str:
             f"set maxmemory-policy noeviction for lessonbank's Redis")
 
 
-def _text(value: bytes | str | None) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+def redis_text(value: bytes | str | None) -> str:
+    """A value read from Redis as text (bytes decoded as UTF-8, anything undecodable replaced; None as "")."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
 def redis_time(client: redis.Redis) -> float:

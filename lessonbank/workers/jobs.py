@@ -45,7 +45,7 @@ from typing import Any
 import redis
 from celery import bootsteps
 
-from lessonbank.core.connections import create_redis, redis_time
+from lessonbank.core.connections import create_redis, redis_text, redis_time
 from lessonbank.core.constants import JOBS_DUE_KEY, job_key
 from lessonbank.core.publish import task_message
 from lessonbank.core.settings import Settings
@@ -305,16 +305,12 @@ def _message(fields: dict[str, str], retries: int) -> str:
     return json.dumps(envelope)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 def publish_due(client: redis.Redis, limit: int = PUBLISH_BATCH) -> int:
     """Send every due job (a retry whose time has come, a lease that lapsed) to its queue; returns how many."""
     published = 0
     for raw in client.zrangebyscore(JOBS_DUE_KEY, "-inf", redis_time(client), start=0, num=limit):
-        job_id = _text(raw)  # type: ignore[arg-type]
-        fields = {_text(k): _text(v) for k, v in client.hgetall(job_key(job_id)).items()}
+        job_id = redis_text(raw)  # type: ignore[arg-type]
+        fields = {redis_text(k): redis_text(v) for k, v in client.hgetall(job_key(job_id)).items()}
         holder = fields.get("holder", "")
         retries = int(fields.get("retries") or 0) + (1 if holder else 0)
         try:

@@ -29,6 +29,7 @@ import redis
 from redis.exceptions import LockError
 
 from lessonbank.core import fixtext, purge, runs, summary
+from lessonbank.core.connections import redis_text
 from lessonbank.core.constants import (
     BANK_LOCK_POLL,
     DROPPED_KEY,
@@ -277,7 +278,7 @@ def _refreshed(deps: Deps, run: runs.Run) -> runs.Run:
     meta = dict(run.meta)
     for key, value in zip(_CHANGING, values, strict=True):
         if value is not None:
-            meta[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            meta[key] = redis_text(value)
     return dataclasses.replace(run, meta=meta)
 
 
