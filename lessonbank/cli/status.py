@@ -90,9 +90,9 @@ def workers(client: redis.Redis, now: float) -> list[dict[str, Any]]:
     return sorted(found, key=lambda w: (not w["alive"], w["name"]))
 
 
-def retries(client: redis.Redis) -> dict[str, Any]:
-    """Jobs waiting for a retry (no holder) with when they are due, and how many are in a worker's hands."""
-    now = redis_time(client)  # the clock the jobs' due times are on
+def retries(client: redis.Redis, now: float) -> dict[str, Any]:
+    """Jobs waiting for a retry (no holder) with when they are due (``now`` on Redis's clock, which their due
+    times are on), and how many are in a worker's hands."""
     due: list[tuple[bytes, float]] = client.zrange(JOBS_DUE_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
     pipe = client.pipeline(transaction=False)
     for job_id, _ in due:
@@ -192,9 +192,10 @@ def status(cli: CliContext, as_json: bool) -> None:
     settings = cli.settings
     try:
         client = cli.redis()
-        found = workers(client, redis_time(client))  # the clock the heartbeats are on
+        now = redis_time(client)  # the clock the heartbeats and the jobs' due times are on
+        found = workers(client, now)
         report: dict[str, Any] = {"queue": settings.queue, "workers_alive": sum(1 for w in found if w["alive"]),
-                                  "workers": found, **redis_counts(client, settings.queue), **retries(client),
+                                  "workers": found, **redis_counts(client, settings.queue), **retries(client, now),
                                   "redis_eviction": eviction_risk(client)}
     except redis.RedisError as e:
         raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
