@@ -83,6 +83,13 @@ def form_of(text: str) -> asked.Form | None:
     return form if form is not None and form.name == name else None
 
 
+def error_of(text: str) -> str:
+    """The exception a fix's text says its failing line raised (``ValueError``); "" for any other text."""
+    if lines(text) is None:
+        return ""
+    return text.split("`")[-3].split(" failed with ", 1)[1].split(ASKING, 1)[0].split(";", 1)[0]
+
+
 def untried(text: str) -> bool:
     """Whether a fix's text is one the error asked for, which no step ran (``ASKED``)."""
     return lines(text) is not None and text.split("`")[-1].startswith(UNTRIED)
@@ -279,8 +286,7 @@ def to_write(text: str) -> str:
     if found is None:
         return text
     failed, fixed = found
-    middle = text.split("`")[-3]
-    error = middle.split(" failed with ", 1)[1].split(ASKING, 1)[0].split(";", 1)[0]
+    error = error_of(text)
     head = f"Write `{fixed}`" + (" (as the error asked; not tried yet)" if untried(text) else "")
     changed = changed_keywords(failed, fixed)
     if len(changed) != 1:

@@ -44,7 +44,10 @@ corrected gives a fix of another kind (``core/asked.py``): its failing line with
 to a call by keyword or position, written in that form. Its text says that no step ran it ("(not tried
 yet)"); the error decides only the order and separators of the date the run passed, never a value. A later
 step that passed the rewritten date (or whose output shows it, as a tool echoing a date the run computed)
-leaves no such fix: it worked (and was kept as observed, or as a recipe) or it did not.
+leaves no such fix: it worked (and was kept as observed, or as a recipe) or it did not. A later run that was
+given such a fix and ran its line (with its own task's values, as the instructions gave it) and got data back
+confirms it (``confirmed``): the fix is kept as seen to work, its lines with that run's values; the run is no
+evidence of its own for it (it was told the line), so it is not counted as a source.
 
 Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
 line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
@@ -62,7 +65,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from lessonbank.core import asked, fixtext
-from lessonbank.core.models import StepRecord
+from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.workers import evidence, recipes
 
@@ -300,6 +303,38 @@ def _asked_fix(step: StepRecord, later: list[StepRecord], task: str, redactor: R
     error = _exception(step)
     return Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after), form.name,
                tried=False)
+
+
+def confirmed(given: list[Lesson], steps: list[StepRecord], task: str) -> list[Fix]:
+    """The fixes an error asked for (``(not tried yet)``) that this run was given and ran: a step that did not
+    fail and did not get an empty result back holds the corrected line, with this task's values as the
+    instructions gave it (``fixtext.in_task``). Each comes back as observed (tried), its lines with this task's
+    values, with the fingerprint of the asked fix, which ``Consolidator.add_observed`` then rewrites as seen to
+    work (a run given the fix wrote its line first and the tool answered: no step failed, so ``extract`` finds
+    nothing, and the fix would say "not tried yet" to every later run)."""
+    actions = [step for step in steps if step.kind == "action" and not evidence.failed(step) and step.code.strip()
+               and evidence.result(step.observations) != "empty"]
+    found: list[Fix] = []
+    for lesson in given:
+        if lesson.kind != "fact" or "fix" not in lesson.tags or not fixtext.untried(lesson.text):
+            continue
+        text = fixtext.in_task(lesson.text, task, lesson.task) or lesson.text
+        pair = fixtext.lines(text)
+        if pair is None:
+            continue
+        failed, fixed = pair
+        before, after = _parse_line(failed), _parse_line(fixed)
+        wanted = " ".join(fixed.split())
+        step = next((s for s in actions if any(" ".join(line.split()) == wanted
+                                               for line in s.code.splitlines()[:MAX_LINES])), None)
+        if before is None or after is None or step is None:
+            continue
+        error, form = fixtext.error_of(text), fixtext.form_of(text)
+        fix = Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after),
+                  form.name if form is not None else "")
+        if all(fix.fingerprint != other.fingerprint for other in found):
+            found.append(fix)
+    return found
 
 
 def gave_the_answer(fix: Fix, steps: list[StepRecord]) -> bool:

@@ -372,8 +372,16 @@ def _keepable(deps: Deps, run: runs.Run, found: list[Observed]) -> list[Observed
 
 
 def _found_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
-    """The fixes the run observed (``fixes.extract``); none when extracting them fails."""
-    return _best_effort(run, "observed fixes", lambda: fixes.extract(run.steps, run.task, deps.scrubber), [])
+    """The fixes the run observed (``fixes.extract``), then the asked fixes it was given and ran
+    (``fixes.confirmed``); none when extracting them fails."""
+    given = deps.store.get(run.bank, run.given) if run.given else []  # the store away: retried, as elsewhere
+
+    def found() -> list[fixes.Fix]:
+        observed = fixes.extract(run.steps, run.task, deps.scrubber)
+        known = {fix.fingerprint for fix in observed}
+        return observed + [fix for fix in fixes.confirmed(given, run.steps, run.task) if fix.fingerprint not in known]
+
+    return _best_effort(run, "observed fixes", found, [])
 
 
 def _answer_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:

@@ -202,3 +202,22 @@ def test_a_date_passed_by_position_is_asked_for_and_carried_over_by_its_position
         'get_weather("Graz", "2024-05-27")` failed with ValueError asking for DD.MM.YYYY; the corrected '
         'line `weather_data = get_weather("Graz", "27.05.2024")` worked.')
     assert fixtext.subject(observed.text) == ("get_weather", "get_weather#2", "9.9.9")
+
+
+def test_a_run_given_the_asked_fix_that_ran_its_line_confirms_it_with_its_own_values() -> None:
+    (asked_fix,) = extract(never_corrected())
+    lesson = Lesson.new("b", "fact", asked_fix.text, origin="observed", tags=["fix"]).model_copy(update={"task": LYON})
+    line = 'weather_data = get_weather(city="Ghent", date="04.07.2024")'
+    records = "Execution logs:\n{'records': [{'max_c': 21.5}]}"
+    (fix,) = fixes.confirmed([lesson], [step(0, f"{line}\nprint(weather_data)", observations=records)], GHENT)
+    assert fix.tried and fix.fingerprint == asked_fix.fingerprint  # the same lesson, now seen to work
+    assert fix.text.endswith(f"the corrected line `{line}` worked.") and "asking for DD.MM.YYYY" in fix.text
+    assert fixtext.lines(fix.text) == (line.replace("04.07.2024", "2024-07-04"), line)
+    # the line failed, got nothing back, or was not written; a fix already tried, or another lesson: nothing
+    assert fixes.confirmed([lesson], [step(0, line, failed_at=line, error="ValueError: no station")], GHENT) == []
+    assert fixes.confirmed([lesson], [step(0, line, observations="{'records': []}")], GHENT) == []
+    other = line.replace("Ghent", "Gent")
+    assert fixes.confirmed([lesson], [step(0, other, observations=records)], GHENT) == []
+    tried = lesson.model_copy(update={"text": fix.text})
+    plain = lesson.model_copy(update={"tags": [], "text": "Dates go DD.MM.YYYY."})
+    assert fixes.confirmed([tried, plain], [step(0, line, observations=records)], GHENT) == []

@@ -650,6 +650,49 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert (fix.given, fix.applied, fix.harmful) == (2, 2, 1)
 
 
+def test_an_asked_fix_a_later_run_was_given_and_ran_is_kept_as_seen_to_work(deps: Deps, openai_server: FakeOpenAI,
+                                                                              store: LessonStore) -> None:
+    """Held-out seeds 14, 17 and 18 of the learning benchmark: runs given the fix an error asked for wrote its line
+    first, the tool answered, and the fix still said "not tried yet" (and "seen in 1 run") to every run after."""
+    openai_server.default = Reply(content=lessons_json())
+    wrong = 'w = get_weather(city="Graz", date="2024-01-02")\nprint(w)'
+    first = weather_run(deps.settings, "Graz", [wrong], verdict=False)  # refused, never corrected: asked
+    distill_one(deps, "b", first)
+    (asked,) = fixes_in(store)
+    assert asked.text.endswith("(not tried yet).")
+    text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
+    assert 'Write `w = get_weather(city="Rome", date="06.05.2024")` (as the error asked; not tried yet)' in text
+
+    rome = "What was the highest temperature in Rome on 2024-05-06?"
+    # given it, a run wrote its date with day and month swapped and got no records back: nothing is confirmed
+    empty = recorded_run(deps.settings, get_weather, rome.replace("2024-05-06", "2024-01-02"),
+                         ['w = get_weather(city="Rome", date="01.02.2024")\nprint(w)'], verdict=False,
+                         given=[asked.id])
+    distill_one(deps, "b", empty)
+    assert fixes_in(store)[0].text == asked.text
+    # given it, a run wrote another line that worked: nothing is confirmed either
+    other = recorded_run(deps.settings, get_weather, rome, ['w = get_weather(city="Roma", date="06.05.2024")'],
+                         verdict=False, given=[asked.id])
+    distill_one(deps, "b", other)
+    assert fixes_in(store)[0].text == asked.text
+    # given it, a run wrote its line and the tool answered; the run still failed (it never answered right)
+    ran = recorded_run(deps.settings, get_weather, rome, ['w = get_weather(city="Rome", date="06.05.2024")\nprint(w)',
+                                                         "print(w)"], verdict=False, given=[asked.id])
+    distill_one(deps, "b", ran)
+    (fix,) = fixes_in(store)
+    assert fix.id == asked.id and fix.status == "active"
+    assert fix.text == ('Pass `date` like "06.05.2024", not like "2024-05-06": `w = get_weather(city="Rome", '
+                        'date="2024-05-06")` failed with ValueError asking for DD.MM.YYYY; the corrected line '
+                        '`w = get_weather(city="Rome", date="06.05.2024")` worked.')
+    assert fix.task == rome  # the values its lines took now
+    # a run that was given the fix is no evidence of its own for it (``Consolidator._reinforce``): its line ran
+    assert fix.source_run_ids == [first] and fix.evidence == 1
+    assert (fix.given, fix.applied, fix.harmful) == (3, 3, 0)  # each passed a date so; none failed at that line
+    text, _ = compose_instructions(store, "What was the highest temperature in Oslo on 2024-07-08?", "b")
+    assert 'Write `w = get_weather(city="Oslo", date="08.07.2024")`: pass `date` like "08.07.2024"' in text
+    assert "not tried yet" not in text
+
+
 @pytest.mark.parametrize("judged", ["before distillation", "after distillation"])
 def test_a_right_answer_forced_at_the_step_limit_leaves_the_code_that_printed_it(deps: Deps,
                                                                                openai_server: FakeOpenAI,
