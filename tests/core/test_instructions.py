@@ -11,6 +11,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from lessonbank.agent import build_instructions
+from lessonbank.core import fixtext
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.instructions import balance_kinds, format_lessons, put_in, rank_lessons
 from lessonbank.core.models import Lesson, Recipe
@@ -373,6 +374,48 @@ def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments() -> None:
     lesson = make("b", "approach", "Working code for a task like: orders", recipe=recipe, origin="recipe")
     text, _ = format_lessons([lesson], task="Orders of shop 'south' on 2024-04-01, 20 a page?")
     assert "```json\n" in text and '"shop": "south"' in text and "north\"" not in text.split("```json")[1]
+
+
+WEATHER_SHAPE = ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its "
+                 "records are `result['records']`.")
+ASKED_FIX = ('Pass `date` like "02.08.2024", not like "2024-08-02": `weather_data = get_weather(city="Lyon", '
+             'date="2024-08-02")` failed with ValueError asking for DD.MM.YYYY; written as asked: `weather_data = '
+             'get_weather(city="Lyon", date="02.08.2024")` (not tried yet).')
+LYON_TASK = "What was the highest temperature in Lyon on 2024-08-02?"
+GRAZ_TASK = "What was the highest temperature in Graz on 2024-10-16?"
+
+
+def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_the_loop() -> None:
+    """Held-out seeds 14, 17 and 18: given the line alone, runs wrote it, printed the result and wrote the same call
+    again to the step limit; with the loop on the line's own variable, 7 of 12 answered right in 4 steps against
+    3 of 12 (``bench/learning/first_call.py --shape``)."""
+    fix = make("b", "fact", ASKED_FIX, origin="observed", tags=["fix"], task=LYON_TASK)
+    shape = make("b", "fact", WEATHER_SHAPE, origin="observed", tags=["shape"])
+    block, given = format_lessons([fix, shape], task=GRAZ_TASK)
+    assert given == [fix, shape]
+    assert ('- For this task: Write `weather_data = get_weather(city="Graz", date="16.10.2024")` (as the error asked; '
+            'not tried yet): pass `date` like "16.10.2024" (DD.MM.YYYY); written any other way it failed with '
+            "ValueError. Then use its records: `for record in weather_data['records']:`. (seen in 1 run)") in block
+    assert format_lessons([shape, fix], task=GRAZ_TASK)[0].count("for record in weather_data['records']") == 1
+    # a nested path, the line's own name
+    nested = make("b", "fact", WEATHER_SHAPE.replace("result['records']", "result['data']['items']"),
+                  origin="observed", tags=["shape"])
+    renamed = fix.model_copy(update={"text": ASKED_FIX.replace("weather_data", "w")})
+    block = format_lessons([renamed, nested], task=GRAZ_TASK)[0]
+    assert "Then use its records: `for record in w['data']['items']:`." in block
+    # no loop: the fix alone, another tool's shape, a shape the distiller wrote, a recipe in the block, a line
+    # that assigns no call's result
+    other_tool = make("b", "fact", WEATHER_SHAPE.replace("get_weather", "get_forecast"), origin="observed")
+    said = make("b", "fact", WEATHER_SHAPE)
+    recipe = make("b", "approach", f"Working code for a task like: {LYON_TASK}", origin="recipe",
+                  recipe=Recipe(code='w = get_weather(city="Lyon", date="02.08.2024")\nfinal_answer(w)',
+                                task=LYON_TASK))
+    unassigned = fix.model_copy(update={"text": fixtext.fix_text(
+        'print(get_weather(city="Lyon", date="2024-08-02"))', "ValueError",
+        'print(get_weather(city="Lyon", date="02.08.2024"))', form="DD.MM.YYYY", tried=False)})
+    for lessons in ([fix], [fix, other_tool], [fix, said], [recipe, fix, shape], [unassigned, shape]):
+        text, _ = format_lessons(lessons, task=GRAZ_TASK)
+        assert "For this task: Write `" in text and "Then use its records" not in text, lessons
 
 
 def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
