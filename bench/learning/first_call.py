@@ -25,11 +25,18 @@ seed (who goes first turns from pair to pair):
 - ``task-inrecipe`` (with ``--context``): ``task-only`` with the fix pointing at the recipe, whose call passes the
   value, instead of giving a line to write (``the code above passes `date` like "15.09.2024" ...``);
 - ``task-runrecipe`` (with ``--context``): ``task-only`` with the line to write followed by "and the rest of the
-  code above".
+  code above";
+- ``task-then``: ``task-only`` followed by "After this call, answer from what it returned." (the line is a first
+  step, not the whole answer);
+- ``task-loop``: ``task-only`` followed by the shape's loop on the line's own variable ("Then use its records: `for
+  record in weather_data['records']:`"): what the builder gives with ``--shape`` (``instructions._then_loop``),
+  where ``task-only`` gives the line alone.
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
-of ``get_weather``'s result (after it).
+of ``get_weather``'s result (after it). With ``--shape`` it holds the shape alone, after the fix: what a bank
+holds when no run solved the task yet (held-out seeds 14, 17 and 18, whose memory runs made the right call and
+then printed its result again to the step limit). ``--kinds asked`` gives the asked fix only.
 
 The agent runs one step (``--steps N``: up to N, until it answers); the probe reads which date its first
 ``get_weather`` call passed (the task's date as the tool wants it, the task's ISO date, something else, or no
@@ -38,7 +45,9 @@ Results (bench/README.md): right first call 11-12/48 ``stored``, 3/48 ``shown``,
 with ``--context``, 36/48 ``task`` and 46/48 ``task-only`` (paired 12 vs 2); with ``--context --steps 3``, right
 answer 14/18 ``task-only``, 10/18 ``task-recipe``, 14/18 ``task-fixlast``; with ``--context``, right first call
 48/48 ``task-args`` and 46/48 ``task-args-last``; with ``--context --steps 3``, right answer 27/36 ``task-inrecipe``
-(right date first 29) and 27/36 ``task-runrecipe`` (35), against 26-27/36 ``task-only`` (34-35).
+(right date first 29) and 27/36 ``task-runrecipe`` (35), against 26-27/36 ``task-only`` (34-35); with ``--seeds 1-6
+--per-seed 2 --kinds asked --shape --steps 4``, right answer 2/12 ``task-then`` and 7/12 ``task-loop`` against 3/12
+``task-only`` (paired 1 to 2 and 4 to 0).
 
 Starts its own llama.cpp server on the cached 1.5B model (``lessonbank llm setup --model 1.5b``).
 Writes ``<out>/<name>.json`` (``<name>.partial.json`` after each probe while it runs).
@@ -75,7 +84,7 @@ logger = logging.getLogger("bench.first_call")
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
 FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last",
-           "task-inrecipe", "task-runrecipe")
+           "task-inrecipe", "task-runrecipe", "task-then", "task-loop")
 AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
 WITH_CONTEXT = ("task-recipe", "task-fixlast", "task-inrecipe", "task-runrecipe")  # forms that need --context
 # ``additional_args`` of the ``task-args*`` forms, and smolagents' note on them (``MultiStepAgent.run``, 1.26)
@@ -160,12 +169,27 @@ def run_recipe(text: str) -> str:
     return f"{head} and the rest of the code above: pass {rest}"
 
 
+def then_answer(text: str) -> str:
+    """``fixtext.to_write``'s text followed by what comes after the line: the result to answer from."""
+    return f"{fixtext.to_write(text)} After this call, answer from what it returned."
+
+
+def then_loop(text: str) -> str:
+    """``fixtext.to_write``'s text followed by the loop over the records of the variable its line assigns."""
+    found = fixtext.lines(text)
+    assert found is not None and " = " in found[1], "the fix's line assigns no variable"
+    name = found[1].split(" = ", 1)[0].strip()
+    return f"{fixtext.to_write(text)} Then use its records: `for record in {name}['records']:`."
+
+
 def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
     """The lessons block of ``lesson`` (and ``context``) for ``task``, its fix written as ``form`` says: the
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
     and ``task`` give it as kept (the failing line first), ``shown`` with the line to write first."""
     lessons = [*(context or [])[:1], lesson, *(context or [])[1:]]
-    assert context or form not in WITH_CONTEXT, f"{form} needs --context"
+    if context and context[0].recipe is None:  # --shape: the fix first, then what its call returns
+        lessons = [lesson, *context]
+    assert (context and context[0].recipe is not None) or form not in WITH_CONTEXT, f"{form} needs --context"
     if form == "task-fixlast":
         lessons = [*(context or []), lesson]
     if form == "task-recipe":
@@ -178,10 +202,12 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     kept = fixtext.in_task(lesson.text, task, lesson.task)
     assert kept is not None, "the fix was not given with the task's values"
     written = {"stored": str, "task": str, "shown": shown, "task-inrecipe": in_recipe,
-               "task-runrecipe": run_recipe}.get(form, fixtext.to_write)(kept)
-    line = f"- For this task: {fixtext.to_write(kept)} ("
-    assert line in text, "the instructions builder no longer gives the fix as the line to write"
-    return text.replace(line, f"- For this task: {written} (", 1)
+               "task-runrecipe": run_recipe, "task-then": then_answer,
+               "task-loop": then_loop}.get(form, fixtext.to_write)(kept)
+    # the builder's line: the line to write, then (with the shape and no recipe) the loop ``task-loop`` gives
+    line = re.compile(re.escape(f"- For this task: {fixtext.to_write(kept)}") + r"[^\n]*? (?=\(seen in )")
+    assert line.search(text), "the instructions builder no longer gives the fix as the line to write"
+    return line.sub(lambda _: f"- For this task: {written} ", text, count=1)
 
 
 def classify(code: str, variant: Variant) -> str:
@@ -214,12 +240,13 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
     evict_prompt_cache(config)  # every probe starts cold, whichever form ran before it (as run.py's runs)
     started = time.monotonic()
     step: ActionStep | None = None
-    taken, answer = 0, None
+    taken, answer, codes = 0, None, []
     try:
         for event in agent.run(prompt, stream=True, additional_args=extra):
             if isinstance(event, ActionStep):
                 step = step or event
                 taken += 1
+                codes.append((event.code_action or "")[:400])
                 if event.is_final_answer:
                     answer = event.action_output
                 if taken >= steps or event.is_final_answer:
@@ -233,7 +260,7 @@ def first_step(config: AgentConfig, variant: Variant, lessons: str, seed: int, f
     return {"code": code[:600], "first_call": classify(code, variant), "record": "'max_c'" in observed,
             "steps": taken, "answer": None if answer is None else str(answer)[:100],
             "right answer": answer is not None and TASKS["date_format"].check(variant, answer),
-            "seconds": round(time.monotonic() - started, 1)}
+            "codes": codes, "seconds": round(time.monotonic() - started, 1)}
 
 
 def seeds_of(text: str) -> list[int]:
@@ -302,12 +329,20 @@ def main() -> None:
     parser.add_argument("--forms", default=",".join(FORMATS), help=f"Forms to compare ({', '.join(FORMATS)}).")
     parser.add_argument("--context", action="store_true",
                         help="Give the fix with the solved run's recipe (before it) and the result's shape (after).")
+    parser.add_argument("--shape", action="store_true",
+                        help="Give the fix with the result's shape alone (after it), as a bank no run solved yet.")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"Fix kinds to give ({', '.join(KINDS)}).")
     parser.add_argument("--steps", type=int, default=1, help="Steps a probe may run (it stops at an answer).")
     add_model_and_output(parser, "first_call")
     args = parser.parse_args()
     forms = [form.strip() for form in args.forms.split(",")]
     if not forms or any(form not in FORMATS for form in forms):
         parser.error(f"--forms takes some of {', '.join(FORMATS)}")
+    kinds = [kind.strip() for kind in args.kinds.split(",")]
+    if not kinds or any(kind not in KINDS for kind in kinds):
+        parser.error(f"--kinds takes some of {', '.join(KINDS)}")
+    if args.context and args.shape:
+        parser.error("--context already gives the shape: give one of --context and --shape")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     results: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -318,12 +353,13 @@ def main() -> None:
             for run_index in range(1, args.per_seed + 1):
                 variant, solved = variants[run_index], variants[run_index - 1]
                 seed = run_seed("date_format", run_index, seed_set)
-                for kind in KINDS:
+                for kind in kinds:
                     lesson = fix_lesson(solved, kind)
                     turn = (run_index + len(kind)) % len(forms)  # who goes first turns from pair to pair
                     order = forms[turn:] + forms[:turn]
                     for form in order:
-                        context = context_lessons(solved) if args.context else None
+                        context = (context_lessons(solved) if args.context
+                                   else context_lessons(solved)[1:] if args.shape else None)
                         lessons = block(lesson, variant.prompt, form, context)
                         outcome = first_step(config, variant, lessons, seed, form, args.steps)
                         results.append({"seed_set": seed_set, "run_index": run_index, "variant": variant.key,
