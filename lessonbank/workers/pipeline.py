@@ -234,7 +234,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         recipe = _best_effort(run, "a recipe", lambda: recipes.extract(
             run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source), None)
     failed = judged_failed(verdict, source)
-    observed = _observed(deps, run, failed)
+    observed = _observed(deps, run, given, failed)
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=vouches(run, verdict, source),
                                     observed=observed, failed=failed)
     if not deps.redis.exists(run_key(run_id)):
@@ -335,13 +335,13 @@ def _best_effort(run: runs.Run, what: str, work: Callable[[], T], default: T) ->
         return default
 
 
-def _observed(deps: Deps, run: runs.Run, failed: bool = False) -> list[Observed]:
+def _observed(deps: Deps, run: runs.Run, given: list[Lesson], failed: bool = False) -> list[Observed]:
     """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
     user's eye or carry what looks like a secret; in a run judged wrong, no fix whose corrected line gave
-    the wrong answer)."""
+    the wrong answer); ``given``: the lessons the run was given, read from the store."""
     if not deps.settings.recipes:
         return []
-    found_fixes = _found_fixes(deps, run)
+    found_fixes = _found_fixes(deps, run, given)
     if failed:
         wrong = [fix for fix in found_fixes if _gave_the_answer(run, fix)]
         for fix in wrong:
@@ -371,10 +371,12 @@ def _keepable(deps: Deps, run: runs.Run, found: list[Observed]) -> list[Observed
     return found
 
 
-def _found_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
+def _found_fixes(deps: Deps, run: runs.Run, given: list[Lesson] | None = None) -> list[fixes.Fix]:
     """The fixes the run observed (``fixes.extract``), then the asked fixes it was given and ran
-    (``fixes.confirmed``); none when extracting them fails."""
-    given = deps.store.get(run.bank, run.given) if run.given else []  # the store away: retried, as elsewhere
+    (``fixes.confirmed``); none when extracting them fails. ``given``: the lessons the run was given, when the
+    caller has read them already (else read here; the store away is retried, as elsewhere)."""
+    if given is None:
+        given = deps.store.get(run.bank, run.given) if run.given else []
 
     def found() -> list[fixes.Fix]:
         observed = fixes.extract(run.steps, run.task, deps.scrubber)
