@@ -333,7 +333,7 @@ def _from_task(found: tuple[str, str], old: str, placed: str, solved: str, task:
     return _swaps(others, values)
 
 
-def _task_constants(found: tuple[str, str], solved: str, rewritten: bool = False) -> list[str] | None:
+def _task_constants(found: tuple[str, ...], solved: str, rewritten: bool = False) -> list[str] | None:
     """The string constants of the fix's lines that are words of ``solved`` (the task of the run that observed
     it), with ``rewritten`` also those that are one of its values written another way (``08.06.2024`` for
     ``2024-06-08``), each once; None when a line does not parse."""
@@ -424,3 +424,26 @@ def task_values(params: list[str], solved: str, task: str, every: bool = True) -
         values[param] = rewritten[0][1]
     changed = {before.lower() for before, after in zip(old, new, strict=True) if before != after}
     return values if changed <= sources or not every else None
+
+
+def task_constants(line: str, solved: str) -> list[str] | None:
+    """The string constants of one line of code that are words of ``solved`` (the task of the run that wrote it),
+    each once; None when the line does not parse."""
+    return _task_constants((line,), solved)
+
+
+def line_for_task(line: str, task: str, solved: str) -> str | None:
+    """``line`` (a line of code a run of ``solved`` wrote, passing values it took from that task) with ``task``'s
+    values put in: ``r = search_catalog(query="mug")`` for a run asked about chairs reads ``r =
+    search_catalog(query="chair")``. None when the line takes no value from ``solved``, or one cannot be placed
+    (the tasks differ in anything else)."""
+    constants = task_constants(line, solved)
+    if not constants:
+        return None
+    values = task_values(constants, solved, task, every=False)
+    if values is None:
+        return None
+    swaps = _swaps(constants, values)
+    if any(values[value] != value and value not in swaps for value in constants):
+        return None  # a value that cannot be replaced as a plain word
+    return _put_in(line, swaps)

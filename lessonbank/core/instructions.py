@@ -272,12 +272,57 @@ def _fence(code: str) -> str:
 
 
 def _in_use(lesson: Lesson) -> str:
-    """A lesson's text; an observed shape fact with the loop over its records: told "its records are
+    """A lesson's text; an observed shape fact with the loop over its records (and without the call that got
+    them back, which ``_call_for_task`` gives with the task's values, or not at all): told "its records are
     `result['lines']`", 1.5B runs summed ``result['lines'][0]`` alone (6 of 22 runs given only the shape)."""
     path = specimen.path_of(lesson.text) if lesson.origin == "observed" else None
     if path is None:
         return lesson.text
-    return f"{lesson.text[:-1]}: use all of them (`for record in result{specimen.path_text(path)}:`)."
+    loop = f"for record in result{specimen.path_text(path)}:"
+    return f"{specimen.without_call(lesson.text)[:-1]}: use all of them (`{loop}`)."
+
+
+def _call_for_task(lesson: Lesson, task: str) -> str:
+    """An observed shape fact's call that got the records back, as the line to write with ``task``'s values and
+    the loop over its records on the line's own variable: `` For this task: write `result =
+    search_catalog(query="chair")`, then use its records: `for record in result['data']['items']:`.`` ("" when
+    the fact names no call or its values cannot be put in: the call with another task's word is not given).
+    Given only the shape, 1.5B runs asked the tool for words of their own and got no records back (held-out
+    seeds 10, 18, 20); ``bench/learning/shape_call.py``."""
+    call = specimen.call_of(lesson.text) if lesson.origin == "observed" and task and lesson.task else None
+    path = specimen.path_of(lesson.text)
+    line = fixtext.line_for_task(call, task, lesson.task) if call and path else None
+    assigned = _assigned_call(line) if line else None
+    if line is None or path is None or assigned is None:
+        return ""
+    return (f"For this task: write `{line}`, then use its records: "
+            f"`for record in {assigned[0]}{specimen.path_text(path)}:`.")
+
+
+def _called(line: str) -> set[str]:
+    """The names of the functions a line of code calls."""
+    try:
+        tree = ast.parse(line)
+    except (SyntaxError, ValueError, RecursionError):
+        return set()
+    return {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def _assigned_call(line: str) -> tuple[str, str] | None:
+    """(name, function) of a line of code that assigns one call's result to one name: ``w = get_weather(...)`` ->
+    ``("w", "get_weather")``; None for any other line."""
+    try:
+        body = ast.parse(line).body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
+        return None
+    target, value = body[0].targets[0], body[0].value
+    if not isinstance(target, ast.Name) or not isinstance(value, ast.Call):
+        return None
+    func = value.func
+    tool = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return (target.id, tool) if tool else None
 
 
 def _for_task(lesson: Lesson, task: str) -> tuple[str | None, str]:
@@ -318,30 +363,20 @@ def _then_loop(text: str, shapes: dict[str, tuple[str, ...]]) -> str:
     17 and 18); with the loop on the line's own variable it went on to the answer: right answer in 4 steps 7 of
     12 against 3 of 12, paired 4 to 0 (``bench/learning/first_call.py --shape``)."""
     found = fixtext.lines(text)
-    if found is None or not shapes:
+    assigned = _assigned_call(found[1]) if found is not None and shapes else None
+    path = shapes.get(assigned[1]) if assigned is not None else None
+    if assigned is None or path is None:
         return ""
-    try:
-        body = ast.parse(found[1]).body
-    except (SyntaxError, ValueError):
-        return ""
-    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
-        return ""
-    target, value = body[0].targets[0], body[0].value
-    if not isinstance(target, ast.Name) or not isinstance(value, ast.Call):
-        return ""
-    func = value.func
-    tool = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-    path = shapes.get(tool)
-    if path is None:
-        return ""
-    return f" Then use its records: `for record in {target.id}{specimen.path_text(path)}:`."
+    return f" Then use its records: `for record in {assigned[0]}{specimen.path_text(path)}:`."
 
 
 def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "") -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds. It does not
     name the bank: the model has no use for the name, and runs given the same lessons get the same words.
     An observed fix that rewrote a value's form says what that means for ``task``'s own values, and, given as the
-    line to write next to the shape of its call's result, how to go on from it (``_then_loop``).
+    line to write next to the shape of its call's result, how to go on from it (``_then_loop``). With no recipe
+    in the block, a shape fact naming the call that got its records back gives that call first, with ``task``'s
+    values, unless a fix's line to write calls the same tool (``_call_for_task``).
 
     Lessons that do not fit are left out whole; no lesson fits -> ``("", [])``.
     """
@@ -356,6 +391,9 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     sections: dict[str, list[str]] = {kind: [] for kind in LESSON_KINDS}
     given: list[Lesson] = []
     shapes = _shapes(lessons)
+    # tools whose call the block gives already: a fix's line to write (the call line of a shape would be another)
+    written = {tool for lesson in lessons if (mine := _for_task(lesson, task)[0]) is not None
+               and (found := fixtext.lines(mine)) is not None for tool in _called(found[1])}
     for lesson in lessons:
         if lesson.recipe is not None:
             block = format_recipe(lesson, task)
@@ -371,6 +409,9 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
         else:
             # what the fix means for this task leads: a small model acts on the first words of a line
             line = "- " + (f"{here} " if here else "") + f"{_one_line(_in_use(lesson))} {_seen(lesson)}"
+            call = _call_for_task(lesson, task) if shapes and specimen.tool_of(lesson.text) not in written else ""
+            if call:  # no recipe in the block: the call that got the records back, then what it returns
+                line = f"- {_one_line(call)} {_seen(lesson)}\n{line}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
         if cost > budget:
             continue

@@ -181,8 +181,9 @@ class Lesson(BaseModel):
     helpful: int = 0
     harmful: int = 0
     recipe: Recipe | None = None
-    task: str = Field("", description="For an observed fix: the task of the run that observed it (redacted, "
-                                      "capped), whose values the instructions replace with the next task's.")
+    task: str = Field("", description="For an observed fix, or a shape naming the call that got its records: the "
+                                      "task of the run that observed it (redacted, capped), whose values the "
+                                      "instructions replace with the next task's.")
 
     @property
     def utility(self) -> float:

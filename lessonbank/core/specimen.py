@@ -30,10 +30,14 @@ _PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((bool, False), (int, 0), (float, 
 
 
 TOOL_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,60}"
+MAX_CALL = 200
+# What follows a shape fact's text when the run's call that got the records back passed only words of its task.
+CALL_LEAD = " Records came back from "
 # The text of an observed shape fact (``lessonbank.workers.shapes``): "`tool(...)` returns {...}: its records are
-# `result['data']['items']`."
+# `result['data']['items']`.", and maybe " Records came back from `r = tool(query="mug")`."
 _SHAPE_TEXT = re.compile(rf"^`({TOOL_NAME})\(\.\.\.\)` returns .{{1,400}}: its records are `result((?:\['"
-                         r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\.$")
+                         r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\."
+                         rf"(?:{CALL_LEAD}`([^`\n]{{1,{MAX_CALL}}})`\.)?$")
 _PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
 
 
@@ -95,3 +99,15 @@ def path_of(text: str) -> tuple[str, ...] | None:
     """The records' path a shape fact names; None if ``text`` is not a shape fact's."""
     match = _SHAPE_TEXT.match(text)
     return tuple(_PATH_KEY.findall(match.group(2))) if match else None
+
+
+def call_of(text: str) -> str | None:
+    """The line of code a shape fact says got the records back (``r = tool(query="mug")``); None if it names none."""
+    match = _SHAPE_TEXT.match(text)
+    return match.group(3) if match else None
+
+
+def without_call(text: str) -> str:
+    """A shape fact's text without the line that got the records back (any other text as it is)."""
+    match = _SHAPE_TEXT.match(text)
+    return text[:match.start(3) - len(CALL_LEAD) - 1] if match and match.group(3) is not None else text

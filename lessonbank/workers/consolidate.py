@@ -456,7 +456,8 @@ class Consolidator:
                      task: str = "") -> str | None:
         """Store an observed fix (``workers/fixes.py``, tag ``fix``) or shape (``workers/shapes.py``, tag
         ``shape``) as a fact, or reinforce the same one; returns its id (None if a user purged it or it is
-        held back). ``task`` is a new fix's run's task (``Lesson.task``): the values its lines took from it."""
+        held back). ``task`` is the run's task (``Lesson.task``) of a fix, or of a shape naming its call: the values
+        their lines took from it."""
         fid = recipe_id(self.bank, fingerprint, kind=tag)
         stored = self.store.get(self.bank, [fid])
         if stored and fixtext.untried(text) and not fixtext.untried(stored[0].text):
@@ -469,10 +470,12 @@ class Consolidator:
             logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
                         self.run_id, fid)
         elif stored and stored[0].status == "active" and task and not stored[0].task and not fixtext.untried(text):
-            # a fix kept before fixes kept their run's task: the run that observes it again gives it its task,
-            # with its own text, whose lines took that task's values (and name the error's form, when it did)
+            # a fix kept before fixes kept their run's task, or a shape kept without the call that got its records
+            # back: the run that observes it again gives it its task, with its own text, whose lines took that
+            # task's values (and name the error's form, when it did)
             self.store.upsert([stored[0].model_copy(update={"text": text, "task": task})])
-            logger.info("bank %s run %s: fix %s kept without a task now has this run's", self.bank, self.run_id, fid)
+            logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank, self.run_id,
+                        tag, fid)
         known = self._fingerprinted(fid, tag, steps)
         if known != "new":
             return fid if known == "kept" else None

@@ -321,7 +321,9 @@ class Observed:
     fingerprint: str
     steps: tuple[int, ...]
     tag: str
-    task: str = ""  # a fix's: the run's task (redacted, capped), to put the next task's values in its lines
+    # a fix's, or a shape's that names its call: the run's task (redacted, capped), to put the next task's values
+    # in its lines
+    task: str = ""
 
 
 def _best_effort(run: runs.Run, what: str, work: Callable[[], T], default: T) -> T:
@@ -348,10 +350,13 @@ def _observed(deps: Deps, run: runs.Run, given: list[Lesson], failed: bool = Fal
             logger.info("bank %s run %s: not keeping the fix whose corrected line `%s` gave the run's wrong answer",
                         run.bank, run.run_id, _corrected_line(fix.text))
         found_fixes = [fix for fix in found_fixes if fix not in wrong]
+    task = recipes.kept_task(run.task, deps.scrubber)
     found_shapes: list[shapes.Shape] = _best_effort(
-        run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools"))), [])
+        run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools")), task), [])
     found = _as_observed(deps, run, found_fixes)
-    found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG) for shape in found_shapes]
+    # a shape naming the call that got its records back keeps the task whose words that call passed
+    found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG, task if shape.call else "")
+              for shape in found_shapes]
     return _keepable(deps, run, found)
 
 

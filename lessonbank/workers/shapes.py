@@ -24,6 +24,13 @@ What is kept, so that what the run read cannot write the next run's instructions
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint
 is the tool and the shape, so every run that prints the same tool's same shape adds evidence to one fact.
+
+The fact also names the line that got the records back (`` Records came back from `result =
+search_catalog(query="mug")`.``) when the step made that one call of the tool, assigned its result to a name
+and passed it only string constants, each a word of the run's task (``call_line``): the instructions builder
+puts the next task's values in and gives it as the line to write, with the loop over its records. Told only
+where the records are, 1.5B runs asked the tool for words of their own ("price < 27", "product:chair") and got
+none back. Nothing of the line comes from what the run read: its code, its task's words.
 A run applied it when its code subscripts the records' path (``['data']['items']``); a failed run blames
 it only when one of its failing lines does, since that is where a wrong shape would fail.
 """
@@ -38,8 +45,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lessonbank.core import fixtext
 from lessonbank.core.models import StepRecord, ToolResultRecord
-from lessonbank.core.specimen import MAX_DEPTH, MAX_KEYS, PLAIN_KEY, TOOL_NAME, path_text
+from lessonbank.core.specimen import CALL_LEAD, MAX_CALL, MAX_DEPTH, MAX_KEYS, PLAIN_KEY, TOOL_NAME, path_text
 from lessonbank.workers import evidence
 
 MAX_PRINTED = 20_000
@@ -52,16 +60,19 @@ _BUILTINS = frozenset(dir(builtins))
 
 @dataclass(frozen=True)
 class Shape:
-    """One tool's result structure as a run printed it; ``steps`` is the ``seq`` of the step that printed it."""
+    """One tool's result structure as a run printed it; ``steps`` is the ``seq`` of the step that printed it,
+    ``call`` the line of that step that got the records back ("" when none can be given: ``call_line``)."""
 
     tool: str
     shape: str
     path: tuple[str, ...]
     steps: tuple[int, ...]
+    call: str = ""
 
     @property
     def text(self) -> str:
-        return f"`{self.tool}(...)` returns {self.shape}: its records are `result{path_text(self.path)}`."
+        came = f"{CALL_LEAD}`{self.call}`." if self.call else ""
+        return f"`{self.tool}(...)` returns {self.shape}: its records are `result{path_text(self.path)}`.{came}"
 
     @property
     def fingerprint(self) -> str:
@@ -140,21 +151,49 @@ def _printed_call(code: str, tools: set[str]) -> str | None:
     return name if known and name != "final_answer" else None
 
 
-def _printed_shape(step: StepRecord, tools: set[str]) -> Shape | None:
+def call_line(code: str, tool: str, task: str) -> str:
+    """The line of ``code`` that assigned ``tool``'s result to a name (``result = search_catalog(query="mug")``),
+    when it is the code's only call of ``tool`` and passes only string constants, at least one, each a word of
+    ``task``: the next task's values can be put in. "" otherwise (a query of the run's own words, a value it
+    computed, several calls: which one got the records?)."""
+    if not task:
+        return ""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return ""
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id == tool]
+    if len(calls) != 1:
+        return ""
+    line = next((node for node in tree.body if isinstance(node, ast.Assign) and node.value is calls[0]), None)
+    if line is None or len(line.targets) != 1 or not isinstance(line.targets[0], ast.Name):
+        return ""
+    values = [*calls[0].args, *(keyword.value for keyword in calls[0].keywords)]
+    if not values or any(keyword.arg is None for keyword in calls[0].keywords) or not all(
+            isinstance(value, ast.Constant) and isinstance(value.value, str) for value in values):
+        return ""
+    text = ast.get_source_segment(code, line) or ""
+    if not text or "\n" in text or "`" in text or len(text) > MAX_CALL:
+        return ""
+    return text if len(fixtext.task_constants(text, task) or []) == len(values) else ""
+
+
+def _printed_shape(step: StepRecord, tools: set[str], task: str) -> Shape | None:
     tool = _printed_call(step.code, tools)
     if tool is None:
         return None
-    return _shape(tool, read_literal(evidence.printed(step.observations)), step.seq)
+    return _shape(tool, read_literal(evidence.printed(step.observations)), step.seq, call_line(step.code, tool, task))
 
 
-def _kept_shape(step: StepRecord, result: ToolResultRecord, tools: set[str]) -> Shape | None:
+def _kept_shape(step: StepRecord, result: ToolResultRecord, tools: set[str], task: str) -> Shape | None:
     name = result.name
     if not _TOOL.fullmatch(name) or name == "final_answer" or (tools and name not in tools):
         return None
-    return _shape(name, result.specimen, step.seq)
+    return _shape(name, result.specimen, step.seq, call_line(step.code, name, task))
 
 
-def _shape(tool: str, value: Any, seq: int) -> Shape | None:
+def _shape(tool: str, value: Any, seq: int, call: str = "") -> Shape | None:
     if not isinstance(value, dict):
         return None
     paths = _record_paths(value)
@@ -166,21 +205,27 @@ def _shape(tool: str, value: Any, seq: int) -> Shape | None:
         return None
     if len(shape) > MAX_SHAPE:
         return None
-    return Shape(tool, shape, paths[0], (seq,))
+    return Shape(tool, shape, paths[0], (seq,), call)
 
 
-def extract(steps: list[StepRecord], tools: list[str]) -> list[Shape]:
-    """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once)."""
+def extract(steps: list[StepRecord], tools: list[str], task: str = "") -> list[Shape]:
+    """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once: the
+    first that names the line that got its records back, else the first); ``task``: the run's, whose words
+    that line may pass (``call_line``)."""
     known = set(tools)
     found: list[Shape] = []
     for step in steps:
         if step.kind != "action":
             continue
-        shapes = [_kept_shape(step, result, known) for result in step.tool_results]
+        shapes = [_kept_shape(step, result, known, task) for result in step.tool_results]
         if not evidence.failed(step) and step.code.strip():
-            shapes.append(_printed_shape(step, known))
+            shapes.append(_printed_shape(step, known, task))
         for shape in shapes:
-            if (shape is not None and len(found) < MAX_SHAPES
-                    and all(shape.fingerprint != other.fingerprint for other in found)):
+            if shape is None:
+                continue
+            same = next((at for at, other in enumerate(found) if other.fingerprint == shape.fingerprint), None)
+            if same is None and len(found) < MAX_SHAPES:
                 found.append(shape)
+            elif same is not None and shape.call and not found[same].call:
+                found[same] = shape
     return found

@@ -418,6 +418,45 @@ def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_t
         assert "For this task: Write `" in text and "Then use its records" not in text, lessons
 
 
+CATALOG_SHAPE = ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}, "
+                 "...], 'total': int}, 'took_ms': int}: its records are `result['data']['items']`.")
+MUG_TASK = "Using search_catalog, how many 'mug' products cost less than 21 euros? Answer with the number only."
+CHAIR_TASK = "Using search_catalog, how many 'chair' products cost less than 27 euros? Answer with the number only."
+
+
+def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_tasks_values() -> None:
+    """Held-out seeds 10, 18 and 20: runs given only where the records are asked the tool for words of their own
+    ("price < 27") and got none back; the call of the run that did get them back is given with this task's word
+    (``bench/learning/shape_call.py``)."""
+    text = f'{CATALOG_SHAPE} Records came back from `products = search_catalog(query="mug")`.'
+    shape = make("b", "fact", text, origin="observed", tags=["shape"], task=MUG_TASK)
+    block, given = format_lessons([shape], task=CHAIR_TASK)
+    assert given == [shape]
+    assert ('- For this task: write `products = search_catalog(query="chair")`, then use its records: `for record in '
+            "products['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
+            "{'items': [{'name': str, 'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
+            "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). (seen in 1 "
+            "run)") in block
+    assert "mug" not in block and "Records came back" not in block
+    # the shape alone, never the other task's word: a task of other words, no task kept, a recipe in the block
+    # (its code makes the call), a fix's line to write that calls the same tool
+    recipe = make("b", "approach", f"Working code for a task like: {MUG_TASK}", origin="recipe",
+                  recipe=Recipe(code='r = search_catalog(query="mug")\nfinal_answer(len(r["data"]["items"]))',
+                                task=MUG_TASK, params=["mug"]))
+    fix = make("b", "fact", fixtext.fix_text('items = search_catalog(query="mug")["items"]', "KeyError",
+                                             'items = search_catalog(query="mug")["data"]["items"]'),
+               origin="observed", tags=["fix"], task=MUG_TASK)
+    for lessons, task in (([shape], "How many chairs under 27 euros does search_catalog list?"),
+                          ([shape.model_copy(update={"task": ""})], CHAIR_TASK), ([recipe, shape], CHAIR_TASK),
+                          ([fix, shape], CHAIR_TASK)):
+        block, given = format_lessons(lessons, task=task)
+        assert shape.id in [lesson.id for lesson in given], lessons
+        assert "products = search_catalog" not in block and "Records came back" not in block, lessons
+        assert "its records are `result['data']['items']`" in block, lessons
+    # the same task: its own word
+    assert 'write `products = search_catalog(query="mug")`' in format_lessons([shape], task=MUG_TASK)[0]
+
+
 def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
     """Learning benchmark, invoice_cents: runs given only "its records are `result['lines']`" summed
     ``result['lines'][0]`` alone (6 of 22, all wrong); the line now shows the loop over all of them."""

@@ -11,10 +11,11 @@ import pytest
 from qdrant_client import QdrantClient
 
 from lessonbank.core import fixtext
-from lessonbank.core.models import Lesson, Recipe, lesson_id, recipe_id
+from lessonbank.core.models import Lesson, Recipe, StepRecord, ToolResultRecord, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
+from lessonbank.core.specimen import specimen
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers import fixes
+from lessonbank.workers import fixes, shapes
 from lessonbank.workers.consolidate import CONTRADICTED, Consolidator, Thresholds
 from lessonbank.workers.decide import Decision, llm_decider
 from lessonbank.workers.distiller import DraftLesson
@@ -437,3 +438,28 @@ def test_a_fix_kept_without_a_task_takes_the_task_of_the_next_run_that_observes_
                                                                      task="Graz on 2024-03-17?")
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.task, lesson.evidence) == (seen.text, LYON, 3)
+
+
+def test_a_shape_kept_without_its_call_takes_the_call_and_task_of_the_next_run_that_names_it(
+        store: LessonStore) -> None:
+    catalog = {"status": "ok", "data": {"items": [{"name": "desk lamp", "price": 12.5}], "total": 3}}
+    task = "Using search_catalog, how many 'lamp' products cost less than 16 euros?"
+
+    def observed(code: str, run_task: str) -> shapes.Shape:
+        record = StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code=code,
+                            tool_results=[ToolResultRecord(name="search_catalog", specimen=specimen(catalog))])
+        (shape,) = shapes.extract([record], ["search_catalog"], run_task)
+        return shape
+
+    bare, named = observed('r = search_catalog("lamp price")', task), observed('r = search_catalog("lamp")', task)
+    assert bare.fingerprint == named.fingerprint and not bare.call and named.call
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(bare.text, bare.fingerprint, [0],
+                                                                           tag=shapes.TAG)
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(
+        named.text, named.fingerprint, [0], tag=shapes.TAG, task=task) == fid
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.task, lesson.evidence) == (named.text, task, 2)
+    # a run that names no call adds evidence and keeps the call
+    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(bare.text, bare.fingerprint, [0], tag=shapes.TAG)
+    (lesson,) = store.list("b")
+    assert (lesson.text, lesson.task, lesson.evidence) == (named.text, task, 3)

@@ -937,17 +937,22 @@ def test_a_result_the_run_never_printed_leaves_its_shape_for_the_next_run(deps: 
                                                                           store: LessonStore) -> None:
     """The first run of a small agent loops over the catalog's keys and fails, never having printed the result:
     the recorder kept the result's structure from the tool call itself, so the next run is told where the
-    records are all the same."""
+    records are all the same, and the call that got them back, with its own task's word."""
     openai_server.default = Reply(content=lessons_json())
     first = catalog_run(deps.settings, "lamp", ['r = search_catalog("lamp")\n'
                                                 'count = sum(1 for p in r if p["price"] < 20)'], verdict=False)
     distill_one(deps, "b", first)
     (shape,) = store.list("b")
     assert shape.origin == "observed" and shape.tags == ["shape"] and eligible(shape)
-    assert shape.text.endswith("its records are `result['data']['items']`.") and "lamp" not in shape.text
+    assert shape.text.endswith("its records are `result['data']['items']`. Records came back from "
+                               '`r = search_catalog("lamp")`.') and "small" not in shape.text
+    assert shape.task == "Using search_catalog, how many 'lamp' products cost less than 20 euros?"
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
                                    "b")
-    assert "`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}" in text
+    assert ('- For this task: write `r = search_catalog("mug")`, then use its records: `for record in '
+            "r['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
+            "{'items': [{'name': str, 'price': float}") in text
+    assert "lamp" not in text
 
 
 def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_server: FakeOpenAI,
@@ -962,7 +967,7 @@ def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_s
     assert shape.origin == "observed" and shape.tags == ["shape"] and eligible(shape)
     assert shape.text == ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, "
                           "'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
-                          "`result['data']['items']`.")
+                          "`result['data']['items']`. Records came back from `r = search_catalog(\"lamp\")`.")
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
                                    "b")
     # given with the loop over every record: told only where they are, 1.5B runs summed the first one alone

@@ -121,3 +121,45 @@ def test_a_result_the_recorder_kept_leaves_the_same_fact_as_a_printed_one_even_f
     assert extract(kept(0, "x = 1", [("lookup", specimen(CATALOG)), ("final_answer", specimen(CATALOG))])) == []
     assert extract(kept(0, "x = 1", [("search_catalog", {"data": {"items": [{"a": 0}], "drop all tables": 0}})])) == []
     assert extract(kept(0, "x = 1", [("search_catalog", [{"a": 0}])])) == []  # no dict around the records
+
+
+LAMP_TASK = "Using search_catalog, how many 'lamp' products cost less than 16 euros? Answer with the number only."
+
+
+def test_the_call_that_got_the_records_back_is_named_when_it_passed_only_words_of_the_task() -> None:
+    """The next run is handed that call with its own task's word; a call of the run's own words is not kept."""
+    (shape,) = shapes.extract([kept(0, 'r = search_catalog(query="lamp")\nn = len(r)',
+                                    [("search_catalog", specimen(CATALOG))], "TypeError: x")], TOOLS, LAMP_TASK)
+    (plain,) = shapes.extract([kept(0, 'r = search_catalog(query="lamp")', [("search_catalog", specimen(CATALOG))])],
+                              TOOLS)  # no task: no call
+    assert shape.call == 'r = search_catalog(query="lamp")' and not plain.call
+    assert shape.text == plain.text + ' Records came back from `r = search_catalog(query="lamp")`.'
+    assert shape.fingerprint == plain.fingerprint  # one fact, whichever run names its call
+    assert specimens.call_of(shape.text) == shape.call and specimens.call_of(plain.text) is None
+    assert specimens.path_of(shape.text) == ("data", "items") and specimens.tool_of(shape.text) == "search_catalog"
+    assert specimens.without_call(shape.text) == plain.text
+    # printed by the call's own step, by position
+    (printed,) = shapes.extract([step(0, "products = search_catalog('lamp')\nprint(products)", repr(CATALOG))],
+                                TOOLS, LAMP_TASK)
+    assert printed.call == "products = search_catalog('lamp')"
+    # a later step naming the call replaces the same shape without it
+    (later,) = shapes.extract([step(0, 'print(search_catalog("lamp"))', repr(CATALOG)),
+                               step(1, 'r = search_catalog("lamp")\nprint(r)', repr(CATALOG))], TOOLS, LAMP_TASK)
+    assert later.call == 'r = search_catalog("lamp")' and later.steps == (1,)
+
+
+@pytest.mark.parametrize("code", [
+    'r = search_catalog(query="lamp price < 16")',  # the run's own words
+    'r = search_catalog(query="lamps")',  # not a word of the task
+    "r = search_catalog(query=word)",  # a value the run computed
+    'r = search_catalog(query="lamp", limit=16)',  # not a string
+    'r = search_catalog(query="lamp")\nq = search_catalog(query="lamp")',  # which call?
+    'print(search_catalog(query="lamp"))',  # assigned to no name
+    'r["x"] = search_catalog(query="lamp")',
+    "r = search_catalog(**{'query': 'lamp'})",
+    "r = search_catalog()",  # nothing of the task to put in
+    'r = search_catalog(\n    query="lamp")',
+])
+def test_no_call_is_named_unless_it_can_be_given_with_the_next_tasks_values(code: str) -> None:
+    (shape,) = shapes.extract([kept(0, code, [("search_catalog", specimen(CATALOG))])], TOOLS, LAMP_TASK)
+    assert shape.call == "" and specimens.call_of(shape.text) is None
