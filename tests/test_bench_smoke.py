@@ -192,3 +192,16 @@ def test_the_key_fix_probe_gives_each_form_and_finds_the_run_it_replays() -> Non
     assert '"INV-6222")["amount"]` failed' in replayed["kept"]
     assert 'Write `lines = get_invoice(invoice_id="INV-6810")["lines"]`' in replayed["write"]
     assert "failed with" not in replayed["none"]
+
+
+def test_the_shape_call_probe_gives_the_call_with_this_tasks_word_only_in_its_call_form() -> None:
+    """``bench/learning/shape_call.py`` without its LLM: the builder's block of each form (it fails unless the
+    builder gives the call that got the records back with this task's word)."""
+    script = (
+        "import json, sys; sys.path.insert(0, 'bench/learning'); import shape_call as s\n"
+        "solved, variant = s.TASKS[s.TASK].variants(2, seed=1)\n"
+        "print(json.dumps({form: s.block(solved, variant, form) for form in s.FORMS}))\n")
+    blocks = snippet_json(script)
+    assert '- For this task: write `result = search_catalog(query="mug")`, then use its records' in blocks["call"]
+    assert "lamp" not in blocks["call"] and "search_catalog(query=" not in blocks["shape"]
+    assert all("its records are `result['data']['items']`: use all of them" in block for block in blocks.values())

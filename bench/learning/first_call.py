@@ -56,13 +56,14 @@ Writes ``<out>/<name>.json`` (``<name>.partial.json`` after each probe while it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +323,23 @@ def add_model_and_output(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--name", default=name)
 
 
+@contextlib.contextmanager
+def local_agent(args: argparse.Namespace) -> Iterator[AgentConfig]:
+    """Logging set up, and the agents' settings on a llama.cpp server of ``args.model`` for as long as the block
+    runs: what every probe starts with."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with tempfile.TemporaryDirectory() as tmp, llama(args.model, Path(tmp), args.n_ctx, args.threads) as (url, model):
+        yield AgentConfig(url, model)
+
+
+def parsed_forms(parser: argparse.ArgumentParser, text: str, known: tuple[str, ...]) -> list[str]:
+    """``--forms`` as a list, each one of ``known`` (else the parser's error); every probe takes it."""
+    forms = [form.strip() for form in text.split(",")]
+    if not forms or any(form not in known for form in forms):
+        parser.error(f"--forms takes some of {', '.join(known)}")
+    return forms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1-8", help="Seed sets of the date_format variants, e.g. 1-8.")
@@ -335,19 +353,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1, help="Steps a probe may run (it stops at an answer).")
     add_model_and_output(parser, "first_call")
     args = parser.parse_args()
-    forms = [form.strip() for form in args.forms.split(",")]
-    if not forms or any(form not in FORMATS for form in forms):
-        parser.error(f"--forms takes some of {', '.join(FORMATS)}")
+    forms = parsed_forms(parser, args.forms, FORMATS)
     kinds = [kind.strip() for kind in args.kinds.split(",")]
     if not kinds or any(kind not in KINDS for kind in kinds):
         parser.error(f"--kinds takes some of {', '.join(KINDS)}")
     if args.context and args.shape:
         parser.error("--context already gives the shape: give one of --context and --shape")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     results: list[dict[str, Any]] = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, llama(args.model, Path(tmp), args.n_ctx, args.threads) as (url, model):
-        config = AgentConfig(url, model)
+    with local_agent(args) as config:
         for seed_set in seeds_of(args.seeds):
             variants = TASKS["date_format"].variants(args.per_seed + 1, seed=seed_set)
             for run_index in range(1, args.per_seed + 1):

@@ -39,7 +39,6 @@ import json
 import logging
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,6 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import first_call  # noqa: E402
 from harness import AgentConfig, evict_prompt_cache, make_agent, run_seed  # noqa: E402
-from services import llama  # noqa: E402
 from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
 
@@ -193,14 +191,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2, help="With --replay: sampling seeds, the run's and the next.")
     first_call.add_model_and_output(parser, "key_fix")
     args = parser.parse_args()
-    forms = [form.strip() for form in args.forms.split(",")]
-    if not forms or any(form not in FORMS for form in forms):
-        parser.error(f"--forms takes some of {', '.join(FORMS)}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    forms = first_call.parsed_forms(parser, args.forms, FORMS)
     results: list[dict[str, Any]] = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, llama(args.model, Path(tmp), args.n_ctx, args.threads) as (url, model):
-        config = AgentConfig(url, model)
+    with first_call.local_agent(args) as config:
         if args.replay:
             variant, seed, blocks = replayed(args.replay, args.replay_run)
             for rep in range(args.reps):
