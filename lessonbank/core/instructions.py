@@ -300,15 +300,6 @@ def _call_for_task(lesson: Lesson, task: str) -> str:
             f"`for record in {assigned[0]}{specimen.path_text(path)}:`.")
 
 
-def _called(line: str) -> set[str]:
-    """The names of the functions a line of code calls."""
-    try:
-        tree = ast.parse(line)
-    except (SyntaxError, ValueError, RecursionError):
-        return set()
-    return {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-
-
 def _assigned_call(line: str) -> tuple[str, str] | None:
     """(name, function) of a line of code that assigns one call's result to one name: ``w = get_weather(...)`` ->
     ``("w", "get_weather")``; None for any other line."""
@@ -393,8 +384,8 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     given: list[Lesson] = []
     shapes = _shapes(lessons)
     # tools whose call the block gives already: a fix's line to write (the call line of a shape would be another)
-    written = {tool for lesson in lessons if (mine := _for_task(lesson, task)[0]) is not None
-               and (found := fixtext.lines(mine)) is not None for tool in _called(found[1])}
+    written = {tool for lesson in lessons if _for_task(lesson, task)[0] is not None
+               for tool in needs.needed_tools(lesson) or ()}
     for lesson in lessons:
         if lesson.recipe is not None:
             block = format_recipe(lesson, task)
