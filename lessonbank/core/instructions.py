@@ -293,6 +293,8 @@ def _call_for_task(lesson: Lesson, task: str) -> str:
     call = specimen.call_of(lesson.text) if lesson.origin == "observed" and task and lesson.task else None
     path = specimen.path_of(lesson.text)
     line = fixtext.line_for_task(call, task, lesson.task) if call and path else None
+    if line is not None and _assigned_call(line) is None and _assigned_call(f"result = {line}") is not None:
+        line = f"result = {line}"  # the call alone: the run assigned its result to no name
     assigned = _assigned_call(line) if line else None
     if line is None or path is None or assigned is None:
         return ""

@@ -26,9 +26,10 @@ Such a fact (origin ``observed``, tag ``shape``) is given from the run that obse
 is the tool and the shape, so every run that prints the same tool's same shape adds evidence to one fact.
 
 The fact also names the line that got the records back (`` Records came back from `result =
-search_catalog(query="mug")`.``) when the step made that one call of the tool, assigned its result to a name
-and passed it only string constants, each a word of the run's task (``call_line``): the instructions builder
-puts the next task's values in and gives it as the line to write, with the loop over its records. Told only
+search_catalog(query="mug")`.``, or the call alone when the step assigned its result to no name) when the step
+made that one call of the tool and passed it only string constants, each a word of the run's task
+(``call_line``): the instructions builder puts the next task's values in and gives it as the line to write,
+with the loop over its records. Told only
 where the records are, 1.5B runs asked the tool for words of their own ("price < 27", "product:chair") and got
 none back. Nothing of the line comes from what the run read: its code, its task's words.
 A run applied it when its code subscripts the records' path (``['data']['items']``); a failed run blames
@@ -152,8 +153,9 @@ def _printed_call(code: str, tools: set[str]) -> str | None:
 
 
 def call_line(code: str, tool: str, task: str) -> str:
-    """The line of ``code`` that assigned ``tool``'s result to a name (``result = search_catalog(query="mug")``),
-    when it is the code's only call of ``tool`` and passes only string constants, at least one, each a word of
+    """The line of ``code`` that assigned ``tool``'s result to a name (``result = search_catalog(query="mug")``), or
+    the call alone when it assigned it to none (``print(search_catalog("mug"))``: ``search_catalog("mug")``), when
+    it is the code's only call of ``tool`` and passes only string constants, at least one, each a word of
     ``task``: the next task's values can be put in. "" otherwise (a query of the run's own words, a value it
     computed, several calls: which one got the records?)."""
     if not task:
@@ -166,14 +168,13 @@ def call_line(code: str, tool: str, task: str) -> str:
              and node.func.id == tool]
     if len(calls) != 1:
         return ""
-    line = next((node for node in tree.body if isinstance(node, ast.Assign) and node.value is calls[0]), None)
-    if line is None or len(line.targets) != 1 or not isinstance(line.targets[0], ast.Name):
-        return ""
     values = [*calls[0].args, *(keyword.value for keyword in calls[0].keywords)]
     if not values or any(keyword.arg is None for keyword in calls[0].keywords) or not all(
             isinstance(value, ast.Constant) and isinstance(value.value, str) for value in values):
         return ""
-    text = ast.get_source_segment(code, line) or ""
+    line = next((node for node in tree.body if isinstance(node, ast.Assign) and node.value is calls[0]
+                 and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)), None)
+    text = ast.get_source_segment(code, line or calls[0]) or ""
     if not text or "\n" in text or "`" in text or len(text) > MAX_CALL:
         return ""
     return text if len(fixtext.task_constants(text, task) or []) == len(values) else ""

@@ -455,6 +455,10 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
         assert "its records are `result['data']['items']`" in block, lessons
     # the same task: its own word
     assert 'write `products = search_catalog(query="mug")`' in format_lessons([shape], task=MUG_TASK)[0]
+    # a run that assigned the result to no name (``print(search_catalog("mug"))``): the call, given a name
+    alone = shape.model_copy(update={"text": f"{CATALOG_SHAPE} Records came back from `search_catalog('mug')`."})
+    assert ("- For this task: write `result = search_catalog('chair')`, then use its records: `for record in "
+            "result['data']['items']:`.") in format_lessons([alone], task=CHAIR_TASK)[0]
 
 
 def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:

@@ -142,8 +142,13 @@ def test_the_call_that_got_the_records_back_is_named_when_it_passed_only_words_o
     (printed,) = shapes.extract([step(0, "products = search_catalog('lamp')\nprint(products)", repr(CATALOG))],
                                 TOOLS, LAMP_TASK)
     assert printed.call == "products = search_catalog('lamp')"
+    # a call whose result the step assigned to no name: the call alone
+    for code in ('print(search_catalog(query="lamp"))', 'r["x"] = search_catalog(query="lamp")',
+                 'items = search_catalog(query="lamp")["data"]["items"]', 'search_catalog(query="lamp")'):
+        (alone,) = shapes.extract([kept(0, code, [("search_catalog", specimen(CATALOG))])], TOOLS, LAMP_TASK)
+        assert alone.call == 'search_catalog(query="lamp")', code
     # a later step naming the call replaces the same shape without it
-    (later,) = shapes.extract([step(0, 'print(search_catalog("lamp"))', repr(CATALOG)),
+    (later,) = shapes.extract([step(0, 'print(search_catalog("lamp price"))', repr(CATALOG)),
                                step(1, 'r = search_catalog("lamp")\nprint(r)', repr(CATALOG))], TOOLS, LAMP_TASK)
     assert later.call == 'r = search_catalog("lamp")' and later.steps == (1,)
 
@@ -154,8 +159,6 @@ def test_the_call_that_got_the_records_back_is_named_when_it_passed_only_words_o
     "r = search_catalog(query=word)",  # a value the run computed
     'r = search_catalog(query="lamp", limit=16)',  # not a string
     'r = search_catalog(query="lamp")\nq = search_catalog(query="lamp")',  # which call?
-    'print(search_catalog(query="lamp"))',  # assigned to no name
-    'r["x"] = search_catalog(query="lamp")',
     "r = search_catalog(**{'query': 'lamp'})",
     "r = search_catalog()",  # nothing of the task to put in
     'r = search_catalog(\n    query="lamp")',
