@@ -354,10 +354,18 @@ def _observed(deps: Deps, run: runs.Run, given: list[Lesson], failed: bool = Fal
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools")), task), [])
     found = _as_observed(deps, run, found_fixes)
-    # a shape naming the call that got its records back keeps the task whose words that call passed
+    # a shape naming the call that got its records back keeps the task whose words that call passed; a call the
+    # gate or the secret scan refuses leaves the shape without it
+    found_shapes = [shape if not shape.call or _may_keep(deps, shape.text) else dataclasses.replace(shape, call="")
+                    for shape in found_shapes]
     found += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG, task if shape.call else "")
               for shape in found_shapes]
     return _keepable(deps, run, found)
+
+
+def _may_keep(deps: Deps, text: str) -> bool:
+    """Whether an observed fact's text may be kept: it needs no user's eye and carries nothing like a secret."""
+    return not gate.quarantine_reason(text) and not deps.scrubber.has_secret(text)
 
 
 def _as_observed(deps: Deps, run: runs.Run, found_fixes: list[fixes.Fix]) -> list[Observed]:
@@ -368,8 +376,7 @@ def _as_observed(deps: Deps, run: runs.Run, found_fixes: list[fixes.Fix]) -> lis
 
 def _keepable(deps: Deps, run: runs.Run, found: list[Observed]) -> list[Observed]:
     """The observed facts that may be kept: none that needs a user's eye or carries what looks like a secret."""
-    found = [fact for fact in found
-             if not gate.quarantine_reason(fact.text) and not deps.scrubber.has_secret(fact.text)]
+    found = [fact for fact in found if _may_keep(deps, fact.text)]
     if found:
         logger.info("bank %s run %s: %d observed fact(s): %s", run.bank, run.run_id, len(found),
                     "; ".join(f"{fact.tag} {evidence.one_line(fact.text, 100)}" for fact in found))

@@ -24,16 +24,16 @@ What is kept, so that what the run read cannot write the next run's instructions
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint
 is the tool and the shape, so every run that prints the same tool's same shape adds evidence to one fact.
+A run applied it when its code subscripts the records' path (``['data']['items']``); a failed run blames
+it only when one of its failing lines does, since that is where a wrong shape would fail.
 
 The fact also names the line that got the records back (`` Records came back from `result =
 search_catalog(query="mug")`.``, or the call alone when the step assigned its result to no name) when the step
 made that one call of the tool and passed it only string constants, each a word of the run's task
 (``call_line``): the instructions builder puts the next task's values in and gives it as the line to write,
-with the loop over its records. Told only
-where the records are, 1.5B runs asked the tool for words of their own ("price < 27", "product:chair") and got
-none back. Nothing of the line comes from what the run read: its code, its task's words.
-A run applied it when its code subscripts the records' path (``['data']['items']``); a failed run blames
-it only when one of its failing lines does, since that is where a wrong shape would fail.
+with the loop over its records. Told only where the records are, 1.5B runs asked the tool for words of their
+own ("price < 27", "product:chair") and got none back. Nothing of the line comes from what the run read: its
+code, its task's words.
 """
 
 from __future__ import annotations

@@ -955,6 +955,19 @@ def test_a_result_the_run_never_printed_leaves_its_shape_for_the_next_run(deps: 
     assert "lamp" not in text
 
 
+def test_a_call_the_gate_refuses_leaves_the_shape_without_it(deps: Deps, openai_server: FakeOpenAI,
+                                                             store: LessonStore) -> None:
+    """A call passing a URL of the task would send the lesson to a user's eye: the shape is kept without the call,
+    and no run is handed the URL."""
+    openai_server.default = Reply(content=lessons_json())
+    run_id = catalog_run(deps.settings, "https://shop.example/lamp",
+                         ['r = search_catalog("https://shop.example/lamp")\nn = len(r)'], verdict=False)
+    distill_one(deps, "b", run_id)
+    (shape,) = store.list("b")
+    assert shape.status == "active" and shape.tags == ["shape"] and shape.task == ""
+    assert shape.text.endswith("its records are `result['data']['items']`.") and "shop.example" not in shape.text
+
+
 def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_server: FakeOpenAI,
                                                             store: LessonStore) -> None:
     """A real CodeAgent run prints the catalog's answer, then loops over its keys and fails: the structure it
