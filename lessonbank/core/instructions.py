@@ -293,9 +293,10 @@ def _call_for_task(lesson: Lesson, task: str) -> str:
     call = specimen.call_of(lesson.text) if lesson.origin == "observed" and task and lesson.task else None
     path = specimen.path_of(lesson.text)
     line = fixtext.line_for_task(call, task, lesson.task) if call and path else None
-    if line is not None and _assigned_call(line) is None and _assigned_call(f"result = {line}") is not None:
-        line = f"result = {line}"  # the call alone: the run assigned its result to no name
     assigned = _assigned_call(line) if line else None
+    if line is not None and assigned is None:  # the call alone: the run assigned its result to no name
+        line = f"result = {line}"
+        assigned = _assigned_call(line)
     if line is None or path is None or assigned is None:
         return ""
     return (f"For this task: write `{line}`, then use its records: "
@@ -386,9 +387,10 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     given: list[Lesson] = []
     shapes = _shapes(lessons)
     # tools whose call the block gives already: a fix's line to write (the call line of a shape would be another)
-    written = {tool for lesson in lessons if _for_task(lesson, task)[0] is not None
+    placed = [_for_task(lesson, task) for lesson in lessons]
+    written = {tool for lesson, (mine, _) in zip(lessons, placed, strict=True) if mine is not None
                for tool in needs.needed_tools(lesson) or ()}
-    for lesson in lessons:
+    for lesson, (mine, here) in zip(lessons, placed, strict=True):
         if lesson.recipe is not None:
             block = format_recipe(lesson, task)
             if len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(header))):
@@ -397,7 +399,6 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        mine, here = _for_task(lesson, task)
         if mine is not None:  # the line to write with this task's values, and no failing line to copy
             line = f"- For this task: {_one_line(fixtext.to_write(mine) + _then_loop(mine, shapes))} {_seen(lesson)}"
         else:

@@ -353,7 +353,7 @@ def _observed(deps: Deps, run: runs.Run, given: list[Lesson], failed: bool = Fal
     task = recipes.kept_task(run.task, deps.scrubber)
     found_shapes: list[shapes.Shape] = _best_effort(
         run, "observed shapes", lambda: shapes.extract(run.steps, runs.json_list(run.meta.get("tools")), task), [])
-    found = _as_observed(deps, run, found_fixes)
+    found = _as_observed(run, found_fixes, task)
     # a shape naming the call that got its records back keeps the task whose words that call passed; a call the
     # gate or the secret scan refuses leaves the shape without it
     found_shapes = [shape if not shape.call or _may_keep(deps, shape.text) else dataclasses.replace(shape, call="")
@@ -368,9 +368,8 @@ def _may_keep(deps: Deps, text: str) -> bool:
     return not gate.quarantine_reason(text) and not deps.scrubber.has_secret(text)
 
 
-def _as_observed(deps: Deps, run: runs.Run, found_fixes: list[fixes.Fix]) -> list[Observed]:
-    """The run's fixes as facts to keep, each with the run's task (redacted, capped)."""
-    task = recipes.kept_task(run.task, deps.scrubber)
+def _as_observed(run: runs.Run, found_fixes: list[fixes.Fix], task: str) -> list[Observed]:
+    """The run's fixes as facts to keep, each with ``task``: the run's (``recipes.kept_task``: redacted, capped)."""
     return [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
 
 
@@ -605,7 +604,8 @@ def _keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
         run.steps, run.task, runs.json_list(run.meta.get("tools")), deps.scrubber, source), None)
     refused: list[Observed] = []
     if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")):
-        refused = _keepable(deps, run, _as_observed(deps, run, _answer_fixes(deps, run)))
+        task = recipes.kept_task(run.task, deps.scrubber)
+        refused = _keepable(deps, run, _as_observed(run, _answer_fixes(deps, run), task))
     stats, recipe_id = ConsolidationStats(), None
     if recipe is not None or refused:
         stats, recipe_id = _consolidate(deps, run, [], recipe, verified=vouches(run, verdict, source),
