@@ -30,7 +30,11 @@ seed (who goes first turns from pair to pair):
   step, not the whole answer);
 - ``task-loop``: ``task-only`` followed by the shape's loop on the line's own variable ("Then use its records: `for
   record in weather_data['records']:`"): what the builder gives with ``--shape`` (``instructions._then_loop``),
-  where ``task-only`` gives the line alone.
+  where ``task-only`` gives the line alone;
+- ``task-alone``: ``task-only`` followed by "Write that line alone as your first step, without print: what it
+  returns then shows as the step's last output." (after ``print`` smolagents shows ``None`` as the last output,
+  which the agent read as no result);
+- ``task-logs``: ``task-only`` followed by where a printed result shows, and what that ``None`` is.
 
 With ``--context`` the block also holds what seed 10's date_format runs were given next to the fix: the
 recipe of the solved run (its code with this task's values put in, ahead of the fix) and the observed shape
@@ -47,7 +51,9 @@ answer 14/18 ``task-only``, 10/18 ``task-recipe``, 14/18 ``task-fixlast``; with 
 48/48 ``task-args`` and 46/48 ``task-args-last``; with ``--context --steps 3``, right answer 27/36 ``task-inrecipe``
 (right date first 29) and 27/36 ``task-runrecipe`` (35), against 26-27/36 ``task-only`` (34-35); with ``--seeds 1-6
 --per-seed 2 --kinds asked --shape --steps 4``, right answer 2/12 ``task-then`` and 7/12 ``task-loop`` against 3/12
-``task-only`` (paired 1 to 2 and 4 to 0).
+``task-only`` (paired 1 to 2 and 4 to 0); with ``--seeds 1-12 --per-seed 2 --kinds asked --steps 4``, right
+answer 8/24 ``task-alone`` against 6/24 ``task-only`` (paired 5 to 3), and on seeds 1-6 4/12 ``task-logs`` against
+3/12 (3 to 2): neither kept.
 
 Starts its own llama.cpp server on the cached 1.5B model (``lessonbank llm setup --model 1.5b``).
 Writes ``<out>/<name>.json`` (``<name>.partial.json`` after each probe while it runs).
@@ -85,7 +91,7 @@ logger = logging.getLogger("bench.first_call")
 # failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
 FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last",
-           "task-inrecipe", "task-runrecipe", "task-then", "task-loop")
+           "task-inrecipe", "task-runrecipe", "task-then", "task-loop", "task-alone", "task-logs")
 AFTER_TASK = tuple(form for form in FORMATS if form.startswith("task"))  # the rest: in the system prompt
 WITH_CONTEXT = ("task-recipe", "task-fixlast", "task-inrecipe", "task-runrecipe")  # forms that need --context
 # ``additional_args`` of the ``task-args*`` forms, and smolagents' note on them (``MultiStepAgent.run``, 1.26)
@@ -183,6 +189,20 @@ def then_loop(text: str) -> str:
     return f"{fixtext.to_write(text)} Then use its records: `for record in {name}['records']:`."
 
 
+def alone(text: str) -> str:
+    """``fixtext.to_write``'s text followed by how to see what the line returns: the line as a step of its own,
+    without ``print`` (smolagents shows a step's last value as its last output, and ``None`` after a print)."""
+    return (f"{fixtext.to_write(text)} Write that line alone as your first step, without print: what it returns "
+            "then shows as the step's last output.")
+
+
+def logs(text: str) -> str:
+    """``fixtext.to_write``'s text followed by where a printed result shows: under "Execution logs:", while the
+    step's "Last output from code snippet: None" is what ``print`` itself returned."""
+    return (f"{fixtext.to_write(text)} If you print its result, it shows under \"Execution logs:\"; the "
+            "\"Last output from code snippet: None\" after it is what print returned, not the call.")
+
+
 def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
     """The lessons block of ``lesson`` (and ``context``) for ``task``, its fix written as ``form`` says: the
     instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
@@ -204,7 +224,7 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     assert kept is not None, "the fix was not given with the task's values"
     written = {"stored": str, "task": str, "shown": shown, "task-inrecipe": in_recipe,
                "task-runrecipe": run_recipe, "task-then": then_answer,
-               "task-loop": then_loop}.get(form, fixtext.to_write)(kept)
+               "task-loop": then_loop, "task-alone": alone, "task-logs": logs}.get(form, fixtext.to_write)(kept)
     # the builder's line: the line to write, then (with the shape and no recipe) the loop ``task-loop`` gives
     line = re.compile(re.escape(f"- For this task: {fixtext.to_write(kept)}") + r"[^\n]*? (?=\(seen in )")
     assert line.search(text), "the instructions builder no longer gives the fix as the line to write"
