@@ -205,3 +205,23 @@ def test_the_shape_call_probe_gives_the_call_with_this_tasks_word_only_in_its_ca
     assert '- For this task: write `result = search_catalog(query="mug")`, then use its records' in blocks["call"]
     assert "lamp" not in blocks["call"] and "search_catalog(query=" not in blocks["shape"]
     assert all("its records are `result['data']['items']`: use all of them" in block for block in blocks.values())
+
+
+def test_the_first_call_probe_gives_each_form_the_builders_line_to_write() -> None:
+    """``bench/learning/first_call.py`` without its LLM: every form's block (with ``--context`` for the forms that
+    need it); it fails unless the instructions builder gives the asked fix as the line to write with this task's
+    date, which the forms edit."""
+    script = (
+        "import json, sys; sys.path[:0] = ['bench/learning', 'bench']; import first_call as f\n"
+        "solved, variant = f.TASKS['date_format'].variants(2, seed=1)\n"
+        "lesson = f.fix_lesson(solved, 'asked')\n"
+        "print(json.dumps({form: f.block(lesson, variant.prompt, form,\n"
+        "                               f.context_lessons(solved) if form in f.WITH_CONTEXT else None)\n"
+        "                  for form in f.FORMATS}))\n")
+    blocks = snippet_json(script)
+    # seed 1's second variant (Porto, 2024-09-06); the fix was left by the first one, for another city and day
+    line = '- For this task: Write `weather_data = get_weather("Porto", "06.09.2024")` (as the error asked'
+    assert all(line in blocks[form] for form in ("only", "task-only", "task-alone", "task-logs", "task-then"))
+    assert "Write that line alone as your first step, without print" in blocks["task-alone"]
+    assert "Last output from code snippet: None" in blocks["task-logs"]
+    assert "without print" not in blocks["task-only"] and "Last output" not in blocks["task-only"]
