@@ -248,11 +248,13 @@ _COMPOUND = re.compile(_STARTS_ALONE + r"[^\W_]{1,10}(?:[^\w\s][^\W_]{1,10}){1,5
 
 def rewritten_from(value: str, task: str) -> str | None:
     """The value of ``task`` that ``value`` rewrites (its parts in another order or with other separators:
-    "17.03.2024" rewrites the task's "2024-03-17"), or None."""
+    "17.03.2024" rewrites the task's "2024-03-17"), or None. Parts may repeat: "08.08.2024" rewrites
+    "2024-08-08", although its parts do not say which went where (``carry_over`` then needs the form)."""
     if len(value) > 40 or not _GROUP.search(value):
         return None
+    parts = sorted(_GROUP.findall(value))
     for match in _COMPOUND.finditer(task[:4000]):
-        if _reorder(match.group(0), value) is not None:
+        if match.group(0) != value and sorted(_GROUP.findall(match.group(0))) == parts:
             return match.group(0)
     return None
 

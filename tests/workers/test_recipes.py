@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from lessonbank.core import fixtext
 from lessonbank.core.models import StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.workers.recipes import extract, fingerprint, fold_dates, ignored_values, prune, recipe_text
@@ -319,6 +320,24 @@ def test_a_forced_answer_printed_by_code_that_ignores_a_value_of_the_task_leaves
     assert recipe is not None and recipe.params == ["chair", "25"]
     # a value the code wrote another way counts as used (the task's 2024-09-15 as '15.09.2024')
     assert ignored_values("get_weather(city='Porto', date='15.09.2024')", ["15.09.2024"], WEATHER_TASK) == []
+
+
+def test_a_task_date_whose_day_and_month_are_equal_written_another_way_counts_as_used() -> None:
+    """Seen in the learning benchmark (seed 23, run 4): the run asked about Ghent on 2024-08-08 passed
+    '08.08.2024' and answered right in one step; its recipe was refused as ignoring the task's '2024-08-08',
+    because the date's parts (08 twice) did not say which went where."""
+    ghent = "Using get_weather, what was the highest temperature in Ghent on 2024-08-08? Answer with the number only."
+    code = ("weather_data = get_weather(city='Ghent', date='08.08.2024')\n"
+            "final_answer(weather_data['records'][0]['max_c'])")
+    recipe = extract([step(0, code, action_output="6.7", is_final=True), final("6.7", 1)], ghent, ["get_weather"],
+                     Redactor(), "check")
+    assert recipe is not None and recipe.params == ["Ghent", "08.08.2024"]
+    assert ignored_values(code, ["Ghent", "08.08.2024"], ghent) == []
+    other_separators, other_day = code.replace("08.08.2024", "2024.08.08"), code.replace("08.08.2024", "08.09.2024")
+    assert ignored_values(other_separators, ["Ghent", "2024.08.08"], ghent) == []
+    assert ignored_values(other_day, ["Ghent", "08.09.2024"], ghent) == ["2024-08-08"]
+    # and a recipe passing that date gets it put in for the next task only when its form is known: not guessed
+    assert fixtext.carry_over("2024-08-08", "08.08.2024", "on 2024-03-17") == []
 
 
 def test_a_forced_answer_whose_code_only_wrote_the_task_s_number_into_a_query_leaves_no_recipe() -> None:
