@@ -43,7 +43,7 @@ import builtins
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lessonbank.core import fixtext
@@ -180,21 +180,21 @@ def call_line(code: str, tool: str, task: str) -> str:
     return text if len(fixtext.task_constants(text, task) or []) == len(values) else ""
 
 
-def _printed_shape(step: StepRecord, tools: set[str], task: str) -> Shape | None:
+def _printed_shape(step: StepRecord, tools: set[str]) -> Shape | None:
     tool = _printed_call(step.code, tools)
     if tool is None:
         return None
-    return _shape(tool, read_literal(evidence.printed(step.observations)), step.seq, call_line(step.code, tool, task))
+    return _shape(tool, read_literal(evidence.printed(step.observations)), step.seq)
 
 
-def _kept_shape(step: StepRecord, result: ToolResultRecord, tools: set[str], task: str) -> Shape | None:
+def _kept_shape(step: StepRecord, result: ToolResultRecord, tools: set[str]) -> Shape | None:
     name = result.name
     if not _TOOL.fullmatch(name) or name == "final_answer" or (tools and name not in tools):
         return None
-    return _shape(name, result.specimen, step.seq, call_line(step.code, name, task))
+    return _shape(name, result.specimen, step.seq)
 
 
-def _shape(tool: str, value: Any, seq: int, call: str = "") -> Shape | None:
+def _shape(tool: str, value: Any, seq: int) -> Shape | None:
     if not isinstance(value, dict):
         return None
     paths = _record_paths(value)
@@ -206,7 +206,7 @@ def _shape(tool: str, value: Any, seq: int, call: str = "") -> Shape | None:
         return None
     if len(shape) > MAX_SHAPE:
         return None
-    return Shape(tool, shape, paths[0], (seq,), call)
+    return Shape(tool, shape, paths[0], (seq,))
 
 
 def extract(steps: list[StepRecord], tools: list[str], task: str = "") -> list[Shape]:
@@ -218,15 +218,20 @@ def extract(steps: list[StepRecord], tools: list[str], task: str = "") -> list[S
     for step in steps:
         if step.kind != "action":
             continue
-        shapes = [_kept_shape(step, result, known, task) for result in step.tool_results]
+        shapes = [_kept_shape(step, result, known) for result in step.tool_results]
         if not evidence.failed(step) and step.code.strip():
-            shapes.append(_printed_shape(step, known, task))
+            shapes.append(_printed_shape(step, known))
+        calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
         for shape in shapes:
             if shape is None:
                 continue
             same = next((at for at, other in enumerate(found) if other.fingerprint == shape.fingerprint), None)
-            if same is None and len(found) < MAX_SHAPES:
-                found.append(shape)
-            elif same is not None and shape.call and not found[same].call:
-                found[same] = shape
+            if (same is None and len(found) >= MAX_SHAPES) or (same is not None and found[same].call):
+                continue
+            if shape.tool not in calls:
+                calls[shape.tool] = call_line(step.code, shape.tool, task)
+            if same is None:
+                found.append(replace(shape, call=calls[shape.tool]))
+            elif calls[shape.tool]:
+                found[same] = replace(shape, call=calls[shape.tool])
     return found
