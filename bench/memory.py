@@ -5,8 +5,10 @@ close of each run), against the same agent process without anything of lessonban
     python bench/memory.py [--steps 100] [--repeats 3] [--with-otel] [--interned 5000]
 
 By default the processes run as a default install would (``pip install lessonbank``, no ``otel`` extra):
-opentelemetry, which the ``dev`` extra installs here and which redis-py imports when it finds it, is hidden
-from them (both arms); ``--with-otel`` measures with it.
+opentelemetry, which the ``dev`` extra installs here (redis-py imports it when it finds it, should anything
+import redis-py), is hidden from them (both arms); ``--with-otel`` measures with it. Each arm reports what heavy
+package it imported (redis-py, Celery, kombu, the engines, the embedding model: none is expected) and, with
+``remember``, whether the runs were given the owner's lessons.
 
 Each measurement is a fresh process that imports smolagents (and, for the second agent kind, ``openai``, as
 an agent talking to an OpenAI-compatible server does), then runs a scripted CodeAgent for ``--steps`` steps
@@ -67,7 +69,8 @@ CHILD = textwrap.dedent("""
                 return None
 
         sys.meta_path.insert(0, NoOtel())
-    HEAVY = ("celery", "kombu", "qdrant_client", "qdrant_edge", "fastembed", "onnxruntime", "numpy", "tokenizers")
+    HEAVY = ("redis", "celery", "kombu", "qdrant_client", "qdrant_edge", "fastembed", "onnxruntime", "numpy",
+             "tokenizers")
 
     def status_mb(field):
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -101,15 +104,17 @@ CHILD = textwrap.dedent("""
                       max_steps=per_run + 1)
     if mode == "remember":
         import lessonbank
+        from lessonbank.agent import lessons_given
 
         lessonbank.remember(agent, bank="bench-memory", settings=settings)
     for run in range(steps // per_run):
         agent.run(f"Count, run {run}.")
+    given = mode == "remember" and "Counting runs print" in lessons_given(agent)
     foreign = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("lessonbank", "redis")})
     heavy = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in HEAVY})
     print(json.dumps({"rss_imported_mb": imported, "rss_built_mb": built, "rss_after_mb": status_mb("VmRSS"),
                       "peak_mb": status_mb("VmHWM"), "lessonbank_or_redis_imported": foreign,
-                      "heavy": heavy}))
+                      "heavy": heavy, "lessons_given": given}))
 """)
 
 
@@ -169,6 +174,7 @@ def figures(kind: str, samples: dict[str, list[dict[str, Any]]]) -> dict[str, An
             "peak_growth_mb": round(median[mode]["peak_mb"]["median"] - base["peak_mb"]["median"], 1),
             "imports_and_build_mb": round(median[mode]["rss_built_mb"]["median"] - base["rss_built_mb"]["median"], 1),
             "heavy": sorted({name for s in samples[mode] for name in s.get("heavy", [])}),
+            "lessons_given": all(s.get("lessons_given") for s in samples[mode]),
         }
     return {"kind": kind, "arms": arms, "target_mb": TARGET_MB[kind], "medians": median,
             "baseline_clean": all(not s["lessonbank_or_redis_imported"] for s in samples["none"])}
@@ -204,6 +210,8 @@ def _rows(results: list[dict[str, Any]], steps: int, otel: bool) -> list[dict[st
             target = f"<= {r['target_mb']:.0f} MB" if r["target_mb"] is not None and mode == "remember" else ""
             met = arm["growth_mb"] <= r["target_mb"] if target else None
             heavy = f"; imported {', '.join(arm['heavy'])}" if arm["heavy"] else "; nothing heavy imported"
+            if mode == "remember":
+                heavy += "; lessons given" if arm["lessons_given"] else "; NO LESSONS GIVEN"
             grown = (f", interned-string table grown first ({r['interned']:,} strings in every arm)"
                      if r.get("interned") else "")
             rows.append(row(f"agent RSS growth, {KINDS[r['kind']]}, {LABELS[mode]}, {steps} steps, {env}{grown} (MB)",

@@ -9,54 +9,95 @@
 
 "short" is ``settings.redis_timeout``; "store wait" is ``settings.store_timeout`` plus a margin, so a
 blocking wait for the store owner's reply is not cut by the socket's own timeout.
+
+The agent process's roles get a ``Wire`` (``create_wire``: one socket, hiredis, none of redis-py's package
+imported); the others a redis-py client (``create_redis``). ``redis_errors()`` is what either raises.
 """
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
+from lessonbank.core.wire import ReplyError, Wire, WireConnectionError, WireError
+
+if TYPE_CHECKING:
+    import redis
 
 Role = Literal["recorder", "agent", "service", "cli"]
 
 BLOCKING_MARGIN = 5.0
 
 
-def _options(settings: Settings, role: Role) -> dict[str, object]:
+def _timeouts(settings: Settings, role: Role) -> tuple[float, float]:
+    """(read, connect) timeouts of ``role``, in seconds."""
     if role == "recorder":
-        return {
-            "socket_timeout": settings.redis_timeout,
-            "socket_connect_timeout": settings.redis_timeout,
-            "retry": Retry(NoBackoff(), 0),
-            "health_check_interval": 0,
-        }
+        return settings.redis_timeout, settings.redis_timeout
     if role == "agent":
-        return {
-            "socket_timeout": settings.store_timeout + BLOCKING_MARGIN,
-            "socket_connect_timeout": max(settings.redis_timeout, 1.0),
-            "retry": Retry(NoBackoff(), 0),
-            "health_check_interval": 0,
-        }
+        return settings.store_timeout + BLOCKING_MARGIN, max(settings.redis_timeout, 1.0)
     if role == "service":
-        return {"socket_timeout": 30.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
-    return {"socket_timeout": 10.0, "socket_connect_timeout": 3.0}
+        return 30.0, 5.0
+    return 10.0, 3.0
+
+
+def _options(settings: Settings, role: Role) -> dict[str, object]:
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    read, connect = _timeouts(settings, role)
+    options: dict[str, object] = {"socket_timeout": read, "socket_connect_timeout": connect}
+    if role in ("recorder", "agent"):
+        options.update(retry=Retry(NoBackoff(), 0), health_check_interval=0)
+    elif role == "service":
+        options.update(health_check_interval=30)
+    return options
 
 
 def create_redis(settings: Settings, role: Role) -> redis.Redis:
-    """A Redis client for ``role`` (see the table above). No I/O until the first command."""
+    """A redis-py client for ``role`` (see the table above). No I/O until the first command."""
+    import redis
+
     try:
         return redis.Redis.from_url(settings.redis_url, **_options(settings, role))  # type: ignore[arg-type]
     except ValueError as e:
         raise ConfigurationError(
             f"LESSONBANK_REDIS_URL is not a Redis URL ({e}); expected redis://[:password@]host:port/db"
         ) from e
+
+
+def create_wire(settings: Settings, role: Literal["recorder", "agent"]) -> Wire:
+    """The agent process's connection for ``role`` (see the table above). No I/O until the first command."""
+    timeout, connect = _timeouts(settings, role)
+    try:
+        return Wire.from_url(settings.redis_url, socket_timeout=timeout, connect_timeout=connect)
+    except ValueError as e:
+        raise ConfigurationError(
+            f"LESSONBANK_REDIS_URL is not a Redis URL ({e}); expected redis://[:password@]host:port/db"
+        ) from e
+
+
+def wire_of(client: Any, settings: Settings, role: Literal["recorder", "agent"]) -> Wire:
+    """A ``Wire`` with ``role``'s timeouts to the Redis of an injected ``client`` (a ``Wire``, or a redis-py
+    client whose options are copied; the client itself is left as it was)."""
+    timeout, connect = _timeouts(settings, role)
+    if isinstance(client, Wire):
+        return client
+    try:
+        return Wire.from_client(client, socket_timeout=timeout, connect_timeout=connect)
+    except ValueError as e:
+        raise ConfigurationError(f"redis_client: {e}; pass a redis.Redis, or leave it out and set "
+                                 "LESSONBANK_REDIS_URL") from e
+
+
+def redis_errors() -> tuple[type[Exception], ...]:
+    """What a Redis call may raise here: a ``Wire``'s errors, and redis-py's once this process has imported it."""
+    loaded = sys.modules.get("redis")
+    base = getattr(loaded, "RedisError", None) if loaded is not None else None
+    return (WireError,) if base is None else (WireError, base)
 
 
 def masked_url(url: str) -> str:
@@ -74,12 +115,15 @@ def masked_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{credentials}@{host}", parts.path, parts.query, parts.fragment))
 
 
-def redis_trouble(error: redis.RedisError) -> str:
+def redis_trouble(error: Exception) -> str:
     """What went wrong with Redis, in a few words for an error message: refused the credentials, unreachable
     (no connection, or no answer in time), or failed the command (out of memory, a read-only replica...)."""
-    if isinstance(error, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
+    names = {cls.__name__ for cls in type(error).mro()}
+    refused = isinstance(error, ReplyError) and error.code in ("WRONGPASS", "NOAUTH", "NOPERM")
+    if refused or names & {"AuthenticationError", "NoPermissionError", "AuthenticationWrongNumberOfArgsError"}:
         return "Redis refused the credentials or the command (check LESSONBANK_REDIS_URL)"
-    if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+    if isinstance(error, WireConnectionError) or (names & {"ConnectionError", "TimeoutError"} and
+                                                  not isinstance(error, WireError)):
         return "Redis unreachable"
     return "Redis failed the command"
 
@@ -92,7 +136,7 @@ def eviction_risk(client: redis.Redis) -> str:
     recorder spools and the worker retries."""
     try:
         found = client.config_get("maxmemory*")
-    except redis.RedisError:
+    except redis_errors():
         return ""
     config = {redis_text(k): redis_text(v) for k, v in found.items()}
     policy, limit = config.get("maxmemory-policy", ""), config.get("maxmemory", "0")
@@ -109,7 +153,7 @@ def redis_text(value: bytes | str | None) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
-def redis_time(client: redis.Redis) -> float:
+def redis_time(client: Any) -> float:
     """Redis's clock (``TIME``) now, in seconds since the epoch: the clock every machine's deadlines share."""
     seconds, micros = client.time()
     return float(seconds) + float(micros) / 1_000_000
@@ -126,7 +170,7 @@ class RedisClock:
 
     REFRESH = 60.0
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Any) -> None:
         self.client = client
         self._offset: float | None = None
         self._measured = 0.0

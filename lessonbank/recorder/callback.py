@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import redis
 from smolagents.memory import ActionStep, FinalAnswerStep, MemoryStep, PlanningStep, TaskStep
 from smolagents.utils import AgentMaxStepsError
 
-from lessonbank.core.connections import create_redis
+from lessonbank.core.connections import create_wire, wire_of
 from lessonbank.core.models import RunOutcome
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -30,7 +29,7 @@ from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import RunInfo, Snapshot
 from lessonbank.recorder.spool import Spool
 from lessonbank.recorder.tracking import AgentState, Run, RunTracker, check_fields
-from lessonbank.recorder.transport import Transport, recorder_client
+from lessonbank.recorder.transport import Transport
 from lessonbank.recorder.writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ class StepRecorder:
         self,
         bank: str | None = None,
         settings: Settings | None = None,
-        redis_client: redis.Redis | None = None,
+        redis_client: Any = None,
     ) -> None:
         self.settings = settings if settings is not None else Settings()
         self.bank = bank or self.settings.bank
@@ -64,10 +63,11 @@ class StepRecorder:
             Redactor(self.settings.redact_patterns), self.settings.max_field_chars, self.settings.max_record_bytes
         )
         if redis_client is None:
-            factory = functools.partial(create_redis, self.settings, "recorder")
+            factory = functools.partial(create_wire, self.settings, "recorder")
         else:  # its address and credentials, the recorder's timeouts and no retry (the writer never keeps the
             # recorder alive)
-            factory = functools.partial(recorder_client, redis_client, self.settings.redis_timeout)
+            injected = wire_of(redis_client, self.settings, "recorder")
+            factory = functools.partial(lambda wire: wire, injected)
         self.transport = Transport(factory, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown,
                                    self.settings.redis_timeout, self.settings.queue)
         self._writer = Writer(self.serializer, self.transport)

@@ -23,12 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from lessonbank.core import runs
 from lessonbank.core.constants import STEP_TTL
+from lessonbank.core.wire import ReplyError, Wire
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import Spool
 
@@ -71,12 +68,12 @@ class RedisSink:
     """Applies one op at a time through ``lessonbank.core.runs`` (``lessonbank spool replay`` uses it).
     Every op is idempotent, so ops can be replayed."""
 
-    def __init__(self, client: redis.Redis, queue: str) -> None:
+    def __init__(self, client: Any, queue: str) -> None:
         self.client = client
         self.queue = queue
 
     def apply(self, op: Op, replay: bool = False) -> None:
-        """Deliver ``op`` (a close also queues the run's distillation, once). Raises redis errors."""
+        """Deliver ``op`` (a close also queues the run's distillation, once). Raises the client's errors."""
         ref = _ref(op)
         if op.op == "close":
             runs.close_run(self.client, ref, op.seq, op.record, op.outcome, op.at, self.queue)
@@ -84,27 +81,6 @@ class RedisSink:
             runs.run_command(self.client, verdict_command(op, self.queue))
         else:
             runs.record_step(self.client, ref, op.seq, op.record, op.at, self.queue)
-
-
-# Connection options of the injected client that its own pool computes: a pool of ours computes its own.
-_POOL_OWNED = ("maint_notifications", "oss_cluster_maint", "orig_")
-
-
-def recorder_client(client: redis.Redis, timeout: float) -> redis.Redis:
-    """A client of the recorder's own to the Redis of an injected ``client``: its connection options (address,
-    credentials, TLS, database, protocol), the recorder's timeouts and no retry, whatever the injected client
-    does, so that a close and ``flush`` keep their bounds. No I/O. When its options cannot be copied (a client
-    that is no redis-py client underneath), its own pool, as it is."""
-    pool = client.connection_pool
-    try:
-        options = {name: value for name, value in pool.connection_kwargs.items() if not name.startswith(_POOL_OWNED)}
-        options.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
-                       retry_on_error=[], health_check_interval=0)
-        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **options))
-    except (AttributeError, TypeError, ValueError, redis.RedisError):
-        logger.warning("the injected Redis client's options could not be copied; the recorder uses its pool, "
-                       "with its timeouts and retries", exc_info=True)
-        return redis.Redis(connection_pool=pool)  # closing it leaves the injected pool alone
 
 
 # -- the commands of a batch: lessonbank.core.runs' scripts, pipelined ------------------------------------
@@ -173,7 +149,7 @@ class Transport:
 
     def __init__(
         self,
-        client_factory: Callable[[], redis.Redis],
+        client_factory: Callable[[], Wire],
         spool: Spool,
         cooldown: float,
         timeout: float,
@@ -182,7 +158,7 @@ class Transport:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client_factory = client_factory
-        self._client: redis.Redis | None = None
+        self._client: Wire | None = None
         self._own_client = own_client
         self.spool = spool
         self.breaker = CircuitBreaker(cooldown, clock)
@@ -195,7 +171,7 @@ class Transport:
         self.spooled = 0
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> Wire:
         if self._client is None:
             self._client = self._client_factory()
         return self._client
@@ -203,8 +179,7 @@ class Transport:
     @property
     def address(self) -> str:
         """Where the client connects: a probe that failed there says the same of every spool bound for it."""
-        options = self.client.connection_pool.connection_kwargs
-        return repr([options.get(name) for name in ("host", "port", "path", "db")])
+        return self.client.address
 
     @property
     def backlog(self) -> int:
@@ -232,7 +207,7 @@ class Transport:
 
         try:
             self._execute(live_commands(ops, self.queue), slow, min(op.at for op in ops) + SPILL_AFTER)
-        except Exception as e:  # redis and socket errors; anything else is logged the same way
+        except Exception as e:  # Redis and socket errors; anything else is logged the same way
             self._outage(e)
             if spilled:
                 self.spooled += len(ops)
@@ -274,37 +249,14 @@ class Transport:
 
     def _execute(self, commands: list[Command], slow: Callable[[], None], slow_at: float) -> list[Any]:
         """Send ``commands`` as one pipeline; while no reply came, call ``slow()`` every POLL from the unix
-        time ``slow_at`` on. Raises redis errors (the first error reply too, after every reply was read)."""
+        time ``slow_at`` on. Raises the ``Wire``'s errors (the first error reply too, after every reply was read)."""
         loads = 0
         if not self._script_ready and any(command[0] == "EVALSHA" for command in commands):
             loads = len(runs.SCRIPT_BODIES)
             commands = [*(("SCRIPT", "LOAD", body) for body in runs.SCRIPT_BODIES), *commands]
-        pool = self.client.connection_pool
-        try:
-            connection = pool.get_connection()
-        except TypeError:  # redis-py < 5.3 wants a command name
-            connection = pool.get_connection("PIPELINE")
-        try:
-            connection.send_packed_command(connection.pack_commands(commands))
-            sent = time.monotonic()
-            while not connection.can_read(timeout=POLL):
-                if time.monotonic() - sent >= self.timeout:
-                    raise redis.TimeoutError(f"no reply from Redis in {self.timeout}s")
-                if time.time() >= slow_at:
-                    slow()
-            replies = []
-            for _ in commands:
-                try:
-                    replies.append(connection.read_response())
-                except redis.ResponseError as e:
-                    replies.append(e)
-        except BaseException:
-            connection.disconnect()
-            raise
-        finally:
-            pool.release(connection)
+        replies = self.client.exchange(commands, timeout=self.timeout, on_wait=slow, wait_from=slow_at, poll=POLL)
         for reply in replies:
-            if isinstance(reply, redis.ResponseError):
+            if isinstance(reply, ReplyError):
                 raise reply
         if loads:
             self._script_ready = True

@@ -95,3 +95,12 @@ def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
     assert eviction_risk(admin) == ""
     admin.execute_command("ACL", "SETUSER", "default", "-config")  # CONFIG refused, as on some managed Redis
     assert eviction_risk(admin) == ""
+
+
+@pytest.mark.parametrize(("role", "socket_timeout", "connect_timeout"), [("recorder", 0.25, 0.25), ("agent", 8.0, 1.0)])
+def test_the_agent_process_roles_get_a_wire_with_their_timeouts(role, socket_timeout, connect_timeout) -> None:
+    from lessonbank.core.connections import create_wire
+
+    wire = create_wire(Settings(_env_file=None, redis_url="redis://:pw@127.0.0.1:1/4"), role)
+    assert (wire.socket_timeout, wire.connect_timeout) == (socket_timeout, connect_timeout)
+    assert (wire.host, wire.port, wire.db, wire.password) == ("127.0.0.1", 1, 4, "pw")

@@ -26,11 +26,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
-import redis
 from pydantic import ValidationError
 
 from lessonbank.core import exceptions
-from lessonbank.core.connections import RedisClock, create_redis, redis_trouble
+from lessonbank.core.connections import RedisClock, create_wire, redis_errors, redis_trouble
 from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
 from lessonbank.core.settings import Settings
@@ -44,7 +43,7 @@ PURGES = frozenset({"delete", "delete_bank"})
 PURGE_WAIT = 600.0
 
 
-def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -> LessonStoreProtocol:
+def connect_store(settings: Settings, redis_client: Any = None) -> LessonStoreProtocol:
     """The store a process other than the embedded store's owner should use.
 
     ``settings.qdrant_url`` set: a direct ``LessonStore`` on the server. Otherwise a
@@ -76,16 +75,16 @@ def _raise_remote(error: dict[str, Any]) -> None:
 class RemoteLessonStore:
     """Every method of ``LessonStoreProtocol``, forwarded over Redis to the process that owns the embedded path."""
 
-    def __init__(self, settings: Settings, redis_client: redis.Redis | None = None) -> None:
+    def __init__(self, settings: Settings, redis_client: Any = None) -> None:
         self.settings = settings
         self.timeout = settings.store_timeout
-        self._redis = redis_client
+        self._redis = redis_client  # a worker's or the CLI's redis-py client; the agent's own Wire otherwise
         self._clock: RedisClock | None = None
 
     @property
-    def redis(self) -> redis.Redis:
+    def redis(self) -> Any:
         if self._redis is None:
-            self._redis = create_redis(self.settings, "agent")
+            self._redis = create_wire(self.settings, "agent")
         return self._redis
 
     @property
@@ -117,7 +116,7 @@ class RemoteLessonStore:
                 taken = self.redis.lrem(STORE_REQUESTS_KEY, 1, payload) == 0
                 if taken and method in PURGES:
                     item, why = self._wait_for_purge(key, method, chunk)
-        except redis.RedisError as e:
+        except redis_errors() as e:
             self._withdraw(payload)
             raise ServiceUnavailable(f"{redis_trouble(e)} for lesson store requests: {e}") from e
         if item is None:
@@ -130,7 +129,10 @@ class RemoteLessonStore:
 
     def _chunk(self) -> float:
         """The longest BLPOP this client can wait for: a second (or half) under its socket timeout."""
-        socket_timeout = float(self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 10.0)
+        client = self.redis
+        pool = getattr(client, "connection_pool", None)
+        timeout = pool.connection_kwargs.get("socket_timeout") if pool is not None else client.socket_timeout
+        socket_timeout = float(timeout or 10.0)
         return max(socket_timeout - 1.0, socket_timeout / 2)
 
     def _wait(self, key: str, ends: float, chunk: float) -> Any:
@@ -162,7 +164,7 @@ class RemoteLessonStore:
             return
         try:
             self.redis.lrem(STORE_REQUESTS_KEY, 1, payload)
-        except redis.RedisError:
+        except redis_errors():
             pass
 
     def close(self) -> None:
