@@ -178,11 +178,12 @@ class Wire:
         poll: float = 0.005,
     ) -> list[Any]:
         """Send ``commands`` in one write and read one reply per command (an error reply as a ``ReplyError``
-        in its place). The whole exchange takes at most ``timeout`` (default: the socket timeout) seconds;
-        while it waits, ``on_wait()`` is called every ``poll`` seconds once the unix time is ``wait_from``.
+        in its place). Connecting, when needed, takes at most the connect timeout; the whole exchange at most
+        ``timeout`` (default: the socket timeout) seconds from its start. While it waits for the first reply,
+        ``on_wait()`` is called every ``poll`` seconds once the unix time is ``wait_from``.
         Raises ``WireConnectionError``/``WireTimeoutError`` and drops the connection on any failure."""
-        if os.getpid() != self._pid:  # a forked child: a lock of its own, and its copy of the parent's socket
-            self._pid, self._lock = os.getpid(), threading.Lock()  # closed (the parent's stays open) unused
+        if os.getpid() != self._pid:  # a forked child: a lock of its own, and a connection of its own (closing
+            self._pid, self._lock = os.getpid(), threading.Lock()  # its copy of the socket leaves the parent's open)
             self._drop()
         payload = pack(commands)
         with self._lock:
