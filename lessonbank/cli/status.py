@@ -17,7 +17,7 @@ import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.core.connections import eviction_risk, masked_url, redis_time
+from lessonbank.core.connections import eviction_risk, masked_url, redis_text, redis_time
 from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
@@ -49,10 +49,6 @@ def spooled_records(spool_dir: Path) -> tuple[int, int]:
     return records, files
 
 
-def _text_of(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
     """Queue length, runs in progress, dead letters, runs distilled without the LLM's lessons, the quality gate's
     drops and the recorder's counts."""
@@ -64,10 +60,10 @@ def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
     pipe.hgetall(RECORDER_STATS_KEY)
     pipe.hget(LLM_STATS_KEY, "unusable")
     queued, open_runs, dead, dropped, recorder, unusable = pipe.execute()
-    counts = {_text_of(k): int(v) for k, v in recorder.items()}
+    counts = {redis_text(k): int(v) for k, v in recorder.items()}
     return {"queued": int(queued), "runs_in_progress": int(open_runs), "dead_letters": int(dead),
             "distilled_without_llm_lessons": int(unusable or 0),
-            "dropped_by_gate": {_text_of(k): int(v) for k, v in sorted(dropped.items())},
+            "dropped_by_gate": {redis_text(k): int(v) for k, v in sorted(dropped.items())},
             "recorder": {"delivered": counts.get("delivered", 0), "spooled": counts.get("spooled", 0)}}
 
 
@@ -76,7 +72,7 @@ def workers(client: redis.Redis, now: float) -> list[dict[str, Any]]:
     seen: list[tuple[bytes, float]] = client.zrange(WORKERS_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
     if not seen:
         return []
-    beats = client.mget([worker_key(_text_of(name)) for name, _ in seen])
+    beats = client.mget([worker_key(redis_text(name)) for name, _ in seen])
     found = []
     for (name, last), beat in zip(seen, beats, strict=True):
         info: dict[str, Any] = {}
@@ -85,7 +81,7 @@ def workers(client: redis.Redis, now: float) -> list[dict[str, Any]]:
                 info = json.loads(beat)
             except ValueError:
                 info = {}
-        found.append({**info, "name": _text_of(name), "alive": beat is not None,
+        found.append({**info, "name": redis_text(name), "alive": beat is not None,
                       "last_seen_s": round(max(now - float(last), 0.0), 1)})
     return sorted(found, key=lambda w: (not w["alive"], w["name"]))
 
@@ -96,7 +92,7 @@ def retries(client: redis.Redis, now: float) -> dict[str, Any]:
     due: list[tuple[bytes, float]] = client.zrange(JOBS_DUE_KEY, 0, -1, withscores=True)  # type: ignore[assignment]
     pipe = client.pipeline(transaction=False)
     for job_id, _ in due:
-        pipe.hmget(job_key(_text_of(job_id)), ["task", "args", "retries", "holder"])
+        pipe.hmget(job_key(redis_text(job_id)), ["task", "args", "retries", "holder"])
     waiting, in_hand = [], 0
     for (job_id, at), (task, args, tries, holder) in zip(due, pipe.execute() if due else [], strict=True):
         if task is None:
@@ -108,7 +104,7 @@ def retries(client: redis.Redis, now: float) -> dict[str, Any]:
             values = [str(v) for v in json.loads(args or b"[]")]
         except ValueError:
             values = []
-        waiting.append({"job": _text_of(job_id), "task": _text_of(task), "bank": values[0] if values else "",
+        waiting.append({"job": redis_text(job_id), "task": redis_text(task), "bank": values[0] if values else "",
                         "run_id": values[1] if len(values) > 1 else "", "retries": int(tries or 0),
                         "due_in_s": round(float(at) - now, 1)})
     return {"waiting_for_retry": len(waiting), "retrying": waiting[:MAX_LISTED], "in_hand": in_hand}

@@ -196,3 +196,13 @@ def test_status_with_redis_away_at_an_ipv6_address(env: dict[str, str | None]) -
     assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1, result.output
     assert result.stderr.startswith(f"Error: Redis at redis://:**@[::1]:{port}/0 is unreachable")
     assert "s3cret" not in result.output
+
+
+def test_counts_whose_names_are_not_utf8_are_shown_not_fatal(redis_url: str) -> None:
+    from lessonbank.cli.status import redis_counts
+    from lessonbank.core.constants import DROPPED_KEY
+
+    client = redis.Redis.from_url(redis_url)
+    client.hset(DROPPED_KEY, mapping={b"vague": 2, b"bad\xff": 1})  # written by something other than lessonbank
+    counts = redis_counts(client, "lessonbank")
+    assert counts["dropped_by_gate"] == {"bad\ufffd": 1, "vague": 2}
