@@ -13,7 +13,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from lessonbank.core.connections import create_wire, wire_of
 from lessonbank.core.models import RunOutcome
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
+from lessonbank.core.wire import Wire
 from lessonbank.recorder import results, snapshot
 from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import RunInfo, Snapshot
@@ -62,12 +63,11 @@ class StepRecorder:
         self.serializer = StepSerializer(
             Redactor(self.settings.redact_patterns), self.settings.max_field_chars, self.settings.max_record_bytes
         )
-        if redis_client is None:
-            factory = functools.partial(create_wire, self.settings, "recorder")
-        else:  # its address and credentials, the recorder's timeouts and no retry (the writer never keeps the
-            # recorder alive)
-            injected = wire_of(redis_client, self.settings, "recorder")
-            factory = functools.partial(lambda wire: wire, injected)
+        factory: Callable[[], Wire] = functools.partial(create_wire, self.settings, "recorder")
+        if redis_client is not None:  # its address and credentials, the recorder's timeouts and no retry (the
+            # writer never keeps the recorder alive); a client whose options cannot be read is refused here
+            factory = functools.partial(wire_of, redis_client, self.settings, "recorder")
+            factory()
         self.transport = Transport(factory, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown,
                                    self.settings.redis_timeout, self.settings.queue)
         self._writer = Writer(self.serializer, self.transport)

@@ -99,6 +99,10 @@ def test_credentials_and_database_from_the_url_or_an_injected_client(own_redis, 
     assert "credentials" in redis_trouble(refused.value) and "wrong" not in str(refused.value)
     with pytest.raises(ConfigurationError, match="redis_client"):
         wire_of(object(), Settings(_env_file=None), "agent")
+    from lessonbank.recorder import StepRecorder
+
+    with pytest.raises(ConfigurationError, match="redis_client"):  # at once, not in the writer thread
+        StepRecorder(bank="b", settings=Settings(_env_file=None, data_dir=tmp_path), redis_client=object())
 
 
 def test_a_unix_socket(tmp_path):
