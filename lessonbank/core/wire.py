@@ -104,8 +104,9 @@ class Wire:
     def from_url(cls, url: str, socket_timeout: float | None = None,
                  connect_timeout: float | None = None) -> Wire:
         """A ``Wire`` for a ``redis://``, ``rediss://`` or ``unix://`` URL, read as redis-py reads it (user and
-        password, ``/db`` or ``?db=``; for TLS ``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_check_hostname``).
-        Raises ValueError for anything else."""
+        password, ``/db`` or ``?db=``; for TLS ``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_check_hostname``,
+        ``ssl_certfile`` and ``ssl_keyfile``). Other query options (redis-py's socket and pool settings) are not
+        read: the role's timeouts apply. Raises ValueError for anything else."""
         parts = urlsplit(url)
         query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
         username = unquote(parts.username) if parts.username else None
@@ -126,7 +127,8 @@ class Wire:
         context = None
         if parts.scheme == "rediss":
             context = tls_context(query.get("ssl_cert_reqs", "required"), query.get("ssl_ca_certs"),
-                                  query.get("ssl_check_hostname", "true").lower() not in ("false", "0", "no"))
+                                  query.get("ssl_check_hostname", "true").lower() not in ("false", "0", "no"),
+                                  query.get("ssl_certfile"), query.get("ssl_keyfile"))
         return cls(host, port, db=db, username=username, password=password, ssl_context=context,
                    server_hostname=host if context is not None else None, socket_timeout=socket_timeout,
                    connect_timeout=connect_timeout)

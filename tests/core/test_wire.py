@@ -227,7 +227,7 @@ def test_an_agent_process_with_remember_never_imports_redis_py(redis_url, redis_
     assert queued_tasks(redis_client, "lessonbank")[0][1][:2] == ["light", run_id]
 
 
-def test_tls_with_a_ca_file_or_without_verification_and_from_an_injected_client(tmp_path):
+def test_tls_with_a_ca_file_a_client_certificate_or_no_verification_and_from_an_injected_client(tmp_path):
     binary, openssl = shutil.which("redis-server"), shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed: no certificate to serve")
@@ -238,10 +238,12 @@ def test_tls_with_a_ca_file_or_without_verification_and_from_an_injected_client(
                    check=True, capture_output=True)
     port = free_port()
     server = subprocess.Popen([binary, "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert),
-                               "--tls-key-file", str(key), "--tls-auth-clients", "no", "--save", "", "--dir",
+                               "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "yes",
+                               "--save", "", "--dir",
                                str(tmp_path)], stdout=subprocess.DEVNULL)
     try:
-        wire = Wire.from_url(f"rediss://localhost:{port}/2?ssl_ca_certs={cert}", socket_timeout=2.0)
+        mine = f"ssl_certfile={cert}&ssl_keyfile={key}"  # Redis asks each client for a certificate of its CA
+        wire = Wire.from_url(f"rediss://localhost:{port}/2?ssl_ca_certs={cert}&{mine}", socket_timeout=2.0)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -252,12 +254,14 @@ def test_tls_with_a_ca_file_or_without_verification_and_from_an_injected_client(
                 time.sleep(0.05)
         client_id = wire.execute_command("CLIENT", "ID")
         assert wire.execute_command("CLIENT", "ID") == client_id and wire.get("k") == b"tls"  # one connection kept
-        unverified = Wire.from_url(f"rediss://127.0.0.1:{port}/2?ssl_cert_reqs=none", socket_timeout=2.0)
+        unverified = Wire.from_url(f"rediss://127.0.0.1:{port}/2?ssl_cert_reqs=none&{mine}", socket_timeout=2.0)
         assert unverified.get("k") == b"tls"
-        injected = redis.Redis.from_url(f"rediss://localhost:{port}/2?ssl_ca_certs={cert}")
+        injected = redis.Redis.from_url(f"rediss://localhost:{port}/2?ssl_ca_certs={cert}&{mine}")
         assert Wire.from_client(injected, socket_timeout=2.0).get("k") == b"tls"
         with pytest.raises(WireConnectionError, match="certificate verify failed"):
-            Wire.from_url(f"rediss://localhost:{port}/2", socket_timeout=2.0).get("k")  # not trusted by default
+            Wire.from_url(f"rediss://localhost:{port}/2?{mine}", socket_timeout=2.0).get("k")  # not trusted by default
+        with pytest.raises(WireConnectionError):  # no certificate of its own: Redis closes the connection
+            Wire.from_url(f"rediss://localhost:{port}/2?ssl_ca_certs={cert}", socket_timeout=2.0).get("k")
     finally:
         server.terminate()
         server.wait(10)
