@@ -76,7 +76,7 @@ def create_wire(settings: Settings, role: Literal["recorder", "agent"]) -> Wire:
         return Wire.from_url(settings.redis_url, socket_timeout=timeout, connect_timeout=connect)
     except ValueError as e:
         raise ConfigurationError(
-            f"LESSONBANK_REDIS_URL is not a Redis URL ({e}); expected redis://[:password@]host:port/db"
+            f"LESSONBANK_REDIS_URL cannot be used ({e}); expected redis://[:password@]host:port/db"
         ) from e
 
 

@@ -394,10 +394,13 @@ def tls_context(cert_reqs: str, ca_certs: str | None, check_hostname: bool, cert
     modes = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
     if cert_reqs.lower() not in modes:
         raise ValueError(f"ssl_cert_reqs must be one of none, optional, required (not {cert_reqs!r})")
-    context = ssl.create_default_context(cafile=ca_certs)
-    mode = modes[cert_reqs.lower()]
-    context.check_hostname = check_hostname and mode != ssl.CERT_NONE
-    context.verify_mode = mode
-    if certfile:
-        context.load_cert_chain(certfile, keyfile)
+    try:
+        context = ssl.create_default_context(cafile=ca_certs)
+        mode = modes[cert_reqs.lower()]
+        context.check_hostname = check_hostname and mode != ssl.CERT_NONE
+        context.verify_mode = mode
+        if certfile:
+            context.load_cert_chain(certfile, keyfile)
+    except OSError as e:  # a file that is not there or holds no certificate (ssl.SSLError is an OSError)
+        raise ValueError(f"the TLS files {[f for f in (ca_certs, certfile, keyfile) if f]} cannot be read: {e}") from e
     return context

@@ -75,7 +75,8 @@ def test_a_url_is_read_as_redis_py_reads_it(url):
     assert (wire.username, wire.password) == (theirs.get("username"), theirs.get("password"))
 
 
-@pytest.mark.parametrize("url", ["localhost:6379", "http://h/0", "redis://h/zero", "redis://h:99999/0", "unix://"])
+@pytest.mark.parametrize("url", ["localhost:6379", "http://h/0", "redis://h/zero", "redis://h:99999/0", "unix://",
+                                 "rediss://h/0?ssl_cert_reqs=sometimes", "rediss://h/0?ssl_ca_certs=/nonexistent/ca.pem"])
 def test_a_url_that_is_no_redis_url_is_a_configuration_error_naming_the_setting(url):
     with pytest.raises(ConfigurationError, match="LESSONBANK_REDIS_URL"):
         create_wire(Settings(_env_file=None, redis_url=url), "agent")
