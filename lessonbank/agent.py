@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from lessonbank import telemetry
 from lessonbank.core import runs
-from lessonbank.core.connections import create_redis, redis_errors, redis_trouble
+from lessonbank.core.connections import create_wire, redis_errors, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 from lessonbank.core.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
@@ -430,7 +430,7 @@ def feedback(run_id: str, success: bool, note: str = "", *, settings: Settings |
     if not isinstance(run_id, str) or not run_id.strip():
         raise ConfigurationError("feedback needs the run id (recorder.run_id(agent) after a run)")
     settings = settings or Settings()
-    client = create_redis(settings, "cli")
+    client = create_wire(settings, "cli")  # no redis-py in the agent's process for this either
     try:
         bank = client.hget(run_key(run_id), "bank")
         if bank is None:

@@ -69,7 +69,7 @@ def create_redis(settings: Settings, role: Role) -> redis.Redis:
         ) from e
 
 
-def create_wire(settings: Settings, role: Literal["recorder", "agent"]) -> Wire:
+def create_wire(settings: Settings, role: Literal["recorder", "agent", "cli"]) -> Wire:
     """The agent process's connection for ``role`` (see the table above). No I/O until the first command."""
     timeout, connect = _timeouts(settings, role)
     try:

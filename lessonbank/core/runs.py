@@ -248,7 +248,7 @@ def clear_check_command(run_id: str) -> Command:
     return ("HDEL", run_key(run_id), "check")
 
 
-def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
+def set_verdict(client: redis.Redis | Wire, bank: str, run_id: str, success: bool, source: str, note: str,
                 queue: str, ttl: int = STEP_TTL, at: float | None = None) -> int:
     """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
 

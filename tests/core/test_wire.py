@@ -200,8 +200,9 @@ def test_threads_share_one_wire_and_a_forked_child_gets_its_own_connection(redis
 
 
 def test_an_agent_process_with_remember_never_imports_redis_py(redis_url, redis_client, tmp_path: Path):
-    """A real run with ``remember``: recorded, closed and queued for distillation through the ``Wire``, and
-    redis-py's package never imported in the agent's process (instructions asked of an absent owner too)."""
+    """A real run with ``remember``: recorded, closed and queued for distillation through the ``Wire``, its
+    verdict given with ``feedback``, and redis-py's package never imported in the agent's process
+    (instructions asked of an absent owner too)."""
     code = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -215,6 +216,7 @@ def test_an_agent_process_with_remember_never_imports_redis_py(redis_url, redis_
         "recorder = lessonbank.remember(agent, bank='light', settings=settings)\n"
         "assert agent.run('Seven.') == 7\n"
         "assert recorder.flush(timeout=5)\n"
+        "assert lessonbank.feedback(recorder.run_id(agent), False, 'wrong total', settings=settings)\n"
         "assert 'redis' not in sys.modules, sorted(m for m in sys.modules if m.startswith('redis'))\n"
         "print(recorder.run_id(agent))\n"
     )
@@ -224,6 +226,7 @@ def test_an_agent_process_with_remember_never_imports_redis_py(redis_url, redis_
     run_id = result.stdout.split()[-1]
     run = run_hash(redis_client, run_id)
     assert run["bank"] == "light" and run["state"] == "closed" and run["outcome"] == "success"
+    assert (run["verdict"], run["verdict_source"], run["verdict_note"]) == ("failure", "user", "wrong total")
     assert [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "final", "run_end"]
     assert queued_tasks(redis_client, "lessonbank")[0][1][:2] == ["light", run_id]
 
