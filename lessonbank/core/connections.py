@@ -5,13 +5,15 @@
 | recorder   | the step callback (agent process)     | short   | short      | none    | off          |
 | agent      | instructions, tools (agent process)   | short   | store wait | none    | off          |
 | service    | worker tasks, the store owner, sweeper| 5 s     | 30 s       | redis'  | 30 s         |
-| cli        | ``lessonbank`` commands               | 3 s     | 10 s       | redis'  | off          |
+| cli        | ``lessonbank`` commands, ``feedback()``| 3 s     | 10 s       | redis'  | off          |
 
 "short" is ``settings.redis_timeout``; "store wait" is ``settings.store_timeout`` plus a margin, so a
 blocking wait for the store owner's reply is not cut by the socket's own timeout.
 
-The agent process's roles get a ``Wire`` (``create_wire``: one socket, hiredis, none of redis-py's package
-imported); the others a redis-py client (``create_redis``). ``redis_errors()`` is what either raises.
+In the agent process (the recorder, instructions and tools, ``feedback()``) a role gets a ``Wire``
+(``create_wire``: one socket, hiredis, none of redis-py's package imported; no retries, and an idle connection
+Redis closed is found before a command is sent, as redis-py's pool does); elsewhere a redis-py client
+(``create_redis``). ``redis_errors()`` is what either raises.
 """
 
 from __future__ import annotations
