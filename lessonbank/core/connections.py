@@ -85,9 +85,9 @@ def create_wire(settings: Settings, role: Literal["recorder", "agent", "cli"]) -
 def wire_of(client: Any, settings: Settings, role: Literal["recorder", "agent"]) -> Wire:
     """A ``Wire`` with ``role``'s timeouts to the Redis of an injected ``client`` (a ``Wire``, or a redis-py
     client whose options are copied; the client itself is left as it was)."""
-    timeout, connect = _timeouts(settings, role)
     if isinstance(client, Wire):
         return client
+    timeout, connect = _timeouts(settings, role)
     try:
         return Wire.from_client(client, socket_timeout=timeout, connect_timeout=connect)
     except ValueError as e:

@@ -64,6 +64,14 @@ def encode(arg: Arg) -> bytes:
     raise WireError(f"a {type(arg).__name__} is not a Redis argument")
 
 
+def checked(replies: list[Any]) -> list[Any]:
+    """``replies`` as they are, or the first error reply among them raised."""
+    for reply in replies:
+        if isinstance(reply, ReplyError):
+            raise reply
+    return replies
+
+
 def pack(commands: Iterable[Sequence[Arg]]) -> bytes:
     """``commands`` in Redis's protocol, ready for one write."""
     # hiredis's stub types the command as a 1-tuple; it takes any length
@@ -95,6 +103,7 @@ class Wire:
         self.connect_timeout = connect_timeout if connect_timeout is not None else socket_timeout
         self._sock: socket.socket | None = None
         self._reader: Any = None
+        self._buffer = bytearray(CHUNK)  # what each read of a reply goes into
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
@@ -203,10 +212,7 @@ class Wire:
 
     def execute_command(self, *args: Arg) -> Any:
         """One command; its reply (raises ``ReplyError`` for an error reply)."""
-        reply = self.exchange([args])[0]
-        if isinstance(reply, ReplyError):
-            raise reply
-        return reply
+        return checked(self.exchange([args]))[0]
 
     def pipeline(self, transaction: bool = False) -> WirePipeline:
         return WirePipeline(self, transaction)
@@ -268,9 +274,7 @@ class Wire:
         if hello:
             deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
             payload = pack(hello)
-            for reply in self._send_and_read(payload, len(hello), deadline, None, 0.0, 0.0):
-                if isinstance(reply, ReplyError):
-                    raise reply
+            checked(self._send_and_read(payload, len(hello), deadline, None, 0.0, 0.0))
 
     def _stale(self) -> bool:
         """True when the idle connection has something to read: Redis closed it, or sent what nobody asked for."""
@@ -295,7 +299,7 @@ class Wire:
             sock.settimeout(self._left(deadline))
             sock.sendall(payload)
             replies: list[Any] = []
-            buffer = bytearray(CHUNK)
+            buffer = self._buffer
             while len(replies) < count:
                 reply = reader.gets()
                 if reply is not False:
@@ -373,16 +377,10 @@ class WirePipeline:
         """The replies, in order (BLPOP's as a tuple or None); raises the first error reply."""
         commands, self.commands = self.commands, []
         if self.transaction:
-            replies = self.wire.exchange([("MULTI",), *commands, ("EXEC",)])
-            for reply in replies:
-                if isinstance(reply, ReplyError):
-                    raise reply
-            replies = replies[-1] if isinstance(replies[-1], list) else []
+            done = checked(self.wire.exchange([("MULTI",), *commands, ("EXEC",)]))[-1]
+            replies = checked(done if isinstance(done, list) else [])
         else:
-            replies = self.wire.exchange(commands)
-        for reply in replies:
-            if isinstance(reply, ReplyError):
-                raise reply
+            replies = checked(self.wire.exchange(commands))
         return [tuple(r) if c[0] == "BLPOP" and r is not None else r for c, r in zip(commands, replies, strict=False)]
 
 

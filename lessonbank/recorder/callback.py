@@ -66,8 +66,10 @@ class StepRecorder:
         factory: Callable[[], Wire] = functools.partial(create_wire, self.settings, "recorder")
         if redis_client is not None:  # its address and credentials, the recorder's timeouts and no retry (the
             # writer never keeps the recorder alive); a client whose options cannot be read is refused here
-            factory = functools.partial(wire_of, redis_client, self.settings, "recorder")
-            factory()
+            injected = wire_of(redis_client, self.settings, "recorder")
+
+            def factory() -> Wire:  # the same Wire again after a close: it connects afresh on its next command
+                return injected
         self.transport = Transport(factory, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown,
                                    self.settings.redis_timeout, self.settings.queue)
         self._writer = Writer(self.serializer, self.transport)

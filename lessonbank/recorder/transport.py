@@ -25,7 +25,7 @@ from typing import Any
 
 from lessonbank.core import runs
 from lessonbank.core.constants import STEP_TTL
-from lessonbank.core.wire import ReplyError, Wire
+from lessonbank.core.wire import Wire, checked
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import Spool
 
@@ -254,10 +254,8 @@ class Transport:
         if not self._script_ready and any(command[0] == "EVALSHA" for command in commands):
             loads = len(runs.SCRIPT_BODIES)
             commands = [*(("SCRIPT", "LOAD", body) for body in runs.SCRIPT_BODIES), *commands]
-        replies = self.client.exchange(commands, timeout=self.timeout, on_wait=slow, wait_from=slow_at, poll=POLL)
-        for reply in replies:
-            if isinstance(reply, ReplyError):
-                raise reply
+        replies = checked(self.client.exchange(commands, timeout=self.timeout, on_wait=slow, wait_from=slow_at,
+                                               poll=POLL))
         if loads:
             self._script_ready = True
             replies = replies[loads:]
