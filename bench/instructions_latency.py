@@ -60,10 +60,10 @@ from common import (
 )
 
 from lessonbank.core.embeddings import EMBED_THREADS, FastEmbedEmbedder
-from lessonbank.core.instructions import compose_instructions
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.edge import EdgeLessonStore
+from lessonbank.instructions import compose_instructions
 
 BANK = "bench"
 OTHER_BANK = "bench-other"
@@ -102,7 +102,7 @@ from pathlib import Path
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.edge import EdgeLessonStore
-from lessonbank.core.store.owner import StoreOwner
+from lessonbank.workers.owner import StoreOwner
 
 settings = Settings(_env_file=None, redis_url=sys.argv[1], qdrant_path=Path(sys.argv[2]))
 embedder = FastEmbedEmbedder(sys.argv[4], model_path=sys.argv[3], cache_size=0)

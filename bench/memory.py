@@ -125,7 +125,7 @@ OWNER = textwrap.dedent("""
     from pathlib import Path
     from lessonbank.core.models import Lesson
     from lessonbank.core.settings import Settings
-    from lessonbank.core.store.owner import StoreOwner
+    from lessonbank.workers.owner import StoreOwner
 
     settings = Settings(_env_file=None, redis_url=sys.argv[1], data_dir=Path(sys.argv[2]),
                         embed_model_path=Path(sys.argv[3]))

@@ -4,7 +4,7 @@
 
 The run: ``bench/data/realistic_run.jsonl``, a CodeAgent analysing a sales CSV in 10 steps (9 actions, one
 failing, tables, a traceback, repeated warnings, then a final answer), as the recorder stores it. The
-prompt is built the way ``pipeline._lessons_of`` builds it (evidence mined from the run, then the compact
+prompt is built the way ``workers.pipeline._lessons_of`` builds it (evidence mined from the run, then the compact
 transcript within the character budget ``LESSONBANK_TRANSCRIPT_BUDGET_CHARS`` and the token budget
 ``transcript_tokens``) and counted with Qwen2.5's tokenizer (read from the GGUF file that ``lessonbank llm``
 fetches, ``llama_cpp.Llama(vocab_only=True)``): both messages in Qwen's chat template, plus the JSON schema
@@ -27,10 +27,11 @@ from common import RESULTS, plt_or_none, print_table, ratio, row, save_plot, wri
 
 from lessonbank.core.models import StepRecord
 from lessonbank.core.settings import Settings
-from lessonbank.workers import evidence
-from lessonbank.workers.distiller import DistillSchema, build_messages
+from lessonbank.learn import evidence
+from lessonbank.learn.adapters import read_run
+from lessonbank.learn.distill import DistillSchema, build_messages
+from lessonbank.learn.transcript import build_transcript, estimate_tokens, transcript_tokens
 from lessonbank.workers.llm import strict_schema
-from lessonbank.workers.transcript import build_transcript, estimate_tokens, transcript_tokens
 
 DATA = Path(__file__).resolve().parent / "data" / "realistic_run.jsonl"
 TARGET_TOKENS = 3000
@@ -80,16 +81,17 @@ def longer(steps: list[StepRecord], n: int) -> list[StepRecord]:
 
 
 def prompt_of(steps: list[StepRecord], budget_chars: int, compact: bool) -> tuple[list[dict[str, str]], str]:
-    """The distill messages and the transcript: ``compact`` as ``pipeline._lessons_of`` builds them now,
+    """The distill messages and the transcript: ``compact`` as ``workers.pipeline._lessons_of`` builds them now,
     else as they were built before (no compaction, the task repeated, characters only)."""
     task = steps[0].task
-    mined = evidence.mine(steps, "success", "success", "user")
+    run = read_run(steps, task, "success")
+    mined = evidence.mine(run, "success", "user")
     budget = max(budget_chars - sum(len(e.text) for e in mined), 1500)
     if compact:
         tokens = transcript_tokens(e.text for e in mined)
-        transcript = build_transcript(task, "success", steps, budget, max_tokens=tokens, repeat_task=False)
+        transcript = build_transcript(run, budget, max_tokens=tokens, repeat_task=False)
     else:
-        transcript = build_transcript(task, "success", steps, budget, compact=False)
+        transcript = build_transcript(run, budget, compact=False)
     messages = build_messages(task, mined, transcript, 5, "success", "user", nonce="0123456789abcdef")
     return messages, transcript
 

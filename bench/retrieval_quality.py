@@ -26,10 +26,10 @@ from typing import Any
 from common import RESULTS, embed_model_path, plt_or_none, print_table, ratio, row, save_plot, write_result
 
 from lessonbank.core.embeddings import FastEmbedEmbedder
-from lessonbank.core.instructions import rank_lessons
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.edge import EdgeLessonStore
+from lessonbank.instructions import rank_lessons
 
 DATA = Path(__file__).resolve().parent / "data"
 BANK = "bench-quality"

@@ -36,12 +36,12 @@ from lessonbank.core import runs
 from lessonbank.core.connections import create_wire, redis_errors, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
-from lessonbank.core.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
 from lessonbank.core.models import Lesson, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.core.wire import Wire
+from lessonbank.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
 from lessonbank.recorder.callback import StepRecorder
 from lessonbank.source import LessonSource
 
@@ -316,7 +316,7 @@ def callables_of(agent: Any) -> set[str] | None:
 def _lend_callables(agent: Any) -> None:
     """Give ``agent``, in its ``tools`` only, a copy of its ``recall_lessons`` tool (ours, or one rebuilt from its
     saved code) that knows what the agent can call, so that it too leaves out code about tools the agent lacks
-    (``lessonbank.core.needs``). The tool object itself is not changed: another agent may share it. Done before
+    (``lessonbank.learn.needs``). The tool object itself is not changed: another agent may share it. Done before
     the recorder watches the agent's tools, so that the watched copy calls this one."""
     tools = getattr(agent, "tools", None)
     if not isinstance(tools, dict):

@@ -121,7 +121,7 @@ class LessonSource:
             self._tell(state, "told_local", "lessonbank: no worker answered for the lesson store at %s within %gs: "
                        "runs are recorded, but nothing distills them into lessons. %s", path, wait, start)
             raise ServiceUnavailable(f"no worker answered for the lesson store at {path}, which holds no lessons yet")
-        from lessonbank.core.store.owner import open_local_store  # the embedded engine: loaded only to read it
+        from lessonbank.core.store.local import open_local_store  # the embedded engine: loaded only to read it
 
         try:
             store = open_local_store(self.settings)

@@ -28,13 +28,13 @@ from smolagents import Tool
 
 from lessonbank.core.connections import create_wire, redis_errors, wire_of
 from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key
-from lessonbank.core.instructions import KIND_TITLES, STORE_ERRORS, eligible, format_recipe
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind
-from lessonbank.core.needs import usable
 from lessonbank.core.publish import publish
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.instructions import KIND_TITLES, STORE_ERRORS, eligible, format_recipe
+from lessonbank.learn.needs import usable
 from lessonbank.source import LessonSource
 
 logger = logging.getLogger(__name__)

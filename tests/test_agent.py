@@ -25,7 +25,7 @@ from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.owner import open_local_store
+from lessonbank.core.store.local import open_local_store
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
 from tests.fixtures.openai_server import FakeOpenAI, Reply

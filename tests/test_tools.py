@@ -19,7 +19,7 @@ from lessonbank.core.constants import PENDING_LESSON_KEY, REMEMBER_TASK, pending
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.owner import open_local_store
+from lessonbank.core.store.local import open_local_store
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
 from lessonbank.tools import RecallLessonsTool, RememberLessonTool

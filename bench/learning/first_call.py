@@ -82,9 +82,9 @@ from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
 
 from lessonbank.agent import join_task  # noqa: E402
-from lessonbank.core import fixtext  # noqa: E402
-from lessonbank.core.instructions import format_lessons  # noqa: E402
 from lessonbank.core.models import Lesson, Recipe  # noqa: E402
+from lessonbank.instructions import format_lessons  # noqa: E402
+from lessonbank.learn import fixtext  # noqa: E402
 
 logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no

@@ -24,10 +24,10 @@ from smolagents.local_python_executor import BASE_PYTHON_TOOLS  # noqa: E402
 from trap_tasks import TASKS  # noqa: E402
 
 from lessonbank.core.embeddings import embedder_from_settings  # noqa: E402
-from lessonbank.core.instructions import compose_instructions  # noqa: E402
 from lessonbank.core.models import Lesson  # noqa: E402
 from lessonbank.core.settings import Settings  # noqa: E402
 from lessonbank.core.store.edge import EdgeLessonStore  # noqa: E402
+from lessonbank.instructions import compose_instructions  # noqa: E402
 
 TOOLS = {"invoice_cents": "get_invoice", "date_format": "get_weather", "nested_catalog": "search_catalog"}
 SEEDS = range(1, 16)

@@ -6,7 +6,7 @@ Every run of a result file records the lessons block it was given. A recipe in t
 task it came from and its code, sometimes with the run's own values put in; the block names each swap
 ("'Ghent' for 'Porto'", or "'INV-1471' -> 'INV-4449'"), which is undone here to get the recipe as it was kept.
 For each distinct recipe this prints whether the current rules would still keep it (the code parses; it holds
-each value its task gives: ``lessonbank.workers.recipes.ignored_values``) and how the runs given it did. A rule
+each value its task gives: ``lessonbank.learn.recipes.ignored_values``) and how the runs given it did. A rule
 change that refuses recipes whose runs went right refuses good recipes: the two totals at the end say so,
 the runs given a refused recipe next to the runs given a kept one. No LLM, no services.
 """
@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent.parent)]
 
-from lessonbank.workers import recipes  # noqa: E402
+from lessonbank.learn import recipes  # noqa: E402
 
 RESULTS = HERE / "results"
 # the block's header of one recipe: the task it came from, what follows up to the colon, then the code

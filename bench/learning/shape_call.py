@@ -48,8 +48,8 @@ from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
 
 from lessonbank.agent import join_task  # noqa: E402
-from lessonbank.core.instructions import format_lessons  # noqa: E402
 from lessonbank.core.models import Lesson  # noqa: E402
+from lessonbank.instructions import format_lessons  # noqa: E402
 
 logger = logging.getLogger("bench.shape_call")
 FORMS = ("shape", "call")

@@ -44,7 +44,7 @@ def test_another_seed_gives_other_variants_behind_the_same_trap_and_seed_0_is_th
 
 @pytest.mark.parametrize("name", sorted(tt.REWORDINGS))
 def test_reworded_variants_ask_the_same_question_in_other_words_than_the_run_before(name: str) -> None:
-    from lessonbank.core import fixtext
+    from lessonbank.learn import fixtext
 
     task = ALL_TASKS[name]
     usual, reworded = task.variants(seed=7), task.variants(seed=7, reworded=True)

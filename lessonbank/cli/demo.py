@@ -17,7 +17,6 @@ from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.core.store.remote import connect_store
-from lessonbank.core.summary import LAST_OUTPUT, error_text, logs
 from lessonbank.demo import (
     BANK,
     SALES_CSV,
@@ -30,6 +29,7 @@ from lessonbank.demo import (
     services,
     wait_distilled,
 )
+from lessonbank.learn.adapters.codeagent import LAST_OUTPUT, error_text, logs
 
 RULE = "─" * 78
 

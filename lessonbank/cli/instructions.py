@@ -8,7 +8,7 @@ import click
 from lessonbank.cli.context import CliContext, bank_option, fail, pass_cli
 from lessonbank.cli.provenance import clean
 from lessonbank.cli.store_access import cli_store
-from lessonbank.core.instructions import compose_instructions
+from lessonbank.instructions import compose_instructions
 
 
 @click.command("instructions")

@@ -37,8 +37,8 @@ from lessonbank.cli.context import fail
 from lessonbank.cli.provenance import clean
 from lessonbank.core.models import Lesson, LessonOrigin, Provenance, Recipe, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
-from lessonbank.workers import gate
-from lessonbank.workers.recipes import MAX_CODE_CHARS, MAX_TASK_CHARS
+from lessonbank.learn import gate
+from lessonbank.learn.recipes import MAX_CODE_CHARS, MAX_TASK_CHARS
 
 MAX_TEXT_CHARS = 1200
 MAX_TAGS = 8

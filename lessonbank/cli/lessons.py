@@ -244,7 +244,7 @@ def _forget_targets(
 
 def _status_back(lesson: Lesson) -> str:
     """Active again, unless the lesson must wait in quarantine."""
-    from lessonbank.workers.gate import quarantine_reason
+    from lessonbank.learn.gate import quarantine_reason
 
     code = lesson.recipe.code if lesson.recipe is not None else ""
     return "quarantined" if quarantine_reason(lesson.text) or quarantine_reason(code) else "active"

@@ -14,7 +14,6 @@ import redis
 from lessonbank.cli.context import CliContext
 from lessonbank.core.models import Lesson, Provenance, StepRecord
 from lessonbank.core.runs import load_run
-from lessonbank.core.summary import step_failed
 from lessonbank.report.data import human_time
 
 MAX_RUNS = 10
@@ -44,7 +43,7 @@ def step_excerpt(step: StepRecord) -> str:
     parts: list[tuple[str, str]] = [("plan", step.plan), ("code", step.code)]
     parts += [("call", f"{call.name}({call.arguments})") for call in step.tool_calls]
     parts.append(("observation", step.observations))
-    if step_failed(step):
+    if step.error_type or step.error_message:
         parts.append(("error", f"{step.error_type}: {step.error_message}".strip(": ")))
     if step.kind == "final" or step.is_final:
         parts.append(("answer", step.action_output))

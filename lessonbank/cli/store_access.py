@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 def open_store(cli: CliContext) -> LessonStoreProtocol:
     """The store this command should use (see the module docstring); one-line ClickException on failure."""
-    from lessonbank.core.store.owner import open_local_store
+    from lessonbank.core.store.local import open_local_store
     from lessonbank.core.store.remote import connect_store  # qdrant-client: slow to import
 
     settings = cli.settings

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import zlib
 from array import array
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.tokens import tokens
 
 if TYPE_CHECKING:
     from lessonbank.core.settings import Settings
@@ -41,26 +41,11 @@ MODEL_FILES: tuple[str, ...] = (
     "special_tokens_map.json",
 )
 
-_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 
 EMBED_CACHE_SIZE = 4096
 # onnxruntime threads per embedder: one text takes ~10 ms on one thread, and the processes that embed
 # (the store's owner, workers) share the machine's cores with each other.
 EMBED_THREADS = 1
-
-# Function words that carry no lexical signal (a compact English list in the spirit of the Glasgow
-# IR stop list); dropping them keeps sparse matches about content words.
-STOPWORDS = frozenset(
-    """a about above after again against all almost also am among an and any are as at be because been
-    before being below between both but by can could did do does doing done down during each either else
-    every few for from further had has have having he her here hers him his how however i if in into is it
-    its itself just least less let like may me might more most much must my neither no nor not now of off
-    often on once one only or other otherwise our ours out over own per perhaps quite rather same shall she
-    should since so some still such than that the their theirs them then there these they this those though
-    through thus to too under until up upon us very via was we well were what whatever when where whether
-    which while who whom whose why will with within without would yet you your yours""".split()
-)
-
 
 class Embedder(Protocol):
     """Turns texts into L2-normalized dense vectors of ``dim`` dimensions."""
@@ -271,16 +256,6 @@ def embedder_from_settings(settings: Settings) -> Embedder:
         if candidate.is_dir() and not missing_model_files(candidate):
             model_path = candidate
     return FastEmbedEmbedder(settings.embed_model, model_path=model_path, cache_dir=settings.data_dir / "fastembed")
-
-
-def tokens(text: str) -> list[str]:
-    """Lowercased word tokens of ``text`` without stopwords; ``read_csv`` also yields ``read`` and ``csv``."""
-    found: list[str] = []
-    for token in _TOKEN_RE.findall(text.lower()):
-        found.append(token)
-        if "_" in token.strip("_"):
-            found.extend(part for part in token.split("_") if part)
-    return [token for token in found if token not in STOPWORDS]
 
 
 def token_index(token: str) -> int:

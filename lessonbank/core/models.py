@@ -24,6 +24,8 @@ LessonStatus = Literal["active", "superseded", "retired", "quarantined", "forgot
 # The status reason of a lesson a user released (from quarantine or retirement): they vouch for it.
 RELEASED_BY_USER = "released by a user"
 LessonOrigin = Literal["distilled", "recipe", "observed", "remembered", "imported", "added"]
+# Lessons a user writes into a bank (``lessons add``, ``lessons import``): vouched for by them.
+USER_ORIGINS: frozenset[str] = frozenset({"added", "imported"})
 # How a run ended, as its recorder saw it.
 RunOutcome = Literal["success", "max_steps", "error", "interrupted", "abandoned", "unknown"]
 # Whether the run did its job, and who said so (most trusted first).

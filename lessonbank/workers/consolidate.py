@@ -1,36 +1,11 @@
-"""Consolidation: new lessons join the bank without filling it with rewordings or echoes.
+"""Consolidation: a run's new lessons join one bank, by the decisions of ``lessonbank.learn.consolidate``.
 
-For each new lesson, in order:
-
-1. the same text (same deterministic id) already in the bank, or an active lesson more similar than
-   ``duplicate_similarity``: the existing lesson is reinforced (evidence + 1, last seen, the run and the
-   steps it rests on) — unless the run was GIVEN that lesson: a run repeating what it was told is an
-   echo, not evidence (it earns credit through its outcome instead). A run judged a failure counts in
-   ``failed_runs`` too: its "what worked" lessons need two other runs before runs get them;
-2. active lessons more similar than ``related_similarity``: the lesson waits for the one decision call
-   of the run, where the LLM sees the related lessons under small integer ids and says, for each new
-   lesson, add / merge into an existing one (optionally with a rewritten text) / replace an existing
-   one it contradicts / skip. A contradiction is settled by evidence: the new lesson supersedes the old
-   one when its run ended well or it rests on direct observation, unless the old one has earned more
-   helpful than harmful credit; otherwise the new one is dropped;
-3. nothing related: the lesson is added.
-
-A merge with rewritten text writes a new lesson that carries the old one's evidence and history and
-marks the old one ``superseded`` with a pointer to it; nothing is deleted. A run writing a merged-away
-text reinforces the lesson it was merged into.
-
-What was taken out of the bank stays out: a run writing the text of a lesson a user forgot, outcomes
-retired, or a contradiction replaced, or a rewording of a forgotten or retired one (at least
-``duplicate_similarity``), neither revives it nor reinforces its replacement.
-
-Every write remembers the contributing run id, and a lesson that already lists the run is never
-reinforced again; the caller also keeps which of the run's lessons were written, so distilling the same
-run twice changes nothing.
-
-Recipes are consolidated by the fingerprint of their normalised code (``add_recipe``): the same code
-from another run reinforces one recipe; a new recipe supersedes older recipes for similar tasks whose
-harmful credit outweighs their helpful credit. Observed fixes (``workers/fixes.py``) are kept the same
-way, by fingerprint: the same correction from several runs is one fact with more evidence.
+The ``Consolidator`` reads what each decision needs (the lesson with the draft's id and the lessons its merges
+led to, the nearest lessons, whether a user purged an id), asks the decision, and writes it; the LLM's decision
+call for related drafts is asked before the bank's lock is taken (``plan``) and reused under it. Every write
+remembers the contributing run id; the caller also keeps which of the run's lessons were written, so
+distilling the same run twice changes nothing. Recipes and observed facts (``lessonbank.learn.fixes``,
+``lessonbank.learn.shapes``) are kept by fingerprint.
 """
 
 from __future__ import annotations
@@ -41,24 +16,21 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lessonbank.core import fixtext
 from lessonbank.core.exceptions import PermanentDistillError
-from lessonbank.core.models import Lesson, LessonOrigin, LessonStatus, Provenance, Recipe, lesson_id, recipe_id
+from lessonbank.core.models import Lesson, LessonOrigin, Recipe, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.workers.decide import Decider, Decision
-from lessonbank.workers.distiller import DraftLesson
+from lessonbank.learn import consolidate as decisions
+from lessonbank.learn import fixtext
+from lessonbank.learn.consolidate import HELD_BACK, Thresholds, kept_out
+from lessonbank.learn.decide import Decider, Decision
+from lessonbank.learn.distill import DraftLesson
 
 logger = logging.getLogger(__name__)
 
-MAX_SOURCE_RUNS = 200
-CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by fingerprint, never by the LLM
-MAX_TAGS = 8
 NEIGHBOURS = 5
-# Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
-HELD_BACK: frozenset[LessonStatus] = frozenset({"forgotten", "retired"})
-# The reason a contradicted lesson is superseded with (a merge leaves the reason empty).
-CONTRADICTED = "contradicted by run"
+
+__all__ = ["ConsolidationStats", "Consolidator", "Thresholds"]
 
 
 @dataclass
@@ -88,45 +60,6 @@ class ConsolidationStats:
             "quarantined": self.quarantined,
             "purged": self.purged,
         }
-
-
-@dataclass
-class Thresholds:
-    duplicate: float = 0.9
-    related: float = 0.6
-
-
-def _merge_tags(old: list[str], new: list[str]) -> list[str]:
-    return list(dict.fromkeys([*old, *new]))[:MAX_TAGS]
-
-
-def provenance_vouched(lesson: Lesson, run_id: str, vouched: bool) -> list[Provenance]:
-    """`lesson`'s provenance with the entry of `run_id` marked as vouching for it or not."""
-    return [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
-
-
-def vouched_by(lesson: Lesson, run_id: str, vouched: bool) -> Lesson:
-    """A new `lesson` of `run_id`, vouched for by that run or not: ``verified`` and the run's provenance entry
-    say the same, so that a later verdict on one of its runs can be taken back run by run."""
-    return lesson.model_copy(update={"verified": vouched, "provenance": provenance_vouched(lesson, run_id, vouched)})
-
-
-def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,
-               verified: bool = False, failed: bool = False) -> Lesson:
-    """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run; a run judged
-    a failure when ``failed``)."""
-    provenance = [*lesson.provenance, Provenance(run_id=run_id, steps=sorted(set(steps or [])), vouched=verified)]
-    return lesson.model_copy(
-        update={
-            "evidence": lesson.evidence + 1,
-            "last_seen": now,
-            "source_run_ids": [*lesson.source_run_ids, run_id][-MAX_SOURCE_RUNS:],
-            "provenance": provenance[-MAX_SOURCE_RUNS:],
-            "tags": _merge_tags(lesson.tags, tags),
-            "verified": lesson.verified or verified,
-            "failed_runs": lesson.failed_runs + int(failed),
-        }
-    )
 
 
 class Consolidator:
@@ -200,30 +133,20 @@ class Consolidator:
             return []
         stored = self._stored(lesson_id(self.bank, draft.text))
         exact = self._follow(stored)
-        if exact is not None:
-            self._reinforce(exact, draft)
-            return []
-        if self._held_back(stored):
-            return []
-        neighbours, close = self._neighbours(draft)
-        if neighbours and neighbours[0][1] >= self.thresholds.duplicate:
-            self._reinforce(neighbours[0][0], draft)
-            return []
-        if not close:
+        neighbours, close = self._neighbours(draft) if exact is None and not kept_out(stored) else ([], [])
+        placement, target = decisions.place(exact, stored, neighbours, close, self.thresholds)
+        if placement == "reinforce" and target is not None:
+            self._reinforce(target, draft)
+        elif placement == "held_back":
+            self._held_back(stored)
+        elif placement == "add":
             self._add(draft)
-        return close
+        return close if placement == "related" else []
 
     def _neighbours(self, draft: DraftLesson) -> tuple[list[tuple[Lesson, float]], list[Lesson]]:
-        """The draft's nearest active lessons, and those close enough for the decision call. Recipes and
-        observed fixes are not among them: their text is the run's own code, kept by fingerprint, and no
-        distilled sentence may reinforce, merge into or replace it."""
-        neighbours = [(lesson, score) for lesson, score in self.store.similar(self.bank, draft.text, limit=NEIGHBOURS)
-                      if lesson.origin not in CODE_ORIGINS]
-        close = [  # the run's own lessons are not "existing" ones to merge with
-            lesson for lesson, score in neighbours
-            if score >= self.thresholds.related and self.run_id not in lesson.source_run_ids
-        ]
-        return neighbours, close
+        """The draft's nearest active lessons, and those close enough for the decision call."""
+        similar = self.store.similar(self.bank, draft.text, limit=NEIGHBOURS)
+        return decisions.neighbours_of(similar, self.run_id, self.thresholds)
 
     def plan(self, drafts: list[DraftLesson], done: Collection[int] = ()) -> None:
         """Before the bank's lock is taken: ask the LLM now for the decision the drafts will need.
@@ -238,7 +161,7 @@ class Consolidator:
             if index in done or draft.quarantine or self.scrubber.has_secret(draft.text):
                 continue
             stored = self._stored(lesson_id(self.bank, draft.text))
-            if _kept_out(stored) or self._follow(stored) is not None:
+            if kept_out(stored) or self._follow(stored) is not None:
                 continue
             neighbours, close = self._neighbours(draft)
             if close and not neighbours[0][1] >= self.thresholds.duplicate:
@@ -260,28 +183,21 @@ class Consolidator:
         return self._follow(self._stored(lesson_id(self.bank, text)))
 
     def _follow(self, lesson: Lesson | None) -> Lesson | None:
-        """``lesson`` if active, else where its merges led; None if kept out (a lesson superseded because it was
-        contradicted does not lead to the claim that replaced it)."""
-        for _ in range(5):
-            if lesson is None or _kept_out(lesson):
-                return None
-            if lesson.status == "active":
-                return lesson
-            if lesson.status != "superseded" or not lesson.superseded_by:
-                return None
-            lesson = self._stored(lesson.superseded_by)
-        return None
+        """``lesson`` if active, else where its merges led; None if kept out."""
+        return decisions.follow(lesson, self._stored)
 
     def _reinforced(self, lesson: Lesson, draft: DraftLesson) -> Lesson:
-        return reinforced(lesson, self.run_id, draft.tags, self.now, draft.steps, self.verified, self.failed)
+        return decisions.reinforced(lesson, self.run_id, draft.tags, self.now, draft.steps, self.verified,
+                                    self.failed)
 
     def _reinforce(self, lesson: Lesson, draft: DraftLesson) -> None:
-        if lesson.id in self.given:  # the run was told this: its repeating it is no evidence
+        outcome = decisions.reinforcement(lesson, self.run_id, self.given)
+        if outcome == "echo":  # the run was told this: its repeating it is no evidence
             self.stats.echoes += 1
             logger.info("bank %s run %s: lesson %s repeated by a run that was given it; not reinforced",
                         self.bank, self.run_id, lesson.id)
             return
-        if self.run_id in lesson.source_run_ids:
+        if outcome == "skip":
             self.stats.skipped += 1
             return
         self.store.upsert([self._reinforced(lesson, draft)])
@@ -301,7 +217,7 @@ class Consolidator:
         """A user forgot this stored lesson, outcomes retired it or a contradiction replaced it: a run writing
         the same text again does not revive it (with fresh counts) behind their back; ``lessons unforget`` /
         ``release`` do."""
-        if lesson is None or not _kept_out(lesson):
+        if lesson is None or not kept_out(lesson):
             return False
         self.stats.skipped += 1
         why = f" ({lesson.status_reason})" if lesson.status_reason else ""
@@ -311,26 +227,24 @@ class Consolidator:
 
     def _rewords_held_back(self, draft: DraftLesson) -> bool:
         """The draft says again, in other words, what a user forgot or outcomes retired: not learnt anew."""
-        for lesson, score in self.store.similar(self.bank, draft.text, limit=1, statuses=sorted(HELD_BACK)):
-            if score >= self.thresholds.duplicate:
-                self.stats.skipped += 1
-                logger.info("bank %s run %s: a new lesson rewords %s lesson %s (similarity %.2f); not learnt again",
-                            self.bank, self.run_id, lesson.status, lesson.id, score)
-                return True
-        return False
+        similar = self.store.similar(self.bank, draft.text, limit=1, statuses=sorted(HELD_BACK))
+        found = decisions.rewording(similar, self.thresholds)
+        if found is None:
+            return False
+        lesson, score = found
+        self.stats.skipped += 1
+        logger.info("bank %s run %s: a new lesson rewords %s lesson %s (similarity %.2f); not learnt again",
+                    self.bank, self.run_id, lesson.status, lesson.id, score)
+        return True
 
     def _add(self, draft: DraftLesson) -> bool:
         """Write the draft as a new lesson; False when it was refused (purged, held back, a rewording)."""
         new_id = lesson_id(self.bank, draft.text)
         if self._tombstoned(new_id) or self._held_back(self._stored(new_id)) or self._rewords_held_back(draft):
             return False
-        lesson = vouched_by(Lesson.new(self.bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS],
-                                       run_id=self.run_id, origin=self.origin, steps=draft.steps),
-                            self.run_id, self.verified)
-        lesson.failed_runs = int(self.failed)
+        lesson = decisions.new_lesson(self.bank, draft, self.run_id, self.origin, self.verified, self.failed,
+                                      self.now)
         if draft.quarantine:
-            lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": self.now,
-                                               "status_reason": f"{draft.quarantine}; a user must release it"})
             self.stats.quarantined += 1
             logger.warning("bank %s run %s: lesson %s quarantined (%s)", self.bank, self.run_id, lesson.id,
                            draft.quarantine)
@@ -344,31 +258,25 @@ class Consolidator:
     def _decide_related(self, pending: list[tuple[DraftLesson, list[Lesson]]]) -> None:
         existing = _existing(pending)
         drafts = [draft for draft, _ in pending]
-        decisions: dict[int, Decision] = {}
+        said: list[Decision] = []
         planned = self._planned.get(_plan_key(drafts, existing))
         if planned is not None:
-            decisions = {d.new: d for d in planned}
+            said = planned
         elif self.decide is not None:
             try:
-                decisions = {d.new: d for d in self.decide(drafts, existing)}
+                said = self.decide(drafts, existing)
             except PermanentDistillError as e:
                 logger.warning("bank %s run %s: no consolidation decision (%s); adding related lessons",
                                self.bank, self.run_id, e)
-        for number, draft in enumerate(drafts, start=1):
-            decision = decisions.get(number)
-            if decision is None or decision.action == "add":
-                self._add_unless_present(draft)
-            elif decision.action == "skip":
+        for draft, (action, target, text) in zip(drafts, decisions.resolve(said, drafts, existing), strict=True):
+            if action == "skip":
                 self.stats.skipped += 1
+            elif action == "replace" and target is not None:
+                self._replace(draft, target)
+            elif action == "merge" and target is not None:
+                self._merge(draft, target, text)
             else:
-                target = existing[decision.existing - 1] if decision.existing and 0 < decision.existing <= len(
-                    existing) else None
-                if target is None:
-                    self._add_unless_present(draft)
-                elif decision.action == "replace":
-                    self._replace(draft, target)
-                else:
-                    self._merge(draft, target, decision.text)
+                self._add_unless_present(draft)
 
     def _add_unless_present(self, draft: DraftLesson) -> None:
         if self._exact(draft.text) is not None:
@@ -383,13 +291,15 @@ class Consolidator:
             return
         target = current[0]
         text = text.strip()
-        if target.id in self.given:
+        outcome = decisions.merge(target, text, self.run_id, self.given, self.bank,
+                                  bool(text) and self.scrubber.has_secret(text))
+        if outcome == "echo":
             self.stats.echoes += 1
             return
-        if self.run_id in target.source_run_ids:
+        if outcome == "skip":
             self.stats.skipped += 1
             return
-        if not text or lesson_id(self.bank, text) == target.id or self.scrubber.has_secret(text):
+        if outcome == "reinforce":
             self._reinforce(target, draft)
             return
         merged_id = lesson_id(self.bank, text)
@@ -400,9 +310,7 @@ class Consolidator:
             return
         if self._tombstoned(merged_id) or self._held_back(stored):
             return
-        merged = self._reinforced(target, draft).model_copy(
-            update={"id": merged_id, "text": text, "status": "active", "superseded_by": None}
-        )
+        merged = decisions.merged(target, draft, text, self.bank, self.run_id, self.now, self.verified, self.failed)
         self.store.upsert([merged])
         self.store.set_status(self.bank, [target.id], "superseded", superseded_by=merged.id)
         self.stats.merged += 1
@@ -417,8 +325,7 @@ class Consolidator:
             self._add_unless_present(draft)
             return
         target = current[0]
-        backed = self.verified or bool(draft.steps)
-        if not backed or target.helpful > target.harmful or target.id in self.given:
+        if not decisions.replaces(target, draft, self.verified, self.given):
             self.stats.skipped += 1
             logger.info("bank %s run %s: a new lesson contradicts %s, which stays (better backed)",
                         self.bank, self.run_id, target.id)
@@ -428,7 +335,7 @@ class Consolidator:
             return
         if self._exact(draft.text) is None and not self._add(draft):
             return
-        reason = f"{CONTRADICTED} {self.run_id}" + (" (judged a success)" if self.verified else "")
+        reason = decisions.contradicted_reason(self.run_id, self.verified)
         self.store.set_status(self.bank, [target.id], "superseded", superseded_by=new_id, reason=reason)
         self.stats.replaced += 1
         logger.info("bank %s: lesson %s superseded by %s (%s)", self.bank, target.id, new_id, reason)
@@ -480,7 +387,8 @@ class Consolidator:
         if known != "new":
             return fid if known == "kept" else None
         lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)
-        self.store.upsert([vouched_by(lesson, self.run_id, self.verified).model_copy(update={"id": fid, "task": task})])
+        self.store.upsert([decisions.vouched_by(lesson, self.run_id, self.verified).model_copy(
+            update={"id": fid, "task": task})])
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)
         return fid
@@ -493,25 +401,16 @@ class Consolidator:
             return rid if known == "kept" else None
         lesson = Lesson.new(self.bank, "approach", text, tags=["recipe"], run_id=self.run_id, origin="recipe",
                             steps=steps, recipe=recipe)
-        lesson = vouched_by(lesson, self.run_id, True).model_copy(update={"id": rid})
+        lesson = decisions.vouched_by(lesson, self.run_id, True).model_copy(update={"id": rid})
         self.store.upsert([lesson])
         self.stats.recipes += 1
         self.stats.lesson_ids.append(rid)
-        for older, score in self.store.similar(self.bank, text, limit=NEIGHBOURS):
-            if (older.recipe is not None and older.id != rid and score >= self.thresholds.duplicate - 0.1
-                    and older.harmful > older.helpful):
-                reason = f"a newer recipe (run {self.run_id}) succeeded where this one failed"
-                self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason)
-                self.stats.replaced += 1
+        for older in decisions.outdated_recipes(self.store.similar(self.bank, text, limit=NEIGHBOURS), rid,
+                                                self.thresholds):
+            reason = decisions.outdated_reason(self.run_id)
+            self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason)
+            self.stats.replaced += 1
         return rid
-
-
-def _kept_out(lesson: Lesson | None) -> bool:
-    """Forgotten, retired, or superseded because a contradiction replaced it."""
-    if lesson is None:
-        return False
-    return lesson.status in HELD_BACK or (
-        lesson.status == "superseded" and lesson.status_reason.startswith(CONTRADICTED))
 
 
 def _existing(pending: list[tuple[DraftLesson, list[Lesson]]]) -> list[Lesson]:

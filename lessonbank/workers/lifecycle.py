@@ -63,7 +63,7 @@ def start_store_owner(sender: Any = None, **_: Any) -> None:
 
 
 def _try_own() -> bool:
-    from lessonbank.core.store.owner import StoreOwner
+    from lessonbank.workers.owner import StoreOwner
 
     owner = StoreOwner(app.settings)
     if owner.start():

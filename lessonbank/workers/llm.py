@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from lessonbank.core.exceptions import DistillError, PermanentDistillError, TransientDistillError, UnusableOutput
 from lessonbank.core.settings import Settings
+from lessonbank.workers.observe.tracing import llm_call
 
 logger = logging.getLogger(__name__)
 
@@ -186,11 +187,10 @@ class ChatLLM:
     def complete(self, messages: list[dict[str, str]], name: str, schema: dict[str, Any]) -> ChatReply:
         """One completion; raises TransientDistillError / PermanentDistillError.
 
-        Observed (``observe.llm_call``): a span with the model and token counts, latency, tokens, errors by kind.
+        Observed (``observe.tracing.llm_call``): a span with the model and token counts, latency, tokens, errors by
+        kind.
         """
-        from lessonbank.workers import observe  # the spans and metrics of the service
-
-        with observe.llm_call(self.model, name) as call:
+        with llm_call(self.model, name) as call:
             while True:
                 mode = MODES[self._mode_index]
                 kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0.2,

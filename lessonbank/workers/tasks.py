@@ -32,9 +32,11 @@ from lessonbank.core.runs import mark_dead
 from lessonbank.core.store.remote import connect_store
 from lessonbank.workers import deadletters, jobs
 from lessonbank.workers.app import app
+from lessonbank.workers.deps import Deps
 from lessonbank.workers.llm import ChatLLM, retry_after
-from lessonbank.workers.pipeline import Deps, credit_one, distill_one, remember_one
+from lessonbank.workers.pipeline import distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
+from lessonbank.workers.verdicts import credit_one
 
 logger = logging.getLogger(__name__)
 

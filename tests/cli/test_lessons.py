@@ -15,8 +15,8 @@ from lessonbank.core.constants import bank_lock_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, lesson_id
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.owner import StoreOwner
 from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.workers.owner import StoreOwner
 from tests.fixtures.redis_server import RedisServer, free_port
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."

@@ -22,9 +22,9 @@ from lessonbank.core.exceptions import ServiceUnavailable, StoreError
 from lessonbank.core.models import Lesson
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.edge import EdgeLessonStore
-from lessonbank.core.store.owner import StoreOwner, open_local_store
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import REPLY_TTL, RemoteLessonStore, connect_store
+from lessonbank.workers.owner import StoreOwner, open_local_store
 from tests.fixtures.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ TIMEOUT = "Always pass a timeout to requests.get, the billing API hangs otherwis
 OWNER_SCRIPT = """
 import logging, signal, sys, threading
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.owner import StoreOwner
+from lessonbank.workers.owner import StoreOwner
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 owner = StoreOwner(Settings())

@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lessonbank.core import needs, summary
-from lessonbank.core.instructions import format_lessons
 from lessonbank.core.models import Lesson, StepRecord, recipe_id
 from lessonbank.core.redact import Redactor
-from lessonbank.workers import credit, evidence, fixes, gate, recipes, shapes, transcript
+from lessonbank.instructions import format_lessons
+from lessonbank.learn import credit, evidence, fixes, gate, needs, recipes, shapes, transcript, usage
+from lessonbank.learn.adapters import read_run
+from lessonbank.learn.view import RunView
 
 HERE = Path(__file__).resolve().parent / "golden"
 CORPUS = HERE / "corpus.json.gz"
@@ -41,8 +42,8 @@ def write(path: Path, data: Any) -> None:
         f.write(json.dumps(data, sort_keys=True, indent=1).encode())
 
 
-def _steps(raw: list[dict[str, Any]]) -> list[StepRecord]:
-    return [StepRecord.model_validate(step) for step in raw]
+def _view(raw: list[dict[str, Any]], task: str, tools: list[str] | None = None) -> RunView:
+    return read_run([StepRecord.model_validate(step) for step in raw], task, tools=tools)
 
 
 def guarded(work: Callable[[], Any]) -> Any:
@@ -53,19 +54,15 @@ def guarded(work: Callable[[], Any]) -> Any:
         return {"raised": type(e).__name__}
 
 
-def _outcome(steps: list[StepRecord]) -> str:
-    return next((s.outcome for s in reversed(steps) if s.kind == "run_end" and s.outcome), "unknown")
-
-
 def _family(task: str) -> str:
     """Runs of one recurring task (other values): the words of the task without its values."""
     return " ".join(_WORDS.findall(task)[:8])
 
 
-def _fix_out(fix: fixes.Fix, steps: list[StepRecord]) -> dict[str, Any]:
+def _fix_out(fix: fixes.Fix, view: RunView) -> dict[str, Any]:
     return {"failed": fix.failed, "fixed": fix.fixed, "error": fix.error, "steps": list(fix.steps),
             "fingerprint": fix.fingerprint, "form": fix.form, "tried": fix.tried, "text": fix.text,
-            "gave_the_answer": fixes.gave_the_answer(fix, steps)}
+            "gave_the_answer": fixes.gave_the_answer(fix, view)}
 
 
 def _lessons_of(found_fixes: list[fixes.Fix], found_shapes: list[shapes.Shape], recipe: Any,
@@ -89,10 +86,10 @@ def _lessons_of(found_fixes: list[fixes.Fix], found_shapes: list[shapes.Shape], 
     return lessons
 
 
-def _credit(lesson: Lesson, steps: list[StepRecord], task: str) -> dict[str, Any]:
-    atoms = credit.run_atoms(steps)
-    return {"applied": credit.applied(lesson, atoms, task), "blameless": credit.blameless(lesson, steps, task),
-            "altered": credit.altered(lesson, atoms, task), "unfollowed": credit.unfollowed(lesson, steps),
+def _credit(lesson: Lesson, view: RunView) -> dict[str, Any]:
+    atoms, task = credit.run_atoms(view), view.task
+    return {"applied": credit.applied(lesson, atoms, task), "blameless": credit.blameless(lesson, view),
+            "altered": credit.altered(lesson, atoms, task), "unfollowed": credit.unfollowed(lesson, view),
             "needed_tools": sorted(needs.needed_tools(lesson) or [])}
 
 
@@ -103,33 +100,33 @@ def _block(lessons: list[Lesson], task: str, max_chars: int = 2000) -> dict[str,
 
 def run_outputs(run: dict[str, Any]) -> tuple[dict[str, Any], list[Lesson]]:
     """What the learning code makes of one recorded run, and the lessons it would keep of it."""
-    steps, task, tools = _steps(run["steps"]), run["task"], run["tools"]
-    outcome = _outcome(steps)
+    task = run["task"]
+    view = _view(run["steps"], task, run["tools"])
     out: dict[str, Any] = {
         "evidence": {f"{verdict}/{source}": guarded(lambda v=verdict, s=source: [
-            [e.id, e.kind, e.steps, e.text] for e in evidence.mine(steps, outcome, v, s)])
+            [e.id, e.kind, e.steps, e.text] for e in evidence.mine(view, v, s)])
             for verdict, source in JUDGED},
-        "final_answer": evidence.final_answer(steps),
-        "observed": evidence.observed_text(steps),
-        "call_results": [list(pair) for pair in evidence.call_results(steps)],
-        "tool_stats": {name: stats.model_dump() for name, stats in summary.tool_stats(steps, tools).items()},
-        "transcript": transcript.build_transcript(task, outcome, steps, 6000, max_tokens=1500),
-        "transcript_small": transcript.build_transcript(task, outcome, steps, 1500, compact=False),
+        "final_answer": view.final_answer,
+        "observed": evidence.observed_text(view),
+        "call_results": [list(pair) for pair in evidence.call_results(view)],
+        "tool_stats": {name: stats.model_dump() for name, stats in usage.tool_stats(view).items()},
+        "transcript": transcript.build_transcript(view, 6000, max_tokens=1500),
+        "transcript_small": transcript.build_transcript(view, 1500, compact=False),
     }
-    found_fixes = fixes.extract(steps, task, Redactor())
-    out["fixes"] = [_fix_out(fix, steps) for fix in found_fixes]
-    found_shapes = shapes.extract(steps, tools or [], task)
+    found_fixes = fixes.extract(view, Redactor())
+    out["fixes"] = [_fix_out(fix, view) for fix in found_fixes]
+    found_shapes = shapes.extract(view, task)
     out["shapes"] = [{"tool": s.tool, "shape": s.shape, "path": list(s.path), "steps": list(s.steps),
                       "call": s.call, "text": s.text, "fingerprint": s.fingerprint} for s in found_shapes]
     recipe = None
     out["recipes"] = {}
     for judge in ("check", "signals"):
-        found = recipes.extract(steps, task, tools or [], Redactor(), judge)
+        found = recipes.extract(view, Redactor(), judge)
         out["recipes"][judge] = found.model_dump() if found is not None else None
         if found is not None:
             out["recipes"][judge]["text"] = recipes.recipe_text(found)
             recipe = recipe or found
-    lessons = _lessons_of(found_fixes, found_shapes, recipe, task, steps[0].run_id if steps else "r")
+    lessons = _lessons_of(found_fixes, found_shapes, recipe, task, view.run_id or "r")
     return out, lessons
 
 
@@ -153,21 +150,21 @@ def outputs(corpus: dict[str, Any]) -> dict[str, Any]:
     kept: list[list[Lesson]] = []
     for run in runs:
         out, lessons = run_outputs(run)
-        steps = _steps(run["steps"])
-        out["own_lessons"] = [{"id": lesson.id, "text": lesson.text, **_credit(lesson, steps, run["task"])}
+        view = _view(run["steps"], run["task"], run["tools"])
+        out["own_lessons"] = [{"id": lesson.id, "text": lesson.text, **_credit(lesson, view)}
                               for lesson in lessons]
         out["own_block"] = _block(lessons, run["task"])
         per_run.append(out)
         kept.append(lessons)
     for index, later in _siblings(runs):
         lessons, run = kept[index], runs[later]
-        steps = _steps(run["steps"])
+        view = _view(run["steps"], run["task"], run["tools"])
         per_run[later].setdefault("given", []).append({
             "from": index,
             "block": _block(lessons, run["task"]),
             "small_block": _block(lessons, run["task"], max_chars=700),
-            "credit": [_credit(lesson, steps, run["task"]) for lesson in lessons],
-            "confirmed": [fix.text for fix in fixes.confirmed(lessons, steps, run["task"])],
+            "credit": [_credit(lesson, view) for lesson in lessons],
+            "confirmed": [fix.text for fix in fixes.confirmed(lessons, view)],
         })
     result: dict[str, Any] = {"runs": per_run}
     result["gate"] = [
@@ -176,12 +173,12 @@ def outputs(corpus: dict[str, Any]) -> dict[str, Any]:
             results=[tuple(pair) for pair in case["results"]]), case["rules"]),
          "quarantine": gate.quarantine_reason(case["text"])}
         for case in corpus["gate"]]
-    result["credit"] = [_credit(Lesson.model_validate(case["lesson"]), _steps(case["steps"]), case["task"])
+    result["credit"] = [_credit(Lesson.model_validate(case["lesson"]), _view(case["steps"], case["task"]))
                         for case in corpus["credit"]]
     result["blocks"] = [_block([Lesson.model_validate(lesson) for lesson in case["lessons"]], case["task"],
                                case["max_chars"]) for case in corpus["block"]]
     result["confirmed"] = [[fix.text for fix in fixes.confirmed([Lesson.model_validate(g) for g in case["given"]],
-                                                                _steps(case["steps"]), case["task"])]
+                                                                _view(case["steps"], case["task"]))]
                            for case in corpus["confirmed"]]
     return result
 

@@ -10,19 +10,21 @@ import openai
 import pytest
 from qdrant_client import QdrantClient
 
-from lessonbank.core import fixtext
 from lessonbank.core.models import Lesson, Recipe, StepRecord, ToolResultRecord, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
 from lessonbank.core.specimen import specimen
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers import fixes, shapes
-from lessonbank.workers.consolidate import CONTRADICTED, Consolidator, Thresholds
-from lessonbank.workers.decide import Decision, llm_decider
-from lessonbank.workers.distiller import DraftLesson
+from lessonbank.learn import fixes, fixtext, shapes
+from lessonbank.learn.consolidate import CONTRADICTED
+from lessonbank.learn.decide import Decision
+from lessonbank.learn.distill import DraftLesson
+from lessonbank.workers.asking import llm_decider
+from lessonbank.workers.consolidate import Consolidator, Thresholds
 from lessonbank.workers.llm import ChatLLM
 from tests.fixtures.openai_server import FakeOpenAI, Reply
-from tests.workers.test_asked import LYON, never_corrected
-from tests.workers.test_fixes import date_run
+from tests.learn.runs import view
+from tests.learn.test_asked import LYON, never_corrected
+from tests.learn.test_fixes import date_run
 
 SEMI = "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."
 SEMI_REWORDED = "Read sales.csv with pandas.read_csv(path, sep=';') because its fields are separated by semicolons."
@@ -268,7 +270,7 @@ def test_reinforcement_keeps_provenance_and_marks_verified(store: LessonStore) -
 def test_runs_judged_failures_are_counted_on_what_they_teach(store: LessonStore) -> None:
     """Two failed runs drawing the same conclusion give it two runs of evidence, both failed: a "what worked"
     lesson they teach is not handed out; a third run not judged a failure makes it eligible."""
-    from lessonbank.core.instructions import eligible
+    from lessonbank.instructions import eligible
 
     pack = "Sum the qty column of the stock rows to get the number of units."
     for run_id in ("r1", "r2"):
@@ -394,8 +396,8 @@ def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store
 
 def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_seen_fix(store: LessonStore) -> None:
     # a date fix an error asked for (core/asked.py), then the same correction observed by another run
-    (fix,) = fixes.extract(never_corrected(), LYON, Redactor())
-    (seen,) = fixes.extract(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON, Redactor())
+    (fix,) = fixes.extract(view(never_corrected(), LYON), Redactor())
+    (seen,) = fixes.extract(view(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON), Redactor())
 
     def consolidator(run_id: str) -> Consolidator:
         return Consolidator(store, "b", run_id, Thresholds(0.9, 0.6))
@@ -425,8 +427,8 @@ def test_a_fix_kept_without_a_task_takes_the_task_of_the_next_run_that_observes_
     # a fix stored before fixes kept their run's task: only its date could be carried over to a next task,
     # never its city; the next run observing it gives it its task, with its text (whose lines took that
     # task's values), and is counted as evidence as before; a later run's task does not replace it
-    (seen,) = fixes.extract(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON, Redactor())
-    (other,) = fixes.extract(date_run("Graz", "2024-03-17", "17.03.2024"), "Graz on 2024-03-17?", Redactor())
+    (seen,) = fixes.extract(view(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON), Redactor())
+    (other,) = fixes.extract(view(date_run("Graz", "2024-03-17", "17.03.2024"), "Graz on 2024-03-17?"), Redactor())
     assert seen.fingerprint == other.fingerprint and seen.text != other.text
     old = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(other.text, other.fingerprint, [0, 1])
     assert old is not None and store.get("b", [old])[0].task == ""
@@ -448,7 +450,7 @@ def test_a_shape_kept_without_its_call_takes_the_call_and_task_of_the_next_run_t
     def observed(code: str, run_task: str) -> shapes.Shape:
         record = StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code=code,
                             tool_results=[ToolResultRecord(name="search_catalog", specimen=specimen(catalog))])
-        (shape,) = shapes.extract([record], ["search_catalog"], run_task)
+        (shape,) = shapes.extract(view([record], tools=["search_catalog"]), run_task)
         return shape
 
     bare, named = observed('r = search_catalog("lamp price")', task), observed('r = search_catalog("lamp")', task)

@@ -1,4 +1,4 @@
-"""Credit: applied lessons, helpful/harmful counts moved by the verdict, retirement, idempotence."""
+"""Credit in the store: the counts a verdict moves, retirement, idempotence (the rules: tests/learn/test_credit.py)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,12 @@ from collections.abc import Iterator
 import pytest
 from qdrant_client import QdrantClient
 
-from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe, StepRecord
+from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.workers.credit import (
-    IDLE_AFTER,
-    applied,
-    apply_credit,
-    chance_good,
-    run_atoms,
-    should_retire,
-    unfollowed,
-)
-
-TASK = "What is the total of the 'amount' column in /data/sales.csv?"
-SEMI = "The sales CSV separates fields with ';': pass delimiter=';' to csv.DictReader."
-CENTS = "Amounts are integers in `amount_cents`: divide by 100."
-PROSE = "The sales export is small enough to read in one go."
-
-
-def run_of(code: str) -> list[StepRecord]:
-    return [StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code=code)]
+from lessonbank.learn.credit import IDLE_AFTER, altered, applied, run_atoms
+from lessonbank.workers.credit import apply_credit
+from tests.learn.runs import view
+from tests.learn.test_credit import CENTS, PROSE, SEMI, run_of
 
 
 @pytest.fixture
@@ -35,41 +21,6 @@ def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
     s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
     yield s
     s.close()
-
-
-@pytest.mark.parametrize(
-    ("text", "code", "expected"),
-    [
-        (SEMI, "rows = list(csv.DictReader(io.StringIO(t), delimiter=';'))", True),
-        (SEMI, 'rows = list(csv.DictReader(io.StringIO(t), delimiter=";"))', True),
-        (SEMI, "rows = list(csv.DictReader(io.StringIO(t)))", False),
-        (CENTS, "total = sum(o['amount_cents'] for o in rows) / 100", True),
-        (CENTS, "total = sum(o['amount'] for o in rows)", False),
-        (PROSE, "rows = read_text_file(path='/data/sales.csv')", False),
-    ],
-)
-def test_applied_needs_the_lessons_distinctive_tokens(text: str, code: str, expected: bool) -> None:
-    assert applied(Lesson.new("b", "approach", text), run_atoms(run_of(code)), TASK) is expected
-
-
-def test_a_recipe_is_applied_when_most_of_it_is_in_the_run() -> None:
-    recipe = Recipe(code="data = list_orders(date='2024-03-05', page=p)\nn += len(data['orders'])\n"
-                         "final_answer(n)", params=["2024-03-05"], fingerprint="f")
-    lesson = Lesson.new("b", "approach", "Working code for: count orders", recipe=recipe)
-    used = "n = 0\nfor p in range(1, 4):\n    data = list_orders(date='2024-04-01', page=p)\n" \
-           "    n += len(data['orders'])\nfinal_answer(n)"
-    ignored = "final_answer(len(list_orders(date='2024-04-01')))"
-    assert applied(lesson, run_atoms(run_of(used)), "count the orders of 2024-04-01")
-    assert not applied(lesson, run_atoms(run_of(ignored)), "count the orders of 2024-04-01")
-
-
-def test_chance_good_is_the_beta_tail() -> None:
-    assert chance_good(0, 0) == pytest.approx(0.5)
-    assert chance_good(0, 3) == pytest.approx(1 / 16)
-    assert chance_good(3, 0) == pytest.approx(15 / 16)
-    assert not should_retire(Lesson.new("b", "fact", "x" * 30).model_copy(update={"harmful": 2}))
-    assert should_retire(Lesson.new("b", "fact", "x" * 30).model_copy(update={"harmful": 3}))
-    assert not should_retire(Lesson.new("b", "fact", "x" * 30).model_copy(update={"harmful": 3, "helpful": 2}))
 
 
 def test_credit_moves_only_applied_lessons_and_is_replaced_not_added(store: LessonStore) -> None:
@@ -118,29 +69,14 @@ def test_a_lesson_no_run_applies_is_retired_as_idle_unless_a_user_added_it(store
     assert stored[added.id].given == stored[released.id].given == IDLE_AFTER and stored[added.id].applied == 0
 
 
-def test_a_sentence_ending_in_a_keyword_value_is_still_matched() -> None:
-    lesson = Lesson.new("b", "approach", "Every order comes at once when list_orders is called with single_page=True.")
-    run = run_atoms(run_of("data = list_orders(date='2024-05-01', single_page=True)"))
-    assert applied(lesson, run, TASK)
-
-
-def test_a_loose_value_in_prose_matches_the_keyword_a_quoted_one_does_not() -> None:
-    pages = Lesson.new("b", "approach", "Call list_orders with page=1, 2, 3 and add up the 'items'.")
-    assert applied(pages, run_atoms(run_of("n = sum(len(list_orders(page=p)) for p in (1, 2, 3))")), TASK)
-    semi = Lesson.new("b", "approach", SEMI)
-    assert not applied(semi, run_atoms(run_of("rows = csv.DictReader(f, delimiter=',')")), TASK)
-
-
 def test_a_recipe_the_run_altered_is_not_blamed_for_its_failure(store: LessonStore) -> None:
-    from lessonbank.workers.credit import altered
-
     recipe = Recipe(code="rows = get_invoice(invoice_id='A-1')['lines']\n"
                          "total = sum(r['qty'] * r['unit_price_cents'] for r in rows) / 100\nfinal_answer(total)",
                     params=["A-1"], fingerprint="inv")
     lesson = Lesson.new("b", "approach", "Working code for: invoice total", recipe=recipe)
-    faithful = run_atoms(run_of(recipe.code.replace("A-1", "B-7")))
-    changed = run_atoms(run_of(recipe.code.replace("A-1", "B-7").replace("final_answer(total)",
-                                                                        "final_answer(currency_converter(total))")))
+    faithful = run_atoms(view(run_of(recipe.code.replace("A-1", "B-7"))))
+    changed = run_atoms(view(run_of(recipe.code.replace("A-1", "B-7").replace("final_answer(total)",
+                                                                        "final_answer(currency_converter(total))"))))
     task = "What is the total of invoice B-7?"
     assert applied(lesson, faithful, task) and not altered(lesson, faithful, task)
     assert applied(lesson, changed, task) and altered(lesson, changed, task)
@@ -150,66 +86,3 @@ def test_a_recipe_the_run_altered_is_not_blamed_for_its_failure(store: LessonSto
     assert (stored.applied, stored.harmful) == (1, 0)
 
 
-# Recipes as the learning benchmark handed them out, and the code of the runs that were given them and failed.
-INVOICE_RECIPE = Recipe(code="result = get_invoice('INV-1769')\n"
-                             "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
-                             "euros_total = total_cents / 100\nfinal_answer(euros_total)", params=["INV-1769"],
-                        fingerprint="inv")
-WEATHER_RECIPE = Recipe(code="weather_records = get_weather(city='Lyon', date='08.06.2024')\n"
-                             "final_answer(weather_records['records'][0]['max_c'])", params=["Lyon", "08.06.2024"],
-                        fingerprint="wx")
-COPIED_BADLY = [
-    (INVOICE_RECIPE, "result = get_invoice('INV-3883')\n"  # the loop over the lines dropped
-                     "total_cents = result['lines'][0]['unit_price_cents'] * result['lines'][0]['qty']\n"
-                     "euros_total = total_cents / 100\nfinal_answer(euros_total)"),
-    (INVOICE_RECIPE, "result = get_invoice('INV-6460')\n"  # one more division before the answer
-                     "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
-                     "euros_total = total_cents / 100\nin_euros = euros_total / 100\nfinal_answer(in_euros)"),
-    (INVOICE_RECIPE, "result = get_invoice('INV-6460')\n"  # rounded
-                     "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
-                     "euros_total = round(total_cents / 100)\nfinal_answer(euros_total)"),
-    (WEATHER_RECIPE, "weather_records = get_weather(city='Porto', date='2024-09-06')\n"  # another date format
-                     "final_answer(weather_records['records'][0]['max_c'])"),
-]
-COPIED = [
-    (INVOICE_RECIPE, "import json\ninv = get_invoice('INV-3883')\nprint(inv)\n"  # other names and values, prints
-                     "cents = sum(l['unit_price_cents'] * l['qty'] for l in inv['lines'])\n"
-                     "total = cents / 100\nprint(total)\nfinal_answer(total)"),
-    (INVOICE_RECIPE, "for attempt in range(1):\n    result = get_invoice('INV-3883')\n"  # inside a block
-                     "    total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
-                     "    euros_total = total_cents / 100\n    final_answer(euros_total)"),
-    (WEATHER_RECIPE, "w = get_weather(city='Porto', date='06.09.2024')\nfinal_answer(w['records'][0]['max_c'])"),
-]
-SPLIT = ["result = get_invoice('INV-4356')\nprint(result)",  # one step fetches, the next computes and answers
-         "total_cents = sum((line['unit_price_cents'] * line['qty'] for line in result['lines']))\n"
-         "euros_total = total_cents / 100\nfinal_answer(euros_total)"]
-
-
-@pytest.mark.parametrize(("recipe", "code"), COPIED_BADLY)
-def test_a_recipe_the_run_did_not_reproduce_is_applied_but_not_blamed(recipe: Recipe, code: str) -> None:
-    lesson = Lesson.new("b", "approach", "Working code for: the task", recipe=recipe)
-    task = "What is it? Answer with the number only."
-    assert applied(lesson, run_atoms(run_of(code)), task)
-    assert unfollowed(lesson, run_of(code))
-    assert unfollowed(lesson, run_of("x = 1") + run_of(code))
-
-
-@pytest.mark.parametrize(("recipe", "code"), COPIED)
-def test_a_recipe_the_run_reproduced_is_blamed(recipe: Recipe, code: str) -> None:
-    lesson = Lesson.new("b", "approach", "Working code for: the task", recipe=recipe)
-    assert not unfollowed(lesson, run_of("this is not python (") + run_of(code))
-
-
-def test_a_recipe_reproduced_over_several_steps_is_blamed() -> None:
-    lesson = Lesson.new("b", "approach", "Working code for: the task", recipe=INVOICE_RECIPE)
-    steps = [StepRecord(id=f"r:{i}", bank="b", run_id="r", kind="action", seq=i, code=code)
-             for i, code in enumerate(SPLIT)]
-    assert not unfollowed(lesson, steps)
-    assert unfollowed(lesson, steps[::-1])  # the answer before the invoice is fetched is not the recipe
-
-
-def test_only_a_python_recipe_is_compared() -> None:
-    prose = Lesson.new("b", "approach", "Call get_invoice and sum the lines.")
-    calls = Lesson.new("b", "approach", "Tool calls that worked", recipe=Recipe(
-        code="get_invoice(invoice_id='A-1')", language="tool_calls", fingerprint="t"))
-    assert not unfollowed(prose, run_of("x = 1")) and not unfollowed(calls, run_of("x = 1"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.owner import open_local_store
+from lessonbank.core.store.local import open_local_store
 from tests.fixtures.celery_worker import CeleryWorker, worker_env
 from tests.fixtures.openai_server import FakeOpenAI
 from tests.fixtures.redis_server import RedisServer

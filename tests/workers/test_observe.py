@@ -32,9 +32,10 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers import observe
+from lessonbank.workers.deps import Deps
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.observe import counters, tracing
-from lessonbank.workers.pipeline import Deps, distill_one
+from lessonbank.workers.pipeline import distill_one
 from tests.fixtures.celery_worker import CeleryWorker, enqueue, producer, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply, error, lessons_json
 from tests.fixtures.redis_server import free_port

@@ -21,15 +21,17 @@ from smolagents import CodeAgent, tool
 from lessonbank.core import purge, runs, summary
 from lessonbank.core.constants import CREDIT_TASK, DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
-from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
 from lessonbank.core.models import Lesson, Provenance, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.instructions import compose_instructions, eligible, rank_lessons
 from lessonbank.recorder import StepRecorder
+from lessonbank.workers.deps import Deps, bank_lock
 from lessonbank.workers.llm import ChatLLM
-from lessonbank.workers.pipeline import Deps, _vouched_by_another, bank_lock, credit_one, distill_one, remember_one
+from lessonbank.workers.pipeline import distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
+from lessonbank.workers.verdicts import credit_one, vouched_by_another
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args, queued_tasks
 from tests.fixtures.runs import run_state, write_run
@@ -361,13 +363,13 @@ def test_a_run_whose_vouching_was_not_kept_leaves_the_lesson_as_verified_as_it_w
     old = Lesson.new("b", "approach", "Read the CSV with sep=';'.", run_id="r1").model_copy(update={
         "verified": True, "evidence": 2, "source_run_ids": ["r1", "r2"],
         "provenance": [Provenance(run_id="r1"), Provenance(run_id="r2")]})
-    assert _vouched_by_another(old, "r1")
+    assert vouched_by_another(old, "r1")
     alone = old.model_copy(update={"evidence": 1, "source_run_ids": ["r1"], "provenance": [Provenance(run_id="r1")]})
-    assert not _vouched_by_another(alone, "r1")
+    assert not vouched_by_another(alone, "r1")
     known = old.model_copy(update={"provenance": [Provenance(run_id="r1", vouched=True),
                                                   Provenance(run_id="r2", vouched=False)]})
-    assert not _vouched_by_another(known, "r1")
-    assert _vouched_by_another(known.model_copy(update={"verified": False}), "r2")
+    assert not vouched_by_another(known, "r1")
+    assert vouched_by_another(known.model_copy(update={"verified": False}), "r2")
 
 
 def test_distillation_waits_for_the_check_and_late_feedback_recredits(deps: Deps, openai_server: FakeOpenAI,
@@ -869,7 +871,7 @@ def test_a_fix_whose_answer_cannot_be_checked_in_a_failed_run_is_not_kept(
     deps: Deps, openai_server: FakeOpenAI, store: LessonStore, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lessonbank.workers import fixes
+    from lessonbank.learn import fixes
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded")
@@ -1032,7 +1034,7 @@ def test_an_extractor_that_fails_on_a_run_costs_only_what_it_extracts(
         caplog: pytest.LogCaptureFixture, broken: str) -> None:
     # Found live: an f-string in a corrected line made the fix extractor raise, and the run (a success, with
     # a recipe and lessons) went to the dead letters.
-    from lessonbank.workers import fixes, recipes, shapes
+    from lessonbank.learn import fixes, recipes, shapes
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise ValueError("Unexpected node inside JoinedStr")

@@ -5,12 +5,12 @@
 - ``tracing``: spans with OpenInference attributes (``lessonbank[otel]``, ``OTEL_EXPORTER_OTLP_ENDPOINT``),
   and the decorators the pipeline wears;
 - ``heartbeat``: which workers are alive, their LLM and whether it answered at start-up;
-- ``service``: the Celery signal handlers that start and stop all of it (connected by importing this package).
+- ``service``: the Celery signal handlers that start and stop all of it (connected by ``lessonbank.workers``,
+  which imports it: importing this package connects nothing).
 
 Without the extras everything here is a no-op, and nothing here ever fails a task.
 """
 
-from lessonbank.workers.observe import service as _service  # noqa: F401  (connects the signal handlers)
 from lessonbank.workers.observe.counters import (
     TimedStore,
     count_consolidation,

@@ -24,6 +24,7 @@ import redis
 from lessonbank.core.connections import RedisClock, create_redis, masked_url
 from lessonbank.core.constants import STORE_OWNER_KEY, WORKERS_KEY, worker_key
 from lessonbank.core.settings import Settings
+from lessonbank.workers.llm import make_client
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +36,6 @@ PROBE_TIMEOUT = 10.0
 
 def probe_llm(settings: Settings) -> dict[str, Any]:
     """Whether the LLM endpoint answers (``GET /models``): reachable, the HTTP status, one line of detail."""
-    from lessonbank.workers.llm import make_client
-
     try:
         page = make_client(settings).with_options(timeout=min(PROBE_TIMEOUT, settings.llm_timeout)).models.list()
         ids = [model.id for model in page.data][:5]
@@ -47,17 +46,15 @@ def probe_llm(settings: Settings) -> dict[str, Any]:
         return {"reachable": False, "status": None, "detail": f"unreachable ({type(e).__name__})"}
 
 
-def _serves_store() -> bool:
-    from lessonbank.workers import lifecycle
-
-    return lifecycle.serving_store()
+def _not_serving() -> bool:
+    return False
 
 
 class Heartbeat:
     """Writes the worker's heartbeat every ``interval`` seconds from a daemon thread; the first beat at once."""
 
     def __init__(self, settings: Settings, name: str, client: redis.Redis | None = None,
-                 interval: float = HEARTBEAT_INTERVAL, serves_store: Callable[[], bool] = _serves_store,
+                 interval: float = HEARTBEAT_INTERVAL, serves_store: Callable[[], bool] = _not_serving,
                  extra: dict[str, Any] | None = None) -> None:
         self.settings = settings
         self.name = name

@@ -11,6 +11,7 @@ from typing import Any
 from celery import signals
 
 from lessonbank.core.constants import DISTILL_TASK
+from lessonbank.workers import lifecycle
 from lessonbank.workers.app import app
 from lessonbank.workers.observe.counters import enable_multiprocess, metrics, serve_metrics
 from lessonbank.workers.observe.heartbeat import Heartbeat
@@ -57,7 +58,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
             logger.error("cannot serve metrics on %s:%s: %s", settings.metrics_addr, settings.metrics_port, e)
     metrics_url = f"http://{settings.metrics_addr}:{settings.metrics_port}/metrics" if path is not None else None
     heartbeat = Heartbeat(settings, str(getattr(sender, "hostname", socket.gethostname())),
-                          extra={"metrics": metrics_url})
+                          serves_store=lifecycle.serving_store, extra={"metrics": metrics_url})
     heartbeat.start()
     _service["heartbeat"] = heartbeat
 

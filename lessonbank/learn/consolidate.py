@@ -1,0 +1,228 @@
+"""Consolidation decisions: what a run's new lesson does to the bank, given the lessons the worker read for it.
+
+For each new lesson, in order (``lessonbank.workers.consolidate`` reads the bank, asks these, and writes):
+
+1. the same text (same deterministic id) already in the bank, or an active lesson more similar than
+   ``duplicate_similarity``: the existing lesson is reinforced (evidence + 1, last seen, the run and the
+   steps it rests on) — unless the run was GIVEN that lesson: a run repeating what it was told is an
+   echo, not evidence (it earns credit through its outcome instead). A run judged a failure counts in
+   ``failed_runs`` too: its "what worked" lessons need two other runs before runs get them;
+2. active lessons more similar than ``related_similarity``: the lesson waits for the one decision call
+   of the run (``lessonbank.learn.decide``), where the LLM says, for each new lesson, add / merge into an
+   existing one (optionally with a rewritten text) / replace an existing one it contradicts / skip. A
+   contradiction is settled by evidence: the new lesson supersedes the old one when its run ended well or it
+   rests on direct observation, unless the old one has earned more helpful than harmful credit; otherwise
+   the new one is dropped;
+3. nothing related: the lesson is added.
+
+A merge with rewritten text writes a new lesson that carries the old one's evidence and history and
+marks the old one ``superseded`` with a pointer to it; nothing is deleted. A run writing a merged-away
+text reinforces the lesson it was merged into.
+
+What was taken out of the bank stays out: a run writing the text of a lesson a user forgot, outcomes
+retired, or a contradiction replaced, or a rewording of a forgotten or retired one (at least
+``duplicate_similarity``), neither revives it nor reinforces its replacement.
+
+Every write remembers the contributing run id, and a lesson that already lists the run is never
+reinforced again. Recipes and observed facts (fixes, shapes) are kept by the fingerprint of what they hold:
+the same code or correction from another run reinforces one lesson; a new recipe supersedes older recipes
+for similar tasks whose harmful credit outweighs their helpful credit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from lessonbank.core.models import Lesson, LessonOrigin, LessonStatus, Provenance, lesson_id
+from lessonbank.learn.decide import Decision
+from lessonbank.learn.distill import DraftLesson
+
+MAX_SOURCE_RUNS = 200
+CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by fingerprint, never by the LLM
+MAX_TAGS = 8
+# Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
+HELD_BACK: frozenset[LessonStatus] = frozenset({"forgotten", "retired"})
+# The reason a contradicted lesson is superseded with (a merge leaves the reason empty).
+CONTRADICTED = "contradicted by run"
+RECIPE_SIMILARITY_SLACK = 0.1  # an older recipe this much less similar than a duplicate is for a similar task
+
+
+@dataclass
+class Thresholds:
+    duplicate: float = 0.9
+    related: float = 0.6
+
+
+Placement = Literal["reinforce", "held_back", "add", "related"]
+Reinforcement = Literal["echo", "skip", "reinforce"]
+Merge = Literal["add", "echo", "skip", "reinforce", "merge"]
+
+
+def merge_tags(old: list[str], new: list[str]) -> list[str]:
+    return list(dict.fromkeys([*old, *new]))[:MAX_TAGS]
+
+
+def provenance_vouched(lesson: Lesson, run_id: str, vouched: bool) -> list[Provenance]:
+    """`lesson`'s provenance with the entry of `run_id` marked as vouching for it or not."""
+    return [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
+
+
+def vouched_by(lesson: Lesson, run_id: str, vouched: bool) -> Lesson:
+    """A new `lesson` of `run_id`, vouched for by that run or not: ``verified`` and the run's provenance entry
+    say the same, so that a later verdict on one of its runs can be taken back run by run."""
+    return lesson.model_copy(update={"verified": vouched, "provenance": provenance_vouched(lesson, run_id, vouched)})
+
+
+def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,
+               verified: bool = False, failed: bool = False) -> Lesson:
+    """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run; a run judged
+    a failure when ``failed``)."""
+    provenance = [*lesson.provenance, Provenance(run_id=run_id, steps=sorted(set(steps or [])), vouched=verified)]
+    return lesson.model_copy(
+        update={
+            "evidence": lesson.evidence + 1,
+            "last_seen": now,
+            "source_run_ids": [*lesson.source_run_ids, run_id][-MAX_SOURCE_RUNS:],
+            "provenance": provenance[-MAX_SOURCE_RUNS:],
+            "tags": merge_tags(lesson.tags, tags),
+            "verified": lesson.verified or verified,
+            "failed_runs": lesson.failed_runs + int(failed),
+        }
+    )
+
+
+def kept_out(lesson: Lesson | None) -> bool:
+    """Forgotten, retired, or superseded because a contradiction replaced it."""
+    if lesson is None:
+        return False
+    return lesson.status in HELD_BACK or (
+        lesson.status == "superseded" and lesson.status_reason.startswith(CONTRADICTED))
+
+
+def follow(lesson: Lesson | None, read: Callable[[str], Lesson | None]) -> Lesson | None:
+    """``lesson`` if active, else where its merges led (``read``: a stored lesson by id); None if kept out (a
+    lesson superseded because it was contradicted does not lead to the claim that replaced it)."""
+    for _ in range(5):
+        if lesson is None or kept_out(lesson):
+            return None
+        if lesson.status == "active":
+            return lesson
+        if lesson.status != "superseded" or not lesson.superseded_by:
+            return None
+        lesson = read(lesson.superseded_by)
+    return None
+
+
+def neighbours_of(similar: list[tuple[Lesson, float]], run_id: str,
+                  thresholds: Thresholds) -> tuple[list[tuple[Lesson, float]], list[Lesson]]:
+    """A draft's nearest active lessons (``similar``, best first) that it may join, and those close enough for
+    the decision call. Recipes and observed facts are not among them: their text is the run's own code, kept
+    by fingerprint, and no distilled sentence may reinforce, merge into or replace it; nor are the run's own
+    lessons "existing" ones to merge with."""
+    neighbours = [(lesson, score) for lesson, score in similar if lesson.origin not in CODE_ORIGINS]
+    close = [lesson for lesson, score in neighbours
+             if score >= thresholds.related and run_id not in lesson.source_run_ids]
+    return neighbours, close
+
+
+def place(exact: Lesson | None, stored: Lesson | None, neighbours: list[tuple[Lesson, float]],
+          close: list[Lesson], thresholds: Thresholds) -> tuple[Placement, Lesson | None]:
+    """What a (not quarantined) draft does: reinforce its own text's active lesson (``exact``, merges followed)
+    or a duplicate, stay out (its text's stored lesson is kept out), wait for the decision call (related
+    lessons), or be added; with the lesson to reinforce."""
+    if exact is not None:
+        return "reinforce", exact
+    if kept_out(stored):
+        return "held_back", None
+    if neighbours and neighbours[0][1] >= thresholds.duplicate:
+        return "reinforce", neighbours[0][0]
+    return ("related", None) if close else ("add", None)
+
+
+def reinforcement(lesson: Lesson, run_id: str, given: set[str]) -> Reinforcement:
+    """Whether a run's lesson reinforces ``lesson``: not when the run was given it (an echo), nor twice."""
+    if lesson.id in given:
+        return "echo"
+    if run_id in lesson.source_run_ids:
+        return "skip"
+    return "reinforce"
+
+
+def rewording(held_back: list[tuple[Lesson, float]], thresholds: Thresholds) -> tuple[Lesson, float] | None:
+    """The forgotten or retired lesson a draft says again in other words, and how similar it is (``held_back``:
+    the nearest such)."""
+    return next(((lesson, score) for lesson, score in held_back if score >= thresholds.duplicate), None)
+
+
+def new_lesson(bank: str, draft: DraftLesson, run_id: str, origin: LessonOrigin, verified: bool, failed: bool,
+               now: float) -> Lesson:
+    """The lesson a draft becomes when it is added (quarantined when it needs a user's eye)."""
+    lesson = vouched_by(Lesson.new(bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=run_id,
+                                   origin=origin, steps=draft.steps), run_id, verified)
+    lesson.failed_runs = int(failed)
+    if draft.quarantine:
+        lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": now,
+                                           "status_reason": f"{draft.quarantine}; a user must release it"})
+    return lesson
+
+
+def resolve(decisions: list[Decision], drafts: list[DraftLesson],
+            existing: list[Lesson]) -> list[tuple[str, Lesson | None, str]]:
+    """For each draft (in order), what the decision call said: (``add`` | ``skip`` | ``replace`` | ``merge``,
+    the existing lesson it names, the merged text). No decision, or one naming no shown lesson, adds."""
+    by_number = {d.new: d for d in decisions}
+    resolved: list[tuple[str, Lesson | None, str]] = []
+    for number in range(1, len(drafts) + 1):
+        decision = by_number.get(number)
+        if decision is None or decision.action in ("add", "skip"):
+            resolved.append((decision.action if decision is not None else "add", None, ""))
+            continue
+        known = decision.existing and 0 < decision.existing <= len(existing)
+        target = existing[decision.existing - 1] if known and decision.existing else None
+        resolved.append((decision.action, target, decision.text) if target is not None else ("add", None, ""))
+    return resolved
+
+
+def merge(target: Lesson, text: str, run_id: str, given: set[str], bank: str, secret: bool) -> Merge:
+    """What merging a draft into the active ``target`` with ``text`` does: an echo or nothing new (the run was
+    given it, or taught it already), a reinforcement (no new text, the same text, or a text with a secret),
+    else a merged lesson."""
+    if target.id in given:
+        return "echo"
+    if run_id in target.source_run_ids:
+        return "skip"
+    if not text or lesson_id(bank, text) == target.id or secret:
+        return "reinforce"
+    return "merge"
+
+
+def merged(target: Lesson, draft: DraftLesson, text: str, bank: str, run_id: str, now: float, verified: bool,
+           failed: bool) -> Lesson:
+    """The lesson a merge writes: ``target``'s evidence and history, one more run, the merged ``text``."""
+    return reinforced(target, run_id, draft.tags, now, draft.steps, verified, failed).model_copy(
+        update={"id": lesson_id(bank, text), "text": text, "status": "active", "superseded_by": None})
+
+
+def replaces(target: Lesson, draft: DraftLesson, verified: bool, given: set[str]) -> bool:
+    """Whether a draft that contradicts ``target`` replaces it: the draft is backed (its run ended well, or it
+    rests on steps) and ``target`` earned no more helpful than harmful credit and was not given to the run."""
+    backed = verified or bool(draft.steps)
+    return backed and not target.helpful > target.harmful and target.id not in given
+
+
+def contradicted_reason(run_id: str, verified: bool) -> str:
+    return f"{CONTRADICTED} {run_id}" + (" (judged a success)" if verified else "")
+
+
+def outdated_recipes(similar: list[tuple[Lesson, float]], recipe_id: str, thresholds: Thresholds) -> list[Lesson]:
+    """Older recipes for similar tasks (``similar``: the nearest lessons) that a new recipe supersedes: their
+    harmful credit outweighs their helpful credit."""
+    return [older for older, score in similar
+            if older.recipe is not None and older.id != recipe_id
+            and score >= thresholds.duplicate - RECIPE_SIMILARITY_SLACK and older.harmful > older.helpful]
+
+
+def outdated_reason(run_id: str) -> str:
+    return f"a newer recipe (run {run_id}) succeeded where this one failed"

@@ -1,0 +1,418 @@
+"""Credit: which of the lessons a run was given did it apply, and did that end well.
+
+Applied is decided deterministically first: a lesson's distinctive tokens — keyword arguments with
+their values (``delimiter=';'``), quoted literals, code names — must appear in the run's code or tool
+arguments, and tokens the task itself contains do not count (any attempt would use them). A recipe is
+applied when most of its own calls and literals are in the run's code. An observed fix is applied when
+the run used what its corrected line changed: the same new key or literal, or a value of the same shape
+(``date="02.01.2024"`` applies ``date="17.03.2024"``). Only applied lessons get credit: crediting
+everything retrieved together reinforces noise. A failed run blames an observed fix only if one of its
+failing lines is the fix's own (the same call with the corrected value), or if the run wrote the fix's
+corrected line (with its own names) and answered with the value it computed: the fix says how one call
+works, not how the whole run ends, unless its line computed the answer. An observed shape is applied
+when the run subscripts its records' path (``['data']['items']``), and blamed by a failed run only when a
+failing line does. A recipe is
+blamed by a failed run only when a step reproduced it (``unfollowed``): in the learning benchmark every
+failed run given a right recipe had changed it (a dropped loop, a ``round()``, another date format).
+
+The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a
+run gave is kept with the run, so a later verdict (a user's feedback after distillation) replaces it
+by its difference instead of adding to it. A lesson whose harmful evidence clearly outweighs its
+helpful evidence (under a Beta(1 + helpful, 1 + harmful) belief, less than a 10 % chance that applying
+it ends well more often than not) is retired: kept for audit with the reason, no longer given to runs.
+So is a lesson given to ``IDLE_AFTER`` runs and applied by none of them (a plan, a wrong diagnosis or a
+platitude the agents never act on): it costs every run prompt space and no run shows it helps. Lessons a
+user added, imported or released (``lessons release`` brings a retired lesson back) are never retired as
+idle: the user vouched for them.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+
+from lessonbank.core import specimen
+from lessonbank.core.models import RELEASED_BY_USER, USER_ORIGINS, Lesson, Recipe
+from lessonbank.learn import evidence, fixes, fixtext
+from lessonbank.learn.view import RunView
+
+RETIRE_BELOW = 0.10
+IDLE_AFTER = 8
+RECIPE_SHARE = 0.75
+COMMON_NAMES = frozenset({
+    "print", "len", "int", "str", "float", "list", "dict", "set", "sum", "range", "open", "json", "loads", "dumps",
+    "round", "sorted", "max", "min", "final_answer", "append", "get", "items", "keys", "values", "split", "strip",
+    "join", "format", "path", "file", "data", "text", "value", "result", "results", "the", "and",
+})
+_KWARG = re.compile(r"\b([A-Za-z_]\w{0,40})\s*=\s*(?:'([^'\n]{0,40})'|\"([^\"\n]{0,40})\"|([\w.+-]{1,40}))")
+_QUOTED = re.compile(r"'([^'\n]{1,40})'|\"([^\"\n]{1,40})\"|`([^`\n]{1,60})`")
+_CODE_NAME = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[a-z]+_[a-z_0-9]+|[A-Za-z_]\w*(?=\())")
+COUNTS = ("given", "applied", "helpful", "harmful")
+
+
+@dataclass
+class Atoms:
+    """The comparable pieces of a text or a run: ``key=value`` pairs, literals and code names."""
+
+    kwargs: set[str] = field(default_factory=set)
+    literals: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)  # "key=" of unquoted values in prose ("page=1, 2, 3")
+
+    def all(self) -> set[str]:
+        return self.kwargs | self.literals | self.names
+
+    def kwarg_values(self) -> set[str]:
+        return {kwarg.split("=", 1)[1] for kwarg in self.kwargs}
+
+
+def _norm(value: str) -> str:
+    return " ".join(value.split()).lower()
+
+
+def text_atoms(text: str) -> Atoms:
+    """Atoms of a lesson written in prose (with code in backticks or inline)."""
+    atoms = Atoms()
+    for match in _KWARG.finditer(text):
+        value = next((group for group in match.groups()[1:] if group is not None), "")
+        if match.group(4) is not None:  # unquoted: a sentence's full stop is not part of the value
+            value = value.rstrip(".,;:")
+            atoms.keys.add(f"{match.group(1).lower()}=")
+        atoms.kwargs.add(f"{match.group(1).lower()}={_norm(value)}")
+    for match in _QUOTED.finditer(text):
+        quoted = next(group for group in match.groups() if group is not None)
+        if match.group(3) is not None:  # `code`: its names and kwargs count, not the whole span
+            inner = text_atoms(quoted.replace("`", ""))
+            atoms.kwargs |= inner.kwargs
+            atoms.literals |= inner.literals
+            atoms.names |= inner.names | {_norm(n) for n in _CODE_NAME.findall(quoted)}
+        else:
+            atoms.literals.add(_norm(quoted))
+    atoms.names |= {_norm(name) for name in _CODE_NAME.findall(text)}
+    return atoms
+
+
+def code_atoms(code: str) -> Atoms:
+    """Atoms of Python code (keyword arguments with constant values, string literals, called names)."""
+    atoms = Atoms()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return text_atoms(code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg:
+            atoms.kwargs.add(f"{node.arg.lower()}=")  # the keyword is used, whatever its value
+            if isinstance(node.value, ast.Constant):
+                atoms.kwargs.add(f"{node.arg.lower()}={_norm(str(node.value.value))}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 40:
+            atoms.literals.add(_norm(node.value))
+        elif isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            atoms.names.add(_norm(name))
+            atoms.names.add(_norm(name.rsplit(".", 1)[-1]))
+        elif isinstance(node, ast.Attribute):
+            atoms.names.add(_norm(node.attr))
+    return atoms
+
+
+def run_atoms(run: RunView) -> Atoms:
+    """Atoms of what a run did: its code and its tool calls."""
+    atoms = Atoms()
+    for step in run.actions:
+        for part in [code_atoms(step.code)] + [text_atoms(f"{c.name}({c.arguments})") for c in step.requests]:
+            atoms.kwargs |= part.kwargs
+            atoms.literals |= part.literals
+            atoms.names |= part.names
+        atoms.kwargs |= {kwarg.replace('"', "").replace("'", "") for kwarg in text_atoms(step.code).kwargs}
+    return atoms
+
+
+def _distinctive(atoms: Atoms, task: str) -> Atoms:
+    task_text = task.lower()
+
+    def keep(token: str) -> bool:
+        return bool(token) and token not in COMMON_NAMES and token not in task_text
+
+    return Atoms({k for k in atoms.kwargs if keep(k)}, {t for t in atoms.literals if keep(t)},
+                 {n for n in atoms.names if keep(n) and len(n) > 2})
+
+
+def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
+    """Whether a run whose code/tool calls have ``run`` atoms applied ``lesson``."""
+    if lesson.recipe is not None:
+        return _recipe_applied(lesson.recipe, run, task)
+    if lesson.origin == "observed" and (path := specimen.path_of(lesson.text)) is not None:
+        return {_norm(key) for key in path} <= run.literals
+    if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
+        exact, shaped = pieces
+        return bool(exact & run.all() or exact & run.kwarg_values() or shaped & _shapes(run))
+    atoms = text_atoms(lesson.text)
+    mine = _distinctive(atoms, task)
+    if mine.kwargs & run.kwargs or mine.literals & (run.literals | run.kwarg_values()):
+        return True
+    seen = run.names | run.literals
+    names = len(mine.names) >= 1 and len(mine.names & seen) >= max(1, math.ceil(0.6 * len(mine.names)))
+    if mine.kwargs or mine.literals:  # a value the run did not use; the same keyword counts if the value was loose
+        return names and bool(atoms.keys & run.kwargs)
+    return names
+
+
+def _recipe_applied(recipe: Recipe, run: Atoms, task: str) -> bool:
+    """Most of the recipe's own calls, keywords and literals are in the run (its parameters may differ)."""
+    params = {_norm(p) for p in recipe.params}
+    mine = _distinctive(code_atoms(recipe.code) if recipe.language == "python" else text_atoms(recipe.code), task)
+    kwargs = {k if k.split("=", 1)[1] not in params else k.split("=", 1)[0] + "=" for k in mine.kwargs}
+    kwargs = {k for k in kwargs if not k.endswith("=") or not any(other.startswith(k) and other != k
+                                                                  for other in kwargs)}
+    pieces = kwargs | (mine.literals - params) | mine.names
+    return bool(pieces) and len(pieces & run.all()) >= math.ceil(RECIPE_SHARE * len(pieces))
+
+
+_WORDS_ONLY = re.compile(r"[a ]*")
+
+
+def _shaped(atom: str) -> str:
+    """``date=17.03.2024`` -> ``date=9.9.9``; a literal -> its shape."""
+    key, sep, value = atom.partition("=")
+    return f"{key}={fixtext.shape(value)}" if sep else fixtext.shape(atom)
+
+
+def _shapes(run: Atoms) -> set[str]:
+    return {_shaped(kwarg) for kwarg in run.kwargs if not kwarg.endswith("=")} | {
+        fixtext.shape(literal) for literal in run.literals}
+
+
+def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
+    """What an observed fix's corrected line changed: (exact kwargs and literals, their shapes when the
+    shape says more than "a word"); None if the text is not a fix's."""
+    found = fixtext.lines(lesson.text)
+    if found is None:
+        return None
+    failed, fixed = found
+    new, old = code_atoms(fixed), code_atoms(failed)
+    kwargs = {k for k in new.kwargs - old.kwargs if not k.endswith("=")}
+    literals = new.literals - old.literals
+    exact = _distinctive(Atoms(kwargs, literals, set()), task)
+    shaped = ({_shaped(k) for k in kwargs} - {_shaped(k) for k in old.kwargs}) | (
+        {fixtext.shape(t) for t in literals} - {fixtext.shape(t) for t in old.literals})
+    shaped = {s for s in shaped if not _WORDS_ONLY.fullmatch(s.partition("=")[2] if "=" in s else s)}
+    return exact.kwargs | exact.literals, shaped
+
+
+def blameless(lesson: Lesson, run: RunView) -> bool:
+    """An observed fix or shape that no failing line of the run used, and (a fix) whose corrected line, as the
+    run wrote it, did not compute the run's answer: a failed run does not blame it."""
+    if lesson.origin != "observed":
+        return False
+    path = specimen.path_of(lesson.text)
+    pieces = _fix_pieces(lesson, run.task) if path is None else None
+    if path is None and pieces is None:
+        return False
+    if pieces is not None and _answered_by_fixed_line(lesson, run):
+        return False
+    keys = {_norm(key) for key in path or ()}
+    for step in run.actions:
+        if not step.failed:
+            continue
+        line = evidence.named_failing_line(step)
+        atoms = code_atoms(line) if line else Atoms()
+        if pieces is not None and (pieces[0] & atoms.all() or pieces[1] & _shapes(atoms)):
+            return False
+        if keys and keys <= atoms.literals:
+            return False
+    return True
+
+
+def _skeleton_of(tree: ast.AST) -> str | None:
+    """``tree`` (changed in place) with every name it reads or sets, but the functions it calls, as ``v`` and its
+    constants as their shapes (subscript keys kept): ``t = sum(r['qty'] for r in inv['lines'])`` and ``total =
+    sum(x['qty'] for x in result['lines'])`` are the same line; None when nested deeper than the visitor follows."""
+    try:
+        called = {node.func.id for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - called
+        return ast.dump(_Skeleton(names).visit(tree))
+    except RecursionError:
+        return None
+
+
+def _answered_by_fixed_line(lesson: Lesson, run: RunView) -> bool:
+    """The run wrote the fix's corrected line (its own names) in a step that did not fail, and the value it
+    assigned is the run's answer: a run judged wrong then shows the line computes a wrong answer (seed 11 of the
+    learning benchmark: the fix's total without the quantities, copied by the next runs, was their answer)."""
+    found = fixtext.lines(lesson.text)
+    try:
+        wanted = _skeleton_of(ast.parse(found[1]).body[0]) if found is not None else None
+    except (SyntaxError, ValueError, RecursionError, IndexError):
+        return False
+    if wanted is None:
+        return False
+    for step in run.actions:
+        if step.failed:
+            continue
+        try:
+            tree = ast.parse(step.code)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for stmt in tree.body:
+            try:
+                line = ast.unparse(stmt)  # before the skeleton changes the statement in place
+            except RecursionError:  # nested deeper than unparsing follows: not the fix's line
+                continue
+            if _skeleton_of(stmt) == wanted and fixes.line_gave_the_answer(line, step.seq, run):
+                return True
+    return False
+
+
+def altered(lesson: Lesson, run: Atoms, task: str) -> bool:
+    """A recipe the run applied, but with calls of its own added (a conversion, a tool it invented): when
+    such a run fails, the failure is the run's additions as much as the recipe's, so it is not blamed."""
+    if lesson.recipe is None:
+        return False
+    recipe = code_atoms(lesson.recipe.code) if lesson.recipe.language == "python" else text_atoms(lesson.recipe.code)
+    extra = {name for name in run.names - recipe.names - COMMON_NAMES if "." not in name and len(name) > 2}
+    return bool(extra)
+
+
+class _Skeleton(ast.NodeTransformer):
+    """Names the code assigns become ``v`` (``self.seen`` lists them in order); constants become their shape
+    (``'INV-1471'`` -> ``'a-9'``), except subscript keys (``row['amount_cents']`` stays: a key is a fact)."""
+
+    def __init__(self, stored: set[str]) -> None:
+        self.stored = stored
+        self.seen: list[str] = []
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.stored:
+            self.seen.append(node.id)
+            return ast.Name("v", node.ctx)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        node.value = self.visit(node.value)
+        if not isinstance(node.slice, ast.Constant):
+            node.slice = self.visit(node.slice)
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return node if isinstance(node.value, bool) or node.value is None else ast.Constant(fixtext.shape(node.value))
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers")
+
+
+def _quiet(node: ast.stmt) -> bool:
+    """A statement that cannot change an answer: an import, ``pass``, a bare ``print(...)``."""
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)):
+        return True
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "print")
+
+
+Statement = tuple[str, tuple[str, ...]]
+
+
+def statements(*codes: str) -> list[Statement]:
+    """The statements of ``codes`` (a run's steps: smolagents keeps variables from step to step) in order,
+    nested ones included (a compound statement as its header), each as (skeleton, the assigned names it
+    uses in order), less those that cannot change an answer. Code that does not parse adds nothing."""
+    trees = []
+    for code in codes:
+        try:
+            trees.append(ast.parse(code))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+    stored = {node.id for tree in trees for node in ast.walk(tree)
+              if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    found: list[Statement] = []
+
+    def add(body: list[ast.stmt]) -> None:
+        for node in body:
+            if _quiet(node):
+                continue
+            nested = [getattr(node, name, []) for name in _BODIES if name != "handlers"]
+            nested += [handler.body for handler in getattr(node, "handlers", [])]
+            head = type(node)(**{k: ([] if k in _BODIES else v) for k, v in ast.iter_fields(node)})
+            skeleton = _Skeleton(stored)
+            found.append((ast.dump(skeleton.visit(head)), tuple(skeleton.seen)))
+            for part in nested:
+                add(part)
+
+    for tree in trees:
+        try:
+            add(tree.body)
+        except RecursionError:
+            continue
+    return found
+
+
+def _in_order(wanted: list[Statement], seen: list[Statement]) -> bool:
+    """Each wanted statement matches a later seen one: the same skeleton, names renamed one to one."""
+    forward: dict[str, str] = {}
+    backward: dict[str, str] = {}
+    position = 0
+    for shape, names in wanted:
+        for index in range(position, len(seen)):
+            other, others = seen[index]
+            if other != shape or len(others) != len(names):
+                continue
+            pairs = set(zip(names, others, strict=True))
+            if all(forward.get(a, b) == b and backward.get(b, a) == a for a, b in pairs) \
+                    and len({a for a, _ in pairs}) == len({b for _, b in pairs}) == len(pairs):
+                forward.update(pairs)
+                backward.update((b, a) for a, b in pairs)
+                position = index + 1
+                break
+        else:
+            return False
+    return True
+
+
+def unfollowed(lesson: Lesson, run: RunView) -> bool:
+    """A recipe the run applied but did not reproduce: its code (step after step) does not hold the recipe's
+    statements in order, with names renamed one to one and values of the same shape (a dropped loop, a
+    ``round()`` added, another date format, one more division before the answer). A small model copies a
+    recipe badly as often as not; the failure of such a run says nothing about the recipe, so it is not
+    blamed (its success still counts as help)."""
+    if lesson.recipe is None or lesson.recipe.language != "python":
+        return False
+    wanted = statements(lesson.recipe.code)
+    return bool(wanted) and not _in_order(wanted, statements(*(s.code for s in run.actions)))
+
+
+def chance_good(helpful: int, harmful: int) -> float:
+    """P(p > 0.5) for p ~ Beta(1 + helpful, 1 + harmful): a binomial tail, exact for whole counts."""
+    a, b = 1 + helpful, 1 + harmful
+    n = a + b - 1
+    return sum(math.comb(n, k) for k in range(a)) / 2**n
+
+
+def should_retire(lesson: Lesson) -> bool:
+    return lesson.harmful > lesson.helpful and chance_good(lesson.helpful, lesson.harmful) < RETIRE_BELOW
+
+
+def is_idle(lesson: Lesson) -> bool:
+    """Given to ``IDLE_AFTER`` runs or more, applied by none, and not vouched for by a user (added,
+    imported or released by one)."""
+    return (lesson.given >= IDLE_AFTER and lesson.applied == 0 and lesson.origin not in USER_ORIGINS
+            and lesson.status_reason != RELEASED_BY_USER)
+
+
+def retire_reason(lesson: Lesson) -> str:
+    if should_retire(lesson):
+        return (f"harmful in {lesson.harmful} of {lesson.applied} runs that applied it, helpful in "
+                f"{lesson.helpful} (chance it helps: {chance_good(lesson.helpful, lesson.harmful):.0%})")
+    return f"given to {lesson.given} runs, applied by none"
+
+
+def flags(verdict: str, is_applied: bool, is_altered: bool = False) -> dict[str, int]:
+    """The counts one run gives a lesson it was given: applied or not, and helpful or harmful by its verdict (a
+    run that altered or did not follow the lesson, or failed where it was blameless, is not counted harmful)."""
+    flags = {"given": 1, "applied": int(is_applied), "helpful": 0, "harmful": 0}
+    if is_applied and verdict == "success":
+        flags["helpful"] = 1
+    elif is_applied and verdict == "failure" and not is_altered:
+        flags["harmful"] = 1
+    return flags

@@ -1,0 +1,391 @@
+"""The quality gate: what a lesson must not be, decided without an LLM, before anything is stored.
+
+A small distiller writes plans in the first person, restates the task or the run's own answer, says
+that nothing went wrong, or quotes values it never observed. Each rule below drops such a lesson and
+names the reason; the worker counts drops by reason (log and ``lessonbank status``).
+
+| reason                 | dropped when the lesson ...                                                    |
+|------------------------|--------------------------------------------------------------------------------|
+| ``secret``             | looks like it carries a secret                                                 |
+| ``contentless``        | is too short to say anything, or is generic advice ("always check your code")  |
+| ``vague``              | points at a value without saying which ("use the correct date format")         |
+| ``describes_tool``     | only says what a tool is (or was) used for ("`get_invoice` is used to retrieve") |
+| ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
+| ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
+| ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
+| ``first_person_plan``  | is a plan or a story in the first person ("I will", "Let me", "so I assumed", "we were") |
+| ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
+| ``restates_task``      | mostly repeats the task                                                        |
+| ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
+| ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
+| ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
+|                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
+|                        | that a field exists when every step that used it failed (``result['max_temp']``) |
+| ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
+
+A lesson that passes but carries a URL, an e-mail address or an instruction to send data somewhere is
+stored ``quarantined`` (``quarantine_reason``): a page the agent read may have planted it, so it is never
+handed to a run until a user releases it.
+
+Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from lessonbank.core.models import normalize_lesson_text
+from lessonbank.core.redact import Redactor
+from lessonbank.core.tokens import tokens
+
+MIN_CHARS = 24
+MIN_CONTENT_TOKENS = 4
+TASK_OVERLAP = 0.7
+GIVEN_OVERLAP = 0.8
+MIN_ANSWER_CHARS = 3
+MAX_ANSWER_CHARS = 80
+ANSWER_TASK_OVERLAP = 0.4
+
+_GENERIC = re.compile(
+    r"(?i)^\W*(?:always |make sure to |be sure to |remember to |it is important to )?"
+    r"(?:double[- ]check|check|verify|review|test) (?:your|the) (?:code|work|answer|output|results?)\W*$"
+    r"|(?i:\bbe careful\b|\bpay (?:close )?attention\b|\bfollow the instructions\b)"
+)
+_NOTHING = re.compile(
+    r"(?i)\bno (?:failures?|errors?|issues?|problems?|mistakes?)(?: \w+){0,2} (?:occurred|happened|"
+    r"were (?:found|encountered|made|observed)|was (?:found|encountered))"
+    r"|\bnothing (?:went wrong|failed)\b"
+    r"|\bthe (?:run|task|agent|execution)(?: \w+){0,2} (?:was (?:completed |)successful(?:ly)?|succeeded|"
+    r"completed successfully|finished successfully)"
+    r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
+    r"|\b(?:was|were|is|are) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
+    # "The invoice with ID 'INV-1002' is retrieved successfully." (the 1.5B distiller's, handed to a run)
+    r"|\b(?:was|were|is|are) (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated) successfully\b"
+    r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
+    # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
+    r"|\b(?:the|this) (?:run|agent|task)(?: \w+){0,2}? successfully\b"
+)
+# A lesson that points at a value without saying which: "with the correct date format", "retry with a
+# different date format", "ensure the query is correctly formatted". The next run cannot act on it, and a
+# verified run's narration of this kind was handed to runs at once.
+_VAGUE = re.compile(
+    r"(?i)\b(?:the|a|an) (?:correct|right|proper|valid|expected|appropriate|required|different|suitable|"
+    r"supported|accepted|acceptable) (?:[a-z]+ ){0,2}?(?:format|value|parameter|argument|input|key|field|"
+    r"column|name|type|syntax|units?|separator|delimiter|encoding|structure|path)s?\b"
+    r"|\b(?:correctly|properly|appropriately) (?:formatted|specified|structured|encoded|typed)\b"
+)
+# What says which: a quoted value, a number, a date format's letters (DD.MM.YYYY), ISO, a strftime
+# directive, or code that is more than a name (a bare name counts unless it is a function the run called).
+_SAYS_WHICH = re.compile(
+    r"\"[^\"\n]{1,60}\"|(?<!\w)'[^'\n]{1,60}'(?!\w)|\d|(?-i:\b(?:YYYY|YY|MM|DD|HH|SS|ISO)\b)|%[a-zA-Z]"
+    r"|`[\w\s()]{0,80}[^\w`\s()][^`\n]{0,80}`"
+)
+_BARE_NAME = re.compile(r"`([A-Za-z_]\w{0,60})(?:\(\))?`")
+# A lesson that only says what a tool is for: its docstring already does.
+_TOOL_PURPOSE = re.compile(
+    r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?"
+    r"(?:(?: function| tool| method)? (?:is used|was used|can be used|is a (?:function|tool)(?: \w+){0,2}) "
+    r"to (?:retrieve|get|fetch|obtain|read|load|return|list|look up)\b"
+    # named a function or tool, any purpose: "The search_catalog tool was used to find 'chair' products."
+    r"|(?: function| tool| method) (?:is|was|can be) used to [a-z])"
+)
+# Advice to change the agent itself (its tools, imports, permissions): not the agent's to act on.
+_AGENT_SETUP = re.compile(
+    r"(?i)\b(?:add|allow|authori[sz]e|enable|install|import|register|whitelist)(?: \S+){0,6}? (?:to|in|into) "
+    r"(?:the |its )?(?:list of )?(?:allowed|authori[sz]ed|permitted|available) (?:tools|imports|modules|functions)\b"
+    r"|\b(?:agent'?s?|its) (?:security|sandbox|tool) (?:settings|configuration|permissions|list)\b"
+    r"|\bauthori[sz]ed imports\b"
+)
+# smolagents' words for a function the agent may not or cannot call.
+_UNCALLABLE = re.compile(
+    r"(?i)'([a-z_][a-z0-9_.]{0,60})' is not among the explicitly allowed tools"
+    r"|forbidden function evaluation: '([a-z_][a-z0-9_.]{0,60})'"
+    r"|(?:name|function) '([a-z_][a-z0-9_.]{0,60})' is not defined"
+)
+_FIRST_PERSON = re.compile(
+    r"(?i)^\W*(?:i|we|let(?:'s| me| us))\b"
+    r"|\b(?:i|we)(?:'ll| will| am going to| are going to| need to| should| have to| must| can)\b"
+    r"|\bmy (?:plan|next step|approach)\b"
+    # a later sentence that starts a plan ("... not found. Let me look at the header line.")
+    r"|[.!?;:]\W{0,3}let(?:'s| me| us)\b"
+    # the narrator "I" (capital, a verb after it) opening a clause: "so I assumed it was successful"
+    r"|(?:[.!?;:,]\W{0,3}|\b(?:so|and|then|but|because|when|since|after|before|until|that) )(?-i:I [a-z])"
+    # the narrator "we" telling what the run did: "but we were trying to use it as if it was a dictionary"
+    r"|\bwe (?:were|tried|used|called|got|had|did|saw|found|assumed|thought|made|ran|passed|needed|wanted)\b"
+)
+_TRANSCRIPT = re.compile(
+    r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
+    r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
+    # "The previous run failed because of an invalid date format." (the learning benchmark's distiller)
+    # "The initial approach failed due to an incorrect date format, but the subsequent approach ..."
+    r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first|initial|original|subsequent) "
+    r"(?:run|attempt|try|approach)(?:e?s)?\b"
+    # a sentence that leans on one before it: "However, the initial attempt failed due to ..."
+    r"|^\W{0,3}however,"
+    # smolagents' own framing of a step's error, copied: "The code execution failed at line '...' due to: ..."
+    r"|\bcode execution failed at line\b"
+    r"|\b(?:the|this) (?:run|agent) (?:ended|failed|succeeded|finished|was judged|stopped|gave up)\b"
+    r"|\bthe (?:code )?snippet\b|^\W*the (?:task|goal|question) (?:was|is) to\b"
+    r"|\brecorded outcome\b|\bjudged (?:a )?(?:success|failure)\b|\bfinal answer (?:was|is):? |\bfinal answer: "
+    # the distill prompt's own lists: "This is a duplicate of lesson 2."
+    r"|\b(?:duplicates?|copy|repeats?|same as) (?:of )?(?:the )?(?:existing |given |earlier )?lesson(?: #?\d+)?\b"
+    # the run's own step limit: "The error AgentMaxStepsError: Reached max steps was observed ..."
+    r"|\bAgentMaxStepsError\b|(?-i:\bReached max steps\b)"
+    # the run's own work told in the passive: "The total ... was calculated by summing ..., then dividing by 100"
+    # (given next to the recipe that does it, it made a run divide by 100 twice)
+    r"|\b(?:was|were) (?:calculated|computed|obtained|determined|derived) by\b"
+    # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
+    # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
+    # lessons the learning benchmark's distiller wrote that passed every other context-free rule, 77 read so; none of
+    # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
+    # two runs back to the rejected date.
+    r"|(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
+    r"|the (?:\w+ )?approach (?:then |later |next )?(?:switched|changed|shifted|moved|turned)\b"
+    r"|the (?:failure|error|problem|issue|mistake)s? (?:was|were|occurred|happened|arose)\b"
+    r"|(?:the|this) (?:run|agent|code|script)(?: (?:also|still|then|first|again|itself|provided|correctly|"
+    r"incorrectly|successfully))? (?:[a-z]+ed|did|was|were|had|ran|got|made|took|found|read|wrote|gave|saw|"
+    r"chose|built|sent|kept|left|began|should have|could not|"
+    r"couldn't|didn't)\b"
+    r"|the (?:error|output|result|observation|traceback)(?: message)?s? (?:indicate[sd]|suggest(?:s|ed)|"
+    r"show(?:s|ed)|said|meant|was)\b"
+    r"|to (?:fix|avoid|solve|resolve|correct|handle|prevent) (?:this|that|the (?:issue|problem|error|failure))\b)"
+    r"|\b(?:approach|solution) (?:should|would) have been\b"
+)
+_URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
+_EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")
+_EXFILTRATE = re.compile(
+    r"(?i)\b(?:send|post|upload|forward|transmit|e-?mail|exfiltrate|copy|leak|report)(?: \S+){0,6}? "
+    r"(?:to|at|into) (?:the )?(?:\S+ ){0,3}(?:server|endpoint|address|url|webhook|attacker|inbox|channel|host)\b"
+)
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?!\w|\.\d)")
+# "did not return any records", "returned no results", "no data was found", "came back empty"
+_GOT_NOTHING = re.compile(
+    r"(?i)\b(?:did(?:n't| not)|does(?:n't| not)|could(?:n't| not)|can(?:'t|not)|failed to|(?:was|were) unable to)"
+    r" (?:\w+ ){0,2}?(?:return|find|retrieve|get|fetch|provide|give|contain|yield)\b"
+    r"|\breturn(?:s|ed)? (?:no|nothing|none|an empty|empty|zero)\b"
+    r"|\bno (?:\w+ ){0,3}?(?:data|records?|results?|entries|items|rows|matches|values?) (?:(?:was|were|is|are) )?"
+    r"(?:found|returned|available)\b"
+    r"|\b(?:is|was|are|were|came back) empty\b"
+)
+# "The 'amount' column was not found": a key or name said to be missing.
+_MISSING = re.compile(
+    r"(?i)\b(?:was|were|is|are)(?:n't| not) (?:found|present|defined)\b"
+    r"|\b(?:does|do|did)(?:n't| not) exist\b|\b(?:is|was|are|were) missing\b"
+)
+# What makes a claim that something is missing a contrast or a condition (true as said): code that shows where
+# it is, or words that say when or what instead ("not found when the file is split on ','", "use 'total'").
+_QUALIFIED = re.compile(r"[`\[=]|(?i:\b(?:instead|use|using|rather|but|unless|only|when|if|with|until|because|"
+                        r"since|after|before|under|inside|nested)\b)")
+# The values a lesson pins its claim to: a quoted string, or a number, date or id of 3 characters or more.
+_VALUE = re.compile(r"[\"']([^\"'`\n]{3,60})[\"']|(?<![\w.])(\d[\d./:-]{1,30}\d)(?!\w)")
+_CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
+
+
+@dataclass
+class GateContext:
+    """What the gate compares a lesson with: the run it came from."""
+
+    task: str = ""
+    final_answer: str = ""
+    observed: str = ""
+    given: Sequence[str] = ()
+    results: Sequence[tuple[str, str]] = ()  # (code, what it got back or "failed") per step: evidence.call_results
+    redactor: Redactor = field(default_factory=Redactor)
+
+    def __post_init__(self) -> None:
+        self._task_tokens = set(tokens(self.task))
+        self._given = [(normalize_lesson_text(text), set(tokens(text))) for text in self.given]
+        self._haystack = f"{self.task}\n{self.observed}".lower()
+        self._uncallable = {
+            next(group for group in match.groups() if group).lower() for match in _UNCALLABLE.finditer(self.observed)
+        }
+
+
+def _uncallable(text: str, ctx: GateContext) -> bool:
+    """The lesson tells the agent to call something the run was refused (a tool it does not have)."""
+    if not ctx._uncallable:
+        return False
+    named = {next(group for group in m.groups() if group).split("(")[0].strip().lower()
+             for m in _CODE_NAME.finditer(text)}
+    return bool(named & ctx._uncallable)
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def _contentless(text: str, ctx: GateContext) -> bool:
+    return len(text) < MIN_CHARS or len(set(tokens(text))) < MIN_CONTENT_TOKENS or bool(_GENERIC.search(text))
+
+
+def _vague(text: str, ctx: GateContext) -> bool:
+    """The lesson names "the correct format" (or a different one) and says nowhere which it is."""
+    if not _VAGUE.search(text) or _SAYS_WHICH.search(text):
+        return False
+    # a name in backticks says which when it is not the function the run called (a key, a column)
+    return all(f"{match.group(1).lower()}(" in ctx._haystack for match in _BARE_NAME.finditer(text))
+
+
+def _restates_task(text: str, ctx: GateContext) -> bool:
+    mine = set(tokens(text))
+    return bool(mine) and (mine <= ctx._task_tokens or _overlap(mine, ctx._task_tokens) >= TASK_OVERLAP)
+
+
+def _numbers(text: str) -> set[str]:
+    return {match.replace(",", "").rstrip("0").rstrip(".") or "0" for match in _NUMBER.findall(text)}
+
+
+def _restates_answer(text: str, ctx: GateContext) -> bool:
+    answer = " ".join(ctx.final_answer.split())
+    if not answer or len(answer) > MAX_ANSWER_CHARS:
+        return False
+    if _NUMBER.fullmatch(answer.strip()):
+        # a number: long ones are specific enough alone; short ones when the lesson is about this task's specifics
+        if not _numbers(answer) & _numbers(text):
+            return False
+        return len(answer) >= MIN_ANSWER_CHARS or _overlap(set(tokens(text)), ctx._task_tokens) >= ANSWER_TASK_OVERLAP
+    return len(answer) >= MIN_ANSWER_CHARS and answer.lower() in text.lower()
+
+
+def _ungrounded(text: str, ctx: GateContext) -> bool:
+    for number in _NUMBER.findall(text):
+        digits = sum(ch.isdigit() for ch in number)
+        if (digits >= 3 or "." in number) and number.replace(",", "") not in ctx._haystack.replace(",", ""):
+            return True
+    for match in _CODE_NAME.finditer(text):
+        name = next(group for group in match.groups() if group)
+        core = re.split(r"[(=\s]", name.strip(), maxsplit=1)[0].lower()
+        if len(core) >= 3 and core not in ctx._haystack:
+            return True
+    return False
+
+
+def _contradicts_observed(text: str, ctx: GateContext) -> bool:
+    """The lesson says a call got nothing back, but each value it pins that on (the ones the run's code
+    passed) was passed by a step that ran and printed data, calling the function the lesson names if it
+    names one the run called: "`get_weather` did not return any records for Porto on 15.09.2024" after
+    ``get_weather(city="Porto", date="15.09.2024")`` printed a record. A small distiller writes this when
+    the run misread its output; given to the next run, it makes that run give up. A lesson that contrasts
+    a rejected value with the working one ("2024-09-15 returns nothing, 15.09.2024 works") is kept."""
+    if not ctx.results or not _GOT_NOTHING.search(text):
+        return False
+    values = {match.group(1) or match.group(2) for match in _VALUE.finditer(text)}
+    pinned = [value for value in values if any(value in code for code, _ in ctx.results)]
+    if not pinned:
+        return False  # pinned to no call: it may be true of every call
+    named = {re.split(r"[(=\s]", next(group for group in m.groups() if group).strip(), maxsplit=1)[0]
+             for m in _CODE_NAME.finditer(text)}
+    called = {name for name in named if name and any(f"{name}(" in code for code, _ in ctx.results)}
+    return all(any(got == "data" and value in code and (not called or any(f"{name}(" in code for name in called))
+                   for code, got in ctx.results)
+               for value in pinned)
+
+
+def _used_as_key(name: str, code: str) -> bool:
+    """The code subscripts something with ``name`` (``row['amount']``, ``result["max_temp"]``)."""
+    return any(f"[{q}{name}{q}]" in code for q in ("'", '"'))
+
+
+def _contradicts_a_working_key(text: str, ctx: GateContext) -> bool:
+    """The lesson says a key or name was missing, but each one it quotes was used as a key (``['amount']``)
+    by a step that ran without an error: "The 'amount' column was not found in the header line" from a run
+    that split on the wrong separator, then read ``row['amount']`` fine. The symptom of an error the run
+    fixed is no fact; given to the next run, it says the column does not exist. Kept: a lesson that names a
+    key only the failing steps used, or qualifies its claim ("not found when the file is split on ','", "not
+    at the top level: it is under result['data']")."""
+    if not ctx.results or not _MISSING.search(text) or _QUALIFIED.search(text):
+        return False
+    quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
+    if not quoted:
+        return False
+    ran = [code for code, got in ctx.results if got != "failed"]
+    return all(any(_used_as_key(name, code) for code in ran) for name in quoted)
+
+
+# "a dictionary with 'max_temp' as one of its fields", "the 'total' key of the result": a name said to be there.
+_FIELD = re.compile(r"(?i)\b(?:fields?|keys?|columns?|attributes?|propert(?:y|ies))\b")
+# ...unless the lesson says it is not, or names it as what not to use
+_DENIED = re.compile(r"(?i)\b(?:not?|none|never|without|instead|rather|missing|absent|lacks?|wrong|avoid)\b|n't\b")
+
+
+def _claims_a_failed_key(text: str, ctx: GateContext) -> bool:
+    """The lesson says a field or key is there, but every step that used it as a key (``['max_temp']``) failed:
+    "The `get_weather` tool is expected to return a dictionary with 'max_temp' as one of its fields" from a
+    run whose ``get_weather(...)['max_temp']`` raised KeyError before ``['records'][0]['max_c']`` worked. The
+    run's wrong guess, stated as a fact: given to the next run, it makes that run guess the same. Kept: a lesson
+    that says the name is not there, or names it as what not to use, and any name a step used without failing."""
+    if not ctx.results or not _FIELD.search(text) or _DENIED.search(text):
+        return False
+    quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
+    return any(any(_used_as_key(name, code) for code, _ in ctx.results)
+               and all(got == "failed" for code, got in ctx.results if _used_as_key(name, code))
+               for name in quoted)
+
+
+def _copies_given(text: str, ctx: GateContext) -> bool:
+    normal, mine = normalize_lesson_text(text), set(tokens(text))
+    return any(normal == other or _overlap(mine, other_tokens) >= GIVEN_OVERLAP for other, other_tokens in ctx._given)
+
+
+Rule = Callable[[str, GateContext], bool]
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("secret", lambda text, ctx: ctx.redactor.has_secret(text)),
+    ("nothing_happened", lambda text, ctx: bool(_NOTHING.search(text))),
+    ("first_person_plan", lambda text, ctx: bool(_FIRST_PERSON.search(text))),
+    ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))),
+    ("contentless", _contentless),
+    ("vague", _vague),
+    ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text))),
+    ("agent_setup", lambda text, ctx: bool(_AGENT_SETUP.search(text))),
+    ("uncallable", _uncallable),
+    ("restates_task", _restates_task),
+    ("restates_answer", _restates_answer),
+    ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
+    ("contradicts_observed", _contradicts_observed),
+    ("contradicts_observed", _contradicts_a_working_key),
+    ("contradicts_observed", _claims_a_failed_key),
+    ("copies_given", _copies_given),
+)
+
+# Lessons an agent or a user hands in have no run to be compared with: only these rules apply.
+CONTEXT_FREE = ("secret", "nothing_happened", "first_person_plan", "refers_to_transcript", "contentless",
+                "vague", "describes_tool", "agent_setup")
+
+
+def reason_to_drop(text: str, ctx: GateContext, rules: Iterable[str] | None = None) -> str | None:
+    """The first rule ``text`` breaks, or None when it may be stored."""
+    wanted = set(rules) if rules is not None else None
+    for name, rule in RULES:
+        if (wanted is None or name in wanted) and rule(text, ctx):
+            return name
+    return None
+
+
+def screen(texts: Sequence[str], ctx: GateContext,
+           rules: Iterable[str] | None = None) -> tuple[list[int], Counter[str]]:
+    """Indices of the texts that pass, and the drops counted by reason."""
+    rule_names = list(rules) if rules is not None else None
+    kept: list[int] = []
+    dropped: Counter[str] = Counter()
+    for index, text in enumerate(texts):
+        reason = reason_to_drop(text, ctx, rule_names)
+        if reason is None:
+            kept.append(index)
+        else:
+            dropped[reason] += 1
+    return kept, dropped
+
+
+def quarantine_reason(text: str) -> str:
+    """Why a lesson must wait for a user before any run sees it ("" when it need not)."""
+    if _URL.search(text):
+        return "it carries a URL"
+    if _EMAIL.search(text):
+        return "it carries an e-mail address"
+    if _EXFILTRATE.search(text):
+        return "it tells the agent to send data somewhere"
+    return ""

@@ -1,0 +1,140 @@
+"""What a run observed that the worker keeps without an LLM (its fixes, its tools' result shapes, the recipe of a
+run that ended well), and the write of a run's lessons into its bank under the bank's lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from lessonbank.core import purge, runs
+from lessonbank.core.constants import run_key
+from lessonbank.core.models import Lesson, Recipe
+from lessonbank.learn import evidence, fixes, gate, recipes, shapes
+from lessonbank.learn.distill import DraftLesson
+from lessonbank.learn.view import RunView
+from lessonbank.workers import observe
+from lessonbank.workers.asking import llm_decider
+from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
+from lessonbank.workers.deps import Deps, bank_lock, best_effort, view_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """A fact the run observed, kept without an LLM: a fix (``fixes``) or a tool result's shape (``shapes``)."""
+
+    text: str
+    fingerprint: str
+    steps: tuple[int, ...]
+    tag: str
+    # a fix's, or a shape's that names its call: the run's task (redacted, capped), to put the next task's values
+    # in its lines
+    task: str = ""
+
+
+def recipe_of(deps: Deps, run: runs.Run, view: RunView, source: str) -> Recipe | None:
+    """The recipe of a run that ended well (``source``: who judged it), or None (also when extracting fails)."""
+    return best_effort(run, "a recipe", lambda: recipes.extract(view, deps.scrubber, source), None)
+
+
+def observed(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson], failed: bool = False) -> list[Observed]:
+    """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
+    user's eye or carry what looks like a secret; in a run judged wrong, no fix whose corrected line gave
+    the wrong answer); ``given``: the lessons the run was given, read from the store."""
+    if not deps.settings.recipes:
+        return []
+    found_fixes = found(deps, run, view, given)
+    if failed:
+        wrong = [fix for fix in found_fixes if gave_the_answer(run, view, fix)]
+        for fix in wrong:
+            logger.info("bank %s run %s: not keeping the fix whose corrected line `%s` gave the run's wrong answer",
+                        run.bank, run.run_id, evidence.one_line(fix.fixed, 200))
+        found_fixes = [fix for fix in found_fixes if fix not in wrong]
+    task = recipes.kept_task(run.task, deps.scrubber)
+    found_shapes: list[shapes.Shape] = best_effort(run, "observed shapes", lambda: shapes.extract(view, task), [])
+    facts = as_observed(found_fixes, task)
+    # a shape naming the call that got its records back keeps the task whose words that call passed; a call the
+    # gate or the secret scan refuses leaves the shape without it
+    found_shapes = [shape if not shape.call or may_keep(deps, shape.text) else dataclasses.replace(shape, call="")
+                    for shape in found_shapes]
+    facts += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG, task if shape.call else "")
+              for shape in found_shapes]
+    return keepable(deps, run, facts)
+
+
+def may_keep(deps: Deps, text: str) -> bool:
+    """Whether an observed fact's text may be kept: it needs no user's eye and carries nothing like a secret."""
+    return not gate.quarantine_reason(text) and not deps.scrubber.has_secret(text)
+
+
+def as_observed(found_fixes: list[fixes.Fix], task: str) -> list[Observed]:
+    """The run's fixes as facts to keep, each with ``task``: the run's (``recipes.kept_task``: redacted, capped)."""
+    return [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
+
+
+def keepable(deps: Deps, run: runs.Run, facts: list[Observed]) -> list[Observed]:
+    """The observed facts that may be kept: none that needs a user's eye or carries what looks like a secret."""
+    facts = [fact for fact in facts if may_keep(deps, fact.text)]
+    if facts:
+        logger.info("bank %s run %s: %d observed fact(s): %s", run.bank, run.run_id, len(facts),
+                    "; ".join(f"{fact.tag} {evidence.one_line(fact.text, 100)}" for fact in facts))
+    return facts
+
+
+def found(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson] | None = None) -> list[fixes.Fix]:
+    """The fixes the run observed (``fixes.extract``), then the asked fixes it was given and ran
+    (``fixes.confirmed``); none when extracting them fails. ``given``: the lessons the run was given, when the
+    caller has read them already (else read here; the store away is retried, as elsewhere)."""
+    if given is None:
+        given = deps.store.get(run.bank, run.given) if run.given else []
+
+    def extract() -> list[fixes.Fix]:
+        seen = fixes.extract(view, deps.scrubber)
+        known = {fix.fingerprint for fix in seen}
+        return seen + [fix for fix in fixes.confirmed(given, view) if fix.fingerprint not in known]
+
+    return best_effort(run, "observed fixes", extract, [])
+
+
+def answer_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:
+    """The run's fixes whose corrected line gave its answer: the ones its verdict decides on."""
+    view = view_of(run)
+    return [fix for fix in found(deps, run, view) if gave_the_answer(run, view, fix)]
+
+
+def gave_the_answer(run: runs.Run, view: RunView, fix: fixes.Fix) -> bool:
+    """``fixes.gave_the_answer``; True (the fix is not kept) when checking it fails, as when extracting it does."""
+    return best_effort(run, "observed fixes", lambda: fixes.gave_the_answer(fix, view), True)
+
+
+@observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)
+def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
+                verified: bool, facts: list[Observed] | None = None,
+                failed: bool = False) -> tuple[ConsolidationStats, str | None]:
+    """Write the run's drafts, observed facts and recipe into its bank (the decision call asked before the
+    bank's lock, the writes under it); the stats and the recipe's id."""
+    settings = deps.settings
+    thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
+    consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
+                                scrubber=deps.scrubber, given=run.given, verified=verified,
+                                purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids), failed=failed)
+    done = runs.load_progress(deps.redis, run.run_id)
+    deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
+    consolidator.plan(drafts, done)  # the LLM's decision call, before the lock
+    with bank_lock(deps.redis, run.bank, settings.distill_lock_timeout):
+        if not deps.redis.exists(run_key(run.run_id)):  # its bank was deleted while the LLM answered
+            return ConsolidationStats(), None
+
+        def written(indices: list[int]) -> None:
+            done.update(indices)
+            runs.save_progress(deps.redis, run.run_id, done)
+
+        stats = consolidator.run(drafts, done=set(done), on_done=written)
+        for fact in facts or []:
+            consolidator.add_observed(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag, task=fact.task)
+        recipe_id = None
+        if recipe is not None:
+            steps = [s.seq for s in view_of(run).actions if not s.failed]
+            recipe_id = consolidator.add_recipe(recipe, recipes.recipe_text(recipe), steps)
+    return stats, recipe_id
