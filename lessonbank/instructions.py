@@ -8,7 +8,7 @@ Selection
        line that worked, values not copied from what the run read). A fix that rewrote a value's form
        (a date's parts in another order) also says how to write the task's own values that way: with one
        such value in the task, as the line to write with the task's values and no failing value to copy
-       (``fixtext.in_task``, ``fixtext.to_write``).
+       (``fixtext.in_task``, ``render.to_write``).
     2. Relevance floor: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine
        similarity and its rank in the hybrid (dense + lexical, fused) search; only lessons at or above
        ``settings.min_relevance`` can be given. A task unrelated to everything the bank knows gets ``""``.
@@ -36,12 +36,11 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from lessonbank.core import specimen
 from lessonbank.core.exceptions import LessonbankError
-from lessonbank.core.models import LESSON_KINDS, Lesson, Recipe
+from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, Recipe
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.core.wire import WireError
-from lessonbank.learn import fixtext, needs
+from lessonbank.learn import fixtext, needs, render
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +62,6 @@ RECIPE_MIN_SIMILARITY = 0.5
 RECIPE_SHARE = 0.7
 LESSONS_HEADER = "## Lessons from earlier runs"  # how every lessons block starts
 MAX_RECIPES = 1
-# Lessons anyone may write into a bank through a run; they wait for independent evidence.
-USER_ORIGINS = frozenset({"added", "imported"})
 
 STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, WireError, OSError)
 
@@ -131,7 +128,7 @@ def _one_fix_per_subject(ranked: Sequence[Lesson]) -> list[Lesson]:
     seen: set[tuple[str, str, str]] = set()
     kept: list[Lesson] = []
     for lesson in ranked:
-        subject = fixtext.subject(lesson.text) if lesson.origin == "observed" else None
+        subject = fixtext.subject(lesson.fix) if lesson.origin == "observed" and lesson.fix is not None else None
         if subject is not None:
             if subject in seen:
                 continue
@@ -275,11 +272,11 @@ def _in_use(lesson: Lesson) -> str:
     """A lesson's text; an observed shape fact with the loop over its records (and without the call that got
     them back, which ``_call_for_task`` gives with the task's values, or not at all): told "its records are
     `result['lines']`", 1.5B runs summed ``result['lines'][0]`` alone (6 of 22 runs given only the shape)."""
-    path = specimen.path_of(lesson.text) if lesson.origin == "observed" else None
-    if path is None:
-        return lesson.text
-    loop = f"for record in result{specimen.path_text(path)}:"
-    return f"{specimen.without_call(lesson.text)[:-1]}: use all of them (`{loop}`)."
+    shape = lesson.shape if lesson.origin == "observed" else None
+    if shape is None:
+        return render.text(lesson)
+    loop = f"for record in result{render.path(shape.records)}:"
+    return f"{render.shape(shape, with_call=False)[:-1]}: use all of them (`{loop}`)."
 
 
 def _call_for_task(lesson: Lesson, task: str) -> str:
@@ -290,8 +287,9 @@ def _call_for_task(lesson: Lesson, task: str) -> str:
     Given only the shape, 1.5B runs asked the tool for words of their own and got no records back (held-out
     seeds 10, 18, 20); given the call too, right answers 15 of 24 against 8 of 24, paired 11 to 4
     (``bench/learning/shape_call.py``)."""
-    call = specimen.call_of(lesson.text) if lesson.origin == "observed" and task and lesson.task else None
-    path = specimen.path_of(lesson.text)
+    shape = lesson.shape if lesson.origin == "observed" else None
+    call = shape.call if shape is not None and task and lesson.task else None
+    path = shape.records if shape is not None else None
     line = fixtext.line_for_task(call, task, lesson.task) if call and path else None
     assigned = _assigned_call(line) if line else None
     if line is not None and assigned is None:  # the call alone: the run assigned its result to no name
@@ -300,7 +298,7 @@ def _call_for_task(lesson: Lesson, task: str) -> str:
     if line is None or path is None or assigned is None:
         return ""
     return (f"For this task: write `{line}`, then use its records: "
-            f"`for record in {assigned[0]}{specimen.path_text(path)}:`.")
+            f"`for record in {assigned[0]}{render.path(path)}:`.")
 
 
 def _assigned_call(line: str) -> tuple[str, str] | None:
@@ -320,21 +318,22 @@ def _assigned_call(line: str) -> tuple[str, str] | None:
     return (target.id, tool) if tool else None
 
 
-def _for_task(lesson: Lesson, task: str) -> tuple[str | None, str]:
+def _for_task(lesson: Lesson, task: str) -> tuple[FixPayload | None, str]:
     """How an observed fix is given for ``task``: (its text with ``task``'s values, to give as the line to write
-    (``fixtext.to_write``), or None; the rewritten values that lead it as kept, or ""). The line to write: a fix
+    (``render.to_write``), or None; the rewritten values that lead it as kept, or ""). The line to write: a fix
     that rewrote a value's form (``fixtext.in_task``), or one that changed a key or an argument whose values can
     all be put in from ``task`` (``fixtext.with_task_values``), unless ``task`` holds several values of the form
     (``fixtext.for_task`` leads the fix as kept). Given as kept, the failing line of a key fix next to a recipe
     holding its corrected line was copied for 7 steps (held-out seed 12's run 4); replayed with that run's
     sampling seed, given as the line to write it answered right in one step (``bench/learning/key_fix.py``)."""
-    if lesson.origin != "observed" or not task:
+    fix = lesson.fix if lesson.origin == "observed" else None
+    if fix is None or not task:
         return None, ""
-    mine = fixtext.in_task(lesson.text, task, lesson.task)
+    mine = fixtext.in_task(fix, task, lesson.task)
     if mine is not None:
         return mine, ""
-    here = fixtext.for_task(lesson.text, task)
-    return (None, here) if here else (fixtext.with_task_values(lesson.text, task, lesson.task), "")
+    here = fixtext.for_task(fix, task)
+    return (None, here) if here else (fixtext.with_task_values(fix, task, lesson.task), "")
 
 
 def _shapes(lessons: Sequence[Lesson]) -> dict[str, tuple[str, ...]]:
@@ -344,25 +343,22 @@ def _shapes(lessons: Sequence[Lesson]) -> dict[str, tuple[str, ...]]:
         return {}
     found: dict[str, tuple[str, ...]] = {}
     for lesson in lessons:
-        tool, path = (specimen.tool_of(lesson.text), specimen.path_of(lesson.text)) if lesson.origin == "observed" \
-            else (None, None)
-        if tool and path:
-            found.setdefault(tool, path)
+        if lesson.origin == "observed" and lesson.shape is not None:
+            found.setdefault(lesson.shape.tool, tuple(lesson.shape.records))
     return found
 
 
-def _then_loop(text: str, shapes: dict[str, tuple[str, ...]]) -> str:
+def _then_loop(fix: FixPayload, shapes: dict[str, tuple[str, ...]]) -> str:
     """What follows a fix's line to write when the block also holds the shape of the result of the call the line
     assigns: `` Then use its records: `for record in w['records']:`.`` ("" otherwise). Given the line alone, a 1.5B
     agent wrote it, printed the result and then wrote the same call again to its step limit (held-out seeds 14,
     17 and 18); with the loop on the line's own variable it went on to the answer: right answer in 4 steps 7 of
     12 against 3 of 12, paired 4 to 0 (``bench/learning/first_call.py --shape``)."""
-    found = fixtext.lines(text)
-    assigned = _assigned_call(found[1]) if found is not None and shapes else None
+    assigned = _assigned_call(fix.fixed) if shapes else None
     path = shapes.get(assigned[1]) if assigned is not None else None
     if assigned is None or path is None:
         return ""
-    return f" Then use its records: `for record in {assigned[0]}{specimen.path_text(path)}:`."
+    return f" Then use its records: `for record in {assigned[0]}{render.path(path)}:`."
 
 
 def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "") -> tuple[str, list[Lesson]]:
@@ -400,11 +396,12 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
             given.append(lesson)
             continue
         if mine is not None:  # the line to write with this task's values, and no failing line to copy
-            line = f"- For this task: {_one_line(fixtext.to_write(mine) + _then_loop(mine, shapes))} {_seen(lesson)}"
+            line = f"- For this task: {_one_line(render.to_write(mine) + _then_loop(mine, shapes))} {_seen(lesson)}"
         else:
             # what the fix means for this task leads: a small model acts on the first words of a line
             line = "- " + (f"{here} " if here else "") + f"{_one_line(_in_use(lesson))} {_seen(lesson)}"
-            call = _call_for_task(lesson, task) if shapes and specimen.tool_of(lesson.text) not in written else ""
+            tool = lesson.shape.tool if lesson.origin == "observed" and lesson.shape is not None else None
+            call = _call_for_task(lesson, task) if shapes and tool not in written else ""
             if call:  # no recipe in the block: the call that got the records back, then what it returns
                 line = f"- {_one_line(call)} {_seen(lesson)}\n{line}"
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)

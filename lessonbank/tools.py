@@ -34,6 +34,7 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.instructions import KIND_TITLES, STORE_ERRORS, eligible, format_recipe
+from lessonbank.learn import render
 from lessonbank.learn.needs import usable
 from lessonbank.source import LessonSource
 
@@ -95,7 +96,7 @@ def recall(tool: Any, query: Any, limit: Any) -> str:
             lines.append(f"{i}. [recipe] {format_recipe(lesson)}")
             continue
         runs = "run" if lesson.evidence == 1 else "runs"
-        text = " ".join(lesson.text.split())
+        text = " ".join(render.text(lesson).split())
         lines.append(f"{i}. [{KIND_TITLES[lesson.kind].lower()}] {text} (seen in {lesson.evidence} {runs})")
     return "\n".join(lines)
 

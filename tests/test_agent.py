@@ -32,6 +32,7 @@ from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.recorded import distill_args, run_hash, run_records
 from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+from tests.learn.runs import written_observed
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
 USER = "Always answer in French."
@@ -113,7 +114,7 @@ def test_a_run_gets_no_lesson_about_a_tool_its_agent_lacks(settings: Settings, s
     """One bank, agents with other tools: the shape of get_invoice goes to the agent that has get_invoice."""
     shape = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
              "its records are `result['lines']`.")
-    store.upsert([Lesson.new("shop", "fact", shape).model_copy(update={"origin": "observed"})])
+    store.upsert([written_observed("shop", "fact", shape)])
     task = "Using get_invoice, what is the total of invoice INV-7 in euros?"
 
     @tool

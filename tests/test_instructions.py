@@ -17,8 +17,9 @@ from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
 from lessonbank.instructions import balance_kinds, format_lessons, put_in, rank_lessons
-from lessonbank.learn import fixtext
+from lessonbank.learn import fixtext, render
 from tests.fixtures.redis_server import free_port
+from tests.learn.runs import written_observed
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
 CSV_FAIL = "pd.read_csv with the default comma separator puts every column of the sales CSV into one."
@@ -34,8 +35,16 @@ UNRELATED_TASKS = [
 ]
 
 
+def fix_text(failed: str, error: str, fixed: str, form: str = "", tried: bool = True) -> str:
+    """The text of an observed fix (rendered from its payload)."""
+    return render.fix(fixtext.payload(failed, error, fixed, form, tried))
+
+
 def make(bank: str, kind: str, text: str, **fields: object) -> Lesson:
-    """A lesson that may be given (from a run judged a success), unless ``fields`` say otherwise."""
+    """A lesson that may be given (from a run judged a success), unless ``fields`` say otherwise. An observed one
+    is written as its text and read into its payload, as a lesson stored by schema 1 is (``core.migrate``)."""
+    if fields.get("origin") == "observed":
+        return written_observed(bank, kind, text, **{"verified": True, **fields})
     return Lesson.new(bank, kind, text).model_copy(update={"verified": True, **fields})  # type: ignore[arg-type]
 
 
@@ -283,8 +292,6 @@ def test_format_leaves_out_what_does_not_fit() -> None:
 def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     """Seen in the learning benchmark: a date fix from "2024-01-02" and one from "15/09/2024", both to
     DD.MM.YYYY, took two of four lines of the block; the runs given both went astray."""
-    from lessonbank.learn.fixtext import fix_text
-
     iso = fix_text('w = get_weather(city="Lyon", date="2024-01-02")', "ValueError",
                    'w = get_weather(city="Lyon", date="02.01.2024")')
     slashes = fix_text('r = get_weather(city="Porto", date="15/09/2024")', "ValueError",
@@ -400,7 +407,8 @@ def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_t
     # a nested path, the line's own name
     nested = make("b", "fact", WEATHER_SHAPE.replace("result['records']", "result['data']['items']"),
                   origin="observed", tags=["shape"])
-    renamed = fix.model_copy(update={"text": ASKED_FIX.replace("weather_data", "w")})
+    renamed = make("b", "fact", ASKED_FIX.replace("weather_data", "w"), origin="observed", tags=["fix"],
+                   task=LYON_TASK)
     block = format_lessons([renamed, nested], task=GRAZ_TASK)[0]
     assert "Then use its records: `for record in w['data']['items']:`." in block
     # no loop: the fix alone, another tool's shape, a shape the distiller wrote, a recipe in the block, a line
@@ -410,9 +418,9 @@ def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_t
     recipe = make("b", "approach", f"Working code for a task like: {LYON_TASK}", origin="recipe",
                   recipe=Recipe(code='w = get_weather(city="Lyon", date="02.08.2024")\nfinal_answer(w)',
                                 task=LYON_TASK))
-    unassigned = fix.model_copy(update={"text": fixtext.fix_text(
-        'print(get_weather(city="Lyon", date="2024-08-02"))', "ValueError",
-        'print(get_weather(city="Lyon", date="02.08.2024"))', form="DD.MM.YYYY", tried=False)})
+    unassigned = make("b", "fact", fix_text('print(get_weather(city="Lyon", date="2024-08-02"))', "ValueError",
+                                            'print(get_weather(city="Lyon", date="02.08.2024"))', form="DD.MM.YYYY",
+                                            tried=False), origin="observed", tags=["fix"], task=LYON_TASK)
     for lessons in ([fix], [fix, other_tool], [fix, said], [recipe, fix, shape], [unassigned, shape]):
         text, _ = format_lessons(lessons, task=GRAZ_TASK)
         assert "For this task: Write `" in text and "Then use its records" not in text, lessons
@@ -443,8 +451,8 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     recipe = make("b", "approach", f"Working code for a task like: {MUG_TASK}", origin="recipe",
                   recipe=Recipe(code='r = search_catalog(query="mug")\nfinal_answer(len(r["data"]["items"]))',
                                 task=MUG_TASK, params=["mug"]))
-    fix = make("b", "fact", fixtext.fix_text('items = search_catalog(query="mug")["items"]', "KeyError",
-                                             'items = search_catalog(query="mug")["data"]["items"]'),
+    fix = make("b", "fact", fix_text('items = search_catalog(query="mug")["items"]', "KeyError",
+                                     'items = search_catalog(query="mug")["data"]["items"]'),
                origin="observed", tags=["fix"], task=MUG_TASK)
     for lessons, task in (([shape], "How many chairs under 27 euros does search_catalog list?"),
                           ([shape.model_copy(update={"task": ""})], CHAIR_TASK), ([recipe, shape], CHAIR_TASK),
@@ -456,7 +464,8 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     # the same task: its own word
     assert 'write `products = search_catalog(query="mug")`' in format_lessons([shape], task=MUG_TASK)[0]
     # a run that assigned the result to no name (``print(search_catalog("mug"))``): the call, given a name
-    alone = shape.model_copy(update={"text": f"{CATALOG_SHAPE} Records came back from `search_catalog('mug')`."})
+    alone = make("b", "fact", f"{CATALOG_SHAPE} Records came back from `search_catalog('mug')`.", origin="observed",
+                 tags=["shape"], task=MUG_TASK)
     assert ("- For this task: write `result = search_catalog('chair')`, then use its records: `for record in "
             "result['data']['items']:`.") in format_lessons([alone], task=CHAIR_TASK)[0]
 

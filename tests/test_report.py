@@ -193,9 +193,9 @@ def test_a_recipe_shows_the_first_lines_of_its_code_escaped_on_the_page() -> Non
     short = "rows = read('<f>')\nfinal_answer(sum(r['amount'] for r in rows))"
     long = "\n".join(f"x{i} = {i}" for i in range(15))
     found = [Lesson.new("b", "approach", "Working code for a task like: total", origin="recipe",
-                        recipe=Recipe(code=short)),
+                        recipe=Recipe(code=short, task="total")),
              Lesson.new("b", "approach", "Working code for a task like: count", origin="recipe",
-                        recipe=Recipe(code=long)),
+                        recipe=Recipe(code=long, task="count")),
              Lesson.new("b", "fact", "CSV files use ';' as separator")]
     document = build_report("b", [], found, now=NOW)
     texts = {row[10].splitlines()[0]: row[10] for row in lessons_table(document).rows}

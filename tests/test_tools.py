@@ -26,6 +26,7 @@ from lessonbank.tools import RecallLessonsTool, RememberLessonTool
 from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.fixtures.redis_server import free_port
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+from tests.learn.runs import written_observed
 
 CSV = "CSV files in the data folder use ';' as separator: read them with pd.read_csv(path, sep=';')."
 OTHER = "The sales CSV of the finance team is UTF-16 encoded."
@@ -206,7 +207,7 @@ def test_recall_in_a_remembering_agent_leaves_out_code_about_tools_it_lacks(
 
     shape = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
              "its records are `result['lines']`.")
-    store.upsert([Lesson.new("team", "fact", shape).model_copy(update={"origin": "observed"})])
+    store.upsert([written_observed("team", "fact", shape)])
 
     @tool
     def get_invoice(invoice_id: str) -> dict:

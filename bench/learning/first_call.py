@@ -82,13 +82,14 @@ from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
 
 from lessonbank.agent import join_task  # noqa: E402
-from lessonbank.core.models import Lesson, Recipe  # noqa: E402
+from lessonbank.core import migrate  # noqa: E402
+from lessonbank.core.models import FixPayload, Lesson, Recipe, ShapePayload  # noqa: E402
 from lessonbank.instructions import format_lessons  # noqa: E402
-from lessonbank.learn import fixtext  # noqa: E402
+from lessonbank.learn import fixtext, render  # noqa: E402
 
 logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
-# failing value at all (``fixtext.to_write``); task / task-only: stored / only after the task, in the run's first
+# failing value at all (``render.to_write``); task / task-only: stored / only after the task, in the run's first
 # message
 FORMATS = ("stored", "shown", "only", "task", "task-only", "task-recipe", "task-fixlast", "task-args", "task-args-last",
            "task-inrecipe", "task-runrecipe", "task-then", "task-loop", "task-alone", "task-logs")
@@ -116,12 +117,12 @@ def fix_lesson(solved: Variant, kind: str) -> Lesson:
     if kind == "observed":
         failed = f'weather_data = get_weather(city="{city}", date="{iso}")'
         fixed = f'weather_data = get_weather(city="{city}", date="{dotted(iso)}")'
-        text = fixtext.fix_text(failed, "ValueError", fixed, form="DD.MM.YYYY")
+        fix = fixtext.payload(failed, "ValueError", fixed, form="DD.MM.YYYY")
     else:
         failed = f'weather_data = get_weather("{city}", "{iso}")'
         fixed = f'weather_data = get_weather("{city}", "{dotted(iso)}")'
-        text = fixtext.fix_text(failed, "ValueError", fixed, form="DD.MM.YYYY", tried=False)
-    lesson = Lesson.new("learning-probe", "fact", text, tags=["fix"], origin="observed")
+        fix = fixtext.payload(failed, "ValueError", fixed, form="DD.MM.YYYY", tried=False)
+    lesson = Lesson.new("learning-probe", "fact", render.fix(fix), tags=["fix"], origin="observed", fix=fix)
     return lesson.model_copy(update={"task": solved.prompt})
 
 
@@ -134,78 +135,75 @@ def context_lessons(solved: Variant) -> list[Lesson]:
     recipe = Recipe(code=code, task=solved.prompt, params=[city, dotted_date], checks=["syntax", "outcome:check"])
     working = Lesson.new("learning-probe", "approach", f"Working code for a task like: {solved.prompt}",
                          origin="recipe").model_copy(update={"recipe": recipe, "verified": True})
-    shape = Lesson.new("learning-probe", "fact", SHAPE, tags=["shape"], origin="observed")
-    return [working, shape]
+    return [working, shape_lesson(SHAPE)]
 
 
-def shown(text: str) -> str:
+def shape_lesson(text: str) -> Lesson:
+    """The shape fact ``text`` as the worker keeps it (its payload read from the text, as of a lesson of schema 1)."""
+    shape = ShapePayload.model_validate(migrate.read_shape(text))
+    return Lesson.new("learning-probe", "fact", render.shape(shape), tags=["shape"], origin="observed", shape=shape)
+
+
+def shown(fix: FixPayload) -> str:
     """The fix with the line to write first and the line that failed after it (tried, and worse)."""
-    found = fixtext.lines(text)
-    if found is None:
-        return text
-    failed, fixed = found
-    parts = text.split("`")
-    lead, middle = "`".join(parts[:-4]), parts[-3]
-    tried = not fixtext.untried(text)
-    failure = middle[:-len(fixtext.CORRECTED if tried else fixtext.ASKED)].strip()
+    lead, failure = render.lead(fix), render.failure(fix)
     write = "write" if lead else "Write"
-    if tried:
-        return f"{lead}{write} `{fixed}`: it worked, where `{failed}` {failure}."
-    return f"{lead}{write} `{fixed}`, as the error asked (not tried yet): `{failed}` {failure}."
+    if fix.tried:
+        return f"{lead}{write} `{fix.fixed}`: it worked, where `{fix.failed}` {failure}."
+    return f"{lead}{write} `{fix.fixed}`, as the error asked (not tried yet): `{fix.failed}` {failure}."
 
 
-def _write_parts(text: str) -> tuple[str, str]:
-    """``fixtext.to_write``'s text split at its value: ``Write `line``` (with an asked fix's note) and what
+def _write_parts(fix: FixPayload) -> tuple[str, str]:
+    """``render.to_write``'s text split at its value: ``Write `line``` (with an asked fix's note) and what
     follows ``: pass `` (`` `date` like "15.09.2024" (DD.MM.YYYY); written any other way ...``)."""
-    found = re.fullmatch(r"(Write `[^`]*`(?: \([^()]*\))?): pass (.+)", fixtext.to_write(text))
+    found = re.fullmatch(r"(Write `[^`]*`(?: \([^()]*\))?): pass (.+)", render.to_write(fix))
     assert found is not None, "the fix is not given as one value to pass"
     return found.group(1), found.group(2)
 
 
-def in_recipe(text: str) -> str:
-    """``fixtext.to_write``'s text pointing at the recipe above it instead of a line to write: ``the code above
+def in_recipe(fix: FixPayload) -> str:
+    """``render.to_write``'s text pointing at the recipe above it instead of a line to write: ``the code above
     passes `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with ValueError.`` (an asked
     fix's "not tried yet" is left out: the recipe's code ran)."""
-    return f"the code above passes {_write_parts(text)[1]}"
+    return f"the code above passes {_write_parts(fix)[1]}"
 
 
-def run_recipe(text: str) -> str:
-    """``fixtext.to_write``'s text with the line to write followed by the rest of the recipe above it:
+def run_recipe(fix: FixPayload) -> str:
+    """``render.to_write``'s text with the line to write followed by the rest of the recipe above it:
     ``Write `w = get_weather(...)` and the rest of the code above: pass `date` like ...``."""
-    head, rest = _write_parts(text)
+    head, rest = _write_parts(fix)
     return f"{head} and the rest of the code above: pass {rest}"
 
 
-def then_answer(text: str) -> str:
-    """``fixtext.to_write``'s text followed by what comes after the line: the result to answer from."""
-    return f"{fixtext.to_write(text)} After this call, answer from what it returned."
+def then_answer(fix: FixPayload) -> str:
+    """``render.to_write``'s text followed by what comes after the line: the result to answer from."""
+    return f"{render.to_write(fix)} After this call, answer from what it returned."
 
 
-def then_loop(text: str) -> str:
-    """``fixtext.to_write``'s text followed by the loop over the records of the variable its line assigns."""
-    found = fixtext.lines(text)
-    assert found is not None and " = " in found[1], "the fix's line assigns no variable"
-    name = found[1].split(" = ", 1)[0].strip()
-    return f"{fixtext.to_write(text)} Then use its records: `for record in {name}['records']:`."
+def then_loop(fix: FixPayload) -> str:
+    """``render.to_write``'s text followed by the loop over the records of the variable its line assigns."""
+    assert " = " in fix.fixed, "the fix's line assigns no variable"
+    name = fix.fixed.split(" = ", 1)[0].strip()
+    return f"{render.to_write(fix)} Then use its records: `for record in {name}['records']:`."
 
 
-def alone(text: str) -> str:
-    """``fixtext.to_write``'s text followed by how to see what the line returns: the line as a step of its own,
+def alone(fix: FixPayload) -> str:
+    """``render.to_write``'s text followed by how to see what the line returns: the line as a step of its own,
     without ``print`` (smolagents shows a step's last value as its last output, and ``None`` after a print)."""
-    return (f"{fixtext.to_write(text)} Write that line alone as your first step, without print: what it returns "
+    return (f"{render.to_write(fix)} Write that line alone as your first step, without print: what it returns "
             "then shows as the step's last output.")
 
 
-def logs(text: str) -> str:
-    """``fixtext.to_write``'s text followed by where a printed result shows: under "Execution logs:", while the
+def logs(fix: FixPayload) -> str:
+    """``render.to_write``'s text followed by where a printed result shows: under "Execution logs:", while the
     step's "Last output from code snippet: None" is what ``print`` itself returned."""
-    return (f"{fixtext.to_write(text)} If you print its result, it shows under \"Execution logs:\"; the "
+    return (f"{render.to_write(fix)} If you print its result, it shows under \"Execution logs:\"; the "
             "\"Last output from code snippet: None\" after it is what print returned, not the call.")
 
 
 def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = None) -> str:
     """The lessons block of ``lesson`` (and ``context``) for ``task``, its fix written as ``form`` says: the
-    instructions builder gives it as the line to write (``fixtext.to_write``: ``only``, ``task-only``); ``stored``
+    instructions builder gives it as the line to write (``render.to_write``: ``only``, ``task-only``); ``stored``
     and ``task`` give it as kept (the failing line first), ``shown`` with the line to write first."""
     lessons = [*(context or [])[:1], lesson, *(context or [])[1:]]
     if context and context[0].recipe is None:  # --shape: the fix first, then what its call returns
@@ -220,13 +218,14 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
         return text
     text, given = format_lessons(lessons, task=task)
     assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
-    kept = fixtext.in_task(lesson.text, task, lesson.task)
+    assert lesson.fix is not None, "the lesson is no fix"
+    kept = fixtext.in_task(lesson.fix, task, lesson.task)
     assert kept is not None, "the fix was not given with the task's values"
-    written = {"stored": str, "task": str, "shown": shown, "task-inrecipe": in_recipe,
+    written = {"stored": render.fix, "task": render.fix, "shown": shown, "task-inrecipe": in_recipe,
                "task-runrecipe": run_recipe, "task-then": then_answer,
-               "task-loop": then_loop, "task-alone": alone, "task-logs": logs}.get(form, fixtext.to_write)(kept)
+               "task-loop": then_loop, "task-alone": alone, "task-logs": logs}.get(form, render.to_write)(kept)
     # the builder's line: the line to write, then (with the shape and no recipe) the loop ``task-loop`` gives
-    line = re.compile(re.escape(f"- For this task: {fixtext.to_write(kept)}") + r"[^\n]*? (?=\(seen in )")
+    line = re.compile(re.escape(f"- For this task: {render.to_write(kept)}") + r"[^\n]*? (?=\(seen in )")
     assert line.search(text), "the instructions builder no longer gives the fix as the line to write"
     return line.sub(lambda _: f"- For this task: {written} ", text, count=1)
 

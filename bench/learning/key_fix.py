@@ -13,7 +13,7 @@ and the shape of ``get_invoice``'s result, with the fix given in each of ``--for
 first turns from pair to pair):
 
 - ``kept``: the fix as kept, its values those of the run that observed it (what the builder gave seed 12);
-- ``write``: the fix as the line to write with this task's values, no failing line (``fixtext.to_write`` of
+- ``write``: the fix as the line to write with this task's values, no failing line (``render.to_write`` of
   ``fixtext.with_task_values``);
 - ``none``: no fix, the recipe and the shape only.
 
@@ -52,9 +52,10 @@ from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
 
 from lessonbank.agent import join_task  # noqa: E402
-from lessonbank.core.models import Lesson, Recipe  # noqa: E402
+from lessonbank.core import migrate  # noqa: E402
+from lessonbank.core.models import FixPayload, Lesson, Recipe, ShapePayload  # noqa: E402
 from lessonbank.instructions import format_lessons  # noqa: E402
-from lessonbank.learn import fixtext  # noqa: E402
+from lessonbank.learn import fixtext, render  # noqa: E402
 
 logger = logging.getLogger("bench.key_fix")
 FORMS = ("kept", "write", "none")
@@ -70,8 +71,8 @@ def fix_lesson(solved: Variant) -> Lesson:
     invoice = solved.world["invoice"]
     failed = f'total_amount_euros = get_invoice(invoice_id="{invoice}")["amount"]'
     fixed = f'lines = get_invoice(invoice_id="{invoice}")["lines"]'
-    text = fixtext.fix_text(failed, "InterpreterError", fixed)
-    lesson = Lesson.new("learning-probe", "fact", text, tags=["fix"], origin="observed")
+    fix = fixtext.payload(failed, "InterpreterError", fixed)
+    lesson = Lesson.new("learning-probe", "fact", render.fix(fix), tags=["fix"], origin="observed", fix=fix)
     return lesson.model_copy(update={"task": solved.prompt})
 
 
@@ -85,8 +86,8 @@ def context_lessons(solved: Variant) -> list[Lesson]:
     recipe = Recipe(code=code, task=solved.prompt, params=[invoice], checks=["syntax", "outcome:check"])
     working = Lesson.new("learning-probe", "approach", f"Working code for a task like: {solved.prompt}",
                          origin="recipe").model_copy(update={"recipe": recipe, "verified": True})
-    shape = Lesson.new("learning-probe", "fact", SHAPE, tags=["shape"], origin="observed")
-    return [working, shape]
+    shape = ShapePayload.model_validate(migrate.read_shape(SHAPE))
+    return [working, Lesson.new("learning-probe", "fact", SHAPE, tags=["shape"], origin="observed", shape=shape)]
 
 
 def block(solved: Variant, task: str, form: str) -> str:
@@ -98,9 +99,10 @@ def block(solved: Variant, task: str, form: str) -> str:
     assert len(given) == len(lessons), "the lessons did not fit the block"
     if form == "none":
         return text
-    placed = fixtext.with_task_values(fix.text, task, fix.task)
+    assert fix.fix is not None
+    placed = fixtext.with_task_values(fix.fix, task, fix.task)
     assert placed is not None, "the fix's invoice was not placed in this task"
-    kept, write = f"- {fix.text} (", f"- For this task: {fixtext.to_write(placed)} ("
+    kept, write = f"- {fix.text} (", f"- For this task: {render.to_write(placed)} ("
     assert write in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(write, kept, 1) if form == "kept" else text
 
@@ -111,7 +113,7 @@ def replayed(path: Path, run_index: int) -> tuple[Variant, int, dict[str, str]]:
     data = json.loads(path.read_text())
     for run in data["runs"]:
         kept = run.get("lessons_given") or ""
-        found = [line for line in kept.splitlines() if line.startswith("- `") and fixtext.CORRECTED in line]
+        found = [line for line in kept.splitlines() if line.startswith("- `") and render.CORRECTED in line]
         if run["arm"] != "memory" or run["run_index"] != run_index or not found:
             continue
         line = found[0]
@@ -119,10 +121,12 @@ def replayed(path: Path, run_index: int) -> tuple[Variant, int, dict[str, str]]:
         variants = TASK.variants(run["run_index"] + 1, seed=int(data["args"]["seed"]))
         variant = variants[run["run_index"]]
         assert variant.key == run["variant"], "the result file's variants are not this benchmark's"
-        placed = fixtext.with_task_values(text, variant.prompt, variants[0].prompt)
+        read = migrate.read_fix(text)  # the fix as that run was given it, read back from its text
+        placed = fixtext.with_task_values(FixPayload.model_validate(read), variant.prompt, variants[0].prompt) \
+            if read is not None else None
         assert placed is not None, "the fix's invoice was not placed in this task"
         return variant, run["seed"], {"kept": kept, "write": kept.replace(line, f"- For this task: "
-                                                                          f"{fixtext.to_write(placed)}{seen}"),
+                                                                          f"{render.to_write(placed)}{seen}"),
                                       "none": kept.replace(line + "\n", "")}
     raise SystemExit(f"{path}: memory run {run_index} was not given a key fix as kept")
 

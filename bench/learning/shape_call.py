@@ -48,7 +48,8 @@ from smolagents import ActionStep  # noqa: E402
 from trap_tasks import TASKS, Variant  # noqa: E402
 
 from lessonbank.agent import join_task  # noqa: E402
-from lessonbank.core.models import Lesson  # noqa: E402
+from lessonbank.core import migrate  # noqa: E402
+from lessonbank.core.models import Lesson, ShapePayload  # noqa: E402
 from lessonbank.instructions import format_lessons  # noqa: E402
 
 logger = logging.getLogger("bench.shape_call")
@@ -65,7 +66,8 @@ def block(solved: Variant, variant: Variant, form: str) -> str:
     in), or not (``shape``)."""
     text = SHAPE if form == "shape" else f'{SHAPE} Records came back from `result = search_catalog(query="' \
                                          f'{solved.world["query"]}")`.'
-    shape = Lesson.new("learning-probe", "fact", text, tags=["shape"], origin="observed")
+    payload = ShapePayload.model_validate(migrate.read_shape(text))  # the fact's payload, as from a stored text
+    shape = Lesson.new("learning-probe", "fact", text, tags=["shape"], origin="observed", shape=payload)
     shape = shape.model_copy(update={"task": solved.prompt})
     lessons, given = format_lessons([shape], task=variant.prompt)
     assert given == [shape], "the shape fact did not fit the block"

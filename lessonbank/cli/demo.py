@@ -29,6 +29,7 @@ from lessonbank.demo import (
     services,
     wait_distilled,
 )
+from lessonbank.learn import render
 from lessonbank.learn.adapters.codeagent import LAST_OUTPUT, error_text, logs
 
 RULE = "─" * 78
@@ -86,7 +87,7 @@ def _show_lessons(lessons: list[Lesson]) -> None:
             click.echo(f"  [recipe] {counts}, status {lesson.status}: the code of a run that ended well")
             click.echo(textwrap.indent(lesson.recipe.code, "    │ ", predicate=lambda line: True))
             continue
-        text = textwrap.fill(lesson.text, 72, initial_indent="    ", subsequent_indent="    ")
+        text = textwrap.fill(render.text(lesson), 72, initial_indent="    ", subsequent_indent="    ")
         click.echo(f"  [{lesson.kind}] {counts}, status {lesson.status}\n{text}")
 
 

@@ -141,6 +141,7 @@ class Intake:
             "last_seen": min(max(lesson.last_seen, lesson.first_seen, 0.0), self.now),
             "source_run_ids": lesson.source_run_ids[-MAX_SOURCES:], "provenance": _provenance(lesson),
             "task": "",  # an observed fix's own task is read only for lessons of origin "observed", never imported
+            "fix": None, "shape": None,  # nor its payload: an imported lesson is its text
             **{name: _count(getattr(lesson, name)) for name in COUNT_FIELDS},
         }
         update.update(self._status(lesson, text, recipe))
@@ -149,15 +150,17 @@ class Intake:
     def _status(self, lesson: Lesson, text: str, recipe: Recipe | None) -> dict[str, Any]:
         if lesson.status in HIDDEN_STATUSES:
             return {"status": lesson.status, "status_reason": one_line(lesson.status_reason)[:MAX_REASON_CHARS],
-                    "status_changed_at": min(lesson.status_changed_at or self.now, self.now)}
+                    "status_changed_at": min(lesson.status_changed_at or self.now, self.now),
+                    "status_cause": lesson.status_cause, "status_run": ""}
         extra = f"{recipe.code}\n{recipe.task}\n{recipe.title}" if recipe is not None else ""
         reason = gate.quarantine_reason(text) or gate.quarantine_reason(extra)
         if not reason and lesson.status == "quarantined":  # nobody vouched for it yet
             reason = one_line(lesson.status_reason)[:MAX_REASON_CHARS] or "quarantined when it was exported"
         if reason:
             return {"status": "quarantined", "status_reason": reason, "status_changed_at": self.now,
-                    "superseded_by": None}
-        return {"status": "active", "status_reason": "", "status_changed_at": None, "superseded_by": None}
+                    "superseded_by": None, "status_cause": "quarantined", "status_run": ""}
+        return {"status": "active", "status_reason": "", "status_changed_at": None, "superseded_by": None,
+                "status_cause": None, "status_run": ""}
 
 
 def _count(value: int, floor: int = 0) -> int:

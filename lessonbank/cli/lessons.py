@@ -23,6 +23,7 @@ from lessonbank.core.models import (
     LessonStatus,
     lesson_id,
 )
+from lessonbank.learn import render
 
 if TYPE_CHECKING:
     from lessonbank.cli.intake import Checked, Intake
@@ -42,7 +43,7 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     extra = f" score={score:.3f}" if score is not None else ""
     why = f": {one_line(lesson.status_reason, 120)}" if lesson.status_reason else ""
     status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
-    text = one_line(lesson.text, TEXT_CHARS)
+    text = one_line(render.text(lesson), TEXT_CHARS)
     failed = f" (failed {lesson.failed_runs})" if lesson.failed_runs else ""
     # what it did for the runs that were handed it: a recipe that runs reuse stays at evidence 1
     outcomes = (f" given={lesson.given} applied={lesson.applied} helped={lesson.helpful} harmed={lesson.harmful}"
@@ -204,7 +205,7 @@ def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: s
             if not yes:
                 click.confirm(f"Forget these {len(targets)} lesson(s) of bank {bank!r}?", abort=True)
             with _bank_steady(cli, bank):
-                click.echo(f"Forgot {store.set_status(bank, ids, 'forgotten')} lesson(s).")
+                click.echo(f"Forgot {store.set_status(bank, ids, 'forgotten', cause='forgotten')} lesson(s).")
             return
         if not yes:
             click.confirm(f"Purge these {len(targets)} lesson(s) of bank {bank!r} for good?", abort=True)
@@ -275,7 +276,7 @@ def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: 
             for status in ("active", "quarantined"):
                 ids = [lesson.id for lesson in found if _status_back(lesson) == status]
                 if ids:
-                    store.set_status(bank, ids, status, reason="unforgotten by a user")
+                    store.set_status(bank, ids, status, reason="unforgotten by a user", cause="unforgotten")
                     click.echo(f"{len(ids)} lesson(s) "
                                f"{'active again' if status == 'active' else 'back in quarantine'}.")
     if purged:
@@ -301,7 +302,8 @@ def release_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], yes: bo
         if not yes:
             click.confirm(f"Hand these {len(found)} lesson(s) to the runs of bank {bank!r}?", abort=True)
         with _bank_steady(cli, bank):
-            changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason=RELEASED_BY_USER)
+            changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason=RELEASED_BY_USER,
+                                       cause="released")
     click.echo(f"Released {changed} lesson(s).")
 
 

@@ -17,6 +17,7 @@ COMMANDS = {
     "worker": "lessonbank.cli.worker:worker",
     "instructions": "lessonbank.cli.instructions:instructions",
     "lessons": "lessonbank.cli.lessons:lessons",
+    "migrate": "lessonbank.cli.migrate:migrate",
     "banks": "lessonbank.cli.banks:banks",
     "status": "lessonbank.cli.status:status",
     "dead-letters": "lessonbank.cli.dead_letters:dead_letters",

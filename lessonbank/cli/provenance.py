@@ -14,6 +14,7 @@ import redis
 from lessonbank.cli.context import CliContext
 from lessonbank.core.models import Lesson, Provenance, StepRecord
 from lessonbank.core.runs import load_run
+from lessonbank.learn import render
 from lessonbank.report.data import human_time
 
 MAX_RUNS = 10
@@ -135,7 +136,7 @@ def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
     for name, value in lesson.model_dump(mode="json").items():
         if name in SECTION_FIELDS:
             continue
-        shown = human_time(value) if name in TIME_FIELDS else value
+        shown = render.text(lesson) if name == "text" else human_time(value) if name in TIME_FIELDS else value
         click.echo(f"{name}: {clean(shown) if isinstance(shown, str) else shown}")
     click.echo(f"utility: {lesson.utility:.3f}")
     runs = sources["runs"]

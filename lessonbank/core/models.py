@@ -1,6 +1,9 @@
 """The records that cross process boundaries: step records and run summaries (Redis), lessons (Qdrant).
 
-Each has one serializer: ``to_json()`` / ``from_json()`` (pydantic's JSON mode).
+Each has one serializer: ``to_json()`` / ``from_json()`` (pydantic's JSON mode). A lesson kept from what a run
+observed holds its content as a structured payload (``fix``, ``shape``, ``recipe``); its ``text`` is rendered
+from it (``lessonbank.learn.render``). A lesson stored before payloads existed (schema 1) is read into the
+current schema (``lessonbank.core.migrate``).
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 STEP_RECORD_VERSION = 1
+# 1: text only, fixes and shapes written as prose, status causes in the reason's words; 2: structured payloads
+# and status causes.
+LESSON_SCHEMA_VERSION = 2
 
 StepKind = Literal["action", "planning", "final", "run_end"]
 LessonKind = Literal["fact", "approach", "failure"]
@@ -21,6 +27,11 @@ LessonKind = Literal["fact", "approach", "failure"]
 # releases it; quarantined: held back until a user releases it (it carries URLs, e-mail addresses or
 # instructions to send data somewhere); forgotten: hidden by a user.
 LessonStatus = Literal["active", "superseded", "retired", "quarantined", "forgotten"]
+# Why a lesson has its status (``status_reason`` says it in words): merged into another, contradicted by a run,
+# outdated by a newer recipe, retired as harmful or idle or retracted by a late verdict on its run, restored
+# when that run was judged a success again, quarantined, forgotten, unforgotten or released by a user.
+StatusCause = Literal["merged", "contradicted", "outdated", "harmful", "idle", "retracted", "restored",
+                      "quarantined", "forgotten", "unforgotten", "released"]
 # The status reason of a lesson a user released (from quarantine or retirement): they vouch for it.
 RELEASED_BY_USER = "released by a user"
 LessonOrigin = Literal["distilled", "recipe", "observed", "remembered", "imported", "added"]
@@ -147,7 +158,42 @@ class Recipe(BaseModel):
     params: list[str] = Field(default_factory=list, description="Task-specific literals the next run must adapt.")
     checks: list[str] = Field(default_factory=list, description="What it passed, e.g. 'syntax', 'outcome:user'.")
     fingerprint: str = Field("", description="Hash of the normalised code: the same recipe from several runs.")
+    tools: list[str] | None = Field(None, description="The tools the code calls (None: not worked out yet, as of "
+                                                      "a recipe stored before this was kept).")
 
+
+class Change(BaseModel):
+    """One string argument a fix's correction changed: its keyword (``callee#N`` for the N-th passed by
+    position), the value that failed and the value that worked."""
+
+    argument: str
+    before: str
+    after: str
+
+
+class FixPayload(BaseModel):
+    """An observed fix: the line a step failed at, the exception's name, the corrected line, what changed."""
+
+    failed: str
+    error: str
+    fixed: str = Field(description="The corrected line that worked (or, not tried, the line the error asked for).")
+    changed: list[Change] | None = Field(None, description="The string arguments the correction changed (None: "
+                                                           "not worked out yet, as of a fix read from schema 1).")
+    form: str = Field("", description="The date form the error named (DD.MM.YYYY), when the fix wrote its date so.")
+    tried: bool = Field(True, description="False for a fix the error asked for, which no step ran.")
+
+
+class ShapePayload(BaseModel):
+    """What a tool returned, without any value: its structure and types, and where its records are.
+
+    ``structure`` is a JSON tree, in order: a dict is ``{"fields": [[key, tree], ...], "more": bool}`` (``more``:
+    it had more keys than shown), a list is ``{"items": tree}`` (the tree of its first element), a leaf is a
+    type name (``str``, ``int``, ``float``, ``bool``, ``NoneType``) or ``...`` (deeper than shown)."""
+
+    tool: str
+    structure: Any
+    records: list[str] = Field(description="The keys from the result to its list of records.")
+    call: str = Field("", description="The line that got the records back, passing only words of the task.")
 
 class Lesson(BaseModel):
     """A short, self-contained lesson learnt by one or more runs of a bank.
@@ -183,9 +229,25 @@ class Lesson(BaseModel):
     helpful: int = 0
     harmful: int = 0
     recipe: Recipe | None = None
+    fix: FixPayload | None = None
+    shape: ShapePayload | None = None
     task: str = Field("", description="For an observed fix, or a shape naming the call that got its records: the "
                                       "task of the run that observed it (redacted, capped), whose values the "
                                       "instructions replace with the next task's.")
+    status_cause: StatusCause | None = None
+    status_run: str = Field("", description="The run the status cause names (the contradicting run, the run whose "
+                                            "verdict retracted or restored it, the newer recipe's run).")
+    schema_version: int = LESSON_SCHEMA_VERSION
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """A record of an earlier schema (one without ``schema_version``) is read into this one."""
+        if isinstance(data, dict) and "schema_version" not in data:
+            from lessonbank.core.migrate import upgrade
+
+            return upgrade(data)
+        return data
 
     @property
     def utility(self) -> float:
@@ -207,8 +269,11 @@ class Lesson(BaseModel):
         origin: LessonOrigin = "distilled",
         steps: list[int] | None = None,
         recipe: Recipe | None = None,
+        fix: FixPayload | None = None,
+        shape: ShapePayload | None = None,
     ) -> Lesson:
-        """A fresh lesson with its deterministic id and evidence 1."""
+        """A fresh lesson of this schema with its deterministic id and evidence 1 (``text``: rendered from its
+        payload, when it has one)."""
         now = time.time()
         return cls(
             id=lesson_id(bank, text),
@@ -222,6 +287,9 @@ class Lesson(BaseModel):
             provenance=[Provenance(run_id=run_id, steps=sorted(set(steps or [])))] if run_id else [],
             origin=origin,
             recipe=recipe,
+            fix=fix,
+            shape=shape,
+            schema_version=LESSON_SCHEMA_VERSION,
         )
 
     def to_json(self) -> str:

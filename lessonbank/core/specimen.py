@@ -12,8 +12,7 @@ A result does not fit (nothing is kept) when a key is not a plain name (letters,
 the records' fields), a leaf is not a JSON scalar, or the walk meets more than ``MAX_NODES`` values.
 The walk is bounded by those limits whatever the value (a huge or self-containing one included).
 
-The shape fact the workers write from a specimen (``lessonbank.workers.shapes``) is read back here
-(``path_of``): the credit and the instructions builder both need where it says the records are.
+The worker keeps a tool's result shape from a specimen (``lessonbank.learn.shapes``) as a structured payload.
 """
 
 from __future__ import annotations
@@ -27,18 +26,6 @@ MAX_DEPTH = 4
 MAX_NODES = 200
 PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((bool, False), (int, 0), (float, 0.0), (str, ""))
-
-
-TOOL_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,60}"
-MAX_CALL = 200
-# What follows a shape fact's text when the run's call that got the records back passed only words of its task.
-CALL_LEAD = " Records came back from "
-# The text of an observed shape fact (``lessonbank.workers.shapes``): "`tool(...)` returns {...}: its records are
-# `result['data']['items']`.", and maybe " Records came back from `r = tool(query="mug")`."
-_SHAPE_TEXT = re.compile(rf"^`({TOOL_NAME})\(\.\.\.\)` returns .{{1,400}}: its records are `result((?:\['"
-                         r"[A-Za-z_][A-Za-z0-9_]{0,39}'\]){1,4})`\."
-                         rf"(?:{CALL_LEAD}`([^`\n]{{1,{MAX_CALL}}})`\.)?$")
-_PATH_KEY = re.compile(r"\['([A-Za-z_][A-Za-z0-9_]{0,39})'\]")
 
 
 class Unfit(Exception):
@@ -82,32 +69,3 @@ def _placeholder(value: Any) -> Any:
         if isinstance(value, kind):
             return placeholder
     raise Unfit(f"a {type(value).__name__}")
-
-
-def path_text(path: tuple[str, ...]) -> str:
-    """``('data', 'items')`` -> ``['data']['items']``."""
-    return "".join(f"['{key}']" for key in path)
-
-
-def tool_of(text: str) -> str | None:
-    """The tool a shape fact describes; None if ``text`` is not a shape fact's."""
-    match = _SHAPE_TEXT.match(text)
-    return match.group(1) if match else None
-
-
-def path_of(text: str) -> tuple[str, ...] | None:
-    """The records' path a shape fact names; None if ``text`` is not a shape fact's."""
-    match = _SHAPE_TEXT.match(text)
-    return tuple(_PATH_KEY.findall(match.group(2))) if match else None
-
-
-def call_of(text: str) -> str | None:
-    """The line of code a shape fact says got the records back (``r = tool(query="mug")``); None if it names none."""
-    match = _SHAPE_TEXT.match(text)
-    return match.group(3) if match else None
-
-
-def without_call(text: str) -> str:
-    """A shape fact's text without the line that got the records back (any other text as it is)."""
-    match = _SHAPE_TEXT.match(text)
-    return text[:match.start(3) - len(CALL_LEAD) - 1] if match and match.group(3) is not None else text

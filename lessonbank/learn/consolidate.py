@@ -35,7 +35,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from lessonbank.core.models import Lesson, LessonOrigin, LessonStatus, Provenance, lesson_id
+from lessonbank.core.models import (
+    FixPayload,
+    Lesson,
+    LessonOrigin,
+    LessonStatus,
+    Provenance,
+    Recipe,
+    ShapePayload,
+    lesson_id,
+    recipe_id,
+)
+from lessonbank.learn import render
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
 
@@ -44,7 +55,7 @@ CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by
 MAX_TAGS = 8
 # Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
 HELD_BACK: frozenset[LessonStatus] = frozenset({"forgotten", "retired"})
-# The reason a contradicted lesson is superseded with (a merge leaves the reason empty).
+# The reason a contradicted lesson is superseded with, in words (its cause is ``contradicted``).
 CONTRADICTED = "contradicted by run"
 RECIPE_SIMILARITY_SLACK = 0.1  # an older recipe this much less similar than a duplicate is for a similar task
 
@@ -55,7 +66,34 @@ class Thresholds:
     related: float = 0.6
 
 
+@dataclass(frozen=True)
+class Observed:
+    """A fact the run observed, kept without an LLM: a fix (``fixes``, tag ``fix``) or a tool result's shape
+    (``shapes``, tag ``shape``), with the fingerprint that makes the same fact from several runs one lesson, the
+    steps it rests on and, for a fix or a shape naming its call, the run's task (redacted, capped) whose values
+    its lines took."""
+
+    tag: str
+    fingerprint: str
+    steps: tuple[int, ...]
+    fix: FixPayload | None = None
+    shape: ShapePayload | None = None
+    task: str = ""
+
+    @property
+    def text(self) -> str:
+        if self.fix is not None:
+            return render.fix(self.fix)
+        return render.shape(self.shape) if self.shape is not None else ""
+
+    @property
+    def untried(self) -> bool:
+        """A fix the error asked for, which no step ran."""
+        return self.fix is not None and not self.fix.tried
+
+
 Placement = Literal["reinforce", "held_back", "add", "related"]
+ObservedUpdate = Literal["adds_nothing", "now_tried", "now_with_task", "none"]
 Reinforcement = Literal["echo", "skip", "reinforce"]
 Merge = Literal["add", "echo", "skip", "reinforce", "merge"]
 
@@ -97,8 +135,7 @@ def kept_out(lesson: Lesson | None) -> bool:
     """Forgotten, retired, or superseded because a contradiction replaced it."""
     if lesson is None:
         return False
-    return lesson.status in HELD_BACK or (
-        lesson.status == "superseded" and lesson.status_reason.startswith(CONTRADICTED))
+    return lesson.status in HELD_BACK or (lesson.status == "superseded" and lesson.status_cause == "contradicted")
 
 
 def follow(lesson: Lesson | None, read: Callable[[str], Lesson | None]) -> Lesson | None:
@@ -164,7 +201,8 @@ def new_lesson(bank: str, draft: DraftLesson, run_id: str, origin: LessonOrigin,
     lesson.failed_runs = int(failed)
     if draft.quarantine:
         lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": now,
-                                           "status_reason": f"{draft.quarantine}; a user must release it"})
+                                           "status_reason": f"{draft.quarantine}; a user must release it",
+                                           "status_cause": "quarantined"})
     return lesson
 
 
@@ -226,3 +264,48 @@ def outdated_recipes(similar: list[tuple[Lesson, float]], recipe_id: str, thresh
 
 def outdated_reason(run_id: str) -> str:
     return f"a newer recipe (run {run_id}) succeeded where this one failed"
+
+
+def _untried(lesson: Lesson) -> bool:
+    return lesson.fix is not None and not lesson.fix.tried
+
+
+def observed_update(stored: Lesson | None, fact: Observed) -> ObservedUpdate:
+    """What a run's observed fact does to the same fact stored (``stored``, found by fingerprint) before it is
+    reinforced: an error asking for a fix that runs already made work adds nothing to it; the fix an error asked
+    for, now seen to work, takes the new text (and the task whose values its lines took); a fix or shape kept
+    without a task (before fixes kept one, or a shape kept without the call that got its records back) takes
+    this run's, with its own text."""
+    if stored is None:
+        return "none"
+    if fact.untried and not _untried(stored):
+        return "adds_nothing"
+    if stored.status != "active":
+        return "none"
+    if _untried(stored) and not fact.untried:
+        return "now_tried"
+    if fact.task and not stored.task and not fact.untried:
+        return "now_with_task"
+    return "none"
+
+
+def updated(stored: Lesson, fact: Observed, what: ObservedUpdate) -> Lesson:
+    """``stored`` as ``observed_update`` says: the fact's payload and text, and its task."""
+    task = fact.task or stored.task if what == "now_tried" else fact.task
+    return stored.model_copy(update={"text": fact.text, "fix": fact.fix, "shape": fact.shape, "task": task})
+
+
+def observed_lesson(bank: str, fact: Observed, run_id: str, verified: bool) -> Lesson:
+    """The lesson a new observed fact becomes: its id from its fingerprint, its text rendered from its payload."""
+    lesson = Lesson.new(bank, "fact", fact.text, tags=[fact.tag], run_id=run_id, origin="observed",
+                        steps=list(fact.steps), fix=fact.fix, shape=fact.shape)
+    return vouched_by(lesson, run_id, verified).model_copy(
+        update={"id": recipe_id(bank, fact.fingerprint, kind=fact.tag), "task": fact.task})
+
+
+def recipe_lesson(bank: str, recipe: Recipe, run_id: str, steps: list[int]) -> Lesson:
+    """The lesson a recipe becomes: its id from its fingerprint, its text rendered from it, vouched for by the
+    run whose outcome verified it."""
+    lesson = Lesson.new(bank, "approach", render.recipe(recipe), tags=["recipe"], run_id=run_id, origin="recipe",
+                        steps=steps, recipe=recipe)
+    return vouched_by(lesson, run_id, True).model_copy(update={"id": recipe_id(bank, recipe.fingerprint)})

@@ -33,9 +33,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from lessonbank.core import specimen
-from lessonbank.core.models import RELEASED_BY_USER, USER_ORIGINS, Lesson, Recipe
-from lessonbank.learn import evidence, fixes, fixtext
+from lessonbank.core.models import USER_ORIGINS, Lesson, Recipe, StatusCause
+from lessonbank.learn import code, evidence, fixes, fixtext
 from lessonbank.learn.view import RunView
 
 RETIRE_BELOW = 0.10
@@ -143,8 +142,8 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
     """Whether a run whose code/tool calls have ``run`` atoms applied ``lesson``."""
     if lesson.recipe is not None:
         return _recipe_applied(lesson.recipe, run, task)
-    if lesson.origin == "observed" and (path := specimen.path_of(lesson.text)) is not None:
-        return {_norm(key) for key in path} <= run.literals
+    if lesson.origin == "observed" and lesson.shape is not None:
+        return {_norm(key) for key in lesson.shape.records} <= run.literals
     if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
         exact, shaped = pieces
         return bool(exact & run.all() or exact & run.kwarg_values() or shaped & _shapes(run))
@@ -186,11 +185,10 @@ def _shapes(run: Atoms) -> set[str]:
 
 def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
     """What an observed fix's corrected line changed: (exact kwargs and literals, their shapes when the
-    shape says more than "a word"); None if the text is not a fix's."""
-    found = fixtext.lines(lesson.text)
-    if found is None:
+    shape says more than "a word"); None if the lesson is no fix."""
+    if lesson.fix is None:
         return None
-    failed, fixed = found
+    failed, fixed = lesson.fix.failed, lesson.fix.fixed
     new, old = code_atoms(fixed), code_atoms(failed)
     kwargs = {k for k in new.kwargs - old.kwargs if not k.endswith("=")}
     literals = new.literals - old.literals
@@ -206,7 +204,7 @@ def blameless(lesson: Lesson, run: RunView) -> bool:
     run wrote it, did not compute the run's answer: a failed run does not blame it."""
     if lesson.origin != "observed":
         return False
-    path = specimen.path_of(lesson.text)
+    path = lesson.shape.records if lesson.shape is not None else None
     pieces = _fix_pieces(lesson, run.task) if path is None else None
     if path is None and pieces is None:
         return False
@@ -233,7 +231,7 @@ def _skeleton_of(tree: ast.AST) -> str | None:
         called = {node.func.id for node in ast.walk(tree)
                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
         names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - called
-        return ast.dump(_Skeleton(names).visit(tree))
+        return ast.dump(_skeleton(names, []).visit(tree))
     except RecursionError:
         return None
 
@@ -242,9 +240,8 @@ def _answered_by_fixed_line(lesson: Lesson, run: RunView) -> bool:
     """The run wrote the fix's corrected line (its own names) in a step that did not fail, and the value it
     assigned is the run's answer: a run judged wrong then shows the line computes a wrong answer (seed 11 of the
     learning benchmark: the fix's total without the quantities, copied by the next runs, was their answer)."""
-    found = fixtext.lines(lesson.text)
     try:
-        wanted = _skeleton_of(ast.parse(found[1]).body[0]) if found is not None else None
+        wanted = _skeleton_of(ast.parse(lesson.fix.fixed).body[0]) if lesson.fix is not None else None
     except (SyntaxError, ValueError, RecursionError, IndexError):
         return False
     if wanted is None:
@@ -276,28 +273,20 @@ def altered(lesson: Lesson, run: Atoms, task: str) -> bool:
     return bool(extra)
 
 
-class _Skeleton(ast.NodeTransformer):
-    """Names the code assigns become ``v`` (``self.seen`` lists them in order); constants become their shape
+def _skeleton(stored: set[str], seen: list[str]) -> code.Normaliser:
+    """Names the code assigns become ``v`` (``seen`` lists them in order); constants become their shape
     (``'INV-1471'`` -> ``'a-9'``), except subscript keys (``row['amount_cents']`` stays: a key is a fact)."""
 
-    def __init__(self, stored: set[str]) -> None:
-        self.stored = stored
-        self.seen: list[str] = []
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        if node.id in self.stored:
-            self.seen.append(node.id)
+    def name(node: ast.Name) -> ast.AST:
+        if node.id in stored:
+            seen.append(node.id)
             return ast.Name("v", node.ctx)
         return node
 
-    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
-        node.value = self.visit(node.value)
-        if not isinstance(node.slice, ast.Constant):
-            node.slice = self.visit(node.slice)
-        return node
-
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+    def constant(node: ast.Constant) -> ast.AST:
         return node if isinstance(node.value, bool) or node.value is None else ast.Constant(fixtext.shape(node.value))
+
+    return code.Normaliser(name, constant, keys=True)
 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers")
@@ -319,9 +308,9 @@ def statements(*codes: str) -> list[Statement]:
     nested ones included (a compound statement as its header), each as (skeleton, the assigned names it
     uses in order), less those that cannot change an answer. Code that does not parse adds nothing."""
     trees = []
-    for code in codes:
+    for source in codes:
         try:
-            trees.append(ast.parse(code))
+            trees.append(ast.parse(source))
         except (SyntaxError, ValueError, RecursionError):
             continue
     stored = {node.id for tree in trees for node in ast.walk(tree)
@@ -335,8 +324,8 @@ def statements(*codes: str) -> list[Statement]:
             nested = [getattr(node, name, []) for name in _BODIES if name != "handlers"]
             nested += [handler.body for handler in getattr(node, "handlers", [])]
             head = type(node)(**{k: ([] if k in _BODIES else v) for k, v in ast.iter_fields(node)})
-            skeleton = _Skeleton(stored)
-            found.append((ast.dump(skeleton.visit(head)), tuple(skeleton.seen)))
+            seen: list[str] = []
+            found.append((ast.dump(_skeleton(stored, seen).visit(head)), tuple(seen)))
             for part in nested:
                 add(part)
 
@@ -397,7 +386,12 @@ def is_idle(lesson: Lesson) -> bool:
     """Given to ``IDLE_AFTER`` runs or more, applied by none, and not vouched for by a user (added,
     imported or released by one)."""
     return (lesson.given >= IDLE_AFTER and lesson.applied == 0 and lesson.origin not in USER_ORIGINS
-            and lesson.status_reason != RELEASED_BY_USER)
+            and lesson.status_cause != "released")
+
+
+def retire_cause(lesson: Lesson) -> StatusCause:
+    """Why a lesson the credit retires is retired: harmful, else idle."""
+    return "harmful" if should_retire(lesson) else "idle"
 
 
 def retire_reason(lesson: Lesson) -> str:

@@ -22,8 +22,8 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
+from lessonbank.learn import walk
 from lessonbank.learn.view import RunView, Step
 
 MAX_EVIDENCE = 12
@@ -143,38 +143,11 @@ def _error_fixes(miner: _Miner) -> set[int]:
     return used
 
 
-def _json_shape(value: Any, depth: int = 0) -> str:
-    if isinstance(value, dict) and depth < 3:
-        parts = []
-        for key in list(value)[:12]:
-            inner = _json_shape(value[key], depth + 1)
-            parts.append(f"{key}: {inner}" if inner else str(key))
-        return "{" + ", ".join(parts) + "}"
-    if isinstance(value, list):
-        inner = _json_shape(value[0], depth + 1) if value else ""
-        return f"list of {len(value)}" + (f" x {inner}" if inner else "")
-    if isinstance(value, dict):
-        return "{...}"
-    if isinstance(value, bool | int | float) and depth:
-        return repr(value) if isinstance(value, bool) or str(value).isdigit() and len(str(value)) < 6 else ""
-    return ""
-
-
-def _parse_json(text: str) -> Any:
-    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        return None
-    try:
-        return json.JSONDecoder().raw_decode(text[start:])[0]
-    except ValueError:
-        return None
-
-
 def _shape_of(text: str) -> str:
     """What one printed observation reveals about the data's shape ("" when nothing stands out)."""
-    data = _parse_json(text)
+    data = walk.first_json(text)
     if isinstance(data, dict | list):
-        shape = _json_shape(data)
+        shape = walk.outline(data)
         keys = set(data) if isinstance(data, dict) else set()
         hints = sorted(keys & PAGINATION_KEYS)
         extra = f" (pagination fields: {', '.join(hints)} = " + ", ".join(

@@ -64,9 +64,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from lessonbank.core.models import Lesson
+from lessonbank.core.models import FixPayload, Lesson
 from lessonbank.core.redact import Redactor
-from lessonbank.learn import asked, evidence, fixtext, recipes
+from lessonbank.learn import answers, asked, code, evidence, fixtext, render
 from lessonbank.learn.view import RunView, Step
 
 MAX_LINE = 200
@@ -92,17 +92,11 @@ class Fix:
 
     @property
     def text(self) -> str:
-        return fixtext.fix_text(self.failed, self.error, self.fixed, self.form, self.tried)
+        return render.fix(self.payload)
 
-
-def _parse_line(line: str) -> ast.Module | None:
-    """One line of code as a module; a block header (``for x in y:``) gets a body to parse."""
-    for source in (line, line + " pass"):
-        try:
-            return ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError):
-            continue
-    return None
+    @property
+    def payload(self) -> FixPayload:
+        return fixtext.payload(self.failed, self.error, self.fixed, self.form, self.tried)
 
 
 def _key_constants(tree: ast.AST) -> set[int]:
@@ -155,36 +149,23 @@ def _copied(value: object, seen: str, task: str) -> bool:
     return bool(text.strip()) and text not in task.lower() and text in seen
 
 
-class _Skeleton(ast.NodeTransformer):
-    """Local names -> ``v``; values both lines share -> ``_``; changed values -> their shape (keys kept)."""
-
-    def __init__(self, shared: set[str], keys: set[int], called: set[str]) -> None:
-        self.shared, self.keys, self.called = shared, keys, called
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 (ast's naming)
-        return node if node.id in self.called else ast.Name(id="v", ctx=node.ctx)
-
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:  # noqa: N802
-        if repr(node.value) in self.shared:
-            return ast.Name(id="_", ctx=ast.Load())
-        return node if id(node) in self.keys else ast.Constant(value=fixtext.shape(node.value))
-
-    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:  # noqa: N802
-        """An f-string holds only text and ``{...}`` parts: its text stays text (``_`` or its shape)."""
-        values: list[ast.expr] = []
-        for part in node.values:
-            if isinstance(part, ast.Constant):
-                text = "_" if repr(part.value) in self.shared else fixtext.shape(part.value)
-                values.append(ast.Constant(value=text))
-            else:
-                values.append(self.visit(part))
-        node.values = values
-        return node
-
-
 def _skeleton(tree: ast.Module, shared: set[str]) -> str:
-    called = {name for name in _calls(tree) if "." not in name}
-    return ast.unparse(_Skeleton(shared, _key_constants(tree), called).visit(tree))
+    """The correction's line with local names as ``v``, the values both lines share as ``_`` and the values it
+    changed as their shape (subscript keys kept): what the same fix from several runs has in common."""
+    calls, keys = {name for name in _calls(tree) if "." not in name}, _key_constants(tree)
+
+    def name(node: ast.Name) -> ast.AST:
+        return node if node.id in calls else ast.Name(id="v", ctx=node.ctx)
+
+    def constant(node: ast.Constant) -> ast.AST:
+        if repr(node.value) in shared:
+            return ast.Name(id="_", ctx=ast.Load())
+        return node if id(node) in keys else ast.Constant(value=fixtext.shape(node.value))
+
+    def text(part: ast.Constant) -> str:
+        return "_" if repr(part.value) in shared else fixtext.shape(part.value)
+
+    return ast.unparse(code.Normaliser(name, constant, text=text).visit(tree))
 
 
 def _exception(step: Step) -> str:
@@ -219,7 +200,7 @@ def _fix(failed_step: Step, later: Step, seen: str, task: str, redactor: Redacto
     fixed = _best_match(failed, later.code)
     if fixed is None or "`" in fixed:
         return None
-    before, after = _parse_line(failed), _parse_line(fixed)
+    before, after = code.parse_line(failed), code.parse_line(fixed)
     if before is None or after is None:
         return None
     calls, called = _calls(after), _calls(before)
@@ -275,7 +256,7 @@ def _asked_fix(step: Step, later: list[Step], task: str, redactor: Redactor) -> 
     failed = evidence.named_failing_line(step)
     if not failed or len(failed) > MAX_LINE or "`" in failed:
         return None
-    before = _parse_line(failed)
+    before = code.parse_line(failed)
     calls = _calls(before) if before is not None else set()
     if before is None or not calls or calls & ANSWERERS:
         return None
@@ -297,7 +278,7 @@ def _asked_fix(step: Step, later: list[Step], task: str, redactor: Redactor) -> 
     # tried, as typed or computed (the tool echoes its date): it worked (an observed fix, a recipe) or it did not
     if any(written in other.code or written in other.observation for other in later):
         return None
-    after = _parse_line(fixed)
+    after = code.parse_line(fixed)
     if after is None or redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(step)
@@ -317,20 +298,17 @@ def confirmed(given: list[Lesson], run: RunView) -> list[Fix]:
                if not step.failed and step.code.strip() and evidence.result(step.printed) != "empty"]
     found: list[Fix] = []
     for lesson in given:
-        if lesson.kind != "fact" or "fix" not in lesson.tags or not fixtext.untried(lesson.text):
+        if lesson.kind != "fact" or "fix" not in lesson.tags or lesson.fix is None or lesson.fix.tried:
             continue
-        text = fixtext.in_task(lesson.text, task, lesson.task) or lesson.text
-        pair = fixtext.lines(text)
-        if pair is None:
-            continue
-        failed, fixed = pair
-        before, after = _parse_line(failed), _parse_line(fixed)
+        placed = fixtext.in_task(lesson.fix, task, lesson.task) or lesson.fix
+        failed, fixed = placed.failed, placed.fixed
+        before, after = code.parse_line(failed), code.parse_line(fixed)
         wanted = " ".join(fixed.split())
         step = next((s for s in actions if any(" ".join(line.split()) == wanted
                                                for line in s.code.splitlines()[:MAX_LINES])), None)
         if before is None or after is None or step is None:
             continue
-        error, form = fixtext.error_of(text), fixtext.form_of(text)
+        error, form = placed.error, fixtext.form_of(placed)
         fix = Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after),
                   form.name if form is not None else "")
         if all(fix.fingerprint != other.fingerprint for other in found):
@@ -355,7 +333,7 @@ def line_gave_the_answer(line: str, seq: int, run: RunView) -> bool:
     """Whether the value ``line`` (a statement of step ``seq``) assigned is the run's final answer (see
     ``gave_the_answer``)."""
     answer = run.final_answer
-    parsed = _parse_line(line)
+    parsed = code.parse_line(line)
     step = next((s for s in run.actions if s.seq == seq), None)
     if not answer or parsed is None or step is None:
         return False
@@ -365,15 +343,15 @@ def line_gave_the_answer(line: str, seq: int, run: RunView) -> bool:
     if not targets:
         return False
     try:
-        code = ast.parse(step.code)
+        tree = ast.parse(step.code)
     except (SyntaxError, ValueError, RecursionError):
         return False
-    for node in ast.walk(code):
+    for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ANSWERERS
                 and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id in targets):
             return True
     return any(_value_of(expr) in targets and _read_as(text.strip(), answer)
-               for expr, text in recipes.shown_values(code.body, step))
+               for expr, text in answers.shown_values(tree.body, step))
 
 
 _DECIMALS = re.compile(r"-?[0-9]+\.([0-9]{1,6})")
@@ -382,7 +360,7 @@ _DECIMALS = re.compile(r"-?[0-9]+\.([0-9]{1,6})")
 def _read_as(printed: str, answer: str) -> bool:
     """``answer`` is what was printed, or the printed number as a model types it back: rounded to the
     answer's decimals (``120.46000000000001`` answered ``120.46``)."""
-    if recipes.same_value(printed, answer):
+    if answers.same_value(printed, answer):
         return True
     decimals = _DECIMALS.fullmatch(answer)
     try:

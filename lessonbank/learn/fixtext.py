@@ -1,12 +1,5 @@
-"""The text of an observed fix (``workers/fixes.py`` keeps them), read back by credit and by the
-instructions builder; and the rewriting of a task's values (a date's parts in another order) that fixes
-and recipes carry over to a new task.
-
-A fix's text quotes the line a step failed at and the corrected line that worked, in backticks, after
-an optional lead naming the value that changed::
-
-    Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(city="Lyon", date="2024-01-02")`
-    failed with ValueError; the corrected line `w = get_weather(city="Lyon", date="02.01.2024")` worked.
+"""What an observed fix means for another task: the values of its lines, and how a task's values are written the
+way the fix rewrote its own (a date's parts in another order).
 
 When the correction rewrote a value's parts in another order with other separators (a date, a time, a
 version), ``carry_over`` applies the same rewriting to the values of a new task that look like the one
@@ -15,9 +8,10 @@ with "2024-09-15" failing and "15.09.2024" working (``in_task``), or, for a task
 say to write each one rewritten (``for_task``). A small model copies the task's "2024-09-15" into its first
 call even when told how the tool wants dates; it uses a value it is handed.
 
-A date fix whose error named the form the tool wants says so (``failed with ValueError asking for
-DD.MM.YYYY``, ``form_of``): its example "2024-11-11" -> "11.11.2024" cannot say which "11" is the day, the
-form can, so it still carries over.
+A date fix whose error named the form the tool wants keeps it (``FixPayload.form``, ``form_of``): its example
+"2024-11-11" -> "11.11.2024" cannot say which "11" is the day, the form can, so it still carries over.
+
+Every pattern here reads a task, a value or a line of code, never a lesson's text.
 """
 
 from __future__ import annotations
@@ -27,72 +21,34 @@ import json
 import re
 from collections.abc import Callable
 
-from lessonbank.learn import asked
+from lessonbank.core.models import Change, FixPayload
+from lessonbank.learn import asked, code
 
-WORKED = " worked"
-CORRECTED = "; the corrected line "
-# A fix the error asked for (``core/asked.py``): the failing line with its date in the form the error names,
-# which no step ran yet.
-ASKED = "; written as asked: "
-UNTRIED = " (not tried yet)"
-ASKING = " asking for "  # the date form an error named, which the corrected line wrote its date in
-POSITION = "#"  # a value passed by position, in the names ``changed_keywords`` gives: ``get_weather#2``
+POSITION = code.POSITION  # a value passed by position, in the names ``changed_keywords`` gives: ``get_weather#2``
 MAX_CARRIED = 3
 _GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
 _DIGITS = re.compile(r"[0-9]+")
 _LETTERS = re.compile(r"[^\W\d_]+")
 
 
-def fix_text(failed: str, error: str, fixed: str, form: str = "", tried: bool = True) -> str:
-    """The lesson text of a fix (backticks inside the lines are refused before this is called). ``form`` is the
-    date form the error named (``DD.MM.YYYY``) when the correction wrote the date that way; a fix that is not
-    ``tried`` is one the error asked for and no step ran."""
-    lead = ""
-    changed = changed_keywords(failed, fixed)
-    if len(changed) == 1:
-        keyword, old, new = changed[0]
-        lead = f"Pass {_named(keyword)} like {json.dumps(new)}, not like {json.dumps(old)}: "
-    asking = f"{ASKING}{form}" if form else ""
-    if not tried:
-        return f"{lead}`{failed}` failed with {error}{asking}{ASKED}`{fixed}`{UNTRIED}."
-    return f"{lead}`{failed}` failed with {error}{asking}{CORRECTED}`{fixed}`{WORKED}."
+def changes(fix: FixPayload) -> list[Change]:
+    """The string arguments ``fix``'s correction changed (worked out from its lines when it does not say)."""
+    if fix.changed is not None:
+        return fix.changed
+    return [Change(argument=name, before=old, after=new) for name, old, new in changed_keywords(fix.failed, fix.fixed)]
 
 
-def lines(text: str) -> tuple[str, str] | None:
-    """(failing line, corrected line) of a fix's text, observed or asked for; None for any other text."""
-    parts = text.split("`")
-    if len(parts) < 5 or len(parts) % 2 == 0:
-        return None
-    ends = (CORRECTED, WORKED) if parts[-1].startswith(WORKED) else (ASKED, UNTRIED)
-    if not (parts[-1].startswith(ends[1]) and parts[-3].startswith(" failed with ") and parts[-3].endswith(ends[0])):
-        return None
-    return parts[-4], parts[-2]
+def payload(failed: str, error: str, fixed: str, form: str = "", tried: bool = True) -> FixPayload:
+    """A fix's payload: its lines, the exception's name, what changed, the date form the error named."""
+    return FixPayload(failed=failed, error=error, fixed=fixed, form=form, tried=tried,
+                      changed=[Change(argument=n, before=o, after=w) for n, o, w in changed_keywords(failed, fixed)])
 
 
-def form_of(text: str) -> asked.Form | None:
-    """The date form a fix's text says the error named (``... failed with ValueError asking for DD.MM.YYYY; ...``),
-    read again from the closed vocabulary of ``core/asked.py``; None for a fix that names none."""
-    if lines(text) is None:
-        return None
-    middle = text.split("`")[-3]
-    at = middle.rfind(ASKING)
-    if at < 0:
-        return None
-    name = middle[at + len(ASKING):].split(";", 1)[0]
-    form = asked.asked_form(name)
-    return form if form is not None and form.name == name else None
-
-
-def error_of(text: str) -> str:
-    """The exception a fix's text says its failing line raised (``ValueError``); "" for any other text."""
-    if lines(text) is None:
-        return ""
-    return text.split("`")[-3].split(" failed with ", 1)[1].split(ASKING, 1)[0].split(";", 1)[0]
-
-
-def untried(text: str) -> bool:
-    """Whether a fix's text is one the error asked for, which no step ran (``ASKED``)."""
-    return lines(text) is not None and text.split("`")[-1].startswith(UNTRIED)
+def form_of(fix: FixPayload) -> asked.Form | None:
+    """The date form the error named, read again from the closed vocabulary of ``asked``; None for a fix that
+    names none."""
+    form = asked.asked_form(fix.form) if fix.form else None
+    return form if form is not None and form.name == fix.form else None
 
 
 def shape(value: object) -> str:
@@ -102,27 +58,7 @@ def shape(value: object) -> str:
     return _LETTERS.sub("a", _DIGITS.sub("9", str(value)))
 
 
-def _keywords(line: str) -> dict[str, str]:
-    """``name=value`` of the string constants passed in one line of code: by keyword (``date``), or by position
-    (``get_weather#2``, the call's second argument: ``get_weather("Porto", "2024-09-13")``)."""
-    try:
-        tree = ast.parse(line)
-    except (SyntaxError, ValueError, RecursionError):
-        return {}
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg and isinstance(node.value, ast.Constant) and isinstance(
-                node.value.value, str):
-            found.setdefault(node.arg, node.value.value)
-        elif isinstance(node, ast.Call):
-            callee = ast.unparse(node.func)
-            for index, arg in enumerate(node.args, start=1):
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    found.setdefault(f"{callee}{POSITION}{index}", arg.value)
-    return found
-
-
-def _named(keyword: str) -> str:
+def named(keyword: str) -> str:
     """How a fix's lead names what changed: `` `date` ``, or ``argument 2 of `get_weather` ``."""
     callee, _, index = keyword.rpartition(POSITION)
     return f"argument {index} of `{callee}`" if callee else f"`{keyword}`"
@@ -131,32 +67,28 @@ def _named(keyword: str) -> str:
 def changed_keywords(failed: str, fixed: str) -> list[tuple[str, str, str]]:
     """(keyword, failed value, corrected value) of the string arguments the correction changed (one passed by
     position is named ``callee#N``)."""
-    before, after = _keywords(failed), _keywords(fixed)
+    before, after = code.string_arguments(failed), code.string_arguments(fixed)
     return [(name, before[name], value) for name, value in after.items() if name in before and before[name] != value]
 
 
-def _one_change(text: str) -> tuple[tuple[str, str], tuple[str, str, str]] | None:
-    """(failing line, corrected line) and the one (keyword, failed value, corrected value) a fix changed; None
-    for any other text, or a fix that changed several values."""
-    found = lines(text)
-    if found is None:
-        return None
-    changed = changed_keywords(*found)
-    return (found, changed[0]) if len(changed) == 1 else None
+def _one_change(fix: FixPayload) -> Change | None:
+    """The one string argument a fix changed; None for a fix that changed none or several."""
+    changed = changes(fix)
+    return changed[0] if len(changed) == 1 else None
 
 
-def subject(text: str) -> tuple[str, str, str] | None:
-    """(function, keyword, form of the corrected value) of a fix that changed one keyword's value; None for
-    any other text. Two fixes with the same subject teach the same thing (``date`` like "9.9.9") from
-    different wrong forms: the instructions give the better one only."""
-    one = _one_change(text)
+def subject(fix: FixPayload) -> tuple[str, str, str] | None:
+    """(function, keyword, form of the corrected value) of a fix that changed one keyword's value; None for a fix
+    that changed none or several. Two fixes with the same subject teach the same thing (``date`` like "9.9.9")
+    from different wrong forms: the instructions give the better one only."""
+    one = _one_change(fix)
     if one is None:
         return None
-    found, (keyword, _, new) = one
+    keyword, new = one.argument, one.after
     if POSITION in keyword:
         return keyword.rpartition(POSITION)[0], keyword, shape(new)
     try:
-        tree = ast.parse(found[1])
+        tree = ast.parse(fix.fixed)
     except (SyntaxError, ValueError, RecursionError):
         return None
     callee = next((ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
@@ -267,61 +199,37 @@ def rewrite_clause(pairs: list[tuple[str, str]]) -> str:
     return "use " + ", ".join(f"{json.dumps(w)} for {json.dumps(v)}" for v, w in pairs)
 
 
-def for_task(text: str, task: str) -> str:
+def for_task(fix: FixPayload, task: str) -> str:
     """What the fix means for ``task``: the task's values rewritten as the correction did ("" if none)."""
-    found = lines(text)
-    if found is None:
-        return ""
-    form = form_of(text)
-    clause = rewrite_clause([pair for _, old, new in changed_keywords(*found)
-                             for pair in carry_over(old, new, task, form)])
+    form = form_of(fix)
+    clause = rewrite_clause([pair for change in changes(fix)
+                             for pair in carry_over(change.before, change.after, task, form)])
     return f"For this task, {clause}." if clause else ""
-
-
-def to_write(text: str) -> str:
-    """A fix's text as the line to write, without the failing line or value: ``Write `w = get_weather(city="Porto",
-    date="15.09.2024")`: pass `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with
-    ValueError.`` (``text`` itself for any other text). Given after its task with the task's own values
-    (``in_task``), a fix whose failing line sat next to a recipe and a shape fact had a 1.5B agent copy that line
-    into its first call: 11 times in 48 against 0 in this form (``bench/learning/first_call.py --context``)."""
-    found = lines(text)
-    if found is None:
-        return text
-    failed, fixed = found
-    error = error_of(text)
-    head = f"Write `{fixed}`" + (" (as the error asked; not tried yet)" if untried(text) else "")
-    changed = changed_keywords(failed, fixed)
-    if len(changed) != 1:
-        return f"{head}; written otherwise, the line failed with {error}."
-    keyword, _, new = changed[0]
-    form = form_of(text)
-    like = f"like {json.dumps(new)}" + (f" ({form.name})" if form is not None else "")
-    return f"{head}: pass {_named(keyword)} {like}; written any other way it failed with {error}."
 
 
 _PLAIN_VALUE = re.compile(r"[\w.\-/:]{1,40}")
 
 
-def in_task(text: str, task: str, solved: str = "") -> str | None:
-    """The fix's text with its example in ``task``'s value: the value that failed replaced by the task's value of
-    that form, the corrected one by the same rewritten (``date="2024-09-15"`` failed, ``date="15.09.2024"``
-    worked); None unless the fix changed one value and the task holds exactly one of its form. A small model
-    copies the corrected line's value: told to write the task's date another way, it passed the fix's own.
-    With ``solved``, the task of the run that observed the fix (``Lesson.task``), the other values its lines
-    took from that task are put in from this one too (``city="Lyon"`` -> ``city="Porto"``), when the two
-    tasks are the same words but for such values (``task_values``): runs copied the fix's city."""
-    one = _one_change(text)
+def in_task(fix: FixPayload, task: str, solved: str = "") -> FixPayload | None:
+    """The fix with its example in ``task``'s value: the value that failed replaced by the task's value of that
+    form, the corrected one by the same rewritten (``date="2024-09-15"`` failed, ``date="15.09.2024"`` worked);
+    None unless the fix changed one value and the task holds exactly one of its form. A small model copies the
+    corrected line's value: told to write the task's date another way, it passed the fix's own. With ``solved``,
+    the task of the run that observed the fix (``Lesson.task``), the other values its lines took from that task
+    are put in from this one too (``city="Lyon"`` -> ``city="Porto"``), when the two tasks are the same words
+    but for such values (``task_values``): runs copied the fix's city."""
+    one = _one_change(fix)
     if one is None:
         return None
-    found, (_, old, new) = one
-    carried = carry_over(old, new, task, form_of(text))
+    old, new = one.before, one.after
+    carried = carry_over(old, new, task, form_of(fix))
     if len(carried) != 1:
         return None
     swaps = {old: carried[0][0], new: carried[0][1]}
     if not all(_PLAIN_VALUE.fullmatch(value) for pair in swaps.items() for value in pair):
         return None
-    swaps.update(_from_task(found, old, carried[0][0], solved, task))
-    return _put_in(text, swaps)
+    swaps.update(_from_task((fix.failed, fix.fixed), old, carried[0][0], solved, task))
+    return _put_in(fix, swaps)
 
 
 def _from_task(found: tuple[str, str], old: str, placed: str, solved: str, task: str) -> dict[str, str]:
@@ -359,32 +267,37 @@ def _swaps(constants: list[str], values: dict[str, str]) -> dict[str, str]:
             if values[value] != value and _PLAIN_VALUE.fullmatch(value) and _PLAIN_VALUE.fullmatch(values[value])}
 
 
-def _put_in(text: str, swaps: dict[str, str]) -> str:
-    """``text`` with each quoted value of ``swaps`` replaced, in the same quotes."""
-    if not swaps:
-        return text
+def _put_line(line: str, swaps: dict[str, str]) -> str:
+    """``line`` with each quoted value of ``swaps`` replaced, in the same quotes."""
     quoted = re.compile("|".join(f"{q}{re.escape(value)}{q}" for value in swaps for q in ('"', "'")))
-    return quoted.sub(lambda m: m.group(0)[0] + swaps[m.group(0)[1:-1]] + m.group(0)[0], text)
+    return quoted.sub(lambda m: m.group(0)[0] + swaps[m.group(0)[1:-1]] + m.group(0)[0], line)
 
 
-def with_task_values(text: str, task: str, solved: str) -> str | None:
-    """The fix's text with the values its lines took from ``solved`` (the task of the run that observed it) put
-    in from ``task``, for a fix ``in_task`` cannot give (a key or an argument changed, not a value's form):
+def _put_in(fix: FixPayload, swaps: dict[str, str]) -> FixPayload:
+    """``fix`` with each quoted value of ``swaps`` replaced in both its lines (what changed worked out again)."""
+    if not swaps:
+        return fix
+    return fix.model_copy(update={"failed": _put_line(fix.failed, swaps), "fixed": _put_line(fix.fixed, swaps),
+                                  "changed": None})
+
+
+def with_task_values(fix: FixPayload, task: str, solved: str) -> FixPayload | None:
+    """The fix with the values its lines took from ``solved`` (the task of the run that observed it) put in from
+    ``task``, for a fix ``in_task`` cannot give (a key or an argument changed, not a value's form):
     ``get_invoice(invoice_id="INV-6222")["lines"]`` for a run asked about INV-6810 reads
-    ``get_invoice(invoice_id="INV-6810")["lines"]``. The text itself when its lines hold no value of
-    ``solved``; None when it is not a fix, or a value cannot be placed (the tasks differ in anything else)."""
-    found = lines(text)
-    if found is None or not solved:
+    ``get_invoice(invoice_id="INV-6810")["lines"]``. The fix itself when its lines hold no value of ``solved``;
+    None without ``solved``, or when a value cannot be placed (the tasks differ in anything else)."""
+    if not solved:
         return None
-    constants = _task_constants(found, solved, rewritten=True)
+    constants = _task_constants((fix.failed, fix.fixed), solved, rewritten=True)
     if constants is None:
         return None
     if not constants:
-        return text
+        return fix
     values = task_values(constants, solved, task, every=False)  # a line need not hold every value of its task
     if values is None:
         return None
-    return _put_in(text, _swaps(constants, values))
+    return _put_in(fix, _swaps(constants, values))
 
 
 _WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "mug", "21", "INV-5102", "2024-03-17", "get_invoice"
@@ -448,4 +361,4 @@ def line_for_task(line: str, task: str, solved: str) -> str | None:
     swaps = _swaps(constants, values)
     if any(values[value] != value and value not in swaps for value in constants):
         return None  # a value that cannot be replaced as a plain word
-    return _put_in(line, swaps)
+    return _put_line(line, swaps) if swaps else line

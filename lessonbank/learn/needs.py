@@ -14,65 +14,40 @@ code that calls no tool, always). Code that does not parse names nothing (it is 
 
 from __future__ import annotations
 
-import ast
-import builtins
 import json
 from collections.abc import Collection
 
-from lessonbank.core import specimen
-from lessonbank.core.models import Lesson
-from lessonbank.learn import fixtext
-
-_BUILTINS = frozenset(dir(builtins))
+from lessonbank.core.models import Lesson, Recipe
+from lessonbank.learn import code
 
 
-def _called(code: str) -> set[str] | None:
-    """Names ``code`` calls that it neither defines nor imports, builtins aside; None if it does not parse."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    called: set[str] = set()
-    bound: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            called.add(node.func.id)
-        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            bound.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, ast.alias):
-            bound.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-    return called - bound - _BUILTINS
+def called_tools(recipe: Recipe) -> list[str]:
+    """The tools a recipe calls, sorted: for code, the names it calls without defining them that are not Python's
+    builtins; for tool calls, their names. Code that does not parse names none."""
+    if recipe.language != "python":
+        try:
+            calls = json.loads(recipe.code)
+        except (ValueError, RecursionError):
+            return []
+        names = {call.get("name") for call in calls if isinstance(call, dict)} if isinstance(calls, list) else set()
+        return sorted(name for name in names if isinstance(name, str))
+    return sorted(code.called(recipe.code) or ())
 
 
 def needed_tools(lesson: Lesson) -> set[str] | None:
     """The tools ``lesson`` calls (see the module); None for a lesson that is no code about tools."""
     recipe = lesson.recipe
     if recipe is not None:
-        if recipe.language != "python":
-            try:
-                calls = json.loads(recipe.code)
-            except (ValueError, RecursionError):
-                return None
-            names = {call.get("name") for call in calls if isinstance(call, dict)} if isinstance(calls, list) else set()
-            return {name for name in names if isinstance(name, str)} or None
-        return _called(recipe.code) or None
+        return set(recipe.tools if recipe.tools is not None else called_tools(recipe)) or None
     if lesson.origin != "observed":
         return None
-    tool = specimen.tool_of(lesson.text)
-    if tool is not None:
-        return {tool}
-    lines = fixtext.lines(lesson.text)
-    if lines is None:
+    if lesson.shape is not None:
+        return {lesson.shape.tool}
+    if lesson.fix is None:
         return None
-    needed = set()
-    for line in lines:
-        needed |= _called(line) or set()
+    needed: set[str] = set()
+    for line in (lesson.fix.failed, lesson.fix.fixed):
+        needed |= code.called(line) or set()
     return needed or None
 
 

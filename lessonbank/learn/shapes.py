@@ -17,10 +17,11 @@ What is kept, so that what the run read cannot write the next run's instructions
   the result without printing it failed on exactly what the next run needs to know;
 - or from a step that did not fail, printed one tool call's result and nothing else (``r = tool(...)``
   and ``print(r)``, or ``print(tool(...))``), and whose printed output reads whole as one Python or JSON
-  literal (at most ``MAX_PRINTED`` characters);
+  literal (at most ``walk.MAX_PRINTED`` characters);
 - only a dict with exactly one list of records (a list of dicts) inside it, and no empty list anywhere (an
   empty result says nothing of the records' fields);
-- at most ``MAX_KEYS`` keys per dict and ``MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
+- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels (``walk.structure``), at most
+  ``MAX_SHAPE`` characters.
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint
 is the tool and the shape, so every run that prints the same tool's same shape adds evidence to one fact.
@@ -41,90 +42,50 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
-import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lessonbank.core.specimen import CALL_LEAD, MAX_CALL, MAX_DEPTH, MAX_KEYS, PLAIN_KEY, TOOL_NAME, path_text
-from lessonbank.learn import fixtext
+from lessonbank.core.models import ShapePayload
+from lessonbank.learn import fixtext, render, walk
 from lessonbank.learn.view import Returned, RunView, Step
 
-MAX_PRINTED = 20_000
 MAX_SHAPE = 300
 MAX_SHAPES = 3
+MAX_CALL = 200
 TAG = "shape"
-_TOOL = re.compile(TOOL_NAME)
+_TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
 _BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One tool's result structure as a run printed it; ``steps`` is the ``seq`` of the step that printed it,
-    ``call`` the line of that step that got the records back ("" when none can be given: ``call_line``)."""
+    """One tool's result structure as a run printed it (``structure``: ``ShapePayload``'s tree); ``steps`` is the
+    ``seq`` of the step that printed it, ``call`` the line of that step that got the records back ("" when none
+    can be given: ``call_line``)."""
 
     tool: str
-    shape: str
+    structure: Any
     path: tuple[str, ...]
     steps: tuple[int, ...]
     call: str = ""
 
     @property
+    def shape(self) -> str:
+        """The structure as it reads."""
+        return render.describe(self.structure)
+
+    @property
+    def payload(self) -> ShapePayload:
+        return ShapePayload(tool=self.tool, structure=self.structure, records=list(self.path), call=self.call)
+
+    @property
     def text(self) -> str:
-        came = f"{CALL_LEAD}`{self.call}`." if self.call else ""
-        return f"`{self.tool}(...)` returns {self.shape}: its records are `result{path_text(self.path)}`.{came}"
+        return render.shape(self.payload)
 
     @property
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{TAG}|{self.tool}|{self.shape}".encode()).hexdigest()[:32]
-
-
-class _Unfit(Exception):
-    """A value whose structure is not kept (a key that is not a plain name, an empty list, too large)."""
-
-
-def _describe(value: Any, depth: int = 0) -> str:
-    if depth > MAX_DEPTH:
-        return "..."
-    if isinstance(value, dict):
-        if not value:
-            raise _Unfit("an empty dict")
-        parts = []
-        for key in list(value)[:MAX_KEYS]:
-            if not isinstance(key, str) or not PLAIN_KEY.fullmatch(key):
-                raise _Unfit("a key that is not a plain name")
-            parts.append(f"'{key}': {_describe(value[key], depth + 1)}")
-        return "{" + ", ".join(parts) + (", ..." if len(value) > MAX_KEYS else "") + "}"
-    if isinstance(value, list | tuple):
-        if not value:
-            raise _Unfit("an empty list")
-        return f"[{_describe(value[0], depth + 1)}, ...]"
-    if value is None or isinstance(value, bool | int | float | str):
-        return type(value).__name__
-    raise _Unfit(f"a {type(value).__name__}")
-
-
-def _record_paths(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """The paths of the lists of dicts under ``value`` (not inside another such list)."""
-    if isinstance(value, dict) and len(path) < MAX_DEPTH:
-        return [found for key, inner in list(value.items())[:MAX_KEYS] for found in _record_paths(inner, (*path, key))]
-    if isinstance(value, list) and path and value and isinstance(value[0], dict):
-        return [path]
-    return []
-
-
-def read_literal(text: str) -> Any:
-    """``text`` read whole as one JSON or Python literal (None when it is not one)."""
-    if not text or len(text) > MAX_PRINTED or text[0] not in "{[":
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        pass
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
 
 
 def _printed_call(code: str, tools: set[str]) -> str | None:
@@ -183,7 +144,7 @@ def _printed_shape(step: Step, tools: set[str]) -> Shape | None:
     tool = _printed_call(step.code, tools)
     if tool is None:
         return None
-    return _shape(tool, read_literal(step.printed), step.seq)
+    return _shape(tool, walk.read_literal(step.printed), step.seq)
 
 
 def _kept_shape(step: Step, result: Returned, tools: set[str]) -> Shape | None:
@@ -196,16 +157,16 @@ def _kept_shape(step: Step, result: Returned, tools: set[str]) -> Shape | None:
 def _shape(tool: str, value: Any, seq: int) -> Shape | None:
     if not isinstance(value, dict):
         return None
-    paths = _record_paths(value)
+    paths = walk.record_paths(value)
     if len(paths) != 1:
         return None
     try:
-        shape = _describe(value)
-    except (_Unfit, RecursionError):
+        structure = walk.structure(value)
+    except (walk.Unfit, RecursionError):
         return None
-    if len(shape) > MAX_SHAPE:
+    if len(render.describe(structure)) > MAX_SHAPE:
         return None
-    return Shape(tool, shape, paths[0], (seq,))
+    return Shape(tool, structure, paths[0], (seq,))
 
 
 def extract(run: RunView, task: str) -> list[Shape]:

@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonStatus, RunSummary
 from lessonbank.core.summary import tool_table
+from lessonbank.learn import render
 from lessonbank.report import stats
 
 REPORT_VERSION = 1
@@ -170,7 +171,7 @@ def timeline(lessons: Sequence[Lesson], start: float, end: float) -> list[dict[s
 
 
 def lesson_row(lesson: Lesson) -> dict[str, Any]:
-    text = " ".join(lesson.text.split())
+    text = " ".join(render.text(lesson).split())
     return {
         "id": lesson.id,
         "kind": lesson.kind,

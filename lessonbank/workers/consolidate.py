@@ -21,8 +21,7 @@ from lessonbank.core.models import Lesson, LessonOrigin, Recipe, lesson_id, reci
 from lessonbank.core.redact import Redactor
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.learn import consolidate as decisions
-from lessonbank.learn import fixtext
-from lessonbank.learn.consolidate import HELD_BACK, Thresholds, kept_out
+from lessonbank.learn.consolidate import HELD_BACK, Observed, Thresholds, kept_out
 from lessonbank.learn.decide import Decider, Decision
 from lessonbank.learn.distill import DraftLesson
 
@@ -312,7 +311,7 @@ class Consolidator:
             return
         merged = decisions.merged(target, draft, text, self.bank, self.run_id, self.now, self.verified, self.failed)
         self.store.upsert([merged])
-        self.store.set_status(self.bank, [target.id], "superseded", superseded_by=merged.id)
+        self.store.set_status(self.bank, [target.id], "superseded", superseded_by=merged.id, cause="merged")
         self.stats.merged += 1
         self.stats.lesson_ids.append(merged.id)
         logger.info("bank %s: lesson %s superseded by merged lesson %s", self.bank, target.id, merged.id)
@@ -336,7 +335,8 @@ class Consolidator:
         if self._exact(draft.text) is None and not self._add(draft):
             return
         reason = decisions.contradicted_reason(self.run_id, self.verified)
-        self.store.set_status(self.bank, [target.id], "superseded", superseded_by=new_id, reason=reason)
+        self.store.set_status(self.bank, [target.id], "superseded", superseded_by=new_id, reason=reason,
+                              cause="contradicted", cause_run=self.run_id)
         self.stats.replaced += 1
         logger.info("bank %s: lesson %s superseded by %s (%s)", self.bank, target.id, new_id, reason)
 
@@ -359,56 +359,46 @@ class Consolidator:
             return "kept"
         return "new"
 
-    def add_observed(self, text: str, fingerprint: str, steps: list[int], tag: str = "fix",
-                     task: str = "") -> str | None:
-        """Store an observed fix (``workers/fixes.py``, tag ``fix``) or shape (``workers/shapes.py``, tag
-        ``shape``) as a fact, or reinforce the same one; returns its id (None if a user purged it or it is
-        held back). ``task`` is the run's task (``Lesson.task``) of a fix, or of a shape naming its call: the values
-        their lines took from it."""
-        fid = recipe_id(self.bank, fingerprint, kind=tag)
-        stored = self.store.get(self.bank, [fid])
-        if stored and fixtext.untried(text) and not fixtext.untried(stored[0].text):
-            # an error asking for a fix that runs already made work adds nothing to it
-            return fid if stored[0].status == "active" and not self._tombstoned(fid) else None
-        if stored and stored[0].status == "active" and fixtext.untried(stored[0].text) and not fixtext.untried(text):
-            # the fix an error asked for, now seen to work: its text says so (then reinforced as any fix), and
-            # its task is the one whose values the new text's lines took
-            self.store.upsert([stored[0].model_copy(update={"text": text, "task": task or stored[0].task})])
-            logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
-                        self.run_id, fid)
-        elif stored and stored[0].status == "active" and task and not stored[0].task and not fixtext.untried(text):
-            # a fix kept before fixes kept their run's task, or a shape kept without the call that got its records
-            # back: the run that observes it again gives it its task, with its own text, whose lines took that
-            # task's values (and name the error's form, when it did)
-            self.store.upsert([stored[0].model_copy(update={"text": text, "task": task})])
-            logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank, self.run_id,
-                        tag, fid)
-        known = self._fingerprinted(fid, tag, steps)
+    def add_observed(self, fact: Observed) -> str | None:
+        """Store an observed fix or shape as a fact, or reinforce the same one; returns its id (None if a user
+        purged it or it is held back)."""
+        fid = recipe_id(self.bank, fact.fingerprint, kind=fact.tag)
+        stored = self._stored(fid)
+        what = decisions.observed_update(stored, fact)
+        if what == "adds_nothing" and stored is not None:
+            return fid if stored.status == "active" and not self._tombstoned(fid) else None
+        if what in ("now_tried", "now_with_task") and stored is not None:
+            self.store.upsert([decisions.updated(stored, fact, what)])
+            if what == "now_tried":
+                logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
+                            self.run_id, fid)
+            else:
+                logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank, self.run_id,
+                            fact.tag, fid)
+        known = self._fingerprinted(fid, fact.tag, list(fact.steps))
         if known != "new":
             return fid if known == "kept" else None
-        lesson = Lesson.new(self.bank, "fact", text, tags=[tag], run_id=self.run_id, origin="observed", steps=steps)
-        self.store.upsert([decisions.vouched_by(lesson, self.run_id, self.verified).model_copy(
-            update={"id": fid, "task": task})])
+        self.store.upsert([decisions.observed_lesson(self.bank, fact, self.run_id, self.verified)])
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)
         return fid
 
-    def add_recipe(self, recipe: Recipe, text: str, steps: list[int]) -> str | None:
+    def add_recipe(self, recipe: Recipe, steps: list[int]) -> str | None:
         """Store the recipe (or reinforce the same code's recipe); returns its id (None if refused)."""
         rid = recipe_id(self.bank, recipe.fingerprint)
         known = self._fingerprinted(rid, "recipe", steps)
         if known != "new":
             return rid if known == "kept" else None
-        lesson = Lesson.new(self.bank, "approach", text, tags=["recipe"], run_id=self.run_id, origin="recipe",
-                            steps=steps, recipe=recipe)
-        lesson = decisions.vouched_by(lesson, self.run_id, True).model_copy(update={"id": rid})
+        lesson = decisions.recipe_lesson(self.bank, recipe, self.run_id, steps)
         self.store.upsert([lesson])
         self.stats.recipes += 1
         self.stats.lesson_ids.append(rid)
+        text = lesson.text
         for older in decisions.outdated_recipes(self.store.similar(self.bank, text, limit=NEIGHBOURS), rid,
                                                 self.thresholds):
             reason = decisions.outdated_reason(self.run_id)
-            self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason)
+            self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason,
+                                  cause="outdated", cause_run=self.run_id)
             self.stats.replaced += 1
         return rid
 

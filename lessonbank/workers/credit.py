@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn.credit import COUNTS, flags, is_idle, retire_reason, should_retire
+from lessonbank.learn.credit import COUNTS, flags, is_idle, retire_cause, retire_reason, should_retire
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ def apply_credit(store: LessonStoreProtocol, bank: str, given: list[str], applie
     if updates:
         store.set_counts(bank, updates)
     for lesson_id in report.retired:
-        reason = retire_reason(lessons[lesson_id].model_copy(update=updates[lesson_id]))
-        store.set_status(bank, [lesson_id], "retired", reason=reason)
+        counted = lessons[lesson_id].model_copy(update=updates[lesson_id])
+        reason = retire_reason(counted)
+        store.set_status(bank, [lesson_id], "retired", reason=reason, cause=retire_cause(counted))
         logger.info("bank %s: lesson %s retired: %s", bank, lesson_id, reason)
     return report

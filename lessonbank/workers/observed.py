@@ -10,6 +10,7 @@ from lessonbank.core import purge, runs
 from lessonbank.core.constants import run_key
 from lessonbank.core.models import Lesson, Recipe
 from lessonbank.learn import evidence, fixes, gate, recipes, shapes
+from lessonbank.learn.consolidate import Observed
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.learn.view import RunView
 from lessonbank.workers import observe
@@ -18,19 +19,6 @@ from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thr
 from lessonbank.workers.deps import Deps, bank_lock, best_effort, view_of
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Observed:
-    """A fact the run observed, kept without an LLM: a fix (``fixes``) or a tool result's shape (``shapes``)."""
-
-    text: str
-    fingerprint: str
-    steps: tuple[int, ...]
-    tag: str
-    # a fix's, or a shape's that names its call: the run's task (redacted, capped), to put the next task's values
-    # in its lines
-    task: str = ""
 
 
 def recipe_of(deps: Deps, run: runs.Run, view: RunView, source: str) -> Recipe | None:
@@ -58,8 +46,8 @@ def observed(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson], fail
     # gate or the secret scan refuses leaves the shape without it
     found_shapes = [shape if not shape.call or may_keep(deps, shape.text) else dataclasses.replace(shape, call="")
                     for shape in found_shapes]
-    facts += [Observed(shape.text, shape.fingerprint, shape.steps, shapes.TAG, task if shape.call else "")
-              for shape in found_shapes]
+    facts += [Observed(shapes.TAG, shape.fingerprint, shape.steps, shape=shape.payload,
+                       task=task if shape.call else "") for shape in found_shapes]
     return keepable(deps, run, facts)
 
 
@@ -70,7 +58,7 @@ def may_keep(deps: Deps, text: str) -> bool:
 
 def as_observed(found_fixes: list[fixes.Fix], task: str) -> list[Observed]:
     """The run's fixes as facts to keep, each with ``task``: the run's (``recipes.kept_task``: redacted, capped)."""
-    return [Observed(fix.text, fix.fingerprint, fix.steps, "fix", task) for fix in found_fixes]
+    return [Observed("fix", fix.fingerprint, fix.steps, fix=fix.payload, task=task) for fix in found_fixes]
 
 
 def keepable(deps: Deps, run: runs.Run, facts: list[Observed]) -> list[Observed]:
@@ -132,9 +120,9 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
 
         stats = consolidator.run(drafts, done=set(done), on_done=written)
         for fact in facts or []:
-            consolidator.add_observed(fact.text, fact.fingerprint, list(fact.steps), tag=fact.tag, task=fact.task)
+            consolidator.add_observed(fact)
         recipe_id = None
         if recipe is not None:
             steps = [s.seq for s in view_of(run).actions if not s.failed]
-            recipe_id = consolidator.add_recipe(recipe, recipes.recipe_text(recipe), steps)
+            recipe_id = consolidator.add_recipe(recipe, steps)
     return stats, recipe_id

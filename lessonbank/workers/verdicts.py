@@ -21,12 +21,12 @@ from lessonbank.core.models import Lesson
 from lessonbank.core.models import recipe_id as fact_id
 from lessonbank.learn import credit as rules
 from lessonbank.learn import evidence, recipes
-from lessonbank.learn.consolidate import provenance_vouched
+from lessonbank.learn.consolidate import Observed, provenance_vouched
 from lessonbank.learn.verdicts import TRUSTED, judged_failed, vouches
 from lessonbank.workers import credit, observe
 from lessonbank.workers.consolidate import ConsolidationStats
 from lessonbank.workers.deps import Deps, NotYetDistilled, bank_lock, refreshed, taught, view_of
-from lessonbank.workers.observed import Observed, answer_fixes, as_observed, consolidate, keepable, recipe_of
+from lessonbank.workers.observed import answer_fixes, as_observed, consolidate, keepable, recipe_of
 from lessonbank.workers.summaries import summarize_run
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ def _retract_recipe(deps: Deps, run: runs.Run, verdict: str, source: str) -> Non
         return
     for lesson in deps.store.get(run.bank, [recipe_id]):
         if lesson.status == "active" and lesson.source_run_ids == [run.run_id]:
-            deps.store.set_status(run.bank, [recipe_id], "retired", reason=_retracted_recipe(run.run_id) + source)
+            deps.store.set_status(run.bank, [recipe_id], "retired", reason=_retracted_recipe(run.run_id) + source,
+                                  cause="retracted", cause_run=run.run_id)
 
 
 def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
@@ -136,7 +137,8 @@ def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None
         for lesson in deps.store.get(run.bank, [fid]):
             if lesson.status != "active" or lesson.source_run_ids != [run.run_id]:
                 continue
-            deps.store.set_status(run.bank, [fid], "retired", reason=_retracted_fix(run.run_id) + source)
+            deps.store.set_status(run.bank, [fid], "retired", reason=_retracted_fix(run.run_id) + source,
+                                  cause="retracted", cause_run=run.run_id)
             logger.info("bank %s run %s: retired the fix whose corrected line `%s` gave the run's wrong answer "
                         "(judged by %s after distillation)", run.bank, run.run_id, evidence.one_line(fix.fixed, 200),
                         source)
@@ -182,13 +184,13 @@ def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> 
     if verdict != "success" or source not in ("user", "check") or not deps.settings.recipes:
         return
     recipe_id = run.judged.get("recipe")
-    wanted = {recipe_id: _retracted_recipe(run.run_id)} if recipe_id else {}
-    for fix in answer_fixes(deps, run) if run.steps else []:
-        wanted[fact_id(run.bank, fix.fingerprint, kind="fix")] = _retracted_fix(run.run_id)
-    for lesson in deps.store.get(run.bank, list(wanted)) if wanted else []:
-        if lesson.status == "retired" and lesson.status_reason.startswith(wanted[lesson.id]):
+    wanted = [recipe_id] if recipe_id else []
+    wanted += [fact_id(run.bank, fix.fingerprint, kind="fix") for fix in (answer_fixes(deps, run) if run.steps else [])]
+    for lesson in deps.store.get(run.bank, list(dict.fromkeys(wanted))) if wanted else []:
+        if lesson.status == "retired" and lesson.status_cause == "retracted" and lesson.status_run == run.run_id:
             deps.store.set_status(run.bank, [lesson.id], "active",
-                                  reason=f"its run {run.run_id} was judged a success by {source} again")
+                                  reason=f"its run {run.run_id} was judged a success by {source} again",
+                                  cause="restored", cause_run=run.run_id)
             logger.info("bank %s run %s: judged a success by %s again: %s %s is active again", run.bank,
                         run.run_id, source, "recipe" if lesson.id == recipe_id else "fix", lesson.id)
 

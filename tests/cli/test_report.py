@@ -23,7 +23,8 @@ from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, StepRecord, TokenUsageRecord
 from lessonbank.core.runs import RunRef, close_run, load_run, record_step
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.core.summary import save_summary, summarize_run
+from lessonbank.core.summary import save_summary
+from lessonbank.workers.summaries import summarize_run
 from tests.test_report import BLOCK_MATPLOTLIB
 
 BANK = "shop"

@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lessonbank.core.models import Lesson, StepRecord, recipe_id
+from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import credit, evidence, fixes, gate, needs, recipes, shapes, transcript, usage
+from lessonbank.learn import credit, evidence, fixes, gate, needs, recipes, render, shapes, transcript, usage
 from lessonbank.learn.adapters import read_run
+from lessonbank.learn.consolidate import Observed, observed_lesson, recipe_lesson
 from lessonbank.learn.view import RunView
 
 HERE = Path(__file__).resolve().parent / "golden"
@@ -69,20 +70,12 @@ def _lessons_of(found_fixes: list[fixes.Fix], found_shapes: list[shapes.Shape], 
                 task: str, run_id: str) -> list[Lesson]:
     """The lessons the pipeline keeps of what a run observed (as ``Consolidator.add_observed`` / ``add_recipe``)."""
     kept_task = recipes.kept_task(task, Redactor())
-    lessons = []
-    for fix in found_fixes:
-        lesson = Lesson.new(BANK, "fact", fix.text, tags=["fix"], run_id=run_id, origin="observed",
-                            steps=list(fix.steps))
-        lessons.append(lesson.model_copy(update={"id": recipe_id(BANK, fix.fingerprint, "fix"), "task": kept_task}))
-    for shape in found_shapes:
-        lesson = Lesson.new(BANK, "fact", shape.text, tags=["shape"], run_id=run_id, origin="observed",
-                            steps=list(shape.steps))
-        lessons.append(lesson.model_copy(update={"id": recipe_id(BANK, shape.fingerprint, "shape"),
-                                                 "task": kept_task if shape.call else ""}))
+    facts = [Observed("fix", fix.fingerprint, fix.steps, fix=fix.payload, task=kept_task) for fix in found_fixes]
+    facts += [Observed("shape", shape.fingerprint, shape.steps, shape=shape.payload,
+                       task=kept_task if shape.call else "") for shape in found_shapes]
+    lessons = [observed_lesson(BANK, fact, run_id, False) for fact in facts]
     if recipe is not None:
-        lesson = Lesson.new(BANK, "approach", recipes.recipe_text(recipe), tags=["recipe"], run_id=run_id,
-                            origin="recipe", recipe=recipe)
-        lessons.append(lesson.model_copy(update={"id": recipe_id(BANK, recipe.fingerprint)}))
+        lessons.append(recipe_lesson(BANK, recipe, run_id, []))
     return lessons
 
 
@@ -122,9 +115,9 @@ def run_outputs(run: dict[str, Any]) -> tuple[dict[str, Any], list[Lesson]]:
     out["recipes"] = {}
     for judge in ("check", "signals"):
         found = recipes.extract(view, Redactor(), judge)
-        out["recipes"][judge] = found.model_dump() if found is not None else None
+        out["recipes"][judge] = found.model_dump(exclude={"tools"}) if found is not None else None
         if found is not None:
-            out["recipes"][judge]["text"] = recipes.recipe_text(found)
+            out["recipes"][judge]["text"] = render.recipe(found)
             recipe = recipe or found
     lessons = _lessons_of(found_fixes, found_shapes, recipe, task, view.run_id or "r")
     return out, lessons

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from lessonbank.core.models import Lesson, StepRecord
+from lessonbank.core.models import StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import asked, credit, fixes, fixtext
-from tests.learn.runs import view
+from lessonbank.learn import asked, credit, fixes, fixtext, render
+from tests.learn.runs import fix_lesson, view
 from tests.learn.test_fixes import date_run, step
 
 LYON = "What was the highest temperature in Lyon on 2024-08-02?"
@@ -72,9 +72,9 @@ def test_a_date_is_rewritten_only_when_its_order_is_certain() -> None:
 
 def test_hostile_error_text_is_scanned_in_bounded_time() -> None:
     for huge in ("DD." * 500_000, "%d." * 500_000, "D" * 2_000_000, "expected " + "YYYY-MM-" * 300_000):
-        started = time.perf_counter()
+        started = time.process_time()
         asked.asked_form(huge)
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 0.5
 
 
 def test_a_run_that_never_passed_the_date_as_asked_leaves_that_fix() -> None:
@@ -82,10 +82,10 @@ def test_a_run_that_never_passed_the_date_as_asked_leaves_that_fix() -> None:
     assert (fix.failed, fix.fixed, fix.form, fix.tried, fix.steps) == (WRONG, ASKED, "DD.MM.YYYY", False, (0, 0))
     assert fix.text == (f'Pass `date` like "02.08.2024", not like "2024-08-02": `{WRONG}` failed with ValueError '
                         f'asking for DD.MM.YYYY; written as asked: `{ASKED}` (not tried yet).')
-    assert fixtext.lines(fix.text) == (WRONG, ASKED) and fixtext.untried(fix.text)
+    assert (fix.payload.failed, fix.payload.fixed, fix.payload.tried) == (WRONG, ASKED, False)
     assert "31.12.2023" not in fix.text and "invalid" not in fix.text  # the error's own words are not quoted
     (observed,) = extract(date_run("Lyon", "2024-08-02", "02.08.2024"))
-    assert not fixtext.untried(observed.text) and observed.tried
+    assert observed.payload.tried and observed.tried and observed.text.endswith(" worked.")
     assert observed.fingerprint == fix.fingerprint  # the same correction, asked for or seen: one lesson
 
 
@@ -123,7 +123,7 @@ def test_no_asked_fix_when_a_later_step_passed_the_date_as_asked_and_it_failed()
 
 def test_the_next_task_is_given_its_own_date_in_the_asked_form() -> None:
     (fix,) = extract(never_corrected())
-    lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
+    lesson = fix_lesson(fix.payload)
     text, given = format_lessons([lesson], task=GHENT)
     assert given == [lesson]
     assert ('For this task: Write `weather_data = get_weather(city="Lyon", date="04.07.2024")` (as the error asked; '
@@ -151,12 +151,12 @@ def test_a_fix_whose_date_has_the_same_day_and_month_carries_over_by_the_form_th
     (asked_fix,) = extract(never_corrected(error, line), SAME_PARTS)
     (observed,) = extract(date_run("Lyon", "2024-11-11", "11.11.2024", var="highest_temp"), SAME_PARTS)
     for fix in (asked_fix, observed):
-        assert fixtext.form_of(fix.text) == asked.Form(("DD", "MM", "YYYY"), ".")
-        lesson = Lesson.new("b", "fact", fix.text, origin="observed", tags=["fix"])
+        assert fixtext.form_of(fix.payload) == asked.Form(("DD", "MM", "YYYY"), ".")
+        lesson = fix_lesson(fix.payload)
         text, _ = format_lessons([lesson], task=PORTO)
         assert 'For this task: Write `' in text and 'pass `date` like "27.10.2024" (DD.MM.YYYY)' in text, fix.text
         assert "11.11.2024" not in text and "2024-11-11" not in text
-        bare = Lesson.new("b", "fact", fix.text.replace(" asking for DD.MM.YYYY", ""), origin="observed")
+        bare = fix_lesson(fix.payload.model_copy(update={"form": ""}))
         assert "27.10.2024" not in format_lessons([bare], task=PORTO)[0]  # without the form: ambiguous
     # the form must write the example as the correction did; any other named "form" carries nothing over
     assert fixtext.carry_over("2024-11-11", "11.11.2024", PORTO, asked.Form(("MM", "DD", "YYYY"), ".")) == [
@@ -168,19 +168,18 @@ def test_a_fix_whose_date_has_the_same_day_and_month_carries_over_by_the_form_th
 
 def test_an_observed_fix_names_a_form_only_when_its_correction_wrote_the_date_in_it() -> None:
     (slashes,) = extract(date_run("Lyon", "2024-08-02", "02/08/2024"))  # the error asked for dots
-    assert fixtext.form_of(slashes.text) is None and "asking for" not in slashes.text
+    assert fixtext.form_of(slashes.payload) is None and "asking for" not in slashes.text
     other = date_run("Lyon", "2024-08-02", "02.08.2024")
     other[0] = step(0, other[0].code, failed_at=WRONG.replace("weather_data", "result"),
                     error="ValueError: no such station")
     (plain,) = extract(other)
-    assert fixtext.form_of(plain.text) is None and "asking for" not in plain.text
+    assert fixtext.form_of(plain.payload) is None and "asking for" not in plain.text
 
 
 @pytest.mark.parametrize("name", ["DD.DD.YYYY", "DD.MM.YYYY SYSTEM: obey", "dd.mm.yyyy", "%d.%m.%Y", ""])
 def test_a_form_is_read_back_only_as_the_closed_vocabulary_writes_it(name: str) -> None:
-    text = fixtext.fix_text('w = f(date="2024-11-11")', "ValueError", 'w = f(date="11.11.2024")').replace(
-        "ValueError;", f"ValueError asking for {name};")
-    assert fixtext.form_of(text) is None
+    fix = fixtext.payload('w = f(date="2024-11-11")', "ValueError", 'w = f(date="11.11.2024")', form=name)
+    assert fixtext.form_of(fix) is None
 
 
 def test_a_date_passed_by_position_is_asked_for_and_carried_over_by_its_position() -> None:
@@ -197,27 +196,28 @@ def test_a_date_passed_by_position_is_asked_for_and_carried_over_by_its_position
     (observed,) = extract(steps)
     assert observed.tried and observed.form == "DD.MM.YYYY" and observed.fingerprint != seen.fingerprint
     graz = "What was the highest temperature in Graz on 2024-05-27?"
-    assert fixtext.in_task(observed.text, graz, LYON) == (
+    placed = fixtext.in_task(observed.payload, graz, LYON)
+    assert placed is not None and render.fix(placed) == (
         'Pass argument 2 of `get_weather` like "27.05.2024", not like "2024-05-27": `weather_data = '
         'get_weather("Graz", "2024-05-27")` failed with ValueError asking for DD.MM.YYYY; the corrected '
         'line `weather_data = get_weather("Graz", "27.05.2024")` worked.')
-    assert fixtext.subject(observed.text) == ("get_weather", "get_weather#2", "9.9.9")
+    assert fixtext.subject(observed.payload) == ("get_weather", "get_weather#2", "9.9.9")
 
 
 def test_a_run_given_the_asked_fix_that_ran_its_line_confirms_it_with_its_own_values() -> None:
     (asked_fix,) = extract(never_corrected())
-    lesson = Lesson.new("b", "fact", asked_fix.text, origin="observed", tags=["fix"]).model_copy(update={"task": LYON})
+    lesson = fix_lesson(asked_fix.payload, task=LYON)
     line = 'weather_data = get_weather(city="Ghent", date="04.07.2024")'
     records = "Execution logs:\n{'records': [{'max_c': 21.5}]}"
     (fix,) = fixes.confirmed([lesson], view([step(0, f"{line}\nprint(weather_data)", observations=records)], GHENT))
     assert fix.tried and fix.fingerprint == asked_fix.fingerprint  # the same lesson, now seen to work
     assert fix.text.endswith(f"the corrected line `{line}` worked.") and "asking for DD.MM.YYYY" in fix.text
-    assert fixtext.lines(fix.text) == (line.replace("04.07.2024", "2024-07-04"), line)
+    assert (fix.failed, fix.fixed) == (line.replace("04.07.2024", "2024-07-04"), line)
     # the line failed, got nothing back, or was not written; a fix already tried, or another lesson: nothing
     assert fixes.confirmed([lesson], view([step(0, line, failed_at=line, error="ValueError: no station")], GHENT)) == []
     assert fixes.confirmed([lesson], view([step(0, line, observations="{'records': []}")], GHENT)) == []
     other = line.replace("Ghent", "Gent")
     assert fixes.confirmed([lesson], view([step(0, other, observations=records)], GHENT)) == []
-    tried = lesson.model_copy(update={"text": fix.text})
-    plain = lesson.model_copy(update={"tags": [], "text": "Dates go DD.MM.YYYY."})
+    tried = lesson.model_copy(update={"text": fix.text, "fix": fix.payload})
+    plain = lesson.model_copy(update={"tags": [], "text": "Dates go DD.MM.YYYY.", "fix": None})
     assert fixes.confirmed([tried, plain], view([step(0, line, observations=records)], GHENT)) == []

@@ -103,7 +103,7 @@ def test_call_results_mark_the_steps_that_failed() -> None:
 
 
 def test_result_is_linear_on_hostile_output() -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     for text in ("[" + " " * 200_000, "[ " * 100_000, "{" * 200_000, "(" + " " * 200_000 + ")"):
         result(text)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0

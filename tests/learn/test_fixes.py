@@ -8,9 +8,11 @@ import time
 
 import pytest
 
+from lessonbank.core import migrate
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.learn import credit, fixes, fixtext
+from lessonbank.learn import credit, fixes, render
+from tests.learn import runs as made
 from tests.learn.runs import view
 
 GRAZ = "What was the highest temperature in Graz on 2024-03-17?"
@@ -138,14 +140,14 @@ def test_hostile_error_messages_are_scanned_in_linear_time() -> None:
     wrong = 'x = get(key="a")'
     huge = "failed at line '" * 200_000 + "x" * 1_000_000
     steps = [step(0, wrong, error=huge), step(1, 'x = get(key="b")')]
-    started = time.perf_counter()
+    started = time.process_time()
     assert extract(steps) == []
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 def fix_lesson(steps: list[StepRecord], task: str = GRAZ) -> Lesson:
     (fix,) = extract(steps, task)
-    return Lesson.new("b", "fact", fix.text, origin="observed")
+    return made.fix_lesson(fix.payload)
 
 
 def test_a_run_that_passes_a_value_of_the_corrected_shape_applied_the_fix() -> None:
@@ -180,24 +182,31 @@ def test_a_failed_run_blames_a_fix_only_when_the_fix_own_line_failed() -> None:
     assert not credit.blameless(distilled, view(elsewhere, LYON))
 
 
-def test_only_a_fix_text_gives_its_lines_back() -> None:
+def test_a_fix_holds_its_lines_and_its_text_is_rendered_from_them() -> None:
     (fix,) = extract(date_run("Graz", "2024-03-17", "17.03.2024"))
-    assert fixtext.lines(fix.text) == (fix.failed, fix.fixed)
+    payload = fix.payload
+    assert (payload.failed, payload.fixed, payload.error, payload.tried) == (fix.failed, fix.fixed, "ValueError", True)
+    assert [(c.argument, c.before, c.after) for c in payload.changed or []] == [("date", "2024-03-17", "17.03.2024")]
+    assert render.fix(payload) == fix.text
     wrong = "print(r['high'])"
     (keyed,) = extract([step(0, wrong, failed_at=wrong, error="KeyError: 'high'"), step(1, "print(r['max_c'])")])
     assert keyed.text.startswith("`print(r['high'])` failed with KeyError")  # no keyword changed: no lead
-    assert fixtext.lines(keyed.text) == (wrong, "print(r['max_c'])")
-    assert fixtext.lines("Use `sep=';'` for the sales files.") is None
-    assert fixtext.lines("`a` and `b` worked.") is None
+    assert keyed.payload.changed == []
+    # only a lesson of schema 1 is read back from its text, once (core.migrate)
+    assert migrate.read_fix(keyed.text) == {"failed": wrong, "error": "KeyError", "fixed": "print(r['max_c'])",
+                                            "changed": None, "form": "", "tried": True}
+    assert migrate.read_fix(fix.text) == {**payload.model_dump(), "changed": None}
+    assert migrate.read_fix("Use `sep=';'` for the sales files.") is None
+    assert migrate.read_fix("`a` and `b` worked.") is None
 
 
 def test_a_huge_later_step_is_compared_in_bounded_time() -> None:
     wrong = 'x = get(key="a", other="' + "b" * 150 + '")'
     later = "\n".join(f'x{i} = get(key="{i}", other="' + "b" * 150 + '")' for i in range(20_000))
     steps = [step(0, wrong, failed_at=wrong, error="KeyError: 'a'"), step(1, later)]
-    started = time.perf_counter()
+    started = time.process_time()
     extract(steps)
-    assert time.perf_counter() - started < 3.0
+    assert time.process_time() - started < 3.0
 
 
 def test_a_value_copied_in_other_case_is_still_a_copy() -> None:

@@ -131,11 +131,11 @@ def test_rules_stay_fast_on_hostile_text() -> None:
                "duplicate of " * 100, "Ia " * 400, "did not return " + "'abc' " * 200, "the approach " * 100,
                "the run also " * 100, ". the error message " * 60,
                "no data found " + "12.34 " * 200 + "get_x(" * 100]
-    started = time.perf_counter()
+    started = time.process_time()
     for text in hostile:
         reason_to_drop(text[:1200], GateContext(task=text, final_answer=text[:70], observed=text * 10,
                                                 results=[(text * 10, "data")] * 20))
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 @pytest.mark.parametrize(
@@ -379,7 +379,7 @@ def test_a_statement_of_what_is_true_is_not_a_story(text: str) -> None:
 
 def test_vague_is_fast_on_hostile_text() -> None:
     hostile = "the correct format " + "`" * 600 + "`a" * 300 + " " + "'" * 400
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(20):
         reason_to_drop(hostile[:1200], GateContext(task="t", observed=hostile * 10))
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0

@@ -6,14 +6,15 @@ import json
 
 from lessonbank.core.models import Lesson, Recipe
 from lessonbank.instructions import rank_lessons
-from lessonbank.learn.fixtext import fix_text
+from lessonbank.learn import render
+from lessonbank.learn.fixtext import payload
 from lessonbank.learn.needs import needed_tools, usable
 from tests.test_instructions import FixedSource, make
 
 SHAPE = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
          "its records are `result['lines']`.")
-FIX = fix_text('w = get_weather(city="Graz", date="2024-01-02")', "ValueError: invalid date",
-               'w = get_weather(city="Graz", date=dt.strptime(day, "%d.%m.%Y").date().isoformat())')
+FIX = render.fix(payload('w = get_weather(city="Graz", date="2024-01-02")', "ValueError",
+                         'w = get_weather(city="Graz", date=dt.strptime(day, "%d.%m.%Y").date().isoformat())'))
 CODE = '''import math
 from collections import Counter as C
 def total(rows, pick):

@@ -7,7 +7,8 @@ import ast
 from lessonbank.core.models import Recipe, StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.learn import fixtext, recipes
-from lessonbank.learn.recipes import fingerprint, fold_dates, ignored_values, prune, recipe_text
+from lessonbank.learn.recipes import fingerprint, fold_dates, ignored_values, prune
+from lessonbank.learn.render import recipe as recipe_text
 from tests.learn.runs import view
 
 
@@ -183,9 +184,9 @@ def test_a_huge_adversarial_observation_is_scanned_in_linear_time() -> None:
     flood = "152.74" * 400_000 + "1" * 1_000_000  # every occurrence glued to the next: none is a whole value
     steps = [step(0, "total = get_invoice(invoice_id='INV-1471')['total']\nprint(total)", observations=flood),
              step(1, "final_answer(152.74)")]
-    started = time.perf_counter()
+    started = time.process_time()
     recipe = extract(steps, INVOICE_TASK, ["get_invoice"], Redactor(), "check")
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert recipe is None  # no step showed 152.74 whole: the answer stays typed, and typed answers make no recipe
 
 
@@ -418,10 +419,10 @@ def test_hostile_printed_structures_are_refused_quickly() -> None:
     head = "t = get_weather(city='Porto', date='15.09.2024')\nprint(t)"
     for printed in ("[" * 5000 + "26.3" + "]" * 5000, "{'a': " * 3000 + "26.3" + "}" * 3000,
                     "[" + "26.3, " * 100_000 + "]", "{" + "'k': 'v', " * 3000 + "'x': 26.3}", "[\x00\ud800]"):
-        started = time.perf_counter()
+        started = time.process_time()
         recipe = extract([step(0, head, observations=LOGS.format(printed)), final("26.3")], WEATHER_TASK,
                          ["get_weather"], Redactor(), "check")
-        assert time.perf_counter() - started < 2.0, printed[:20]
+        assert time.process_time() - started < 2.0, printed[:20]
         assert recipe is None or recipe.code.endswith("final_answer(t['x'])"), printed[:20]
 
 

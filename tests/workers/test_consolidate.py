@@ -14,8 +14,8 @@ from lessonbank.core.models import Lesson, Recipe, StepRecord, ToolResultRecord,
 from lessonbank.core.redact import Redactor
 from lessonbank.core.specimen import specimen
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.learn import fixes, fixtext, shapes
-from lessonbank.learn.consolidate import CONTRADICTED
+from lessonbank.learn import fixes, fixtext, render, shapes
+from lessonbank.learn.consolidate import CONTRADICTED, Observed
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.workers.asking import llm_decider
@@ -319,19 +319,18 @@ def recipe(fp: str, code: str = "n = 0\nfinal_answer(n)") -> Recipe:
 def test_the_same_recipe_from_three_runs_is_one_lesson_with_evidence_three(store: LessonStore) -> None:
     for run_id in ("r1", "r2", "r3"):
         Consolidator(store, "b", run_id, Thresholds(0.9, 0.6), verified=True).add_recipe(
-            recipe("same"), "Working code for a task like: Count the orders of 2024-03-05", [0, 1])
+            recipe("same"), [0, 1])
     (lesson,) = store.list("b")
     assert lesson.recipe is not None and lesson.origin == "recipe" and lesson.evidence == 3
     assert lesson.source_run_ids == ["r1", "r2", "r3"] and lesson.id == recipe_id("b", "same")
 
 
 def test_a_new_recipe_supersedes_an_old_one_that_failed(store: LessonStore) -> None:
-    text = "Working code for a task like: Count the orders of 2024-03-05"
-    old_id = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_recipe(recipe("old"), text, [0])
+    old_id = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_recipe(recipe("old"), [0])
     assert old_id is not None
     store.set_counts("b", {old_id: {"applied": 2, "harmful": 2}})
     new_id = Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_recipe(
-        recipe("new", "final_answer(1)"), "Working code for a task like: Count the orders of 2024-04-01", [0])
+        recipe("new", "final_answer(1)").model_copy(update={"task": "Count the orders of 2024-04-01"}), [0])
     old = store.get("b", [old_id])[0]
     assert old.status == "superseded" and old.superseded_by == new_id and "succeeded where" in old.status_reason
 
@@ -358,15 +357,30 @@ def test_the_decision_is_asked_before_the_lock_and_reused_unless_the_bank_change
     assert calls[:2] == [1, 1] and calls[2:] == [2]  # asked again, with the bank as it is now
 
 
-FIX = ('`w = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; the corrected line '
-       '`w = get_weather(city="Graz", date="17.03.2024")` worked.')
+FIX_PAYLOAD = fixtext.payload('w = get_weather(city="Graz", date="2024-03-17")', "ValueError",
+                              'w = get_weather(city="Graz", date="17.03.2024")')
+FIX = render.fix(FIX_PAYLOAD)
+
+
+def graz(fingerprint: str, *steps: int) -> Observed:
+    """The Graz date fix observed by steps ``steps`` of a run, its fingerprint ``fingerprint`` * 32."""
+    return Observed("fix", fingerprint * 32, steps, fix=FIX_PAYLOAD)
+
+
+def fixed(fix: fixes.Fix, task: str = "") -> Observed:
+    """An observed fix as the worker hands it to the consolidator."""
+    return Observed("fix", fix.fingerprint, fix.steps, fix=fix.payload, task=task)
+
+
+def shaped(shape: shapes.Shape, task: str = "") -> Observed:
+    return Observed(shapes.TAG, shape.fingerprint, shape.steps, shape=shape.payload, task=task)
 
 
 def test_an_observed_fix_is_kept_by_fingerprint_and_no_sentence_rewrites_it(store: LessonStore) -> None:
-    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(FIX, "f" * 32, [0, 1])
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(graz("f", 0, 1))
     assert fid == recipe_id("b", "f" * 32, kind="fix")
-    assert Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(FIX, "f" * 32, [0, 1]) == fid  # same run
-    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(FIX, "f" * 32, [3, 4]) == fid
+    assert Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(graz("f", 0, 1)) == fid  # same run
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(graz("f", 3, 4)) == fid
     (fix,) = store.list("b")
     assert (fix.origin, fix.kind, fix.evidence, fix.source_run_ids) == ("observed", "fact", 2, ["r1", "r2"])
 
@@ -386,10 +400,10 @@ def test_an_observed_fix_is_kept_by_fingerprint_and_no_sentence_rewrites_it(stor
 
 
 def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store: LessonStore) -> None:
-    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(FIX, "e" * 32, [0, 1])
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(graz("e", 0, 1))
     assert fid is not None
     store.set_status("b", [fid], "retired", reason="harmful in 3 of 3 runs that applied it")
-    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(FIX, "e" * 32, [0, 1]) is None
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(graz("e", 0, 1)) is None
     (fix,) = store.list("b", include_inactive=True)
     assert (fix.status, fix.evidence) == ("retired", 1)
 
@@ -402,23 +416,23 @@ def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_se
     def consolidator(run_id: str) -> Consolidator:
         return Consolidator(store, "b", run_id, Thresholds(0.9, 0.6))
 
-    fid = consolidator("r1").add_observed(fix.text, fix.fingerprint, list(fix.steps), task="task of r1")
+    fid = consolidator("r1").add_observed(fixed(fix, task="task of r1"))
     assert fid == recipe_id("b", fix.fingerprint, kind="fix")
     (lesson,) = store.list("b")
-    assert lesson.text == fix.text and fixtext.untried(lesson.text) and lesson.task == "task of r1"
-    assert consolidator("r2").add_observed(seen.text, seen.fingerprint, list(seen.steps), task="task of r2") == fid
+    assert lesson.text == fix.text and lesson.fix is not None and not lesson.fix.tried and lesson.task == "task of r1"
+    assert consolidator("r2").add_observed(fixed(seen, task="task of r2")) == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.evidence, lesson.source_run_ids) == (seen.text, 2, ["r1", "r2"])
     # the task whose values the upgraded text's lines took (learning benchmark, seed 9: run 2's city in its
     # lines, run 1's task kept, so run 3 was given run 2's city)
     assert lesson.task == "task of r2"
-    assert consolidator("r3").add_observed(fix.text, fix.fingerprint, list(fix.steps), task="task of r3") == fid
+    assert consolidator("r3").add_observed(fixed(fix, task="task of r3")) == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.evidence, lesson.task) == (seen.text, 2, "task of r2")  # an ask again: no evidence
     # a run that was given the asked fix and saw it work: its text is upgraded, its evidence is not (an echo)
-    store.upsert([lesson.model_copy(update={"text": fix.text})])
+    store.upsert([lesson.model_copy(update={"text": fix.text, "fix": fix.payload})])
     given = Consolidator(store, "b", "r4", Thresholds(0.9, 0.6), given=[fid])
-    assert given.add_observed(seen.text, seen.fingerprint, list(seen.steps)) == fid
+    assert given.add_observed(fixed(seen)) == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.evidence) == (seen.text, 2)
 
@@ -430,14 +444,12 @@ def test_a_fix_kept_without_a_task_takes_the_task_of_the_next_run_that_observes_
     (seen,) = fixes.extract(view(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON), Redactor())
     (other,) = fixes.extract(view(date_run("Graz", "2024-03-17", "17.03.2024"), "Graz on 2024-03-17?"), Redactor())
     assert seen.fingerprint == other.fingerprint and seen.text != other.text
-    old = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(other.text, other.fingerprint, [0, 1])
+    old = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(fixed(other))
     assert old is not None and store.get("b", [old])[0].task == ""
-    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(
-        seen.text, seen.fingerprint, list(seen.steps), task=LYON) == old
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(fixed(seen, task=LYON)) == old
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.task, lesson.evidence, lesson.source_run_ids) == (seen.text, LYON, 2, ["r1", "r2"])
-    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(other.text, other.fingerprint, [0, 1],
-                                                                     task="Graz on 2024-03-17?")
+    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(fixed(other, task="Graz on 2024-03-17?"))
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.task, lesson.evidence) == (seen.text, LYON, 3)
 
@@ -455,13 +467,11 @@ def test_a_shape_kept_without_its_call_takes_the_call_and_task_of_the_next_run_t
 
     bare, named = observed('r = search_catalog("lamp price")', task), observed('r = search_catalog("lamp")', task)
     assert bare.fingerprint == named.fingerprint and not bare.call and named.call
-    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(bare.text, bare.fingerprint, [0],
-                                                                           tag=shapes.TAG)
-    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(
-        named.text, named.fingerprint, [0], tag=shapes.TAG, task=task) == fid
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(shaped(bare))
+    assert Consolidator(store, "b", "r2", Thresholds(0.9, 0.6)).add_observed(shaped(named, task=task)) == fid
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.task, lesson.evidence) == (named.text, task, 2)
     # a run that names no call adds evidence and keeps the call
-    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(bare.text, bare.fingerprint, [0], tag=shapes.TAG)
+    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(shaped(bare))
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.task, lesson.evidence) == (named.text, task, 3)

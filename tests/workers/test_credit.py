@@ -53,7 +53,8 @@ def test_a_lesson_no_run_applies_is_retired_as_idle_unless_a_user_added_it(store
     idle = Lesson.new("b", "failure", "The agent did not handle errors when reading the file.")
     used = Lesson.new("b", "approach", SEMI)
     added = Lesson.new("b", "fact", CENTS, origin="added")
-    released = Lesson.new("b", "fact", PROSE).model_copy(update={"status_reason": RELEASED_BY_USER})
+    released = Lesson.new("b", "fact", PROSE).model_copy(update={"status_reason": RELEASED_BY_USER,
+                                                                 "status_cause": "released"})
     store.upsert([idle, used, added, released])
     ids = [idle.id, used.id, added.id, released.id]
     retired: list[str] = []

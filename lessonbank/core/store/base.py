@@ -21,7 +21,7 @@ from typing import Any, get_args
 
 from lessonbank.core.embeddings import Embedder, SparseVector, sparse_vector
 from lessonbank.core.exceptions import StoreError
-from lessonbank.core.models import Lesson, LessonStatus
+from lessonbank.core.models import Lesson, LessonStatus, StatusCause
 
 DENSE = "dense"
 LEXICAL = "lexical"
@@ -198,14 +198,16 @@ class LessonStoreBase(ABC):
 
     def set_status(
         self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None,
-        reason: str = "",
+        reason: str = "", cause: StatusCause | None = None, cause_run: str = "",
     ) -> int:
-        """Set the status of those lessons of ``bank`` (with why); returns how many were changed."""
+        """Set the status of those lessons of ``bank`` (with why: in words, ``reason``; its cause and the run it
+        names, ``cause`` and ``cause_run``); returns how many were changed."""
         if status not in LESSON_STATUSES:
             raise StoreError(f"unknown lesson status {status!r} (one of {', '.join(LESSON_STATUSES)})")
         self._ensure()
         payload = {"status": status, "superseded_by": superseded_by, "status_reason": reason[:500],
-                   "status_changed_at": time.time(), **self._status_fields(bank, status)}
+                   "status_cause": cause, "status_run": cause_run[:200], "status_changed_at": time.time(),
+                   **self._status_fields(bank, status)}
         with self._writing:
             points = self._points(bank, lesson_ids)
             if points:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, runtime_che
 
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing only on Python >= 3.12
 
-from lessonbank.core.models import Lesson, LessonStatus
+from lessonbank.core.models import Lesson, LessonStatus, StatusCause
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -74,9 +74,10 @@ class LessonStoreProtocol(Protocol):
 
     def set_status(
         self, bank: str, lesson_ids: builtins.list[str], status: str, superseded_by: str | None = None,
-        reason: str = "",
+        reason: str = "", cause: StatusCause | None = None, cause_run: str = "",
     ) -> int:
-        """Set the status of those lessons of ``bank`` (with why); returns how many were changed."""
+        """Set the status of those lessons of ``bank`` (with why: in words, ``reason``; its cause and the run it
+        names, ``cause`` and ``cause_run``); returns how many were changed."""
         ...
 
     def set_counts(self, bank: str, counts: dict[str, dict[str, int]]) -> int:

@@ -148,11 +148,28 @@ class _Sources:
         if value is None:
             return "unknown"
         text = value.strip().lower()
-        if len(text) >= 2 and text in self.task:
+        if len(text) >= 2 and _occurs(text, self.task):
             return "task"
-        if text and text in self.seen:
+        if text and _occurs(text, self.seen):
             return "tool_output"
         return "literal"
+
+
+MAX_OCCURRENCES = 64  # of a value in a text looked at for one standing alone
+
+
+def _occurs(value: str, text: str) -> bool:
+    """Whether ``value`` stands alone in ``text`` (not part of a longer word or number: "3" is not in "503")."""
+    at = text.find(value)
+    for _ in range(MAX_OCCURRENCES):
+        if at < 0:
+            return False
+        before = text[at - 1] if at else " "
+        after = text[at + len(value)] if at + len(value) < len(text) else " "
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            return True
+        at = text.find(value, at + 1)
+    return False
 
 
 def _constant(node: ast.expr) -> str | None:

@@ -1,0 +1,46 @@
+"""``lessonbank migrate``: rewrite the stored lessons of a bank, or of every bank, in the current schema.
+
+Lessons stored by an earlier release are read into the current schema whenever they are read; this writes them
+back that way once, with what only the learning code works out filled in (``lessonbank.learn.upgrade``).
+"""
+
+from __future__ import annotations
+
+import click
+
+from lessonbank.cli.context import CliContext, checked_bank, echo_json, json_option, pass_cli
+from lessonbank.cli.store_access import EVERY_LESSON, cli_store
+from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.learn.upgrade import changed, complete
+
+BATCH = 64
+
+
+def migrate_bank(store: LessonStoreProtocol, bank: str) -> dict[str, int]:
+    """Rewrite every lesson of ``bank`` (every status) in the current schema: a stored record does not say which
+    schema it was read from once it is read, so all are written (the same lesson twice changes nothing)."""
+    lessons = store.list(bank, limit=EVERY_LESSON, include_inactive=True)
+    done = [complete(lesson) for lesson in lessons]
+    for start in range(0, len(done), BATCH):
+        store.upsert(done[start:start + BATCH])
+    return {"lessons": len(lessons), "completed": sum(changed(a, b) for a, b in zip(lessons, done, strict=True))}
+
+
+@click.command("migrate")
+@click.option("--bank", "-b", "bank", default=None, help="Only this bank (default: every bank).")
+@json_option
+@pass_cli
+def migrate(cli: CliContext, bank: str | None, as_json: bool) -> None:
+    """Rewrite stored lessons in the current schema (lessons of an earlier release are read into it anyway:
+    this writes them back once, complete). Every bank means every bank with an active lesson."""
+    with cli_store(cli) as store:
+        names = [checked_bank(bank)] if bank is not None else sorted(store.banks())
+        done = {name: migrate_bank(store, name) for name in names}
+    if as_json:
+        echo_json(done)
+        return
+    if not done:
+        click.echo("No banks yet.", err=True)
+    for name, counts in done.items():
+        click.echo(f"bank {name!r}: {counts['lessons']} lesson(s) rewritten, {counts['completed']} of them "
+                   "completed (what a fix changed, the tools a recipe calls)")

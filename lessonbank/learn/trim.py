@@ -1,0 +1,257 @@
+"""What a recipe keeps of a run's code: the steps that did not fail, less what can be dropped safely.
+
+Dropped: ``print``/``display`` calls and bare inspection expressions, assignments nobody reads whose value is
+computed without a call, with pure builtins only (``len(...)``) or repeats the same call later, and imports
+nothing uses (``prune``). What a failed step ran before its error is kept where later code needs it
+(``ran_before_failure``). The step that gave the answer is kept as it ran: a ``try`` that reached
+``final_answer`` loses its print-only handlers, and nothing after the answer is kept (``answering_path``). A date
+converted from constants is kept as the text it gave (``fold_dates``).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import datetime
+import re
+from typing import TypeGuard
+
+from lessonbank.learn import code as pycode
+from lessonbank.learn import fixtext
+from lessonbank.learn.view import Step
+
+MAX_CODE_CHARS = 3000
+MAX_TASK_CHARS = 300
+PRINTERS = frozenset({"print", "pprint", "display"})
+INSPECTORS = frozenset({"head", "tail", "describe", "info", "keys", "values", "items", "sample", "dtypes"})
+
+
+def printer_call(node: ast.AST) -> TypeGuard[ast.Call]:
+    """``print(...)``, ``pprint(...)`` or ``display(...)``."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PRINTERS
+
+
+def is_inspection(stmt: ast.stmt) -> bool:
+    """A statement run only to look at something: ``print(x)``, ``df.head()``, a bare name."""
+    if not isinstance(stmt, ast.Expr):
+        return False
+    value = stmt.value
+    if printer_call(value):
+        return True
+    if isinstance(value, ast.Call):
+        return isinstance(value.func, ast.Attribute) and value.func.attr in INSPECTORS and not value.args
+    return isinstance(value, ast.Name | ast.Attribute | ast.Subscript | ast.Constant)
+
+
+def _calls(node: ast.AST) -> list[str]:
+    return [ast.dump(n) for n in ast.walk(node) if isinstance(n, ast.Call)]
+
+
+def answer_calls(statements: list[ast.stmt]) -> list[ast.Call]:
+    """Every ``final_answer(...)`` call in ``statements``, nested ones too, in walk order."""
+    return [n for stmt in statements for n in ast.walk(stmt)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "final_answer"]
+
+
+def calls_final_answer(stmt: ast.stmt) -> bool:
+    return bool(answer_calls([stmt]))
+
+
+def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str]) -> bool:
+    """An assignment to names nobody reads later, whose value has no call, or only pure ones (``len(...)``),
+    or repeats a later call."""
+    if not isinstance(stmt, ast.Assign | ast.AnnAssign):
+        return False
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    if not all(isinstance(t, ast.Name) for t in targets) or any(t.id in live for t in targets):  # type: ignore[attr-defined]
+        return False
+    if stmt.value is None or pycode.reads(stmt.value) is not None:
+        return True
+    return all(call in later_calls for call in _calls(stmt.value))
+
+
+def _needed(stmt: ast.stmt, live: set[str]) -> bool:
+    """Whether ``stmt`` sets a name in ``live``, or (not an assignment: ``rows.extend(...)``, a loop) uses
+    one as data: calling a function that later code also calls does not make a statement needed."""
+    if pycode.names(stmt, ast.Store) & live:
+        return True
+    if isinstance(stmt, ast.Assign | ast.AnnAssign):
+        return False
+    called = {n.func.id for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return bool((pycode.names(stmt, ast.Load) - called) & live)
+
+
+def prune(statements: list[ast.stmt], optional: frozenset[int] = frozenset()) -> list[ast.stmt]:
+    """Drop inspection, dead assignments and unused imports (a backward pass over the statements).
+
+    ``optional``: the ``id()`` of statements kept only when later code needs them (what a failed step ran
+    before its error): one that neither sets nor uses a name the code after it reads is dropped, call or not.
+    """
+    statements = [s for s in statements if not is_inspection(s)]
+    kept: list[ast.stmt] = []
+    live: set[str] = set()
+    later_calls: set[str] = set()
+    for stmt in reversed(statements):
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            kept.append(stmt)
+            continue
+        if id(stmt) in optional and not _needed(stmt, live):
+            continue
+        if not calls_final_answer(stmt) and _droppable_assignment(stmt, live, later_calls):
+            continue
+        kept.append(stmt)
+        live -= pycode.names(stmt, ast.Store) if isinstance(stmt, ast.Assign | ast.AnnAssign) else set()
+        live |= pycode.names(stmt, ast.Load)
+        later_calls.update(_calls(stmt))
+    kept.reverse()
+    used = set().union(*(pycode.names(s, ast.Load) for s in kept)) if kept else set()
+    return _imported_once([s for s in kept if not isinstance(s, ast.Import | ast.ImportFrom) or _import_used(s, used)])
+
+
+def _imported_once(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """Each import once: a step that failed and the step that redid its work both import ``csv``."""
+    seen: set[tuple[str | int | None, ...]] = set()
+    out: list[ast.stmt] = []
+    for stmt in statements:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            source = ("from", stmt.module, stmt.level) if isinstance(stmt, ast.ImportFrom) else ("import",)
+            fresh = [alias for alias in stmt.names if (*source, alias.name, alias.asname) not in seen]
+            seen.update((*source, alias.name, alias.asname) for alias in fresh)
+            if not fresh:
+                continue
+            if len(fresh) < len(stmt.names):
+                stmt = copy.copy(stmt)
+                stmt.names = fresh
+        out.append(stmt)
+    return out
+
+
+def _import_used(stmt: ast.Import | ast.ImportFrom, used: set[str]) -> bool:
+    return any((alias.asname or alias.name.split(".")[0]) in used for alias in stmt.names)
+
+
+MAX_FOLDED_CHARS = 64
+
+
+def _datetime_names(statements: list[ast.stmt]) -> tuple[set[str], set[str]]:
+    """Names the code binds to the ``datetime`` class (``from datetime import datetime``) and to the module
+    (``import datetime``), leaving out any name the code also assigns."""
+    classes: set[str] = set()
+    modules: set[str] = set()
+    for stmt in statements:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "datetime" and not stmt.level:
+            classes.update(alias.asname or alias.name for alias in stmt.names if alias.name == "datetime")
+        elif isinstance(stmt, ast.Import):
+            modules.update(alias.asname or alias.name for alias in stmt.names if alias.name == "datetime")
+    assigned = set().union(*(pycode.names(s, ast.Store) for s in statements)) if statements else set()
+    return classes - assigned, modules - assigned
+
+
+class _DateFolder(ast.NodeTransformer):
+    """``datetime.strptime('2024-01-28', '%Y-%m-%d').strftime('%d.%m.%Y')`` -> ``'28.01.2024'``, when the text
+    it gives is the constant's parts in another order or with other separators."""
+
+    def __init__(self, classes: set[str], modules: set[str]) -> None:
+        self.classes, self.modules = classes, modules
+        self.folded = 0
+
+    def _is_class(self, node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id in self.classes) or (
+            isinstance(node, ast.Attribute) and node.attr == "datetime" and isinstance(node.value, ast.Name)
+            and node.value.id in self.modules)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's naming)
+        self.generic_visit(node)
+        inner = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "strftime" else None
+        if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "strptime"
+                and self._is_class(inner.func.value) and not node.keywords and not inner.keywords):
+            return node
+        texts = [arg.value for arg in (*inner.args, *node.args)
+                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and len(arg.value) <= MAX_FOLDED_CHARS]
+        if len(inner.args) != 2 or len(node.args) != 1 or len(texts) != 3:
+            return node
+        try:
+            folded = datetime.datetime.strptime(texts[0], texts[1]).strftime(texts[2])
+        except (ValueError, OverflowError, re.error):  # re.error: a format repeating a directive
+            return node
+        # only the same date written another way (its parts reordered, other separators), as a task's date
+        # rewritten by the code would be; '%Y' alone would leave a recipe that ignores the task's date
+        if len(folded) > MAX_FOLDED_CHARS or fixtext.rewritten_from(folded, texts[0]) != texts[0]:
+            return node
+        self.folded += 1
+        return ast.copy_location(ast.Constant(folded), node)
+
+
+def fold_dates(statements: list[ast.stmt]) -> list[ast.stmt]:
+    """The recipe with each date the code converted from constants (``strptime(...).strftime(...)``) written as
+    the text it gave (``statements`` itself when there is none); the import it needed for that goes with
+    ``prune``. Seen in the learning benchmark: a
+    1.5B model copied such a recipe line for line but for ``from datetime import datetime``, twice, and
+    failed on the undefined name; a recipe passing the date as text is copied whole, and its value is put
+    in for the next task like any value the task gives written another way."""
+    classes, modules = _datetime_names(statements)
+    if not classes and not modules:
+        return statements
+    folder = _DateFolder(classes, modules)
+    try:
+        folded = [folder.visit(copy.deepcopy(stmt)) for stmt in statements]
+    except RecursionError:  # code nested deeper than the copy can go: kept as it ran
+        return statements
+    return folded if folder.folded else statements
+
+
+def ran_before_failure(step: Step) -> list[ast.stmt]:
+    """The top-level statements a failed step ran before the one smolagents says it failed at (``Code
+    execution failed at line '<statement>'``): what they set is still there for the next step
+    (``result = get_invoice(...)`` before a ``print(result['total'])`` that raised). Empty when the
+    error names no statement of the code."""
+    named = step.failed_line
+    parsed = pycode.parse(step.code) if named else None
+    if not parsed:
+        return []
+    for index, stmt in enumerate(parsed):
+        if ast.get_source_segment(step.code, stmt) == named:
+            return parsed[:index]
+    return []
+
+
+def _final_answer_call(stmt: ast.stmt) -> bool:
+    """``final_answer(...)`` as a statement of its own: the code after it does not run."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id == "final_answer")
+
+
+def _only_reports(handler: ast.ExceptHandler, answer: str) -> bool:
+    """A handler that only prints, passes, raises or answers a constant other than the run's answer."""
+    return all(_constant_answer(stmt, answer) if _final_answer_call(stmt) else
+               isinstance(stmt, ast.Pass | ast.Raise) or is_inspection(stmt) for stmt in handler.body)
+
+
+def answering_path(statements: list[ast.stmt], answer: str) -> list[ast.stmt]:
+    """The statements of the step that gave the run's answer, as they ran: a ``try`` whose body ends with
+    ``final_answer(...)`` and whose handlers only report (print, pass, answer another constant) ran its
+    body to the answer, so the body replaces it; nothing after the answer ran. Anything else is kept."""
+    out: list[ast.stmt] = []
+    for index, stmt in enumerate(statements):
+        if (answer and isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and stmt.body
+                and _final_answer_call(stmt.body[-1]) and all(_only_reports(h, answer) for h in stmt.handlers)
+                and not any(_may_answer(later, answer) for later in statements[index + 1:])):
+            out.extend(stmt.body)
+        else:
+            out.append(stmt)
+        if _final_answer_call(out[-1]):
+            break
+    return out
+
+
+def _may_answer(stmt: ast.stmt, answer: str) -> bool:
+    """Whether ``stmt`` could have given the run's answer: it calls ``final_answer`` anywhere in it (``if x:
+    final_answer(y)`` too), unless it is ``final_answer`` of another constant."""
+    return calls_final_answer(stmt) and not (_final_answer_call(stmt) and _constant_answer(stmt, answer))
+
+
+def _constant_answer(stmt: ast.stmt, answer: str) -> bool:
+    """``final_answer(<constant>)`` (a statement of its own) of a constant other than the run's answer: it did
+    not give the answer."""
+    args = stmt.value.args  # type: ignore[attr-defined]
+    return len(args) == 1 and isinstance(args[0], ast.Constant) and str(args[0].value).strip() != answer

@@ -1,0 +1,24 @@
+"""``lessonbank migrate`` on a store written by the previous release (``tests/fixtures/store_d7beb7d``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from lessonbank.cli.main import cli
+from tests.test_migrate import BANK, EXPECTED, extract_stores
+
+
+def test_lessonbank_migrate_rewrites_every_bank(tmp_path: Path, env: dict[str, str | None]) -> None:
+    env = {**env, "LESSONBANK_QDRANT_PATH": str(extract_stores(tmp_path / "old") / "edge")}
+    result = CliRunner().invoke(cli, ["migrate"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == (f"bank 'old': {len(EXPECTED)} lesson(s) rewritten, 8 of them completed "
+                                     "(what a fix changed, the tools a recipe calls)")
+    again = CliRunner().invoke(cli, ["migrate", "--bank", BANK, "--json"], env=env)
+    assert again.exit_code == 0 and json.loads(again.output) == {BANK: {"lessons": len(EXPECTED), "completed": 0}}
+    listed = CliRunner().invoke(cli, ["lessons", "list", "--bank", BANK, "--all"], env=env)
+    assert listed.exit_code == 0
+    assert all(" ".join(item["text"].split())[:80] in listed.output for item in EXPECTED)
