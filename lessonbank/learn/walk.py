@@ -52,7 +52,7 @@ def first_json(text: str) -> Any:
         return None
     try:
         return json.JSONDecoder().raw_decode(text[start:])[0]
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the decoder follows: no value read
         return None
 
 

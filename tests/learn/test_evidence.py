@@ -107,3 +107,10 @@ def test_result_is_linear_on_hostile_output() -> None:
     for text in ("[" + " " * 200_000, "[ " * 100_000, "{" * 200_000, "(" + " " * 200_000 + ")"):
         result(text)
     assert time.process_time() - started < 1.0
+
+
+def test_output_nested_deeper_than_the_json_reader_follows_is_no_shape_and_no_crash() -> None:
+    printed = "Execution logs:\n" + "[" * 20_000 + "\nLast output from code snippet:\nNone"
+    deep = step(0, "print(x)", observations=printed)
+    found = mine(view([deep], outcome="success"), "success", "check")
+    assert [item.kind for item in found] == ["ending"]
