@@ -4,7 +4,7 @@ Selection
     1. Eligibility: active lessons with independent evidence — two runs (for a "what worked" lesson, two
        runs not judged failures), a run judged a success,
        helpful credit, or added by a user (one unverified run is not enough: it may have read a
-       poisoned page) — and observed fixes (``workers/fixes.py``: a failing line and the corrected
+       poisoned page) — and observed fixes (``learn.fixes``: a failing line and the corrected
        line that worked, values not copied from what the run read). A fix that rewrote a value's form
        (a date's parts in another order) also says how to write the task's own values that way: with one
        such value in the task, as the line to write with the task's values and no failing value to copy

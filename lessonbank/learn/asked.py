@@ -3,7 +3,7 @@ form the tool wants, and the task's own date can be written in it.
 
 A small agent that reads such an error often never passes the date rewritten: it parses it with
 ``strptime``, changes the year, or answers the error. No later step of its run then holds a corrected
-line, so ``workers/fixes.py`` has no observed fix to keep and the next run fails the same way. This module
+line, so ``learn.fixes`` has no observed fix to keep and the next run fails the same way. This module
 gives that fix its corrected line: the failing line with the date written in the form the error names.
 
 What the error may decide is only the *form*, from a closed vocabulary: day, month and year, each once, as

@@ -6,7 +6,7 @@ A small agent that ran ``get_weather(city="Graz", date="2024-03-17")``, got a Va
 account of it is often wrong ("the field name is 'high_temperature'") and worded anew by every run, so it
 never gathers the two runs of evidence a lesson needs before runs get it; and a run that fails for another
 reason afterwards leaves no recipe. The two lines themselves are what the next run needs (the text is
-``core.fixtext``'s)::
+``learn.render``'s, from the fix's payload)::
 
     Pass `date` like "17.03.2024", not like "2024-03-17": `result = get_weather(city="Graz",
     date="2024-03-17")` failed with ValueError; the corrected line `result = get_weather(city="Graz",
@@ -30,7 +30,7 @@ Only a fix that corrects values is kept, so that what the run read cannot write 
   (``invoice_id='INV-4356'``, the task's id, after a wrong one copied from a lesson): that says nothing
   another task can reuse (the task's date in place of the run's own ``05/03/2024`` is a fix of the form);
 - both lines parse on their own, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no
-  error message, only the exception's name (and, rebuilt from ``core/asked.py``'s closed vocabulary, the
+  error message, only the exception's name (and, rebuilt from ``learn.asked``'s closed vocabulary, the
   date form the error named, if the corrected line wrote its date in it);
 - the corrected step did not get an empty result back (``{'records': []}``): a tool that accepts a wrong
   value without an error (a date with its day and month swapped) would otherwise make it a "fix"; the
@@ -40,7 +40,7 @@ In a run judged wrong (by a user or the check), a fix whose corrected line compu
 is not kept (``gave_the_answer``): the line ran, but its value was the wrong answer.
 
 A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) and that no later step
-corrected gives a fix of another kind (``core/asked.py``): its failing line with the task's date, passed
+corrected gives a fix of another kind (``learn.asked``): its failing line with the task's date, passed
 to a call by keyword or position, written in that form. Its text says that no step ran it ("(not tried
 yet)"); the error decides only the order and separators of the date the run passed, never a value. A later
 step that passed the rewritten date (or whose output shows it, as a tool echoing a date the run computed)
@@ -88,7 +88,7 @@ class Fix:
     steps: tuple[int, int]
     fingerprint: str
     form: str = ""  # the date form the error named, when the corrected line wrote its date that way
-    tried: bool = True  # False for a fix the error asked for, which no step ran (``core/asked.py``)
+    tried: bool = True  # False for a fix the error asked for, which no step ran (``learn.asked``)
 
     @property
     def text(self) -> str:
