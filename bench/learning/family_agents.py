@@ -280,8 +280,11 @@ def late_feedback(client: redis.Redis, run_id: str, success: bool, settings: Set
                 "LESSONBANK_DATA_DIR": str(settings.data_dir), "LESSONBANK_QDRANT_PATH": str(settings.qdrant_path),
                 "LESSONBANK_EMBED_MODEL_PATH": str(settings.embed_model_path)})
     cli = Path(sys.executable).with_name("lessonbank")
-    done = subprocess.run([str(cli), "feedback", run_id, "--success" if success else "--failure"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run([str(cli), "feedback", run_id, "--success" if success else "--failure"], env=env,
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "feedback did not return within 300 s"
     if done.returncode != 0:
         return f"feedback failed ({done.returncode}): {(done.stderr or done.stdout).strip()[:300]}"
     wanted = "success" if success else "failure"
