@@ -71,11 +71,7 @@ class FamilyVariant:
     tolerance: float
     tools: tuple[str, ...]
     world: World = field(default_factory=dict)
-    fields: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.kind}#{self.wording}"
+    fields: dict[str, Any] = field(default_factory=dict)  # the entities and thresholds the prompt names
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,12 @@ sign test on the pairs where exactly one arm succeeded.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 Z95 = 1.959964
@@ -125,7 +128,11 @@ def summarize(runs: list[dict[str, Any]], arms: dict[str, str]) -> dict[str, Any
         pooled[arm] = {"after_first": _group(after_rows[arm]), "all": _group([r for r in runs if r["arm"] == arm])}
         if baseline != arm and base:
             pooled[arm]["paired_after_first"] = _compare(_paired(after_rows[arm], base))
-    return {"families": per_family, "pooled": pooled, "targets": targets(per_family, pooled, arms)}
+    kinds = sorted({r["kind"] for r in runs})
+    by_kind = {arm: {kind: f"{sum(r['correct'] for r in rows)}/{len(rows)}" for kind in kinds
+                     if (rows := [r for r in runs if r["arm"] == arm and r["kind"] == kind])} for arm in arms}
+    return {"families": per_family, "pooled": pooled, "by_kind": by_kind,
+            "targets": targets(per_family, pooled, arms)}
 
 
 def _verdict(ok: bool | None) -> str:
@@ -183,11 +190,14 @@ def format_tables(summary: dict[str, Any]) -> str:
         for arm, e in arms.items():
             after = e["after_first"]
             paired = e.get("paired_after_first")
-            base = (f"  | baseline {paired['baseline']['successes']}/{paired['baseline']['runs']}, "
-                    f"{paired['baseline']['mean_input_tokens']} tok; baseline's first success "
-                    f"{e.get('baseline_first_success')}") if paired else ""
+            base = ""
+            if paired:
+                b = paired["baseline"]
+                base = f" | baseline's first success {e.get('baseline_first_success') or '-'}" + (
+                    f"; on these runs {b['successes']}/{b['runs']}, {b['mean_input_tokens']} tok" if b["runs"] else "")
+            costs = f"{after['mean_steps']} steps, {after['mean_input_tokens']} tok" if after["runs"] else ""
             lines.append(f"    {arm:<15} {e['marks']:<8} first {e['first_success'] or '-'!s:<3} after: "
-                         f"{_rate_text(after):<32} {after['mean_steps']} steps, {after['mean_input_tokens']} tok{base}")
+                         f"{_rate_text(after):<32} {costs}{base}")
     lines.append("Pooled over families, runs after each family's first success, paired with the baseline:")
     for arm, p in summary["pooled"].items():
         paired = p.get("paired_after_first")
@@ -199,7 +209,30 @@ def format_tables(summary: dict[str, Any]) -> str:
                      f"{paired['diff']} (bootstrap {paired['diff_ci']}), sign test p={paired['sign_p']} "
                      f"({paired['wins']} wins, {paired['losses']} losses); tokens x{paired['token_ratio']} "
                      f"(bootstrap {paired['token_ratio_ci']})")
+    lines.append("By question kind, all runs (ok/runs):")
+    for arm, kinds in summary.get("by_kind", {}).items():
+        lines.append(f"  {arm:<15} " + ", ".join(f"{kind} {cell}" for kind, cell in kinds.items()))
     lines.append("Targets:")
     for t in summary["targets"]:
         lines.append(f"  {t['arm']:<15} {t['target']:<48} {t['figure']:<60} {t['verdict']}")
     return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``python family_report.py RESULTS.json``: the figures of a results file, finished or not (written back)."""
+    if len(argv) != 1:
+        print("usage: family_report.py RESULTS.json", file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    payload = json.loads(path.read_text())
+    from family_agents import ARMS
+
+    arms = {arm: ARMS[arm].baseline for arm in ARMS if any(r["arm"] == arm for r in payload["runs"])}
+    payload["summary"] = summarize(payload["runs"], arms)
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(format_tables(payload["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

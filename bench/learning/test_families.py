@@ -265,7 +265,8 @@ def test_the_tool_server_runs_the_seeded_function_calling_format(monkeypatch: py
 
 
 def _row(family: str, arm: str, index: int, correct: bool, tokens: int = 1000) -> dict[str, Any]:
-    return {"family": family, "arm": arm, "run_index": index, "correct": correct, "steps": 3, "input_tokens": tokens}
+    return {"family": family, "arm": arm, "run_index": index, "correct": correct, "steps": 3, "input_tokens": tokens,
+            "kind": "total" if index % 2 else "mixed"}
 
 
 def test_figures_count_runs_after_the_first_success_paired_with_the_baseline() -> None:
@@ -289,6 +290,7 @@ def test_figures_count_runs_after_the_first_success_paired_with_the_baseline() -
     assert verdicts["input tokens <= 0.6x none on the same runs"] == "met"
     assert verdicts["f: not below none"] == "met" and verdicts["g: not below none"] == "MISSED"
     assert "MISSED" in format_tables(summary)
+    assert summary["by_kind"]["memory"] == {"mixed": "3/5", "total": "2/3"}
     low, high = wilson(3, 3)
     assert 0.43 < low < 0.44 and high == 1.0 and wilson(0, 0) == (0.0, 0.0)
     assert sign_test(3, 0) == 0.25 and sign_test(0, 0) == 1.0
