@@ -13,8 +13,8 @@ Resumable: every finished run is appended to ``results/<name>.json`` at once, an
 name starts with the runs it holds (same seed, temperature, step limit and model, or it refuses).
 The services' state (Redis with an append-only file, the embedded store) lives in
 ``results/<name>.work/``, so banks carry on where they were. A run cut short between its agent and its
-distillation is done again; the lessons its first attempt left in the bank stay (the row says
-``"resumed": true``).
+distillation is done again, and the lessons its first attempt left in the bank stay: every run of an
+invocation that carried on a file says ``"resumed": true``.
 """
 
 from __future__ import annotations
