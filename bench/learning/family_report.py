@@ -160,6 +160,11 @@ def targets(per_family: dict[str, Any], pooled: dict[str, Any], arms: dict[str, 
         out.append({"arm": arm, "target": f"input tokens <= {TARGET_TOKENS}x {baseline} on the same runs",
                     "figure": f"{ratio} (bootstrap {paired['token_ratio_ci']})",
                     "verdict": _verdict(None if ratio is None else ratio <= TARGET_TOKENS)})
+        out.append({"arm": arm, "target": f"first success no later than {baseline} (per family)",
+                    "figure": ", ".join(f"{family} {_first(entry[arm].get('first_success'))} vs "
+                                        f"{_first(entry[arm].get('baseline_first_success'))}"
+                                        for family, entry in per_family.items() if arm in entry),
+                    "verdict": "reported"})
         for family, entry in per_family.items():
             fam = entry.get(arm, {}).get("paired_after_first")
             if not fam or not fam["arm"]["runs"]:
@@ -172,6 +177,10 @@ def targets(per_family: dict[str, Any], pooled: dict[str, Any], arms: dict[str, 
                                   f"{fam['baseline']['successes']}/{fam['baseline']['runs']}{note}",
                         "verdict": _verdict(not below)})
     return out
+
+
+def _first(index: int | None) -> str:
+    return "never" if index is None else f"run {index}"
 
 
 def _rate_text(group: dict[str, Any]) -> str:

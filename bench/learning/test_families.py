@@ -289,6 +289,8 @@ def test_figures_count_runs_after_the_first_success_paired_with_the_baseline() -
     assert verdicts["success >= 2.0x none on the same runs"] == "met"
     assert verdicts["input tokens <= 0.6x none on the same runs"] == "met"
     assert verdicts["f: not below none"] == "met" and verdicts["g: not below none"] == "MISSED"
+    first = next(t for t in summary["targets"] if t["target"].startswith("first success"))
+    assert first["figure"] == "f run 2 vs run 2, g run 1 vs run 1"
     assert "MISSED" in format_tables(summary)
     assert summary["by_kind"]["memory"] == {"mixed": "3/5", "total": "2/3"}
     low, high = wilson(3, 3)
