@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lessonbank.core.connections import create_wire, redis_errors
+import redis
+
+from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import STORE_OWNER_KEY
 from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.settings import Settings
@@ -53,7 +55,7 @@ class LessonSource:
     """The lesson store as the agent process reaches it (see the module docstring); ``store`` overrides all."""
 
     def __init__(self, settings: Settings, store: LessonStoreProtocol | None = None,
-                 redis_client: Any = None) -> None:
+                 redis_client: redis.Redis | None = None) -> None:
         self.settings = settings
         self._given = store
         self._store: LessonStoreProtocol | None = None
@@ -101,9 +103,9 @@ class LessonSource:
     def _announced(self) -> bytes | None:
         try:
             if self._redis is None:
-                self._redis = create_wire(self.settings, "agent")
+                self._redis = create_redis(self.settings, "agent")
             value = self._redis.get(STORE_OWNER_KEY)
-        except redis_errors():
+        except redis.RedisError:
             return None
         return value if isinstance(value, bytes) else None
 
@@ -114,6 +116,8 @@ class LessonSource:
         return announced is not None and announced != state.seen  # a worker came up since
 
     def _read_locally(self, use: Callable[[LessonStoreProtocol], T], state: OwnerState) -> T:
+        from lessonbank.core.store.owner import open_local_store
+
         path, wait = self.settings.resolved_qdrant_path, self.settings.store_timeout
         start = ("Start a worker with the same LESSONBANK_REDIS_URL and LESSONBANK_DATA_DIR: `lessonbank worker` (or "
                  "`celery -A lessonbank.workers worker`); or set LESSONBANK_QDRANT_URL to a Qdrant server.")
@@ -121,8 +125,6 @@ class LessonSource:
             self._tell(state, "told_local", "lessonbank: no worker answered for the lesson store at %s within %gs: "
                        "runs are recorded, but nothing distills them into lessons. %s", path, wait, start)
             raise ServiceUnavailable(f"no worker answered for the lesson store at {path}, which holds no lessons yet")
-        from lessonbank.core.store.owner import open_local_store  # the embedded engine: loaded only to read it
-
         try:
             store = open_local_store(self.settings)
         except ServiceUnavailable:

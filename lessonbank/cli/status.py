@@ -17,7 +17,7 @@ import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.core.connections import eviction_risk, masked_url, redis_text, redis_time
+from lessonbank.core.connections import masked_url, redis_text, redis_time
 from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
@@ -30,6 +30,7 @@ from lessonbank.core.constants import (
     worker_key,
 )
 from lessonbank.core.models import MAX_BANK_CHARS
+from lessonbank.core.redis_health import eviction_risk
 
 MAX_LISTED = 20  # retries listed one by one (all are counted)
 

@@ -36,6 +36,7 @@ Workers and agents, for ``lessonbank status`` (written by ``lessonbank.workers.o
     ``lessonbank:workers``                 sorted set: worker name -> time of its last heartbeat
     ``lessonbank:worker:{name}``           string: the worker's heartbeat JSON (LLM endpoint and model, ...), TTL
     ``lessonbank:stats:recorder``          hash: delivered / spooled -> step records counted by agent processes
+    ``lessonbank:probe``                   string written for a second by ``lessonbank status``: does Redis take writes?
 
 Celery
     queue ``lessonbank`` (a Redis list of that name, kombu's layout); task names below.
@@ -63,6 +64,7 @@ STORE_OWNER_KEY = PREFIX + ":store:owner"
 WORKERS_KEY = PREFIX + ":workers"
 WORKER_KEY = PREFIX + ":worker:{name}"
 RECORDER_STATS_KEY = PREFIX + ":stats:recorder"
+PROBE_KEY = PREFIX + ":probe"
 
 DEFAULT_QUEUE = "lessonbank"
 DISTILL_TASK = "lessonbank.distill_run"

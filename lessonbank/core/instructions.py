@@ -36,11 +36,12 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+import redis
+
 from lessonbank.core import fixtext, needs, specimen
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, Lesson, Recipe
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.core.wire import WireError
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ MAX_RECIPES = 1
 # Lessons anyone may write into a bank through a run; they wait for independent evidence.
 USER_ORIGINS = frozenset({"added", "imported"})
 
-STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, WireError, OSError)
+STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, OSError)
 
 
 def eligible(lesson: Lesson) -> bool:

@@ -24,9 +24,11 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lessonbank.core.connections import redis_errors
+import redis
+from redis.exceptions import NoScriptError
+
 from lessonbank.core.constants import (
     CREDIT_TASK,
     DEFAULT_QUEUE,
@@ -41,10 +43,6 @@ from lessonbank.core.constants import (
 )
 from lessonbank.core.publish import publish, task_message
 from lessonbank.core.runview import Run, json_dict, json_list, load_run
-from lessonbank.core.wire import ReplyError, Wire
-
-if TYPE_CHECKING:
-    import redis
 
 __all__ = ["Run", "json_list", "load_run"]  # the read side, re-exported for the writers' callers
 
@@ -190,19 +188,17 @@ def close_command(ref: RunRef, seq: int, record: str, outcome: str, at: float, q
             outcome, at, message, json.dumps(ref.extra))
 
 
-def run_command(client: redis.Redis | Wire, command: Command) -> Any:
+def run_command(client: redis.Redis, command: Command) -> Any:
     """Run one scripted command, loading its script first if this Redis does not know it yet."""
     try:
         return client.execute_command(*command)
-    except redis_errors() as e:
-        if not (isinstance(e, ReplyError) and e.code == "NOSCRIPT" or type(e).__name__ == "NoScriptError"):
-            raise
+    except NoScriptError:
         for body in SCRIPT_BODIES:
             client.script_load(body)
         return client.execute_command(*command)
 
 
-def record_step(client: redis.Redis | Wire, ref: RunRef, seq: int, record: str, at: float,
+def record_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float,
                 queue: str = DEFAULT_QUEUE) -> int:
     """Store one step record (replaying it changes nothing; a closed run is never reopened). Returns 0 for
     an open run, 1 for a late step of a closed run, 2 when a follow-up distillation was queued, 3 for a step
@@ -213,8 +209,7 @@ def record_step(client: redis.Redis | Wire, ref: RunRef, seq: int, record: str, 
 replay_step = record_step  # a record delivered late (from the spool) is stored the same way
 
 
-def close_run(client: redis.Redis | Wire, ref: RunRef, seq: int, record: str, outcome: str, at: float,
-              queue: str) -> bool:
+def close_run(client: redis.Redis, ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> bool:
     """Close the run with ``outcome`` (its ``run_end`` record at ``seq``) and queue its distillation.
 
     One Lua script: a run closed already keeps its outcome, and the distill task is published by the
@@ -248,7 +243,7 @@ def clear_check_command(run_id: str) -> Command:
     return ("HDEL", run_key(run_id), "check")
 
 
-def set_verdict(client: redis.Redis | Wire, bank: str, run_id: str, success: bool, source: str, note: str,
+def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
                 queue: str, ttl: int = STEP_TTL, at: float | None = None) -> int:
     """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
 

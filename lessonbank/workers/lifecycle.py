@@ -84,7 +84,8 @@ def warn_if_redis_evicts(sender: Any = None, **_: Any) -> None:
     """Say once, at start, when Redis may evict lessonbank's keys (``connections.eviction_risk``)."""
     if not _ours(sender):
         return
-    from lessonbank.core.connections import create_redis, eviction_risk
+    from lessonbank.core.connections import create_redis
+    from lessonbank.core.redis_health import eviction_risk
 
     client = create_redis(app.settings, "service")
     try:

@@ -31,7 +31,7 @@ def test_masked_url_hides_the_password(url: str, masked: str) -> None:
 
 @pytest.mark.parametrize(
     ("role", "socket_timeout", "connect_timeout", "retries"),
-    [("recorder", 0.25, 0.25, 0), ("agent", 8.0, 1.0, 0), ("service", 30.0, 5.0, None), ("cli", 10.0, 3.0, None)],
+    [("recorder", 0.25, 0.25, 0), ("agent", 3.0, 1.0, 0), ("service", 30.0, 5.0, None), ("cli", 10.0, 3.0, None)],
 )
 def test_roles_get_their_timeouts(role, socket_timeout, connect_timeout, retries) -> None:
     client = create_redis(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0"), role)
@@ -79,7 +79,7 @@ def test_redis_trouble_names_what_went_wrong(redis_url: str) -> None:
 
 def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
     """lessonbank's Redis must not evict: a queue or a run in progress would vanish without a word."""
-    from lessonbank.core.connections import eviction_risk
+    from lessonbank.core.redis_health import eviction_risk
 
     admin = own_redis.client()
     assert eviction_risk(admin) == ""  # the default: no maxmemory
@@ -95,12 +95,3 @@ def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
     assert eviction_risk(admin) == ""
     admin.execute_command("ACL", "SETUSER", "default", "-config")  # CONFIG refused, as on some managed Redis
     assert eviction_risk(admin) == ""
-
-
-@pytest.mark.parametrize(("role", "socket_timeout", "connect_timeout"), [("recorder", 0.25, 0.25), ("agent", 8.0, 1.0)])
-def test_the_agent_process_roles_get_a_wire_with_their_timeouts(role, socket_timeout, connect_timeout) -> None:
-    from lessonbank.core.connections import create_wire
-
-    wire = create_wire(Settings(_env_file=None, redis_url="redis://:pw@127.0.0.1:1/4"), role)
-    assert (wire.socket_timeout, wire.connect_timeout) == (socket_timeout, connect_timeout)
-    assert (wire.host, wire.port, wire.db, wire.password) == ("127.0.0.1", 1, 4, "pw")

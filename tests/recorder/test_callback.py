@@ -355,7 +355,7 @@ def test_importing_the_recorder_stays_light():
         "heavy = [m for m in heavy if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "StepRecorder(bank='b')\n"
-        "assert 'celery' not in sys.modules and 'redis' not in sys.modules\n"
+        "assert 'celery' not in sys.modules\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

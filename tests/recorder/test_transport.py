@@ -11,7 +11,6 @@ import redis
 from smolagents import CodeAgent
 
 from lessonbank.core.settings import Settings
-from lessonbank.core.wire import Wire
 from lessonbank.recorder import StepRecorder
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import spool_files
@@ -226,7 +225,7 @@ def test_a_batch_writes_what_the_run_state_functions_write(redis_url):
     sink = RedisSink(expected, "q")
     for op in ops:
         sink.apply(op)
-    transport = Transport(lambda: Wire.from_client(batched), Spool(Path("/nonexistent")), 5.0, 1.0, "q")
+    transport = Transport(lambda: batched, Spool(Path("/nonexistent")), 5.0, 1.0, "q", own_client=False)
     transport.deliver(ops, list)
     assert transport.delivered == 8 and transport.spooled == 0
     assert redis_state(batched) == redis_state(expected) != {}
@@ -248,7 +247,7 @@ def test_a_replayed_spool_writes_what_replay_step_writes(redis_url, tmp_path):
         sink.apply(op, replay=True)
     spool = Spool(tmp_path)
     spool.append_many(ops)
-    transport = Transport(lambda: Wire.from_client(batched), spool, 5.0, 1.0, "q")
+    transport = Transport(lambda: batched, spool, 5.0, 1.0, "q", own_client=False)
     assert transport.pump(list, budget=5.0, force=True)
     assert transport.delivered == 8 and spool.path is None
     assert redis_state(batched) == redis_state(expected)
