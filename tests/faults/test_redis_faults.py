@@ -284,3 +284,91 @@ def test_aof_restart_keeps_50_queued_tasks(svc: Service, report: Report) -> None
            duplicate_tasks=sum(deliveries(svc.client, r) - int(states[r]["distill_attempts"]) for r in run_ids),
            llm_calls=len(svc.requests_for(task)),
            duplicate_lessons=duplicate_lessons(svc, bank))
+
+
+class Timed:
+    """The recorder's step callbacks, timed: what each costs the agent's thread (the final answer's includes the
+    run's close, which waits until its records are in Redis or in the spool)."""
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self.steps: list[float] = []
+        self.closes: list[float] = []
+        for kind, callback in list(recorder.step_callbacks.items()):
+            recorder.step_callbacks[kind] = self._timed(callback, self.closes if kind is FinalAnswerStep else
+                                                        self.steps)
+
+    @staticmethod
+    def _timed(callback: Callable[..., Any], into: list[float]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return callback(*args, **kwargs)
+            finally:
+                into.append(time.perf_counter() - started)
+
+        return timed
+
+
+def test_a_frozen_redis_costs_one_run_the_store_timeout_and_later_runs_nothing(svc: Service, report: Report) -> None:
+    """Redis SIGSTOPped between two runs of an agent with ``remember``: the first run waits at most
+    ``LESSONBANK_STORE_TIMEOUT`` for its lessons, the next ones do not wait at all (Redis counts as not answering
+    for a back-off period), each step callback and each close stays within 0.5 s; once Redis answers again and the
+    back-off is over, runs get their lessons again, and every record of every run reaches Redis."""
+    import lessonbank
+    from lessonbank.agent import AgentHook, lessons_given
+    from lessonbank.core.models import Lesson
+    from lessonbank.source import owner_state
+
+    bank, lesson = "redis-frozen-lessons", "The frozen-lessons report doubles every value before printing it."
+    svc.llm.handler = by_task({"frozen-lessons report": [Reply(content=two_lessons("frozen-lessons"))]})
+    svc.store().upsert([Lesson.new(bank, "fact", lesson, origin="added")])
+    settings = svc.settings.model_copy(update={"store_timeout": 3.0, "breaker_cooldown": 60.0})
+    recorder = StepRecorder(bank=bank, settings=settings)
+    timed = Timed(recorder)
+    agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code("done")), verbosity_level=0)
+    lessonbank.remember(agent, bank=bank, settings=settings, recorder=recorder)
+    hook: AgentHook = agent._lessonbank_memory
+    lookups: list[float] = []
+    own_lookup = hook.lessons_for
+
+    def lessons_for(task: str) -> Any:
+        started = time.perf_counter()
+        try:
+            return own_lookup(task)
+        finally:
+            lookups.append(time.perf_counter() - started)
+
+    hook.lessons_for = lessons_for  # type: ignore[method-assign]
+    task = "Print the frozen-lessons report, doubling every value."
+    run_ids, given = [], []
+
+    def run() -> None:
+        assert agent.run(task) == "done"
+        run_ids.append(recorder.run_id(agent))
+        given.append(lesson in lessons_given(agent))
+
+    run()  # Redis answers: the owner's lessons are given
+    svc.redis_server.freeze()
+    try:
+        for _ in range(3):
+            run()
+    finally:
+        svc.redis_server.thaw()
+    state = owner_state(settings)
+    wait_until(lambda: time.monotonic() >= state.away_until, 120, "the back-off to end")
+    run()  # one quick PING finds Redis again: lessons again
+    assert recorder.flush(timeout=30)
+    handed = len(timed.steps) + 2 * len(timed.closes)  # each step's record; a final answer's and its run's end
+    lost = handed - sum(step_count(svc.client, run_id or "") for run_id in run_ids)
+    print(f"\nRedis frozen: lessons lookup {lookups[1]:.2f} s in the first run, "
+          f"{max(lookups[2:4]):.3f} s in the later ones (store timeout {settings.store_timeout:g} s); step "
+          f"callbacks at most {max(timed.steps):.3f} s, closes at most {max(timed.closes[1:4]):.3f} s")
+    assert given == [True, False, False, False, True]
+    assert lookups[1] <= settings.store_timeout + 0.5  # one store timeout (its first reply's wait), not more
+    assert max(lookups[2:4]) < 0.5  # no wait at all: Redis counts as not answering
+    assert max(timed.steps) <= 0.5 and max(timed.closes) <= 0.5
+    assert lost == 0
+    report(f"Redis SIGSTOPped between runs (lessons: {lookups[1]:.1f} s once, then "
+           f"{max(lookups[2:4]):.2f} s; callbacks <= {max(timed.steps + timed.closes):.2f} s)", faults=1,
+           runs=len(run_ids), records_lost=lost)
+    recorder.close()
