@@ -324,6 +324,30 @@ def test_ten_megabyte_observation_is_capped(settings, redis_client):
     recorder.close()
 
 
+def test_a_huge_value_left_as_the_last_expression_costs_the_callback_milliseconds(settings, redis_client):
+    """600,000 entries in a dict the step's code ends with: the callback walks 2,000 of them, whatever the size,
+    and the record says how many were left out."""
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    took = []
+    own = recorder.step_callbacks[ActionStep]
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        own(*args, **kwargs)
+        took.append(time.perf_counter() - started)
+
+    agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("table = {f'k{i}': i for i in range(600_000)}\ntable"),
+                                                     final_code("ok")]),
+                      step_callbacks={ActionStep: timed, FinalAnswerStep: recorder.step_callbacks[FinalAnswerStep]},
+                      verbosity_level=0)
+    assert agent.run("Build the table.") == "ok"
+    print(f"\ncallback with a 600,000-entry dict as the step's value: {took[0] * 1000:.1f} ms")
+    assert took[0] <= 0.02
+    record = run_records(redis_client, recorder.run_id(agent))[0]
+    assert record.action_output.startswith('{"k0": 0, "k1": 1') and "598,000 more items" in record.action_output
+    recorder.close()
+
+
 def test_bytes_and_image_outputs(recorder, redis_client):
     @tool
     def snapshot() -> Image.Image:
