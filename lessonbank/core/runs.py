@@ -11,7 +11,9 @@ A close and the publish of the run's distill task happen in one Lua script, guar
 ``enqueued`` field: whichever close comes first (the recorder's, a replayed one from the spool, the
 sweeper's) publishes, and no later one publishes again. Steps are stored by one Lua script too: a step
 arriving after its run was closed (a long step, a spool replayed late) never reopens it; it is kept,
-and a run distilled already gets one follow-up distillation (``followup``) of its new steps.
+and a run distilled already gets one follow-up distillation (``followup``) of its new steps. Whatever
+queues a run's distillation (or follow-up) also notes it in ``WAITING_RUNS_KEY`` until the run is distilled
+or dead, so that the sweeper can send again a run whose task was lost (``resend_waiting``).
 
 The recorder batches these writes: ``steps_command`` / ``close_command`` / ``verdict_command`` build the
 commands, sent by SHA.
@@ -38,6 +40,7 @@ from lessonbank.core.constants import (
     RUN_DEAD,
     RUN_DISTILLED,
     STEP_TTL,
+    WAITING_RUNS_KEY,
     run_key,
     run_steps_key,
 )
@@ -55,12 +58,13 @@ RECOUNT_FIELD = "recounted"
 
 
 
-# KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, run fields (JSON), first step's time, last step's
-# time, follow-up task message, the time it was sent, then pairs of seq and step record. An open or closed run has
-# no expiry (a verdict written before the run's first record gave its hash one: ``set_verdict``). Steps stored
-# already (a replayed spool) are nothing late: only a step new to a closed run sets ``late_at`` (and, for a
-# distilled run, queues the follow-up). The open-runs score, which the sweeper reads, is the last step's time on
-# Redis's clock: how long before the sending its step was made (both on the agent's clock) before Redis's TIME.
+# KEYS: run hash, steps hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, run fields (JSON), first
+# step's time, last step's time, follow-up task message, the time it was sent, then pairs of seq and step record.
+# An open or closed run has no expiry (a verdict written before the run's first record gave its hash one:
+# ``set_verdict``). Steps stored already (a replayed spool) are nothing late: only a step new to a closed run sets
+# ``late_at`` (and, for a distilled run, queues the follow-up). The open-runs score, which the sweeper reads, is the
+# last step's time on Redis's clock: how long before the sending its step was made (both on the agent's clock)
+# before Redis's TIME.
 STEP_SCRIPT = """
 local added = 0
 for i = 7, #ARGV, 2 do added = added + redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
@@ -79,13 +83,15 @@ if added == 0 then return 3 end
 redis.call('HSET', KEYS[1], 'late_at', ARGV[4])
 if state == 'distilled' and redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
   redis.call('LPUSH', KEYS[4], ARGV[5])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[5], now[1], ARGV[1])
   return 2
 end
 return 1
 """
 
-# KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, seq, run_end record, bank, agent, task,
-# outcome, at, task message, extra fields (JSON object).
+# KEYS: run hash, steps hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, seq, run_end record, bank,
+# agent, task, outcome, at, task message, extra fields (JSON object).
 CLOSE_SCRIPT = """
 redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -101,12 +107,14 @@ if (not state) or state == 'open' then
 end
 if redis.call('HSETNX', KEYS[1], 'enqueued', '1') == 1 then
   redis.call('LPUSH', KEYS[4], ARGV[9])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[5], now[1], ARGV[1])
   return 1
 end
 return 0
 """
 
-# KEYS: run hash, open-runs zset, queue. ARGV: run id, now, idle cutoff, task message.
+# KEYS: run hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, now, idle cutoff, task message.
 _CLOSE_ABANDONED = """
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score then return 0 end
@@ -117,6 +125,7 @@ if state and state ~= 'open' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'closed', 'outcome', 'abandoned', 'closed_at', ARGV[2], 'updated_at', ARGV[2])
 if redis.call('HSETNX', KEYS[1], 'enqueued', '1') == 1 then
   redis.call('LPUSH', KEYS[3], ARGV[4])
+  redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 end
 return 1
 """
@@ -173,7 +182,7 @@ def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str, 
     holds already (a replayed spool) change nothing.
     """
     fields = {**ref.extra, "bank": ref.bank, "agent": ref.agent, "task": ref.task}
-    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
+    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue, WAITING_RUNS_KEY)
     followup = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
     pairs = [item for seq, record, _ in steps for item in (seq, record)]
     return ("EVALSHA", SCRIPTS["step"], len(keys), *keys, ref.run_id, json.dumps(fields), steps[0][2], steps[-1][2],
@@ -183,7 +192,7 @@ def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str, 
 def close_command(ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> Command:
     """``EVALSHA`` closing the run with ``outcome`` and queueing its distillation (see ``close_run``)."""
     message = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
-    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
+    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue, WAITING_RUNS_KEY)
     return ("EVALSHA", SCRIPTS["close"], len(keys), *keys, ref.run_id, seq, record, ref.bank, ref.agent, ref.task,
             outcome, at, message, json.dumps(ref.extra))
 
@@ -224,7 +233,7 @@ def close_abandoned(client: redis.Redis, bank: str, run_id: str, now: float, cut
     False when the run got a step since, or was closed by its recorder meanwhile.
     """
     message = task_message(DISTILL_TASK, [bank, run_id], queue)
-    keys = [run_key(run_id), OPEN_RUNS_KEY, queue]
+    keys = [run_key(run_id), OPEN_RUNS_KEY, queue, WAITING_RUNS_KEY]
     return bool(client.eval(_CLOSE_ABANDONED, len(keys), *keys, run_id, now, cutoff, message))
 
 
@@ -313,6 +322,7 @@ def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | 
     pipe.hset(run_key(run_id), mapping=fields)
     pipe.hdel(run_key(run_id), CHECKPOINT_FIELD, PROGRESS_FIELD, "followup")
     pipe.zrem(OPEN_RUNS_KEY, run_id)
+    pipe.zrem(WAITING_RUNS_KEY, run_id)
     pipe.expire(run_key(run_id), ttl)
     pipe.expire(run_steps_key(run_id), ttl)
     pipe.execute()
@@ -334,10 +344,12 @@ def mark_distilled(client: redis.Redis, run_id: str, ttl: int, stats: dict[str, 
     _finish(client, run_id, ttl, fields)
 
 
-# KEYS: run hash, queue. ARGV: task message.
+# KEYS: run hash, queue, waiting-runs zset. ARGV: task message, run id.
 _FOLLOWUP = """
 if redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
   redis.call('LPUSH', KEYS[2], ARGV[1])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[3], now[1], ARGV[2])
   return 1
 end
 return 0
@@ -347,7 +359,7 @@ return 0
 def queue_followup(client: redis.Redis, bank: str, run_id: str, queue: str) -> bool:
     """Queue one follow-up distillation of a distilled run's late steps (none if one is pending)."""
     message = task_message(DISTILL_TASK, [bank, run_id], queue)
-    return bool(client.eval(_FOLLOWUP, 2, run_key(run_id), queue, message))
+    return bool(client.eval(_FOLLOWUP, 3, run_key(run_id), queue, WAITING_RUNS_KEY, message, run_id))
 
 
 def step_count(client: redis.Redis, run_id: str) -> int:
@@ -366,11 +378,14 @@ def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, al
     transaction; ``also(pipe)`` may add commands to it. False if its steps are gone."""
     if not client.exists(run_steps_key(run_id)):
         return False
+    seconds, _ = client.time()
+    now = int(seconds)  # on Redis's clock, as the scripts that queue a run write it
     pipe = client.pipeline(transaction=True)
     pipe.hset(run_key(run_id), mapping={"state": RUN_CLOSED, "updated_at": time.time()})
     pipe.persist(run_key(run_id))
     pipe.persist(run_steps_key(run_id))
     publish(pipe, queue, DISTILL_TASK, [bank, run_id])
+    pipe.zadd(WAITING_RUNS_KEY, {run_id: now})
     if also is not None:
         also(pipe)
     pipe.execute()
@@ -423,3 +438,4 @@ def count_delivery(client: redis.Redis, run_id: str) -> int:
     """Count one delivery of the run's distill task to a worker (duplicates included: a delivery dropped because
     another worker holds the run counts too); returns the total so far, 0 for an unknown run."""
     return _count(client, run_id, "deliveries")
+

@@ -8,6 +8,7 @@ injected and lifted at steps of the agent's run (events), not after timers.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -41,7 +42,8 @@ AOF_WINDOW = 3.0  # seconds: everysec's second, plus the 2 s a write may wait fo
 def svc(tmp_path_factory: pytest.TempPathFactory, embed_model_path: Path) -> Iterator[Service]:
     # An LLM call long enough to outlast a Redis restart and the worker's reconnection (2 s).
     service = Service(tmp_path_factory.mktemp("faults-redis"), embed_model_path, QUEUE, appendonly=True,
-                      llm_timeout=10, task_soft_time_limit=30, task_time_limit=35, visibility_timeout=60).start()
+                      llm_timeout=10, task_soft_time_limit=30, task_time_limit=35, visibility_timeout=60,
+                      resend_after=2).start()
     try:
         yield service
     finally:
@@ -371,4 +373,74 @@ def test_a_frozen_redis_costs_one_run_the_store_timeout_and_later_runs_nothing(s
     report(f"Redis SIGSTOPped between runs (lessons: {lookups[1]:.1f} s once, then "
            f"{max(lookups[2:4]):.2f} s; callbacks <= {max(timed.steps + timed.closes):.2f} s)", faults=1,
            runs=len(run_ids), records_lost=lost)
+    recorder.close()
+
+
+def fill_to_maxmemory(client: Any) -> int:
+    """Set ``maxmemory`` just above what Redis uses (``noeviction``) and write until it refuses: the keys written."""
+    import redis
+
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2 * 1024 * 1024)
+    written = 0
+    try:
+        while written < 100_000:
+            client.set(f"filler:{written}", "x" * 65536)
+            written += 1
+    except redis.exceptions.OutOfMemoryError:
+        return written
+    raise AssertionError("Redis never refused a write")
+
+
+def test_a_full_redis_loses_no_run(svc: Service, monitor: Monitor, report: Report) -> None:
+    """Redis reaches ``maxmemory`` (``noeviction``) with a run closed and its task queued, and the worker takes the
+    task while Redis refuses writes: the run is neither failed nor dead-lettered, ``lessonbank status`` says why it
+    waits, and once memory is freed it is distilled, once (the sweeper sends it again if its task was lost)."""
+    import os
+    import signal
+
+    from click.testing import CliRunner
+
+    from lessonbank.cli.main import cli
+    from lessonbank.core.constants import SWEEP_TASK, WAITING_RUNS_KEY
+
+    bank, task = "redis-full", "Double twenty values (full Redis)."
+    svc.llm.handler = by_task({task: [Reply(content=two_lessons("full"))]})
+    assert svc.worker is not None and svc.worker.process is not None
+    worker = [svc.worker.process.pid, *svc.worker.child_pids()]
+    log_mark = len(svc.worker.log())
+    recorder = recorder_for(svc, bank)
+    agent = twenty_step_agent(recorder, {}, pace=0.0)
+    for pid in worker:  # the worker takes the task only once Redis is full
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert recorder.run(agent, task) == "done"
+        run_id = recorder.run_id(agent) or ""
+        assert recorder.flush() and svc.state(run_id)["state"] == "closed"
+        filled = fill_to_maxmemory(svc.client)
+    finally:
+        for pid in worker:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        shown = CliRunner().invoke(cli, ["status", "--json"], env=svc.cli_env())
+        status = json.loads(shown.stdout)
+        assert "maxmemory" in status["redis_refuses_writes"] and status["runs_waiting"] == 1
+        wait_until(lambda: "maxmemory" in svc.worker.log()[log_mark:], 60, "the worker to meet the refusal")
+        assert svc.state(run_id)["state"] == "closed" and svc.dead_letter(run_id) is None  # not failed meanwhile
+    finally:
+        svc.client.delete(*[f"filler:{i}" for i in range(filled)])
+        svc.client.config_set("maxmemory", 0)
+    svc.app.send_task(SWEEP_TASK, queue=QUEUE)  # a task lost to the refused writes is sent again
+    state = svc.wait(run_id, timeout=120)
+    print(f"\nfull Redis: {filled} filler values of 64 KiB; run {state['state']} after {state['deliveries']} "
+          f"delivery(ies), {len(svc.requests_for(task))} LLM call(s)")
+    assert state["state"] == "distilled" and state["distill_attempts"] == "1"
+    assert len(svc.requests_for(task)) == 1 and svc.dead_letter(run_id) is None
+    distilled_once(svc, bank, run_id, "full")
+    assert svc.client.zscore(WAITING_RUNS_KEY, run_id) is None
+    report("Redis full (maxmemory, noeviction) when the worker takes the run", faults=1, runs=1,
+           records_lost=RECORDS - len(seqs(svc.client, run_id)), tasks_published=monitor.published(QUEUE, run_id),
+           deliveries=deliveries(svc.client, run_id),
+           duplicate_tasks=deliveries(svc.client, run_id) - int(state["distill_attempts"]),
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=duplicate_lessons(svc, bank))
     recorder.close()
