@@ -238,7 +238,11 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     stats, recipe_id = _consolidate(deps, run, drafts, recipe, verified=vouches(run, verdict, source),
                                     observed=observed, failed=failed)
     if not deps.redis.exists(run_key(run_id)):
-        logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        if purge.bank_deleted(deps.redis, bank):
+            logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        else:
+            logger.warning("bank %s run %s: the run vanished from Redis while it was distilled (a restart of a Redis "
+                           "that keeps nothing on disk?); its lessons are kept, nothing more is written", bank, run_id)
         return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
     # credited (and its summary kept for `lessonbank report`) before it is marked distilled: whoever waits for
@@ -426,8 +430,8 @@ def _consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: R
     deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
     consolidator.plan(drafts, done)  # the LLM's decision call, before the lock
     with bank_lock(deps.redis, run.bank, settings.distill_lock_timeout):
-        if not deps.redis.exists(run_key(run.run_id)):  # its bank was deleted while the LLM answered
-            return ConsolidationStats(), None
+        if not deps.redis.exists(run_key(run.run_id)) and purge.bank_deleted(deps.redis, run.bank):
+            return ConsolidationStats(), None  # its bank was deleted while the LLM answered
 
         def written(indices: list[int]) -> None:
             done.update(indices)

@@ -19,7 +19,14 @@ from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
 from lessonbank.core import purge, runs, summary
-from lessonbank.core.constants import CREDIT_TASK, DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
+from lessonbank.core.constants import (
+    CREDIT_TASK,
+    DROPPED_KEY,
+    bank_deleted_key,
+    bank_lock_key,
+    pending_lesson_key,
+    run_key,
+)
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.instructions import compose_instructions, eligible, rank_lessons
 from lessonbank.core.models import Lesson, Provenance, StepRecord
@@ -526,7 +533,7 @@ def test_a_run_deleted_with_its_bank_is_neither_distilled_nor_dead_lettered(deps
     run_id = write_run(deps.redis, "b")
     delete_bank_data(deps.redis, "b", deps.settings.queue)
     assert distill_one(deps, "b", run_id) is None
-    assert openai_server.chat_requests() == [] and deps.redis.keys("*") == []
+    assert openai_server.chat_requests() == [] and deps.redis.keys("*") == [bank_deleted_key("b").encode()]
 
 
 @pytest.mark.parametrize("answer", ["lessons", "unusable twice"])
@@ -550,7 +557,25 @@ def test_a_bank_deleted_while_the_llm_answers_gets_nothing_back(deps: Deps, open
     worker.join(timeout=30)
     assert not worker.is_alive()
     assert store.list("b", include_inactive=True) == []
-    assert deps.redis.keys("*") == [], "a key of the deleted bank's run came back"
+    assert deps.redis.keys("*") == [bank_deleted_key("b").encode()], "a key of the deleted bank's run came back"
+
+
+def test_a_run_redis_lost_while_the_llm_answers_keeps_its_lessons(deps: Deps, openai_server: FakeOpenAI,
+                                                                  store: LessonStore) -> None:
+    """A Redis that keeps nothing on disk restarted while the LLM answered: the run is gone, but its bank was not
+    deleted (no tombstone), so the LLM's lessons are written, and nothing of the run comes back."""
+    released = openai_server.released_event()
+    openai_server.script(Reply(content=lessons_json(CSV), block=released))
+    run_id = write_run(deps.redis, "b")
+    worker = threading.Thread(target=distill_one, args=(deps, "b", run_id))
+    worker.start()
+    openai_server.wait_for_requests(1)
+    deps.redis.flushall()  # all a restart without AOF or RDB leaves
+    released.set()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert [lesson.text for lesson in store.list("b")] == [CSV[1]]
+    assert deps.redis.exists(run_key(run_id)) == 0
 
 
 def test_recipes_can_be_turned_off(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
