@@ -281,3 +281,39 @@ def test_an_injected_client_keeps_the_recorders_bounds(tmp_path):
     assert time.monotonic() - started < 0.5 + 0.2
     recorder.close()
     assert injected.connection_pool.connection_kwargs["socket_timeout"] == 5.0  # the user's client is as it was
+
+
+@pytest.mark.slow
+def test_a_backlog_drains_over_a_slow_link(own_redis, tmp_path):
+    """About 3 MB of records spooled while Redis was away, then a link of 2 MB/s to it: the spool is replayed in
+    chunks the link carries within their wait (not resent for ever), and every record lands once."""
+    from tests.fixtures.relay import Relay
+
+    relay = Relay(own_redis.port)  # not listening yet: Redis is away
+    settings = Settings(_env_file=None, redis_url=relay.url, data_dir=tmp_path / "data", max_field_chars=100_000,
+                        max_record_bytes=131072, breaker_cooldown=0.2)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    replies = [code_reply(f"print('{i % 10}' * 100_000)") for i in range(64)] + [final_code("done")]
+    agent = CodeAgent(tools=[], model=ScriptedModel(replies), step_callbacks=recorder.step_callbacks,
+                      verbosity_level=0, max_steps=70)
+    assert agent.run("Print a lot.") == "done"
+    spooled = sum(path.stat().st_size for path in spool_files(settings.resolved_spool_dir))
+    assert recorder.transport.backlog == 67 and spooled > 3_000_000
+    relay.rate = 2_000_000
+    relay.open()
+    started = time.monotonic()
+    try:
+        deadline = started + 120
+        while recorder.transport.backlog:
+            assert time.monotonic() < deadline, f"{recorder.transport.backlog} ops still spooled"
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        print(f"\n{spooled / 1e6:.1f} MB spooled, replayed over a 2 MB/s link in {took:.1f} s "
+              f"({relay.forwarded / 1e6:.1f} MB sent; next chunk {recorder.transport.replay_bytes // 1024} KiB)")
+        client = own_redis.client()
+        run_id = recorder.run_id(agent)
+        assert [r.seq for r in run_records(client, run_id)] == list(range(67))
+        assert relay.forwarded < 2 * spooled  # chunks went through, not again and again
+    finally:
+        recorder.close()
+        relay.close()
