@@ -262,6 +262,12 @@ def main() -> None:
         verdict = "(no target)" if line["met"] == "" else "ok" if line["met"] == "yes" else "MISSED"
         print(f"{line['figure']:60s} {line['value']} | baseline {line['baseline']} | target {line['target'] or '-'}"
               f" | {verdict}{'' if clean else '  (baseline imported lessonbank or redis!)'}")
+    for r in result["results"]:
+        if r["target_mb"] is not None:
+            arm = r["arms"]["remember"]
+            print(f"\n{KINDS[r['kind']]}: lessonbank.remember adds {arm['growth_mb']:+.1f} MB against a target of "
+                  f"{r['target_mb']:.0f} MB ({'met' if arm['growth_mb'] <= r['target_mb'] else 'MISSED'}); heavy "
+                  f"modules imported: {', '.join(arm['heavy']) or 'none'}")
     print()
     print_table(result["rows"])
 

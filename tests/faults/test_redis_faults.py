@@ -26,7 +26,18 @@ from lessonbank.core.settings import Settings
 from lessonbank.recorder import StepRecorder
 from lessonbank.recorder.spool import spool_files
 from tests.faults.conftest import Report
-from tests.faults.helpers import Monitor, Service, by_task, deliveries, paced, records, seqs, step_count, wait_until
+from tests.faults.helpers import (
+    Monitor,
+    Service,
+    by_task,
+    deliveries,
+    duplicate_lessons,
+    paced,
+    records,
+    seqs,
+    step_count,
+    wait_until,
+)
 from tests.fixtures.openai_server import Reply, lessons_json
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
@@ -79,14 +90,6 @@ def lesson_texts(tag: str) -> tuple[str, str]:
 def two_lessons(tag: str) -> str:
     fact, approach = lesson_texts(tag)
     return lessons_json(("fact", fact), ("approach", approach))
-
-
-def duplicate_lessons(svc: Service, bank: str) -> int:
-    """Lessons stored twice (same text) plus lessons crediting one run more than once."""
-    lessons = svc.lessons(bank, include_inactive=True)
-    texts = Counter(lesson.text for lesson in lessons)
-    twice = sum(n - 1 for n in texts.values())
-    return twice + sum(len(lesson.source_run_ids) - len(set(lesson.source_run_ids)) for lesson in lessons)
 
 
 def distilled_once(svc: Service, bank: str, run_id: str, tag: str) -> None:

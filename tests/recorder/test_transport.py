@@ -104,7 +104,10 @@ def test_next_successful_push_flushes_the_spool_first(own_redis, tmp_path):
     agent.run("While Redis is away.")
     first = recorder.run_id(agent)
     own_redis.start()
-    time.sleep(0.25)  # past the cooldown: the next step probes, succeeds, and flushes first
+    deadline = time.monotonic() + 30
+    while not recorder.transport.breaker.allow():  # past the cooldown: the next step probes, succeeds, flushes first
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     agent.run("After it came back.")
     second = recorder.run_id(agent)
     client = own_redis.client()

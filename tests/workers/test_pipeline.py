@@ -37,8 +37,10 @@ from lessonbank.recorder import StepRecorder
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import Deps, _vouched_by_another, bank_lock, credit_one, distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
+from tests.faults.helpers import Monitor, wait_until
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args, queued_tasks
+from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.runs import run_state, write_run
 from tests.fixtures.scripted_model import ScriptedModel, code_reply
 
@@ -302,7 +304,7 @@ def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, o
 
 
 def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_server: FakeOpenAI,
-                                                              store: LessonStore) -> None:
+                                                              store: LessonStore, redis_server: RedisServer) -> None:
     """Two credits of one run at once (the job's lease keeps that to a lease that lapsed under a stalled worker):
     both read the run while another worker held the bank's lock. The second one in credits from what the first
     left, not from what both read: the given lesson's counts and the taught lesson's failed runs move once."""
@@ -325,9 +327,15 @@ def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_s
             failed.append(e)
 
     workers = [threading.Thread(target=credit) for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    time.sleep(0.4)  # both have read the run and wait for the lock
+    monitor = Monitor(redis_server.port).start()
+    try:
+        for worker in workers:
+            worker.start()
+        # both have read the run and wait for the lock: two connections ask Redis for it
+        wait_until(lambda: len(monitor.clients_asking(f'"SET" "{bank_lock_key("b")}"')) == 2, 30,
+                   "both credits to wait for the bank's lock")
+    finally:
+        monitor.stop()
     deps.redis.delete(bank_lock_key("b"))
     for worker in workers:
         worker.join()
