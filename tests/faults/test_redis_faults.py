@@ -427,7 +427,9 @@ def test_a_full_redis_loses_no_run(svc: Service, monitor: Monitor, report: Repor
     try:
         shown = CliRunner().invoke(cli, ["status", "--json"], env=svc.cli_env())
         status = json.loads(shown.stdout)
-        assert "maxmemory" in status["redis_refuses_writes"] and status["runs_waiting"] == 1
+        waiting = svc.client.zrange(WAITING_RUNS_KEY, 0, -1)
+        assert "maxmemory" in status["redis_refuses_writes"] and run_id.encode() in waiting
+        assert status["runs_waiting"] == len(waiting)
         wait_until(lambda: "maxmemory" in svc.worker.log()[log_mark:], 60, "the worker to meet the refusal")
         assert svc.state(run_id)["state"] == "closed" and svc.dead_letter(run_id) is None  # not failed meanwhile
     finally:
