@@ -19,6 +19,7 @@ A forked child starts with fresh pools (``os.register_at_fork``): no socket of i
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import weakref
@@ -33,6 +34,8 @@ from redis.retry import Retry
 
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 Role = Literal["recorder", "agent", "service", "cli"]
 
@@ -84,16 +87,25 @@ def bounded_copy(client: redis.Redis, settings: Settings, role: Literal["recorde
     """A client of ``role``'s own to the Redis of an injected ``client``: its connection class and every option
     (address, credentials or credential provider, TLS, database, protocol) with the role's timeouts and no
     retry, so that the role's bounds hold whatever the injected client does; the client itself is left as it
-    is. No I/O. Raises ConfigurationError naming ``redis_client`` for a client without a redis-py pool."""
+    is. No I/O. A client whose pool finds its server itself (Sentinel's) is used as it is, its own bounds then
+    holding. Raises ConfigurationError naming ``redis_client`` for a client without a redis-py pool."""
     try:
         pool = client.connection_pool
         options = {name: value for name, value in pool.connection_kwargs.items() if not name.startswith(_POOL_OWNED)}
-        options.update(_options(settings, role), retry_on_error=[])
-        copy = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **options))
-        pool.connection_class(**copy.connection_pool.connection_kwargs)
-    except (AttributeError, TypeError, ValueError) as e:
+    except AttributeError as e:
         raise ConfigurationError(f"redis_client must be a redis.Redis (with a connection pool), not a "
                                  f"{type(client).__name__}: {e}") from e
+    if not isinstance(pool, redis.ConnectionPool) or hasattr(pool, "service_name"):
+        logger.warning("redis_client has a pool of its own kind (%s): the recorder uses it as it is, with its "
+                       "timeouts and retries", type(pool).__name__)
+        return client
+    options.update(_options(settings, role), retry_on_error=[])
+    try:
+        copy = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **options))
+        pool.connection_class(**copy.connection_pool.connection_kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigurationError(f"redis_client: its options cannot be used for a connection of the recorder's "
+                                 f"own ({e})") from e
     copy.auto_close_connection_pool = True
     _pools.add(copy.connection_pool)
     return copy

@@ -234,3 +234,39 @@ def test_a_credential_provider_is_asked_again_on_each_connection(own_redis: Redi
         assert [r.kind for r in run_records(admin, run_id)] == ["action", "final", "run_end"]
     assert asked[0] == "first-pw" and asked[-1] == "second-pw"
     recorder.close()
+
+
+def test_a_client_found_through_sentinel_records_as_it_is(own_redis: RedisServer, tmp_path: Path) -> None:
+    """A client whose pool asks Sentinel for the primary cannot be copied: the recorder uses it as it is."""
+    from redis.sentinel import Sentinel
+    from smolagents import CodeAgent
+
+    from lessonbank.recorder import StepRecorder
+    from tests.fixtures.recorded import run_records
+    from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nsentinel monitor primary 127.0.0.1 {own_redis.port} 1\n")
+    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        client = Sentinel([("127.0.0.1", port)], socket_timeout=5).master_for("primary", socket_timeout=5)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "Sentinel did not name the primary"
+                time.sleep(0.05)
+        settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path / "data")
+        recorder = StepRecorder(bank="sentinel", settings=settings, redis_client=client)
+        agent = CodeAgent(tools=[], model=ScriptedModel([final_code(1)]), verbosity_level=0,
+                          step_callbacks=recorder.step_callbacks)
+        assert agent.run("Through Sentinel.") == 1
+        assert [r.kind for r in run_records(own_redis.client(), recorder.run_id(agent))] == ["action", "final",
+                                                                                           "run_end"]
+        recorder.close()
+    finally:
+        sentinel.terminate()
+        sentinel.wait(10)
