@@ -71,7 +71,7 @@ def create_redis(settings: Settings, role: Role) -> redis.Redis:
         if role in ("recorder", "agent"):  # the bounds of the agent process win over the URL's own
             pool.connection_kwargs.update(options)
         pool.connection_class(**pool.connection_kwargs)  # an option it does not know fails here, not in a thread
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, redis.RedisError) as e:
         raise ConfigurationError(
             f"LESSONBANK_REDIS_URL cannot be used ({e}); expected redis://[user:password@]host:port/db"
         ) from e
@@ -103,7 +103,7 @@ def bounded_copy(client: redis.Redis, settings: Settings, role: Literal["recorde
     try:
         copy = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **options))
         pool.connection_class(**copy.connection_pool.connection_kwargs)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, redis.RedisError) as e:
         raise ConfigurationError(f"redis_client: its options cannot be used for a connection of the recorder's "
                                  f"own ({e})") from e
     copy.auto_close_connection_pool = True

@@ -104,9 +104,10 @@ def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
     assert eviction_risk(admin) == ""
 
 
-def test_an_option_redis_py_does_not_know_is_a_configuration_error_at_once() -> None:
-    with pytest.raises(ConfigurationError, match="LESSONBANK_REDIS_URL cannot be used.*nonsense"):
-        create_redis(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0?nonsense=1"), "agent")
+@pytest.mark.parametrize(("query", "said"), [("nonsense=1", "nonsense"), ("ssl_cert_reqs=bogus", "bogus")])
+def test_an_option_redis_py_does_not_take_is_a_configuration_error_at_once(query: str, said: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"LESSONBANK_REDIS_URL cannot be used.*{said}"):
+        create_redis(Settings(_env_file=None, redis_url=f"rediss://127.0.0.1:1/0?{query}"), "agent")
 
 
 def test_the_agent_process_roles_keep_their_bounds_whatever_the_url_asks() -> None:
