@@ -156,8 +156,6 @@ class LessonSource:
         return announced is not None and announced != state.seen  # a worker came up since
 
     def _read_locally(self, use: Callable[[LessonStoreProtocol], T], state: OwnerState) -> T:
-        from lessonbank.core.store.owner import open_local_store
-
         path, wait = self.settings.resolved_qdrant_path, self.settings.store_timeout
         start = ("Start a worker with the same LESSONBANK_REDIS_URL and LESSONBANK_DATA_DIR: `lessonbank worker` (or "
                  "`celery -A lessonbank.workers worker`); or set LESSONBANK_QDRANT_URL to a Qdrant server.")
@@ -165,6 +163,8 @@ class LessonSource:
             self._tell(state, "told_local", "lessonbank: no worker answered for the lesson store at %s within %gs: "
                        "runs are recorded, but nothing distills them into lessons. %s", path, wait, start)
             raise ServiceUnavailable(f"no worker answered for the lesson store at {path}, which holds no lessons yet")
+        from lessonbank.core.store.owner import open_local_store  # the embedded engine: loaded only to read it
+
         try:
             store = open_local_store(self.settings)
         except ServiceUnavailable:
