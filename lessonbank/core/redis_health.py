@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from lessonbank.core.connections import WRITES_REFUSED, redis_text
+from lessonbank.core.connections import redis_text
 from lessonbank.core.constants import PROBE_KEY
 
 
@@ -50,10 +50,12 @@ def persistence_risk(client: redis.Redis) -> str:
 
 
 def writes_refused(client: redis.Redis) -> str:
-    """Why this Redis refuses writes now ("OOM command not allowed...", "You can't write against a read only
-    replica."), or "" when it takes them. One short-lived key is written to find out."""
+    """Why this Redis refuses writes now (full, a read-only replica, ``MISCONF`` when it cannot save), or "" when it
+    takes them or the caller may not write (an ACL: nothing is known then). One short-lived key is written."""
     try:
         client.set(PROBE_KEY, "1", px=1000)
-    except WRITES_REFUSED as e:
+    except redis.exceptions.NoPermissionError:
+        return ""
+    except redis.ResponseError as e:  # WRITES_REFUSED, and a refusal redis-py has no class for (MISCONF)
         return str(e)
     return ""
