@@ -324,11 +324,11 @@ def test_records_of_a_recorder_dropped_while_redis_is_away_reach_redis_while_the
 
     own_redis.stop()
     dropped = [request(f"Request {i} while Redis is away.") for i in range(3)]
-    wait_until(lambda: gc.collect() is not None and all(ref() is None for _, ref in dropped), 10, "recorders dropped")
+    wait_until(lambda: gc.collect() is not None and all(ref() is None for _, ref in dropped), 60, "recorders dropped")
     own_redis.start()  # same port
     client = own_redis.client()
     for run_id, _ in dropped:
-        wait_until(lambda run_id=run_id: run_hash(client, run_id).get("state") == "closed", 10, "the run in Redis")
+        wait_until(lambda run_id=run_id: run_hash(client, run_id).get("state") == "closed", 60, "the run in Redis")
         assert [r.kind for r in run_records(client, run_id)] == ["action", "action", "final", "run_end"]
     assert sorted(args[1] for args in distill_args(client, settings.queue)) == sorted(run_id for run_id, _ in dropped)
-    wait_until(lambda: spool_files(settings.resolved_spool_dir) == [], 5, "the spool files delivered and gone")
+    wait_until(lambda: spool_files(settings.resolved_spool_dir) == [], 60, "the spool files delivered and gone")
