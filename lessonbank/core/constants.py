@@ -35,6 +35,9 @@ Embedded-store proxy (agent-side reads served by the worker that owns the Qdrant
     ``lessonbank:store:requests``          list of request JSON, BLPOP'd by the store owner
     ``lessonbank:store:reply:{request_id}`` list holding one reply JSON, short TTL
     ``lessonbank:store:owner``             string: name of the worker serving the embedded store, TTL (heartbeat)
+    ``lessonbank:store:embedded``          string: the embedded store this Redis's lessons live in (JSON: its id, the
+                                           host and path of the worker that first served it); no TTL: a worker with
+                                           another store refuses to start (``lessonbank.workers.owner.claim_store``)
 
 Workers and agents, for ``lessonbank status`` (written by ``lessonbank.workers.observe`` and ``lessonbank.agent``)
     ``lessonbank:workers``                 sorted set: worker name -> time of its last heartbeat
@@ -68,6 +71,7 @@ BANK_DELETED_KEY = PREFIX + ":bank:{bank}:deleted"
 JOB_KEY = PREFIX + ":job:{job_id}"
 JOBS_DUE_KEY = PREFIX + ":jobs:due"
 STORE_OWNER_KEY = PREFIX + ":store:owner"
+STORE_CLAIM_KEY = PREFIX + ":store:embedded"
 WORKERS_KEY = PREFIX + ":workers"
 WORKER_KEY = PREFIX + ":worker:{name}"
 RECORDER_STATS_KEY = PREFIX + ":stats:recorder"

@@ -5,21 +5,28 @@ main process owns it: a ``StoreOwner`` serves the calls that other processes (po
 agent process, the CLI) send as requests over Redis (the wire format is in ``remote``). A few serving
 threads take requests side by side: embedding a text releases the GIL, so one caller's embedding does
 not wait for another caller's query; writes are serialised by the store.
+
+One Redis serves one embedded store: ``claim_store`` binds the Redis to the store's id (a file beside its
+path) when a worker first serves it, and a worker with another store (another host, another data
+directory) refuses to start instead of splitting every bank between two stores' files.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from lessonbank.core.connections import RedisClock, create_redis
-from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
-from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
+from lessonbank.core.constants import STORE_CLAIM_KEY, STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.exceptions import ConfigurationError, LessonbankError, ServiceUnavailable
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.local import open_local_store
@@ -30,6 +37,54 @@ logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 SERVING_THREADS = 3
+
+
+def store_id_path(settings: Settings) -> Path:
+    """The file beside the embedded store's path that holds the store's id."""
+    path = settings.resolved_qdrant_path
+    return path.with_name(path.name + ".id")
+
+
+def local_store_id(settings: Settings) -> str:
+    """The id of the embedded store at ``settings``' path, made (a random one) the first time it is asked for."""
+    path = store_id_path(settings)
+    try:
+        found = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = uuid.uuid4().hex
+    try:
+        with path.open("x", encoding="utf-8") as f:  # another process of this host may make it at the same time
+            f.write(made + "\n")
+    except FileExistsError:
+        return path.read_text(encoding="utf-8").strip()
+    return made
+
+
+def claim_store(settings: Settings, client: redis.Redis) -> None:
+    """Bind ``client``'s Redis to the embedded store of ``settings`` (``STORE_CLAIM_KEY``, kept for good), or raise
+    ConfigurationError when the Redis is bound to another embedded store already: the two would each take half the
+    requests, and every bank's lessons would be split between their files."""
+    ident = local_store_id(settings)
+    claim = json.dumps({"id": ident, "host": socket.gethostname(), "path": str(settings.resolved_qdrant_path)})
+    if client.set(STORE_CLAIM_KEY, claim, nx=True):
+        return
+    raw = client.get(STORE_CLAIM_KEY)
+    try:
+        held = json.loads(raw) if raw is not None else {}
+        held = held if isinstance(held, dict) else {}
+    except ValueError:
+        held = {}
+    if held.get("id") == ident:
+        return
+    where = f"{held.get('host', '?')}:{held.get('path', '?')}"
+    raise ConfigurationError(
+        f"this Redis's lessons are in the embedded store of another worker ({where}); a second embedded store would "
+        f"split every bank between the two: point every worker at one Qdrant server (LESSONBANK_QDRANT_URL), or "
+        f"give this worker that store's LESSONBANK_DATA_DIR")
 
 
 class StoreOwner:
