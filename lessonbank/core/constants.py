@@ -45,6 +45,12 @@ Workers and agents, for ``lessonbank status`` (written by ``lessonbank.workers.o
     ``lessonbank:stats:recorder``          hash: delivered / spooled -> step records counted by agent processes
     ``lessonbank:probe``                   string written for a second by ``lessonbank status``: does Redis take writes?
 
+The sweeper's schedule (RedBeat's layout under ``BEAT_KEY_PREFIX``; ``lessonbank.workers.app``)
+    ``lessonbank:beat::lock``              string: the lock of the one beat that sends scheduled tasks, TTL
+    ``lessonbank:beat::schedule``          sorted set: schedule entry key -> when it is due next
+    ``lessonbank:beat::statics``           set: the names of the entries the app's configuration defines
+    ``lessonbank:beat:{entry}``            hash: one schedule entry (definition and when it last ran)
+
 Celery
     queue ``lessonbank`` (a Redis list of that name, kombu's layout); task names below.
     ``unacked``                            hash: kombu's messages delivered to a worker and not yet acknowledged
@@ -76,6 +82,7 @@ WORKERS_KEY = PREFIX + ":workers"
 WORKER_KEY = PREFIX + ":worker:{name}"
 RECORDER_STATS_KEY = PREFIX + ":stats:recorder"
 PROBE_KEY = PREFIX + ":probe"
+BEAT_KEY_PREFIX = PREFIX + ":beat:"
 
 DEFAULT_QUEUE = "lessonbank"
 UNACKED_KEY = "unacked"  # kombu's Redis transport: messages in a worker's hands

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,7 @@ from lessonbank.core.constants import STORE_CLAIM_KEY
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 from lessonbank.workers.owner import claim_store, local_store_id
-from tests.fixtures.celery_worker import CeleryWorker, worker_env
+from tests.fixtures.celery_worker import REPO, CeleryWorker, worker_env
 from tests.fixtures.openai_server import FakeOpenAI
 
 
@@ -77,3 +81,48 @@ def test_a_worker_on_the_same_store_waits_as_a_standby(redis_url: str, openai_se
     finally:
         first.stop()
         second.stop()
+
+
+def _beat(redis_url: str, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    env = worker_env(redis_url, "beats", tmp_path / name, "http://127.0.0.1:9/v1", tmp_path / "no-model",
+                     sweep_interval=1)
+    log = tmp_path / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "celery", "-A", "lessonbank.workers", "beat", "--loglevel",
+                                    "DEBUG"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return process, log
+
+
+def _sent(log: Path) -> int:
+    return log.read_text(errors="replace").count("Sending due task sweep-runs")
+
+
+def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_two_beats_on_one_redis_send_the_schedule_once(redis_url: str, tmp_path: Path) -> None:
+    """A second beat (a second host's ``worker -B``, a second ``beat`` service) waits for the lock in Redis and sends
+    nothing; once the first stops, it takes over."""
+    first, first_log = _beat(redis_url, tmp_path, "beat-a")
+    second = None
+    try:
+        _wait(lambda: _sent(first_log) >= 1, 120, first_log.read_text(errors="replace")[-2000:])
+        second, second_log = _beat(redis_url, tmp_path, "beat-b")
+        _wait(lambda: "Acquiring lock" in second_log.read_text(errors="replace"), 120,
+              second_log.read_text(errors="replace")[-2000:])
+        before = _sent(first_log)
+        _wait(lambda: _sent(first_log) >= before + 3, 120, "the first beat stopped sending")
+        assert _sent(second_log) == 0 and "Acquired lock" not in second_log.read_text(errors="replace")
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+        _wait(lambda: _sent(second_log) >= 1, 120, second_log.read_text(errors="replace")[-2000:])
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
