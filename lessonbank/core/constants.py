@@ -32,7 +32,10 @@ Lessons handed in by agents (remember_lesson tool), waiting for a worker to cons
     ``lessonbank:lesson:pending:{pending_id}`` string: Lesson JSON, TTL = step_ttl
 
 Embedded-store proxy (agent-side reads served by the worker that owns the Qdrant path)
-    ``lessonbank:store:requests``          list of request JSON, BLPOP'd by the store owner
+    ``lessonbank:store:requests``          list of request JSON for the reads any process may ask (agents too),
+                                           BLPOP'd by the store owner
+    ``lessonbank:store:admin-requests``    list of request JSON for writes and deletes (workers and the CLI only:
+                                           the agents' Redis user cannot push to it; ``deploy/redis/users.acl``)
     ``lessonbank:store:reply:{request_id}`` list holding one reply JSON, short TTL
     ``lessonbank:store:owner``             string: name of the worker serving the embedded store, TTL (heartbeat)
     ``lessonbank:store:embedded``          string: the embedded store this Redis's lessons live in (JSON: its id, the
@@ -68,6 +71,7 @@ DROPPED_KEY = PREFIX + ":stats:dropped"
 LLM_STATS_KEY = PREFIX + ":stats:llm"  # hash: "unusable" = runs distilled without the LLM's lessons
 PENDING_LESSON_KEY = PREFIX + ":lesson:pending:{pending_id}"
 STORE_REQUESTS_KEY = PREFIX + ":store:requests"
+STORE_ADMIN_REQUESTS_KEY = PREFIX + ":store:admin-requests"
 STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"
 BANK_LOCK_KEY = PREFIX + ":bank:{bank}:lock"
 BANK_RUNS_KEY = PREFIX + ":bank:{bank}:runs"

@@ -4,7 +4,8 @@ One process at a time may open the embedded store (``edge.EdgeLessonStore``). Th
 main process owns it: a ``StoreOwner`` serves the calls that other processes (pool children, the
 agent process, the CLI) send as requests over Redis (the wire format is in ``remote``). A few serving
 threads take requests side by side: embedding a text releases the GIL, so one caller's embedding does
-not wait for another caller's query; writes are serialised by the store.
+not wait for another caller's query; writes are serialised by the store. Reads come on one queue, writes and
+deletes on another that the agents' Redis user cannot push to; a write found on the readers' queue is refused.
 
 One Redis serves one embedded store: ``claim_store`` binds the Redis to the store's id (a file beside its
 path) when a worker first serves it, and a worker with another store (another host, another data
@@ -25,12 +26,12 @@ from typing import Any
 import redis
 
 from lessonbank.core.connections import RedisClock, create_redis
-from lessonbank.core.constants import STORE_CLAIM_KEY, STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.constants import STORE_ADMIN_REQUESTS_KEY, STORE_CLAIM_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import ConfigurationError, LessonbankError, ServiceUnavailable
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.local import open_local_store
-from lessonbank.core.store.protocol import codec
+from lessonbank.core.store.protocol import READ_METHODS, codec
 from lessonbank.core.store.remote import REPLY_TTL
 
 logger = logging.getLogger(__name__)
@@ -163,18 +164,19 @@ class StoreOwner:
             self._warm_up()
         while not self._stop.is_set():
             try:
-                item = self._redis.blpop([STORE_REQUESTS_KEY], timeout=POLL_SECONDS)
+                item = self._redis.blpop([STORE_ADMIN_REQUESTS_KEY, STORE_REQUESTS_KEY], timeout=POLL_SECONDS)
             except redis.RedisError as e:
                 logger.warning("store owner cannot reach Redis (%s); retrying", e)
                 self._stop.wait(POLL_SECONDS)
                 continue
             if item is not None:
-                self.handle(item[1])
+                self.handle(item[1], readers=_text(item[0]) == STORE_REQUESTS_KEY)
             if index == 0:
                 self._maintain()
 
-    def handle(self, raw: bytes | str) -> bytes | None:
-        """Run one request and push its reply; returns the reply as sent (None when dropped)."""
+    def handle(self, raw: bytes | str, readers: bool = False) -> bytes | None:
+        """Run one request and push its reply; returns the reply as sent (None when dropped). A request from the
+        readers' queue (``readers``) may only read."""
         try:
             request = json.loads(raw)
             request_id = str(request["id"])
@@ -187,7 +189,11 @@ class StoreOwner:
         if deadline and self._now() > deadline:
             logger.info("dropping store request %s (%s): its caller gave up", request_id, method)
             return None
-        reply = self._call(method, args)
+        if readers and method not in READ_METHODS:
+            logger.warning("refusing store request %s: %s came on the readers' queue", request_id, method)
+            reply = _error("StoreError", f"{method} is not served to readers: only workers and the CLI may write")
+        else:
+            reply = self._call(method, args)
         assert self._redis is not None
         key = store_reply_key(request_id)
         try:
@@ -226,6 +232,10 @@ class StoreOwner:
         except Exception as e:  # qdrant-client and fastembed internals: report, keep serving
             logger.exception("store call %s crashed", method)
             return _error("StoreError", f"{type(e).__name__}: {e}")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _error(kind: str, message: str) -> bytes:
