@@ -87,6 +87,7 @@ WORKER_KEY = PREFIX + ":worker:{name}"
 RECORDER_STATS_KEY = PREFIX + ":stats:recorder"
 PROBE_KEY = PREFIX + ":probe"
 BEAT_KEY_PREFIX = PREFIX + ":beat:"
+BEAT_LOCK_KEY = BEAT_KEY_PREFIX + ":lock"  # RedBeat's lock: held by the one beat sending the schedule
 
 DEFAULT_QUEUE = "lessonbank"
 UNACKED_KEY = "unacked"  # kombu's Redis transport: messages in a worker's hands

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from celery import Celery
 
-from lessonbank.core.constants import BEAT_KEY_PREFIX, SWEEP_TASK
+from lessonbank.core.constants import BEAT_KEY_PREFIX, BEAT_LOCK_KEY, SWEEP_TASK
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 from lessonbank.workers import broker as _broker  # noqa: F401  (the redis:// transport)
@@ -69,6 +69,7 @@ def celery_config(settings: Settings) -> dict[str, object]:
         "beat_max_loop_interval": BEAT_LOOP,
         "redbeat_redis_url": settings.redis_url,
         "redbeat_key_prefix": BEAT_KEY_PREFIX,
+        "redbeat_lock_key": BEAT_LOCK_KEY,
         "redbeat_lock_timeout": BEAT_LOCK_TIMEOUT,
         "redbeat_redis_options": {"retry_period": BEAT_LOCK_TIMEOUT, "socket_timeout": 30.0,
                                   "socket_connect_timeout": 5.0, "health_check_interval": 30},
