@@ -76,6 +76,7 @@ def test_an_agent_records_gets_lessons_and_gives_feedback_but_cannot_delete_read
         recorder = lessonbank.remember(agent, bank=BANK, settings=agent_settings)
         assert agent.run("What is the report's total in euros?") == 12.34
         run_id = recorder.run_id(agent)
+        assert run_id
         deadline = time.monotonic() + 180
         while admin.hget(run_key(run_id), "state") != RUN_DISTILLED.encode():
             assert time.monotonic() < deadline, worker.log()[-3000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from lessonbank.core.constants import STORE_CLAIM_KEY
+from lessonbank.core.constants import BEAT_LOCK_KEY, STORE_CLAIM_KEY
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 from lessonbank.workers.owner import claim_store, local_store_id
@@ -112,6 +112,7 @@ def test_two_beats_on_one_redis_send_the_schedule_once(redis_url: str, tmp_path:
     second = None
     try:
         _wait(lambda: _sent(first_log) >= 1, 120, first_log.read_text(errors="replace")[-2000:])
+        assert redis.Redis.from_url(redis_url).exists(BEAT_LOCK_KEY)  # what `lessonbank status --beat` checks
         second, second_log = _beat(redis_url, tmp_path, "beat-b")
         _wait(lambda: "Acquiring lock" in second_log.read_text(errors="replace"), 120,
               second_log.read_text(errors="replace")[-2000:])
