@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from lessonbank.core.constants import BEAT_LOCK_KEY, STORE_CLAIM_KEY
+from lessonbank.core.constants import BEAT_LOCK_KEY, RUN_DISTILLED, STORE_CLAIM_KEY
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
+from lessonbank.core.store.remote import connect_store
 from lessonbank.workers.owner import claim_store, local_store_id
-from tests.fixtures.celery_worker import REPO, CeleryWorker, worker_env
-from tests.fixtures.openai_server import FakeOpenAI
+from tests.fixtures.celery_worker import REPO, CeleryWorker, enqueue, producer, worker_env
+from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
+from tests.fixtures.runs import run_state, write_run
 
 
 def test_the_first_store_binds_the_redis_and_another_is_refused(settings: Settings, redis_client: redis.Redis,
@@ -78,6 +80,49 @@ def test_a_worker_on_the_same_store_waits_as_a_standby(redis_url: str, openai_se
         while "now serves the lesson store" not in second.log():
             assert time.monotonic() < deadline, second.log()[-2000:]
             time.sleep(0.2)
+    finally:
+        first.stop()
+        second.stop()
+
+
+CSV = ("fact", "The sales CSV files are separated by ';': read them with pandas.read_csv(path, sep=';').")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_workers_on_one_store_distill_every_bank_once(redis_url: str, redis_client: redis.Redis,
+                                                          openai_server: FakeOpenAI, embed_model_path: Path,
+                                                          tmp_path: Path) -> None:
+    """Two workers, one store (the one that owns it serves the other over Redis, as a Qdrant server would serve
+    both): runs of three banks are split between them, and each run is distilled once, into its own bank."""
+    env = worker_env(redis_url, "pair", tmp_path / "shared", openai_server.url, embed_model_path)
+    first = CeleryWorker(env, "pair", tmp_path / "a.log", concurrency=1).start()
+    second = CeleryWorker(env, "pair", tmp_path / "b.log", concurrency=1)
+    try:
+        second.start(wait_for=("ready.", "tries to own it"))
+        held = openai_server.released_event()  # the first two calls wait: each worker is busy with one run
+        openai_server.script(*(Reply(content=lessons_json(CSV), block=held) for _ in range(2)))
+        openai_server.default = Reply(content=lessons_json(CSV))
+        banks = ["north", "south", "east"]
+        runs = {write_run(redis_client, bank): bank for bank in banks for _ in range(2)}
+        app = producer(redis_url)
+        for run_id, bank in runs.items():
+            enqueue(app, "pair", bank, run_id)
+        openai_server.wait_for_requests(2, timeout=120)
+        held.set()
+        deadline = time.monotonic() + 240
+        while any(run_state(redis_client, run_id).get("state") != RUN_DISTILLED for run_id in runs):
+            assert time.monotonic() < deadline, first.log()[-2000:] + second.log()[-2000:]
+            time.sleep(0.3)
+        assert len(openai_server.chat_requests()) == len(runs)  # each run distilled once
+        for log in (first.log(), second.log()):
+            assert "Task lessonbank.distill_run[" in log and "succeeded" in log  # both did their share
+        store = connect_store(Settings(_env_file=None, redis_url=redis_url, queue="pair", data_dir=tmp_path / "shared",
+                                       embed_model_path=embed_model_path, qdrant_url=None, store_timeout=30))
+        for bank in banks:
+            [lesson] = [lesson for lesson in store.list(bank) if lesson.recipe is None]
+            assert lesson.evidence == 2 and sorted(lesson.source_run_ids) == sorted(r for r, b in runs.items()
+                                                                                      if b == bank)
     finally:
         first.stop()
         second.stop()
