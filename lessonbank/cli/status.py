@@ -19,6 +19,7 @@ import click
 import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.credentials import credentials
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.connections import masked_url, redis_text, redis_time
 from lessonbank.core.constants import (
@@ -154,6 +155,8 @@ def _text(report: dict[str, Any]) -> str:
     for risk in ("redis_eviction", "redis_persistence"):
         if report.get(risk):
             lines.append(f"warning: {report[risk]}")
+    if (report.get("credentials") or {}).get("warning"):
+        lines.append(f"warning: {report['credentials']['warning']}")
     if report.get("redis_refuses_writes"):
         lines.append(f"warning: Redis refuses writes ({report['redis_refuses_writes']}): "
                      f"{report['runs_waiting']} run(s) wait for distillation until it takes them again; agents "
@@ -231,7 +234,11 @@ def status(cli: CliContext, as_json: bool, role: str | None) -> None:
                                   "workers": found, **redis_counts(client, settings.queue), **retries(client, now),
                                   "redis_eviction": eviction_risk(client),
                                   "redis_persistence": persistence_risk(client),
-                                  "redis_refuses_writes": writes_refused(client)}
+                                  "redis_refuses_writes": writes_refused(client),
+                                  "credentials": credentials(client, settings)}
+    except redis.exceptions.NoPermissionError as e:
+        raise fail(f"the Redis user of {masked_url(settings.redis_url)} may not read the service's state (an "
+                   "agent's user, which cannot delete banks either): run status with the worker or admin user") from e
     except redis.RedisError as e:
         raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
     spooled, files = spooled_records(settings.resolved_spool_dir)
