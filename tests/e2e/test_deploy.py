@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_ENV = {"REDIS_PASSWORD": "s3cret-redis", "QDRANT_API_KEY": "s3cret-qdrant",
-                "FLOWER_BASIC_AUTH": "admin:s3cret-flower"}
+                "QDRANT_READ_ONLY_API_KEY": "s3cret-qdrant-read", "FLOWER_BASIC_AUTH": "admin:s3cret-flower"}
 LLM_KEY = "sk-test-s3cret-llm"
 SECRETS = {**REQUIRED_ENV, "OPENAI_API_KEY": LLM_KEY}
 
@@ -95,7 +95,7 @@ def test_each_secret_goes_only_where_it_is_used(config: dict) -> None:
                for name, service in services.items()}
     assert holders == {
         "redis": {"REDIS_PASSWORD"},
-        "qdrant": {"QDRANT_API_KEY"},
+        "qdrant": {"QDRANT_API_KEY", "QDRANT_READ_ONLY_API_KEY"},
         "worker": {"REDIS_PASSWORD", "QDRANT_API_KEY", "OPENAI_API_KEY"},
         "beat": {"REDIS_PASSWORD"},
         "flower": {"REDIS_PASSWORD", "FLOWER_BASIC_AUTH"},
@@ -103,6 +103,7 @@ def test_each_secret_goes_only_where_it_is_used(config: dict) -> None:
     }
     worker, qdrant = environment(services["worker"]), environment(services["qdrant"])
     assert qdrant["QDRANT__SERVICE__API_KEY"] == worker["LESSONBANK_QDRANT_API_KEY"] == REQUIRED_ENV["QDRANT_API_KEY"]
+    assert qdrant["QDRANT__SERVICE__READ_ONLY_API_KEY"] == REQUIRED_ENV["QDRANT_READ_ONLY_API_KEY"]
     assert worker["LESSONBANK_QDRANT_URL"] == "http://qdrant:6333" and worker["OPENAI_API_KEY"] == LLM_KEY
     assert all(SECRETS[name] not in json.dumps(service.get("command")) for service in services.values()
                for name in SECRETS)  # on no command line (ps would show it)
