@@ -27,6 +27,7 @@ from lessonbank.core.constants import BEAT_KEY_PREFIX, BEAT_LOCK_KEY, SWEEP_TASK
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 from lessonbank.workers import broker as _broker  # noqa: F401  (the redis:// transport)
+from lessonbank.workers import flower_auth
 from lessonbank.workers.jobs import KeeperStep
 
 BEAT_LOCK_TIMEOUT = 60  # seconds a dead beat's lock lasts before another beat takes over
@@ -108,3 +109,5 @@ def _app_from_environment() -> LessonbankCelery:
 
 
 app = _app_from_environment()
+if flower_auth.running_flower():
+    flower_auth.guard_metrics()
