@@ -37,7 +37,7 @@ from lessonbank import telemetry
 from lessonbank.core import runs
 from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
-from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.exceptions import ConfigurationError, InvalidArgument, ServiceUnavailable
 from lessonbank.core.models import Lesson, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -396,7 +396,7 @@ def remember(
     existing: AgentHook | None = getattr(agent, ATTRIBUTE, None)
     if existing is not None:
         if bank is not None and bank != existing.bank:
-            raise ValueError(f"this agent already remembers into bank {existing.bank!r}, not {bank!r}")
+            raise InvalidArgument(f"this agent already remembers into bank {existing.bank!r}, not {bank!r}")
         return existing.recorder
     settings = settings or Settings()
     bank = validate_bank(bank if bank is not None else settings.bank)
