@@ -51,7 +51,8 @@ def test_no_builtin_exception_is_raised_on_purpose_outside_the_known_internal_on
 
 def test_every_exception_class_derives_from_the_base() -> None:
     classes = [value for value in vars(exceptions).values()
-               if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == exceptions.__name__]
+               if isinstance(value, type) and issubclass(value, BaseException)
+               and value.__module__ == exceptions.__name__]
     assert len(classes) >= 8
     assert all(issubclass(cls, exceptions.LessonbankError) for cls in classes)
 

@@ -37,8 +37,13 @@ def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
 )
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 @pass_cli
-def worker(cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
-    """Run the worker service (`celery -A lessonbank.workers worker`); every option is Celery's (try --help)."""
+@click.pass_context
+def worker(ctx: click.Context, cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
+    """Run the worker service (`celery -A lessonbank.workers worker`); every option is Celery's, listed by -h.
+
+    It needs an LLM to distill with (OPENAI_BASE_URL and/or OPENAI_API_KEY, LESSONBANK_DISTILL_MODEL) and
+    Redis (LESSONBANK_REDIS_URL); `-B` also runs the sweeper's schedule (one per cluster).
+    """
     settings = cli_ctx.settings
     wants_help = any(arg in ("-h", "--help") for arg in celery_args)
     try:
@@ -52,4 +57,9 @@ def worker(cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
         raise fail(str(e)) from None
     import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
 
+    if wants_help:  # Celery's worker knows --help only: ours first, then its options
+        click.echo(ctx.get_help())
+        click.echo("\nCelery's worker options:\n")
+        app.worker_main(argv=["worker", "--help"])
+        return
     app.worker_main(argv=worker_argv(settings.queue, celery_args))

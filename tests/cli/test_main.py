@@ -28,9 +28,10 @@ def test_every_command_has_help() -> None:
     paths = all_command_paths()
     assert {p[0] for p in paths} == set(COMMANDS)
     for path in paths:
-        result = runner.invoke(cli, [*path, "--help"])
-        assert result.exit_code == 0, (path, result.output)
-        assert "Usage:" in result.output and len(result.output.splitlines()) > 3, path
+        for flag in ("--help", "-h"):
+            result = runner.invoke(cli, [*path, flag])
+            assert result.exit_code == 0, (path, flag, result.output)
+            assert "Usage:" in result.output and len(result.output.splitlines()) > 3, (path, flag)
 
 
 def test_unknown_command_fails() -> None:
