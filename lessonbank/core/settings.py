@@ -1,7 +1,10 @@
-"""Configuration: one `Settings` object, read from `LESSONBANK_*` environment variables and ``./.env``.
+"""Configuration: one `Settings` object, read from `LESSONBANK_*` environment variables.
 
 Entry points (the CLI group, the Celery app, the recorder's constructor defaults) build it once
-and pass it down; nothing else in the project reads the environment.
+and pass it down; nothing else in the project reads the environment. No file is read unless asked:
+the CLI and the worker read an env file named by ``--env-file`` or ``LESSONBANK_ENV_FILE``
+(``service_settings``), and a user's agent reads none (a ``.env`` in its working directory is the
+user's, not ours).
 
 A value that cannot work is refused when `Settings` is built, with a `ConfigurationError` of one
 line that names the environment variable and says what a valid value looks like. The worker's
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +108,7 @@ class Settings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
+        env_prefix=ENV_PREFIX, env_file=None, env_file_encoding="utf-8", env_ignore_empty=True,
         extra="ignore", populate_by_name=True,
     )
 
@@ -313,6 +317,24 @@ class Settings(BaseSettings):
     @property
     def resolved_qdrant_path(self) -> Path:
         return self.qdrant_path or self.data_dir / "qdrant"
+
+
+ENV_FILE_VARIABLE = f"{ENV_PREFIX}ENV_FILE"
+
+
+def service_settings(env_file: str | Path | None = None, **values: Any) -> Settings:
+    """Settings for the CLI and the worker service: the environment, over the env file named by ``env_file``
+    or else by ``LESSONBANK_ENV_FILE`` (the environment wins; none is read unless named). ConfigurationError
+    for a named file that cannot be read."""
+    named = env_file if env_file is not None else os.environ.get(ENV_FILE_VARIABLE) or None
+    path = Path(named) if named is not None else None
+    if path is not None:
+        try:
+            path.read_bytes()
+        except OSError as e:
+            raise ConfigurationError(f"the env file {path} (--env-file or {ENV_FILE_VARIABLE}) cannot be read "
+                                     f"({e.strerror or e})") from None
+    return Settings(_env_file=path, **values)  # type: ignore[call-arg]
 
 
 DERIVED = frozenset({"task_soft_time_limit", "task_time_limit", "visibility_timeout", "distill_lock_timeout"})

@@ -82,9 +82,19 @@ def test_a_bad_redis_url_option_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp
     assert result.output.startswith("Error: LESSONBANK_REDIS_URL must be a URL starting with redis://")
 
 
-def test_the_group_reads_dot_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_group_reads_an_env_file_only_when_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("LESSONBANK_MAX_LESSONS", raising=False)
+    monkeypatch.delenv("LESSONBANK_ENV_FILE", raising=False)
+    monkeypatch.setenv("LESSONBANK_REDIS_URL", "http://not-read-while-the-file-is-bad")
     (tmp_path / ".env").write_text("LESSONBANK_MAX_LESSONS=0\n")
-    result = CliRunner().invoke(cli, ["status"])
-    assert result.exit_code == 1 and result.output.startswith("Error: LESSONBANK_MAX_LESSONS must be")
+    (tmp_path / "service.env").write_text("LESSONBANK_MAX_LESSONS=0\n")
+    unasked = CliRunner().invoke(cli, ["status"])  # ./.env is not read: the Redis URL is what fails
+    assert unasked.exit_code == 1 and unasked.output.startswith("Error: LESSONBANK_REDIS_URL must be"), unasked.output
+    assert "MAX_LESSONS" not in unasked.output
+    for args, env in ((["--env-file", "service.env"], {}), ([], {"LESSONBANK_ENV_FILE": "service.env"})):
+        result = CliRunner().invoke(cli, [*args, "status"], env=env)
+        assert result.exit_code == 1 and "LESSONBANK_MAX_LESSONS must be" in result.output, args
+    missing = CliRunner().invoke(cli, ["--env-file", "nowhere.env", "status"])
+    assert missing.exit_code == 1
+    assert missing.output.startswith("Error: the env file nowhere.env (--env-file or LESSONBANK_ENV_FILE) cannot be")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lessonbank.core.exceptions import ConfigurationError
-from lessonbank.core.settings import DERIVED, Settings, env_var, expected
+from lessonbank.core.settings import DERIVED, Settings, env_var, expected, service_settings
 
 # (environment variable, bad value, the whole line it must give)
 BAD = [
@@ -121,20 +121,27 @@ def test_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> N
     assert settings.openai_base_url is None and settings.max_lessons == 5
 
 
-def test_dot_env_in_the_working_directory_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / ".env").write_text(
+def test_an_env_file_is_read_only_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("LESSONBANK_MAX_LESSONS=9\n")  # a user's own .env: never ours to read
+    (tmp_path / "lessonbank.env").write_text(
         "LESSONBANK_MAX_LESSONS=7\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\nLESSONBANK_QUEUE=from-file\n"
         "REDIS_PASSWORD=compose-only\n"
     )
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LESSONBANK_ENV_FILE", raising=False)
+    monkeypatch.delenv("LESSONBANK_MAX_LESSONS", raising=False)
     monkeypatch.setenv("LESSONBANK_QUEUE", "from-env")
-    settings = Settings()
+    assert Settings().max_lessons == 5 and service_settings().max_lessons == 5
+    settings = service_settings("lessonbank.env")
     assert settings.max_lessons == 7 and settings.openai_base_url == "http://127.0.0.1:9/v1"
     assert settings.queue == "from-env"  # the environment wins over the file
-    assert Settings(_env_file=None).max_lessons == 5  # what tests use: the file is not read
-    (tmp_path / ".env").write_text("LESSONBANK_MAX_LESSONS=-3\n")
+    monkeypatch.setenv("LESSONBANK_ENV_FILE", "lessonbank.env")
+    assert service_settings().max_lessons == 7 and Settings().max_lessons == 5  # only the service reads it
+    (tmp_path / "lessonbank.env").write_text("LESSONBANK_MAX_LESSONS=-3\n")
     with pytest.raises(ConfigurationError, match=r"^LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50"):
-        Settings()
+        service_settings()
+    with pytest.raises(ConfigurationError, match=r"^the env file missing.env \(--env-file or LESSONBANK_ENV_FILE\)"):
+        service_settings("missing.env")
 
 
 def test_env_var_names() -> None:
