@@ -144,10 +144,17 @@ class Settings(BaseSettings):
                                                                    "(a model that loops stops there).")
     llm_seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Sampling seed sent with every LLM call: "
                                  "a server that honours it samples the same way for the same prompt. Unset: none sent.")
-    max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
-    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, the "
-                                            "corrected lines of failed steps as observed fixes, and the structure "
-                                            "of printed tool results as observed shapes.")
+    distill_max_lessons: int = Field(
+        5, ge=1, le=50, validation_alias=AliasChoices(
+            "LESSONBANK_DISTILL_MAX_LESSONS", "distill_max_lessons", "LESSONBANK_MAX_LESSONS", "max_lessons"),
+        description="At most this many lessons the LLM distills from one run (not how many a run is given: "
+                    "remember(max_lessons=)).")
+    keep_observed: bool = Field(
+        True, validation_alias=AliasChoices(
+            "LESSONBANK_KEEP_OBSERVED", "keep_observed", "LESSONBANK_RECIPES", "recipes"),
+        description="Keep, without the LLM, the working code of runs that ended well as recipes, the corrected lines "
+                    "of failed steps as observed fixes, and the structure of tool results as observed shapes (not "
+                    "whether runs are given recipes: remember(recipes=)).")
     transcript_budget_chars: int = Field(
         12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
     )
@@ -240,6 +247,7 @@ class Settings(BaseSettings):
     )
 
     def __init__(self, **values: Any) -> None:
+        warn_deprecated(set(values) | set(os.environ))
         try:
             super().__init__(**values)
         except ValidationError as e:
@@ -320,6 +328,23 @@ class Settings(BaseSettings):
 
 
 ENV_FILE_VARIABLE = f"{ENV_PREFIX}ENV_FILE"
+# Old names still read for one release, with a warning: (environment variable, keyword) -> the new field.
+DEPRECATED = {
+    ("LESSONBANK_MAX_LESSONS", "max_lessons"): "distill_max_lessons",
+    ("LESSONBANK_RECIPES", "recipes"): "keep_observed",
+}
+
+
+def warn_deprecated(names: set[str], where: str = "") -> None:
+    """A FutureWarning (shown by default: operators set these) for each old name among ``names``."""
+    import warnings
+
+    for (variable, keyword), field in DEPRECATED.items():
+        if variable in names or keyword in names:
+            old = variable if variable in names else f"Settings({keyword}=)"
+            new = env_var(field) if variable in names else f"Settings({field}=)"
+            warnings.warn(f"{old}{where} is deprecated and will be removed in the next release: use {new}",
+                          FutureWarning, stacklevel=4)
 
 
 def service_settings(env_file: str | Path | None = None, **values: Any) -> Settings:
@@ -334,6 +359,9 @@ def service_settings(env_file: str | Path | None = None, **values: Any) -> Setti
         except OSError as e:
             raise ConfigurationError(f"the env file {path} (--env-file or {ENV_FILE_VARIABLE}) cannot be read "
                                      f"({e.strerror or e})") from None
+        from dotenv import dotenv_values
+
+        warn_deprecated({name for name in dotenv_values(path) if name}, f" in {path}")
     return Settings(_env_file=path, **values)  # type: ignore[call-arg]
 
 
