@@ -128,7 +128,7 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
             csv_path.write_text(SALES_CSV)
             task = TASK.format(path=csv_path)
             agent = make_agent(env, agent_kind == "llm", csv_path)
-            recorder = remember(agent, bank=BANK, settings=env.settings, check=right_total)
+            recorder = remember(agent, bank=BANK, settings=env.settings, judge=right_total)
             client = create_redis(env.settings, "cli")
             if agent_kind == "scripted":
                 click.secho(
@@ -171,7 +171,7 @@ def _write_report(env: DemoEnvironment, client: redis.Redis, store: LessonStoreP
     out = env.workdir / "report"
     write_report(out, document, report_tables(document), render_plots(document))
     click.echo(f"\nReport of bank {BANK!r}: {out / 'report.html'} (more runs: lessonbank report --bank B --out DIR)")
-    click.echo("Next: give your own agent memory with lessonbank.remember(agent, bank=..., check=...) — see the "
+    click.echo("Next: give your own agent memory with lessonbank.remember(agent, bank=..., judge=...) — see the "
                "README's Usage section.")
 
 
