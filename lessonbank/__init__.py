@@ -21,6 +21,7 @@ from lessonbank.core.settings import Settings
 
 if TYPE_CHECKING:
     from lessonbank.agent import feedback, remember
+    from lessonbank.bank import Bank
     from lessonbank.block import LessonsBlock, lessons_block
     from lessonbank.recorder.callback import StepRecorder
     from lessonbank.tools import memory_tools
@@ -31,6 +32,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 __all__ = [
+    "Bank",
     "Lesson",
     "LessonbankError",
     "LessonsBlock",
@@ -45,7 +47,8 @@ __all__ = [
 
 # name -> module, imported on first use (``build_instructions``: deprecated, not in ``__all__``)
 _LAZY = {
-    "remember": "lessonbank.agent", "feedback": "lessonbank.agent", "lessons_block": "lessonbank.block",
+    "remember": "lessonbank.agent", "feedback": "lessonbank.agent", "Bank": "lessonbank.bank",
+    "lessons_block": "lessonbank.block",
     "LessonsBlock": "lessonbank.block", "build_instructions": "lessonbank.block",
     "memory_tools": "lessonbank.tools", "StepRecorder": "lessonbank.recorder.callback",
 }
