@@ -28,7 +28,7 @@ def test_two_setup_commands_at_the_top() -> None:
     commands = re.findall(r"^    \$ (.+)$", top, re.M)
     assert len(commands) == 2
     demo, tests = commands
-    assert demo.endswith("lessonbank demo") and "pip install -e ." in demo
+    assert demo.endswith("lessonbank demo") and "pip install -e '.[local-llm]'" in demo  # the worker and the LLM
     assert tests.endswith("python -m pytest") and "'.[dev]'" in tests
     for command in commands:  # PEP 668: both make and use a virtual environment, with what Debian must add
         assert "python3 -m venv .venv && . .venv/bin/activate" in command

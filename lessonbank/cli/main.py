@@ -10,6 +10,7 @@ import click
 
 from lessonbank.cli.context import CliContext
 from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.extras import missing_extra
 from lessonbank.core.settings import service_settings
 
 # command name -> "module:attribute"; a command's module is imported only when it is used (or listed).
@@ -41,9 +42,24 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attribute = target.split(":")
-        command = getattr(importlib.import_module(module), attribute)
+        try:
+            command = getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as e:
+            if (e.name or "").startswith("lessonbank"):
+                raise
+            return _needs_extra(cmd_name, missing_extra(e, f"`lessonbank {cmd_name}`"))
         assert isinstance(command, click.Command)
         return command
+
+
+def _needs_extra(name: str, error: ConfigurationError) -> click.Command:
+    """A stand-in for a command whose module needs an extra that is not installed: it says which."""
+    def explain() -> None:
+        raise click.ClickException(str(error))
+
+    needs = f"(needs {str(error).rsplit(': ', 1)[-1]})"
+    return click.Command(name, callback=explain, help=str(error), short_help=needs,
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

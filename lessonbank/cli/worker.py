@@ -10,6 +10,7 @@ import click
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.extras import missing_extra
 
 DEFAULT_LOGLEVEL = "INFO"
 
@@ -50,12 +51,17 @@ def worker(ctx: click.Context, cli_ctx: CliContext, celery_args: tuple[str, ...]
         settings.check_worker_limits()
         if not wants_help:
             settings.check_llm_endpoint()
-        from lessonbank.workers.app import app, configure
-
+        try:
+            import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
+            from lessonbank.workers.app import app, configure
+        except ModuleNotFoundError as e:
+            if wants_help:
+                click.echo(ctx.get_help() + "\n\n" + str(missing_extra(e, "Celery's options")))
+                return
+            raise missing_extra(e, "`lessonbank worker`") from e
         configure(app, settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
-    import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
 
     if wants_help:  # Celery's worker knows --help only: ours first, then its options
         click.echo(ctx.get_help())

@@ -34,6 +34,7 @@ from lessonbank.core import exceptions
 from lessonbank.core.connections import REDIS_AWAY, RedisClock, checked, create_redis, exchange, redis_trouble
 from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
+from lessonbank.core.extras import missing_extra
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec
 
@@ -62,10 +63,13 @@ def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -
     ``RemoteLessonStore`` that forwards calls to the worker owning the embedded path.
     """
     if settings.qdrant_url:
-        from qdrant_client import QdrantClient
+        try:
+            from qdrant_client import QdrantClient
 
-        from lessonbank.core.embeddings import embedder_from_settings
-        from lessonbank.core.store.qdrant import LessonStore
+            from lessonbank.core.embeddings import embedder_from_settings
+            from lessonbank.core.store.qdrant import LessonStore
+        except ModuleNotFoundError as e:
+            raise missing_extra(e, "a Qdrant server (LESSONBANK_QDRANT_URL)") from e
 
         api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         client = QdrantClient(url=settings.qdrant_url, api_key=api_key, check_compatibility=False)
