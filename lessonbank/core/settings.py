@@ -133,10 +133,13 @@ class Settings(BaseSettings):
 
     # LLM (the standard OpenAI variables, no prefix)
     openai_base_url: HttpUrl | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "LESSONBANK_OPENAI_BASE_URL")
+        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "LESSONBANK_OPENAI_BASE_URL"),
+        description="OpenAI-compatible endpoint of the distilling LLM (the standard variable). The worker needs it "
+                    "or OPENAI_API_KEY.",
     )
     openai_api_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_API_KEY", "LESSONBANK_OPENAI_API_KEY")
+        None, validation_alias=AliasChoices("OPENAI_API_KEY", "LESSONBANK_OPENAI_API_KEY"),
+        description="Its API key (the standard variable); alone, it means api.openai.com. Never logged or recorded.",
     )
     distill_model: Name = Field("gpt-4o-mini", description="Chat model that distills runs into lessons.")
     llm_timeout: Seconds = Field(120.0, description="Seconds one LLM call may take.")
