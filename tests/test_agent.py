@@ -432,9 +432,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @pytest.mark.slow
-def test_the_readme_usage_example_runs_as_written(redis_url: str, embed_model_path: Path, tmp_path: Path,
+def test_the_readme_quickstart_runs_as_written(redis_url: str, embed_model_path: Path, tmp_path: Path,
                                                   openai_server: FakeOpenAI, redis_client: redis.Redis) -> None:
-    usage = README.read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
+    usage = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     [example] = [block for block in re.findall(r"```python\n(.*?)```", usage, re.S) if "OpenAIServerModel" in block]
     openai_server.script(
         Reply(content=code_reply("import csv, io\nrows = list(csv.DictReader(io.StringIO(read_file('sales.csv')), "
