@@ -69,11 +69,11 @@ def delete_cmd(cli: CliContext, bank_option: str | None, bank_argument: str | No
 
     if (bank_option is None) == (bank_argument is None):
         raise fail("name the bank to delete with --bank BANK (once)")
+    bank = checked_bank(bank_option if bank_option is not None else str(bank_argument),
+                        "--bank" if bank_option is not None else "BANK")
     if bank_argument is not None:
         click.echo("Warning: `banks delete BANK` is deprecated and will be removed in the next release; use "
                    "`banks delete --bank BANK`, as every other command names its bank.", err=True)
-    bank = checked_bank(bank_option if bank_option is not None else str(bank_argument),
-                        "--bank" if bank_option is not None else "BANK")
     client = cli.redis()
     settings = cli.settings
     with cli_store(cli) as store:
