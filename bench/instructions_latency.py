@@ -121,7 +121,7 @@ store.close()
 
 AGENT_SCRIPT = """
 import json, sys, time
-from lessonbank.agent import build_instructions
+from lessonbank.block import lessons_block
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.remote import RemoteLessonStore
 
@@ -132,7 +132,7 @@ print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:  # one task per line; the reply follows at once, so the bench can pair it with its baseline
     task = json.loads(line)
     started = time.perf_counter()
-    text = build_instructions(task, bank, store=store, settings=settings)
+    text = lessons_block(task, bank, store=store, settings=settings).text
     ms = (time.perf_counter() - started) * 1000
     print(json.dumps({"ms": ms, "given": text.count("\\n- ")}), flush=True)
 heavy = [name for name in HEAVY if name in sys.modules]
@@ -351,10 +351,10 @@ def measure_size(size: int, args: argparse.Namespace, real: FastEmbedEmbedder, c
     store = EdgeLessonStore(path, pooled)
     given_edge = [{x.id for x in compose_instructions(store, task, BANK, min_relevance=settings.min_relevance)[1]}
                   for task in tasks]
-    from lessonbank.agent import build_instructions
+    from lessonbank.block import lessons_block
 
     in_process_embedding, in_process = paired(args.repeats, tasks, baseline, elapsed_ms(
-        lambda t: build_instructions(t, BANK, store=store, settings=settings)))
+        lambda t: lessons_block(t, BANK, store=store, settings=settings).text))
     rank_only = timed(args.repeats, tasks, lambda t: store.rank(BANK, t, limit=24, min_similarity=0.2))
     vector = real.embed([tasks[0]])[0]
     import qdrant_edge as qe

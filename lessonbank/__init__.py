@@ -20,7 +20,9 @@ from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.settings import Settings
 
 if TYPE_CHECKING:
-    from lessonbank.agent import build_instructions, feedback, remember
+    from lessonbank.agent import feedback, remember
+    from lessonbank.bank import Bank
+    from lessonbank.block import LessonsBlock, lessons_block
     from lessonbank.recorder.callback import StepRecorder
     from lessonbank.tools import memory_tools
 
@@ -30,31 +32,34 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 __all__ = [
+    "Bank",
     "Lesson",
     "LessonbankError",
+    "LessonsBlock",
     "Settings",
     "StepRecord",
     "StepRecorder",
-    "build_instructions",
     "feedback",
+    "lessons_block",
     "memory_tools",
     "remember",
 ]
 
+# name -> module, imported on first use (``build_instructions``: deprecated, not in ``__all__``)
+_LAZY = {
+    "remember": "lessonbank.agent", "feedback": "lessonbank.agent", "Bank": "lessonbank.bank",
+    "lessons_block": "lessonbank.block",
+    "LessonsBlock": "lessonbank.block", "build_instructions": "lessonbank.block",
+    "memory_tools": "lessonbank.tools", "StepRecorder": "lessonbank.recorder.callback",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name in ("remember", "build_instructions", "feedback"):
-        from lessonbank import agent
+    module = _LAZY.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(agent, name)
-    if name == "memory_tools":
-        from lessonbank.tools import memory_tools
-
-        return memory_tools
-    if name == "StepRecorder":
-        from lessonbank.recorder.callback import StepRecorder
-
-        return StepRecorder
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'lessonbank' has no attribute {name!r}")
 
 

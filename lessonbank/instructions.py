@@ -433,7 +433,7 @@ def compose_instructions(
     """The lessons block for ``task`` and the lessons it holds, without recording anything
     (``max_recipes=0``: prose lessons only; ``tools``: the agent's, when known).
 
-    Raises the store's errors; ``build_instructions`` is the forgiving entry point.
+    Raises the store's errors; ``lessonbank.block.lessons_block`` is the forgiving entry point.
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
                            max_recipes=max_recipes, tools=tools)

@@ -26,6 +26,7 @@ import redis
 from lessonbank.core.connections import REDIS_AWAY, checked, create_redis, exchange
 from lessonbank.core.constants import STORE_OWNER_KEY
 from lessonbank.core.exceptions import ServiceUnavailable
+from lessonbank.core.extras import missing_extra
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 
@@ -163,8 +164,13 @@ class LessonSource:
             self._tell(state, "told_local", "lessonbank: no worker answered for the lesson store at %s within %gs: "
                        "runs are recorded, but nothing distills them into lessons. %s", path, wait, start)
             raise ServiceUnavailable(f"no worker answered for the lesson store at {path}, which holds no lessons yet")
-        from lessonbank.core.store.local import open_local_store  # the embedded engine: loaded only to read it
-
+        try:
+            from lessonbank.core.store.local import open_local_store  # the embedded engine: loaded only to read it
+        except ModuleNotFoundError as e:  # the light install: lessons come only through a worker
+            self._tell(state, "told_local", "lessonbank: no worker answered for the lesson store at %s within %gs, "
+                       "so runs start without lessons (this process cannot read the store itself: %s). %s", path,
+                       wait, missing_extra(e, "reading the store without a worker"), start)
+            raise ServiceUnavailable(f"no worker answered for the lesson store at {path}") from None
         try:
             store = open_local_store(self.settings)
         except ServiceUnavailable:

@@ -29,6 +29,7 @@ from smolagents import Tool
 
 from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key
+from lessonbank.core.exceptions import InvalidArgument
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind
 from lessonbank.core.publish import publish
 from lessonbank.core.redact import Redactor
@@ -70,11 +71,11 @@ def with_bank(tool_dict: dict[str, Any], tool: Any) -> dict[str, Any]:
 
 def recall(tool: Any, query: Any, limit: Any) -> str:
     if not isinstance(query, str) or not query.strip():
-        raise ValueError("recall_lessons needs a non-empty 'query' string describing what you want to know.")
+        raise InvalidArgument("recall_lessons needs a non-empty 'query' string describing what you want to know.")
     if limit is None:
         limit = DEFAULT_RECALL_LIMIT
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_LIMIT:
-        raise ValueError(f"'limit' must be a whole number from 1 to {MAX_RECALL_LIMIT} (got {limit!r}).")
+        raise InvalidArgument(f"'limit' must be a whole number from 1 to {MAX_RECALL_LIMIT} (got {limit!r}).")
     bank, settings = tool_bank(tool), _settings(tool)
     if tool.source is None:
         tool.source = LessonSource(settings, store=tool.store)
@@ -106,12 +107,12 @@ def check_lesson(tool: Any, lesson: Any, kind: Any) -> tuple[str, LessonKind]:
     """The cleaned (text, kind), or ValueError with a message the model can act on."""
     kind = "fact" if kind is None else kind
     if not isinstance(kind, str) or kind.strip().lower() not in LESSON_KINDS:
-        raise ValueError(f"'kind' must be one of 'fact', 'approach' or 'failure' (got {kind!r}).")
+        raise InvalidArgument(f"'kind' must be one of 'fact', 'approach' or 'failure' (got {kind!r}).")
     if not isinstance(lesson, str) or not lesson.strip():
-        raise ValueError("'lesson' must be a non-empty string: one or two self-contained sentences.")
+        raise InvalidArgument("'lesson' must be a non-empty string: one or two self-contained sentences.")
     text = " ".join(lesson.split())
     if len(text) > MAX_LESSON_CHARS:
-        raise ValueError(
+        raise InvalidArgument(
             f"The lesson is {len(text)} characters long; keep it to at most {MAX_LESSON_CHARS}: "
             "one or two sentences with the essential point."
         )

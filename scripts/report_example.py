@@ -63,7 +63,7 @@ def main(runs: int, holdout: float, seed: int, model_key: str, out: Path, size: 
         csv_path = env.workdir / "sales.csv"
         csv_path.write_text(SALES_CSV)
         agent = make_agent(env, False, csv_path)
-        recorder = remember(agent, bank=BANK, settings=env.settings, check=right_total, holdout=holdout, seed=seed)
+        recorder = remember(agent, bank=BANK, settings=env.settings, judge=right_total, holdout=holdout, seed=seed)
         client = create_redis(env.settings, "cli")
         for number in range(1, runs + 1):
             view = run_once(agent, TASK.format(path=csv_path), recorder)

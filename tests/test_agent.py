@@ -253,7 +253,7 @@ def test_check_records_the_verdict_with_the_run(settings: Settings, store: Lesso
         return answer == "right"
 
     agent, model, probe = make_agent(settings, store)
-    recorder = remember(agent, bank="team", settings=settings, store=store, check=check)
+    recorder = remember(agent, bank="team", settings=settings, store=store, judge=check)
     try:
         agent.run(CSV_TASK)  # the probe answers "ok"
         state = run_hash(redis_client, recorder.run_id(agent) or "")
@@ -272,13 +272,27 @@ def test_a_raising_check_leaves_no_verdict_and_never_breaks_the_run(settings: Se
         raise RuntimeError("the user's check has a bug")
 
     agent, model, probe = make_agent(settings, store)
-    recorder = remember(agent, bank="team", settings=settings, store=store, check=broken)
+    recorder = remember(agent, bank="team", settings=settings, store=store, judge=broken)
     try:
         assert agent.run(CSV_TASK) == "ok"
         state = run_hash(redis_client, recorder.run_id(agent) or "")
         assert "verdict" not in state and "check" not in state
     finally:
         recorder.close()
+
+
+def test_check_is_a_deprecated_name_of_judge(settings: Settings, store: LessonStore,
+                                           redis_client: redis.Redis) -> None:
+    agent, model, probe = make_agent(settings, store)
+    with pytest.warns(DeprecationWarning, match="judge="):
+        recorder = remember(agent, bank="team", settings=settings, store=store, check=lambda answer: answer == "ok")
+    try:
+        agent.run(CSV_TASK)
+        assert run_hash(redis_client, recorder.run_id(agent) or "")["verdict"] == "success"
+    finally:
+        recorder.close()
+    with pytest.raises(ValueError, match="judge= only"):
+        remember(make_agent(settings, store)[0], bank="team", settings=settings, store=store, check=bool, judge=bool)
 
 
 def test_holdout_runs_get_no_lessons_and_are_recorded_as_control(settings: Settings, store: LessonStore,
@@ -418,9 +432,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @pytest.mark.slow
-def test_the_readme_usage_example_runs_as_written(redis_url: str, embed_model_path: Path, tmp_path: Path,
+def test_the_readme_quickstart_runs_as_written(redis_url: str, embed_model_path: Path, tmp_path: Path,
                                                   openai_server: FakeOpenAI, redis_client: redis.Redis) -> None:
-    usage = README.read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
+    usage = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     [example] = [block for block in re.findall(r"```python\n(.*?)```", usage, re.S) if "OpenAIServerModel" in block]
     openai_server.script(
         Reply(content=code_reply("import csv, io\nrows = list(csv.DictReader(io.StringIO(read_file('sales.csv')), "
@@ -471,7 +485,7 @@ def test_a_check_never_stalls_the_run_when_redis_hangs(own_redis: RedisServer, t
     checked: list[Any] = []
     agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code(41)), verbosity_level=0)
     recorder = remember(agent, bank="team", settings=settings, holdout=0.999999, seed=1,
-                        check=lambda answer: checked.append(answer) or answer == 42)
+                        judge=lambda answer: checked.append(answer) or answer == 42)
     try:
         own_redis.freeze()
         started = time.monotonic()
@@ -491,7 +505,7 @@ def test_a_checks_verdict_given_while_redis_is_away_reaches_the_run_with_its_rec
                         openai_api_key=None)
     agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code(41)), verbosity_level=0)
     recorder = remember(agent, bank="team", settings=settings, holdout=0.999999, seed=1,
-                        check=lambda answer: answer == 42)
+                        judge=lambda answer: answer == 42)
     try:
         own_redis.stop()
         started = time.monotonic()

@@ -39,11 +39,12 @@ def test_every_exported_name_resolves(name: str) -> None:
 
 
 def test_exported_callables_are_the_real_ones() -> None:
-    from lessonbank.agent import build_instructions, remember
+    from lessonbank.agent import remember
+    from lessonbank.block import build_instructions, lessons_block
     from lessonbank.recorder.callback import StepRecorder
     from lessonbank.tools import memory_tools
 
-    assert lessonbank.build_instructions is build_instructions
+    assert lessonbank.build_instructions is build_instructions and lessonbank.lessons_block is lessons_block
     assert lessonbank.remember is remember
     assert lessonbank.memory_tools is memory_tools
     assert lessonbank.StepRecorder is StepRecorder

@@ -227,7 +227,7 @@ def run_once(endpoints: Endpoints, arm: FamilyArm, family: Family, variant: Fami
 
         assert settings is not None
         judge = (lambda answer: check(variant, answer)) if arm.verdict == "check" else None
-        recorder = lessonbank.remember(agent, bank=bank, settings=settings, check=judge)
+        recorder = lessonbank.remember(agent, bank=bank, settings=settings, judge=judge)
     evict_prompt_cache(endpoints.tool_url if arm.agent == "tca" else endpoints.code_url, endpoints)
     started = time.monotonic()
     answer: Any = None

@@ -162,9 +162,9 @@ def attach_memory(
     import lessonbank
 
     try:
-        return lessonbank.remember(agent, bank=bank, settings=settings, check=check, **arm.remember_kwargs), True
+        return lessonbank.remember(agent, bank=bank, settings=settings, judge=check, **arm.remember_kwargs), True
     except TypeError as e:
-        if "check" not in str(e):
+        if "judge" not in str(e):
             raise
         logger.warning("lessonbank.remember has no check= yet (%s); remembering without it", e)
         return lessonbank.remember(agent, bank=bank, settings=settings, **arm.remember_kwargs), False

@@ -56,17 +56,25 @@ def list_cmd(cli: CliContext, as_json: bool) -> None:
 
 
 @banks.command("delete")
-@click.argument("bank")
+@click.option("--bank", "-b", "bank_option", default=None,
+              help="The bank to delete (named here, never taken from LESSONBANK_BANK).")
+@click.argument("bank_argument", metavar="[BANK]", required=False)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @pass_cli
-def delete_cmd(cli: CliContext, bank: str, yes: bool) -> None:
-    """Delete BANK for good: its lessons (any status) from the store, and from Redis its runs (steps,
-    checkpoints, summaries), the dead letters of its runs, lessons its agents handed in that still wait,
-    its tasks still queued, its purged-lesson tombstones and its lock. Nothing of it can be restored but
-    from a backup (`banks export`)."""
+def delete_cmd(cli: CliContext, bank_option: str | None, bank_argument: str | None, yes: bool) -> None:
+    """Delete the bank named by --bank for good (BANK as an argument is its deprecated form): its lessons
+    (any status) from the store, and from Redis its runs (steps, checkpoints, summaries), the dead letters
+    of its runs, lessons its agents handed in that still wait, its tasks still queued, its purged-lesson
+    tombstones and its lock. Nothing of it can be restored but from a backup (`banks export`)."""
     from lessonbank.core import purge
 
-    bank = checked_bank(bank, "BANK")
+    if (bank_option is None) == (bank_argument is None):
+        raise fail("name the bank to delete with --bank BANK (once)")
+    bank = checked_bank(bank_option if bank_option is not None else str(bank_argument),
+                        "--bank" if bank_option is not None else "BANK")
+    if bank_argument is not None:
+        click.echo("Warning: `banks delete BANK` is deprecated and will be removed in the next release; use "
+                   "`banks delete --bank BANK`, as every other command names its bank.", err=True)
     client = cli.redis()
     settings = cli.settings
     with cli_store(cli) as store:

@@ -15,7 +15,7 @@ import click
 import redis
 
 from lessonbank.core.connections import create_redis, masked_url
-from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.exceptions import ConfigurationError, LessonbankError
 from lessonbank.core.models import MAX_BANK_CHARS, validate_bank
 from lessonbank.core.settings import Settings
 
@@ -67,6 +67,15 @@ def redis_errors(doing: str) -> Iterator[None]:
         yield
     except redis.RedisError as e:
         raise fail(f"Redis failed while {doing}", e) from e
+
+
+@contextmanager
+def bank_errors() -> Iterator[None]:
+    """A ``LessonbankError`` of a ``Bank`` call in the block becomes a one-line error."""
+    try:
+        yield
+    except LessonbankError as e:
+        raise fail(str(e)) from e
 
 
 def data_dir_failure(settings: Settings, error: OSError) -> click.ClickException:

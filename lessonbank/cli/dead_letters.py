@@ -6,6 +6,7 @@ import click
 import redis
 
 from lessonbank.cli.context import CliContext, echo_json, fail, json_option, pass_cli, resolve_ids
+from lessonbank.core.exceptions import NotFound
 from lessonbank.core.models import MAX_BANK_CHARS
 
 
@@ -60,12 +61,12 @@ def retry_cmd(cli_ctx: CliContext, run_ids: tuple[str, ...], retry_all: bool) ->
     for rid in chosen:
         try:
             deadletters.retry(client, rid, queue)
-        except KeyError:
-            raise fail(f"no dead letter for run {rid}") from None
         except deadletters.StepsExpired:
             failed.append(rid)
             click.echo(f"{rid}: its steps have expired; cannot retry", err=True)
             continue
+        except NotFound:
+            raise fail(f"no dead letter for run {rid}") from None
         except redis.RedisError as e:
             raise fail(f"cannot send run {rid} to the workers", e) from e
         click.echo(f"{rid}: sent to the workers")

@@ -105,7 +105,8 @@ def _distill(env: DemoEnvironment, client: redis.Redis, run_id: str, number: int
 @click.command("demo")
 @click.option(
     "--model", "model_key", type=click.Choice(sorted(local_llm.MODELS)), default=None,
-    help="Local model that distills (default: LESSONBANK_LOCAL_LLM_MODEL, 1.5b). Unused with OPENAI_BASE_URL.",
+    help="Local model that distills (default: LESSONBANK_LOCAL_LLM_MODEL, 1.5b). Unused when OPENAI_BASE_URL or "
+         "OPENAI_API_KEY is set.",
 )
 @click.option(
     "--agent", "agent_kind", type=click.Choice(["scripted", "llm"]), default="scripted", show_default=True,
@@ -116,8 +117,10 @@ def _distill(env: DemoEnvironment, client: redis.Redis, run_id: str, number: int
 def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float) -> None:
     """Run an agent twice on a task with a trap; the second run starts with what the first learnt.
 
-    Starts (or reuses) Redis, starts a worker and the local LLM (unless OPENAI_BASE_URL is set), and
-    stops everything it started at the end or on Ctrl-C.
+    Starts (or reuses) Redis and starts a worker. The LLM is yours when OPENAI_BASE_URL and/or
+    OPENAI_API_KEY is set (LESSONBANK_DISTILL_MODEL names the model): nothing is built or fetched. Only
+    when neither is set does it run a local LLM (a 1 GB download and a build the first time, said before
+    it starts). Stops everything it started at the end or on Ctrl-C.
     """
     settings = obj.settings
     click.secho(RULE + "\nlessonbank demo: memory across runs for a smolagents CodeAgent\n" + RULE, bold=True)
@@ -128,7 +131,7 @@ def demo(obj: CliContext, model_key: str | None, agent_kind: str, timeout: float
             csv_path.write_text(SALES_CSV)
             task = TASK.format(path=csv_path)
             agent = make_agent(env, agent_kind == "llm", csv_path)
-            recorder = remember(agent, bank=BANK, settings=env.settings, check=right_total)
+            recorder = remember(agent, bank=BANK, settings=env.settings, judge=right_total)
             client = create_redis(env.settings, "cli")
             if agent_kind == "scripted":
                 click.secho(
@@ -171,7 +174,7 @@ def _write_report(env: DemoEnvironment, client: redis.Redis, store: LessonStoreP
     out = env.workdir / "report"
     write_report(out, document, report_tables(document), render_plots(document))
     click.echo(f"\nReport of bank {BANK!r}: {out / 'report.html'} (more runs: lessonbank report --bank B --out DIR)")
-    click.echo("Next: give your own agent memory with lessonbank.remember(agent, bank=..., check=...) — see the "
+    click.echo("Next: give your own agent memory with lessonbank.remember(agent, bank=..., judge=...) — see the "
                "README's Usage section.")
 
 

@@ -6,19 +6,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast, get_args
+from typing import IO, TYPE_CHECKING, get_args
 
 import click
 
-from lessonbank.cli.context import CliContext, bank_option, echo_json, fail, json_option, pass_cli, redis_errors
+from lessonbank.bank import RELEASABLE, Bank
+from lessonbank.cli.context import (
+    CliContext,
+    bank_errors,
+    bank_option,
+    echo_json,
+    fail,
+    json_option,
+    pass_cli,
+    redis_errors,
+)
 from lessonbank.cli.store_access import EVERY_LESSON, cli_store, find_lessons
 from lessonbank.core import purge
-from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.models import (
     LESSON_KINDS,
-    RELEASED_BY_USER,
     Lesson,
-    LessonKind,
     LessonOrigin,
     LessonStatus,
     lesson_id,
@@ -26,13 +33,11 @@ from lessonbank.core.models import (
 from lessonbank.learn import render
 
 if TYPE_CHECKING:
-    from lessonbank.cli.intake import Checked, Intake
+    from lessonbank.cli.intake import Intake
     from lessonbank.core.store.protocol import LessonStoreProtocol
 
 __all__ = ["bank_option", "json_option", "lessons"]
 
-IMPORT_BATCH = 64
-RELEASABLE = frozenset({"quarantined", "retired"})
 STATUSES: tuple[str, ...] = get_args(LessonStatus)
 TEXT_CHARS = 300
 
@@ -82,12 +87,8 @@ def lessons() -> None:
 def list_cmd(cli: CliContext, bank: str, limit: int, include_inactive: bool, statuses: tuple[str, ...],
              as_json: bool) -> None:
     """The lessons of a bank, most recently seen first (active ones unless --all or --status)."""
-    with cli_store(cli) as store:
-        if statuses:
-            found = [lesson for lesson in store.list(bank, limit=EVERY_LESSON, include_inactive=True)
-                     if lesson.status in statuses][:limit]
-        else:
-            found = store.list(bank, limit=limit, include_inactive=include_inactive)
+    with bank_errors():
+        found = Bank.of_cli(cli, bank).list(limit, include_inactive=include_inactive, statuses=statuses)
     _print_lessons(found, as_json)
 
 
@@ -101,8 +102,8 @@ def search_cmd(cli: CliContext, bank: str, query: str, limit: int, as_json: bool
     """The active lessons of a bank that best match QUERY (hybrid dense + lexical search)."""
     if not query.strip():
         raise fail("QUERY must not be empty")
-    with cli_store(cli) as store:
-        found = store.search(bank, query, limit=limit)
+    with bank_errors():
+        found = Bank.of_cli(cli, bank).search(query, limit=limit)
     _print_lessons([lesson for lesson, _ in found], as_json, [score for _, score in found])
 
 
@@ -146,24 +147,12 @@ def add_cmd(cli: CliContext, bank: str, kind: str, tags: tuple[str, ...], allow:
     """Add a lesson of your own: one or two self-contained sentences. Runs get it without waiting for
     evidence, so it passes the quality gate and the secret check first; one that carries a URL, an
     e-mail address or asks to send data somewhere waits in quarantine for `lessons release`."""
-    checked = _intake(cli, bank, "added").check(Lesson.new(bank, cast(LessonKind, kind), text, tags=list(tags)))
-    if checked.lesson is None:
-        raise fail(f"lesson refused: {checked.refused}")
-    lesson = checked.lesson
-    client = cli.redis()
-    with redis_errors(f"reading the purged lessons of bank {bank!r}"):
-        purged = purge.purged_ids(client, bank, [lesson.id])
-    if purged and not allow:
-        raise fail(f"this lesson ({lesson.id}) was purged from bank {bank!r}; pass --allow to learn it again")
-    with cli_store(cli) as store:
-        existing = store.get(bank, [lesson.id])
-        if existing:
-            click.echo(f"Lesson {lesson.id} is already in bank {bank!r} ({existing[0].status}); nothing added.")
-            return
-        store.upsert([lesson])
-    with redis_errors(f"removing the tombstone of lesson {lesson.id} (added; purged until `lessons unforget`)"):
-        purge.remove_tombstones(client, bank, purged)
-    if checked.quarantined:
+    with bank_errors():
+        added = Bank.of_cli(cli, bank).add(text, kind, tags=tags, allow=allow)
+    lesson = added.lesson
+    if not added.created:
+        click.echo(f"Lesson {lesson.id} is already in bank {bank!r} ({lesson.status}); nothing added.")
+    elif added.quarantined:
         click.echo(f"Added lesson {lesson.id} to bank {bank!r}, quarantined ({lesson.status_reason}): no run gets it "
                    f"until `lessonbank lessons release --bank {bank} {lesson.id[:8]}`.")
     else:
@@ -192,7 +181,8 @@ def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: s
     """
     if bool(lesson_ids) == bool(query and query.strip()):
         raise fail("give either lesson ids or --query (exactly one of them)")
-    client = cli.redis() if purge_ else None
+    if purge_:
+        cli.redis()  # a purge needs Redis: say so before asking anything
     with cli_store(cli) as store:
         targets = _forget_targets(store, bank, lesson_ids, query, limit, cli.settings.min_relevance)
         if not targets:
@@ -201,37 +191,24 @@ def forget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], query: s
         for lesson in targets:
             click.echo(_line(lesson))
         ids = [lesson.id for lesson in targets]
-        if client is None:
-            if not yes:
-                click.confirm(f"Forget these {len(targets)} lesson(s) of bank {bank!r}?", abort=True)
-            with _bank_steady(cli, bank):
-                click.echo(f"Forgot {store.set_status(bank, ids, 'forgotten', cause='forgotten')} lesson(s).")
-            return
         if not yes:
-            click.confirm(f"Purge these {len(targets)} lesson(s) of bank {bank!r} for good?", abort=True)
-        wait = cli.settings.distill_lock_timeout
-        try:
-            with redis_errors(f"purging lessons of bank {bank!r} (run the command again)"):
-                purge.add_tombstones(client, bank, ids)  # first: the text cannot come back while the points go
-                with purge.bank_held(client, bank, wait=wait, hold=wait):  # no worker reinforces one as it goes
-                    removed = store.delete(bank, ids)
-        except ServiceUnavailable as e:
-            raise fail(str(e)) from e
-    click.echo(f"Purged {removed} lesson(s) for good; `lessonbank lessons unforget --bank {bank} ID` lets the same "
+            what = "Purge these" if purge_ else "Forget these"
+            click.confirm(f"{what} {len(targets)} lesson(s) of bank {bank!r}{' for good' if purge_ else ''}?",
+                          abort=True)
+    with bank_errors():
+        changed = Bank.of_cli(cli, bank).forget(*ids, purge=purge_)
+    if not purge_:
+        click.echo(f"Forgot {changed} lesson(s).")
+        return
+    click.echo(f"Purged {changed} lesson(s) for good; `lessonbank lessons unforget --bank {bank} ID` lets the same "
                "text be learnt again.")
 
 
 @contextmanager
 def _bank_steady(cli: CliContext, bank: str) -> Iterator[None]:
-    """The bank's consolidation lock while lessons' statuses change: a worker reinforcing a lesson writes it
-    whole, with the status it read, and would undo a forget (or a release) made between its read and its
-    write. Without Redis (no worker consolidates then) the change goes ahead."""
-    wait = cli.settings.distill_lock_timeout
-    try:
-        with redis_errors(f"locking bank {bank!r}"), purge.bank_held(cli.redis(), bank, wait, wait, unless_away=True):
-            yield
-    except ServiceUnavailable as e:
-        raise fail(str(e)) from e
+    """``Bank.steady``: the bank's consolidation lock while lessons' statuses change."""
+    with bank_errors(), Bank.of_cli(cli, bank).steady():
+        yield
 
 
 def _forget_targets(
@@ -293,17 +270,16 @@ def unforget_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], text: 
 def release_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], yes: bool) -> None:
     """Release quarantined or retired lessons: you vouch for them, and runs get them from now on (a
     released lesson is not retired again for going unapplied, only if runs that apply it fail)."""
-    with cli_store(cli) as store:
-        found, _ = find_lessons(store, bank, lesson_ids)
+    with bank_errors():
+        lessons_ = Bank.of_cli(cli, bank)
+        found = lessons_.get(*lesson_ids)
         for lesson in found:
             if lesson.status not in RELEASABLE:
                 raise fail(f"lesson {lesson.id} is {lesson.status}, not quarantined or retired")
             click.echo(_line(lesson))
         if not yes:
             click.confirm(f"Hand these {len(found)} lesson(s) to the runs of bank {bank!r}?", abort=True)
-        with _bank_steady(cli, bank):
-            changed = store.set_status(bank, [lesson.id for lesson in found], "active", reason=RELEASED_BY_USER,
-                                       cause="released")
+        changed = lessons_.release(*[lesson.id for lesson in found])
     click.echo(f"Released {changed} lesson(s).")
 
 
@@ -334,9 +310,8 @@ def purged_cmd(cli: CliContext, bank: str, as_json: bool) -> None:
 @pass_cli
 def export_cmd(cli: CliContext, bank: str, output: Path | None, include_inactive: bool, limit: int) -> None:
     """Write the lessons of a bank as JSONL (one Lesson per line, UTF-8): what `lessons import` reads."""
-    with cli_store(cli) as store:
-        found = store.list(bank, limit=limit, include_inactive=include_inactive)
-    lines = "".join(lesson.to_json() + "\n" for lesson in found)  # a time that is not finite becomes null
+    with bank_errors():
+        lines = Bank.of_cli(cli, bank).export(include_inactive=include_inactive, limit=limit)
     if output is None:
         click.echo(lines, nl=False)
         return
@@ -344,21 +319,7 @@ def export_cmd(cli: CliContext, bank: str, output: Path | None, include_inactive
         output.write_text(lines, encoding="utf-8")
     except OSError as e:
         raise fail(f"cannot write {output}", e) from e
-    click.echo(f"Exported {len(found)} lesson(s) of bank {bank!r} to {output}.", err=True)
-
-
-def _admissible(checked: list[tuple[int, Checked]]) -> tuple[list[Lesson], list[str]]:
-    """The lessons to write (first of each id) and one message per line left out."""
-    lessons_: dict[str, Lesson] = {}
-    notes: list[str] = []
-    for number, item in checked:
-        if item.lesson is None:
-            notes.append(f"line {number} skipped: {item.refused}")
-        elif item.lesson.id in lessons_:
-            notes.append(f"line {number} skipped: the same lesson as an earlier line")
-        else:
-            lessons_[item.lesson.id] = item.lesson
-    return list(lessons_.values()), notes
+    click.echo(f"Exported {lines.count(chr(10))} lesson(s) of bank {bank!r} to {output}.", err=True)
 
 
 @lessons.command("import")
@@ -375,33 +336,13 @@ def import_cmd(cli: CliContext, bank: str, allow: bool, source: IO[bytes]) -> No
     Each lesson passes the quality gate and the secret check; one that carries a URL, an e-mail address
     or asks to send data somewhere is imported quarantined. Purged lessons are left out unless --allow.
     """
-    from lessonbank.cli.intake import decode, link_superseded, read_lessons
-
-    checked = read_lessons(decode(source.read(), getattr(source, "name", "the input")), _intake(cli, bank, "imported"))
-    if not checked:
-        raise fail("no lessons in the input")
-    link_superseded([item for _, item in checked])
-    candidates, notes = _admissible(checked)
-    client = cli.redis()
-    with redis_errors(f"reading the purged lessons of bank {bank!r}"):
-        purged = purge.purged_ids(client, bank, [lesson.id for lesson in candidates])
-    blocked = set() if allow else purged
-    notes += [f"lesson {i} skipped: it was purged from the bank (--allow imports it)" for i in sorted(blocked)]
-    with cli_store(cli) as store:
-        present = {lesson.id for lesson in store.get(bank, [lesson.id for lesson in candidates])}
-        new = [lesson for lesson in candidates if lesson.id not in present | blocked]
-        if not new and not present:
-            more = f" (and {len(notes) - 1} more left out)" if len(notes) > 1 else ""
-            raise fail(f"no lesson imported: {notes[0]}{more}")
-        for start in range(0, len(new), IMPORT_BATCH):
-            store.upsert(new[start : start + IMPORT_BATCH])
-    with redis_errors("removing the tombstones of the imported lessons (imported; they stay purged until "
-                      "`lessons unforget`)"):
-        purge.remove_tombstones(client, bank, purged & {lesson.id for lesson in new})
-    for note in notes:
+    with bank_errors():
+        done = Bank.of_cli(cli, bank).import_(source.read(), allow=allow, name=getattr(source, "name", "the input"))
+    for note in done.notes:
         click.echo(note, err=True)
-    quarantined = sum(1 for lesson in new if lesson.status == "quarantined")
+    quarantined = sum(1 for lesson in done.lessons if lesson.status == "quarantined")
     parts = [f"{quarantined} quarantined: see `lessons list --status quarantined`" if quarantined else "",
-             f"{len(present)} already in the bank" if present else "", f"{len(notes)} skipped" if notes else ""]
+             f"{done.present} already in the bank" if done.present else "",
+             f"{len(done.notes)} skipped" if done.notes else ""]
     details = "; ".join(part for part in parts if part)
-    click.echo(f"Imported {len(new)} lesson(s) into bank {bank!r}" + (f" ({details})." if details else "."))
+    click.echo(f"Imported {len(done.lessons)} lesson(s) into bank {bank!r}" + (f" ({details})." if details else "."))

@@ -125,10 +125,10 @@ def _llm_line(llm: dict[str, Any]) -> str:
     if reachable is None:
         return f"{where} (not checked yet)"
     if not reachable:
-        return f"{where} did NOT answer at start-up: {llm.get('detail', '')}"
+        return f"{where} did NOT answer its last probe: {llm.get('detail', '')}"
     if status == 200:
-        return f"{where} answered at start-up ({llm.get('detail', '')})"
-    return f"{where} answered HTTP {status} at start-up"
+        return f"{where} answered its last probe ({llm.get('detail', '')})"
+    return f"{where} answered HTTP {status} to its last probe"
 
 
 def _worker_lines(found: list[dict[str, Any]]) -> list[str]:
@@ -209,15 +209,30 @@ def probe(client: redis.Redis, role: str, host: str) -> tuple[bool, str]:
     return bool(alive), f"worker {alive[0]} is alive" if alive else f"no worker on {host} has a current heartbeat"
 
 
+def health_problems(found: list[dict[str, Any]]) -> list[str]:
+    """What keeps the service from distilling runs now: no live worker, or no live worker whose LLM answered
+    its last probe (the workers probe it at start-up and every ``LLM_PROBE_INTERVAL`` seconds)."""
+    alive = [w for w in found if w["alive"]]
+    if not alive:
+        return ["no live worker (start one: `lessonbank worker`)"]
+    if any((w.get("llm") or {}).get("status") == 200 for w in alive):
+        return []
+    llm = alive[0].get("llm") or {}
+    return [f"no live worker's LLM answered: {_llm_line(llm)}"]
+
+
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option("--worker", "role", flag_value="worker", default=None,
               help="Health check: exit 0 if a worker on this host has a current heartbeat, else 1.")
 @click.option("--beat", "role", flag_value="beat", help="Health check: exit 0 if a beat sends the schedule, else 1.")
+@click.option("--check", is_flag=True,
+              help="Exit 1 unless a worker is alive and its LLM answered (a health check for scripts and compose).")
 @pass_cli
-def status(cli: CliContext, as_json: bool, role: str | None) -> None:
+def status(cli: CliContext, as_json: bool, role: str | None, check: bool) -> None:
     """How the service is doing: workers and their LLM, queue, runs in progress and waiting for a retry,
-    spool, dead letters, gate drops, recorder counts and lessons per bank."""
+    spool, dead letters, gate drops, recorder counts and lessons per bank. With --check, exits 1 when no
+    worker is alive or no live worker's LLM answered (Redis unreachable exits 1 as well)."""
     settings = cli.settings
     if role is not None:
         try:
@@ -251,6 +266,11 @@ def status(cli: CliContext, as_json: bool, role: str | None) -> None:
         error = e
         report["lessons"] = None
         report["store_error"] = e.message
+    problems = health_problems(report["workers"]) if check else []
+    if check:
+        report["check"] = {"ok": not problems, "problems": problems}
     click.echo(json.dumps(report, indent=2) if as_json else _text(report))
+    if problems:
+        raise fail(f"check failed: {'; '.join(problems)}")
     if error is not None:
         raise error

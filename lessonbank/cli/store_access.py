@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from lessonbank.cli.context import CliContext, fail, resolve_ids
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
+from lessonbank.core.extras import missing_extra
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
 
@@ -24,18 +25,21 @@ logger = logging.getLogger(__name__)
 
 def open_store(cli: CliContext) -> LessonStoreProtocol:
     """The store this command should use (see the module docstring); one-line ClickException on failure."""
-    from lessonbank.core.store.local import open_local_store
-    from lessonbank.core.store.remote import connect_store  # qdrant-client: slow to import
+    from lessonbank.core.store.remote import connect_store
 
     settings = cli.settings
     try:
         if settings.qdrant_url:
             return connect_store(settings)
         try:
+            from lessonbank.core.store.local import open_local_store  # the embedded engine: slow to import
+
             return open_local_store(settings)
         except ServiceUnavailable as e:
             logger.info("%s; going through the worker", e)
             return connect_store(settings, redis_client=cli.redis())
+    except ModuleNotFoundError as e:
+        raise fail(str(missing_extra(e, "reading the lesson store from this process"))) from e
     except (LessonbankError, OSError, ValueError, RuntimeError) as e:
         raise fail("cannot open the lesson store", e) from e
 

@@ -10,6 +10,7 @@ import click
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.extras import missing_extra
 
 DEFAULT_LOGLEVEL = "INFO"
 
@@ -37,19 +38,34 @@ def worker_argv(queue: str, celery_args: tuple[str, ...]) -> list[str]:
 )
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 @pass_cli
-def worker(cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
-    """Run the worker service (`celery -A lessonbank.workers worker`); every option is Celery's (try --help)."""
+@click.pass_context
+def worker(ctx: click.Context, cli_ctx: CliContext, celery_args: tuple[str, ...]) -> None:
+    """Run the worker service (`celery -A lessonbank.workers worker`); every option is Celery's, listed by -h.
+
+    It needs an LLM to distill with (OPENAI_BASE_URL and/or OPENAI_API_KEY, LESSONBANK_DISTILL_MODEL) and
+    Redis (LESSONBANK_REDIS_URL); `-B` also runs the sweeper's schedule (one per cluster).
+    """
     settings = cli_ctx.settings
     wants_help = any(arg in ("-h", "--help") for arg in celery_args)
     try:
         settings.check_worker_limits()
         if not wants_help:
             settings.check_llm_endpoint()
-        from lessonbank.workers.app import app, configure
-
+        try:
+            import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
+            from lessonbank.workers.app import app, configure
+        except ModuleNotFoundError as e:
+            if wants_help:
+                click.echo(ctx.get_help() + "\n\n" + str(missing_extra(e, "Celery's options")))
+                return
+            raise missing_extra(e, "`lessonbank worker`") from e
         configure(app, settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
-    import lessonbank.workers  # noqa: F401  (connects the service's signal handlers)
 
+    if wants_help:  # Celery's worker knows --help only: ours first, then its options
+        click.echo(ctx.get_help())
+        click.echo("\nCelery's worker options:\n")
+        app.worker_main(argv=["worker", "--help"])
+        return
     app.worker_main(argv=worker_argv(settings.queue, celery_args))

@@ -1,6 +1,9 @@
 """Exception tree.
 
 LessonbankError
+├── InvalidArgument         an argument a caller passed cannot work (also a ValueError)
+│   └── InvalidType             an argument of the wrong type (also a TypeError)
+├── NotFound                a bank, lesson or run that is not there (also a LookupError)
 ├── ConfigurationError      settings that cannot work (bad URL, missing model files, ...)
 ├── ServiceUnavailable      Redis, Qdrant or the store owner did not answer in time
 ├── StoreError              the lesson store refused a read or write
@@ -13,6 +16,18 @@ LessonbankError
 
 class LessonbankError(Exception):
     """Base class of every error lessonbank raises."""
+
+
+class InvalidArgument(LessonbankError, ValueError):
+    """An argument that cannot work as given (a ValueError too, so ``except ValueError`` still catches it)."""
+
+
+class InvalidType(InvalidArgument, TypeError):
+    """An argument of the wrong type (a TypeError too)."""
+
+
+class NotFound(LessonbankError, LookupError):
+    """A bank, lesson or run that is not there (or a lesson id prefix that names none, or several)."""
 
 
 class ConfigurationError(LessonbankError):

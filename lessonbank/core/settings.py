@@ -1,7 +1,10 @@
-"""Configuration: one `Settings` object, read from `LESSONBANK_*` environment variables and ``./.env``.
+"""Configuration: one `Settings` object, read from `LESSONBANK_*` environment variables.
 
 Entry points (the CLI group, the Celery app, the recorder's constructor defaults) build it once
-and pass it down; nothing else in the project reads the environment.
+and pass it down; nothing else in the project reads the environment. No file is read unless asked:
+the CLI and the worker read an env file named by ``--env-file`` or ``LESSONBANK_ENV_FILE``
+(``service_settings``), and a user's agent reads none (a ``.env`` in its working directory is the
+user's, not ours).
 
 A value that cannot work is refused when `Settings` is built, with a `ConfigurationError` of one
 line that names the environment variable and says what a valid value looks like. The worker's
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +108,7 @@ class Settings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=".env", env_file_encoding="utf-8", env_ignore_empty=True,
+        env_prefix=ENV_PREFIX, env_file=None, env_file_encoding="utf-8", env_ignore_empty=True,
         extra="ignore", populate_by_name=True,
     )
 
@@ -129,10 +133,13 @@ class Settings(BaseSettings):
 
     # LLM (the standard OpenAI variables, no prefix)
     openai_base_url: HttpUrl | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "LESSONBANK_OPENAI_BASE_URL")
+        None, validation_alias=AliasChoices("OPENAI_BASE_URL", "LESSONBANK_OPENAI_BASE_URL"),
+        description="OpenAI-compatible endpoint of the distilling LLM (the standard variable). The worker needs it "
+                    "or OPENAI_API_KEY.",
     )
     openai_api_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("OPENAI_API_KEY", "LESSONBANK_OPENAI_API_KEY")
+        None, validation_alias=AliasChoices("OPENAI_API_KEY", "LESSONBANK_OPENAI_API_KEY"),
+        description="Its API key (the standard variable); alone, it means api.openai.com. Never logged or recorded.",
     )
     distill_model: Name = Field("gpt-4o-mini", description="Chat model that distills runs into lessons.")
     llm_timeout: Seconds = Field(120.0, description="Seconds one LLM call may take.")
@@ -140,10 +147,17 @@ class Settings(BaseSettings):
                                                                    "(a model that loops stops there).")
     llm_seed: int | None = Field(None, ge=0, le=2**31 - 1, description="Sampling seed sent with every LLM call: "
                                  "a server that honours it samples the same way for the same prompt. Unset: none sent.")
-    max_lessons: int = Field(5, ge=1, le=50, description="At most this many lessons per run.")
-    recipes: bool = Field(True, description="Keep the working code of runs that ended well as recipes, the "
-                                            "corrected lines of failed steps as observed fixes, and the structure "
-                                            "of printed tool results as observed shapes.")
+    distill_max_lessons: int = Field(
+        5, ge=1, le=50, validation_alias=AliasChoices(
+            "LESSONBANK_DISTILL_MAX_LESSONS", "distill_max_lessons", "LESSONBANK_MAX_LESSONS", "max_lessons"),
+        description="At most this many lessons the LLM distills from one run (not how many a run is given: "
+                    "remember(max_lessons=)).")
+    keep_observed: bool = Field(
+        True, validation_alias=AliasChoices(
+            "LESSONBANK_KEEP_OBSERVED", "keep_observed", "LESSONBANK_RECIPES", "recipes"),
+        description="Keep, without the LLM, the working code of runs that ended well as recipes, the corrected lines "
+                    "of failed steps as observed fixes, and the structure of tool results as observed shapes (not "
+                    "whether runs are given recipes: remember(recipes=)).")
     transcript_budget_chars: int = Field(
         12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
     )
@@ -236,6 +250,7 @@ class Settings(BaseSettings):
     )
 
     def __init__(self, **values: Any) -> None:
+        warn_deprecated(set(values) | set(os.environ))
         try:
             super().__init__(**values)
         except ValidationError as e:
@@ -313,6 +328,44 @@ class Settings(BaseSettings):
     @property
     def resolved_qdrant_path(self) -> Path:
         return self.qdrant_path or self.data_dir / "qdrant"
+
+
+ENV_FILE_VARIABLE = f"{ENV_PREFIX}ENV_FILE"
+# Old names still read for one release, with a warning: (environment variable, keyword) -> the new field.
+DEPRECATED = {
+    ("LESSONBANK_MAX_LESSONS", "max_lessons"): "distill_max_lessons",
+    ("LESSONBANK_RECIPES", "recipes"): "keep_observed",
+}
+
+
+def warn_deprecated(names: set[str], where: str = "") -> None:
+    """A FutureWarning (shown by default: operators set these) for each old name among ``names``."""
+    import warnings
+
+    for (variable, keyword), field in DEPRECATED.items():
+        if variable in names or keyword in names:
+            old = variable if variable in names else f"Settings({keyword}=)"
+            new = env_var(field) if variable in names else f"Settings({field}=)"
+            warnings.warn(f"{old}{where} is deprecated and will be removed in the next release: use {new}",
+                          FutureWarning, stacklevel=4)
+
+
+def service_settings(env_file: str | Path | None = None, **values: Any) -> Settings:
+    """Settings for the CLI and the worker service: the environment, over the env file named by ``env_file``
+    or else by ``LESSONBANK_ENV_FILE`` (the environment wins; none is read unless named). ConfigurationError
+    for a named file that cannot be read."""
+    named = env_file if env_file is not None else os.environ.get(ENV_FILE_VARIABLE) or None
+    path = Path(named) if named is not None else None
+    if path is not None:
+        try:
+            path.read_bytes()
+        except OSError as e:
+            raise ConfigurationError(f"the env file {path} (--env-file or {ENV_FILE_VARIABLE}) cannot be read "
+                                     f"({e.strerror or e})") from None
+        from dotenv import dotenv_values
+
+        warn_deprecated({name for name in dotenv_values(path) if name}, f" in {path}")
+    return Settings(_env_file=path, **values)  # type: ignore[call-arg]
 
 
 DERIVED = frozenset({"task_soft_time_limit", "task_time_limit", "visibility_timeout", "distill_lock_timeout"})

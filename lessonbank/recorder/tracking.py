@@ -16,6 +16,7 @@ from typing import Any
 
 from smolagents.memory import TaskStep
 
+from lessonbank.core.exceptions import InvalidArgument, InvalidType
 from lessonbank.recorder.snapshot import Converter, RunInfo, valid_utf8
 
 MAX_TOOLS = 64  # tool names kept in a run's ``tools`` field
@@ -69,11 +70,11 @@ def check_fields(fields: dict[str, Any], limit: int) -> dict[str, str]:
     """``prepare_run``'s fields, or a one-line error naming the field."""
     for name, value in fields.items():
         if not name.isidentifier() or name in RESERVED_FIELDS:
-            raise ValueError(f"prepare_run: {name!r} cannot be set (a run state field or not a name)")
+            raise InvalidArgument(f"prepare_run: {name!r} cannot be set (a run state field or not a name)")
         if not isinstance(value, str):
-            raise TypeError(f"prepare_run: field {name!r} must be a str, not {type(value).__name__}")
+            raise InvalidType(f"prepare_run: field {name!r} must be a str, not {type(value).__name__}")
         if len(value) > limit:
-            raise ValueError(f"prepare_run: field {name!r} has {len(value)} characters, more than "
+            raise InvalidArgument(f"prepare_run: field {name!r} has {len(value)} characters, more than "
                              f"LESSONBANK_MAX_FIELD_CHARS ({limit})")
     return dict(fields)
 

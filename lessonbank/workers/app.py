@@ -25,7 +25,7 @@ from celery import Celery
 
 from lessonbank.core.constants import BEAT_KEY_PREFIX, BEAT_LOCK_KEY, SWEEP_TASK
 from lessonbank.core.exceptions import ConfigurationError
-from lessonbank.core.settings import Settings
+from lessonbank.core.settings import Settings, service_settings
 from lessonbank.workers import broker as _broker  # noqa: F401  (the redis:// transport)
 from lessonbank.workers import flower_auth
 from lessonbank.workers.jobs import KeeperStep
@@ -85,8 +85,9 @@ def celery_config(settings: Settings) -> dict[str, object]:
 
 
 def create_app(settings: Settings | None = None) -> LessonbankCelery:
-    """A Celery app configured from `settings` (default: the environment)."""
-    settings = settings or Settings()
+    """A Celery app configured from `settings` (default: the environment, and the env file that
+    ``LESSONBANK_ENV_FILE`` names, if any)."""
+    settings = settings or service_settings()
     app = LessonbankCelery("lessonbank", include=["lessonbank.workers.tasks"])
     app.steps["worker"].add(KeeperStep)
     configure(app, settings)

@@ -9,6 +9,7 @@ import redis
 from pydantic import BaseModel
 
 from lessonbank.core.constants import DEAD_LETTERS_KEY
+from lessonbank.core.exceptions import NotFound
 from lessonbank.core.runs import reopen_for_retry
 from lessonbank.workers import jobs
 
@@ -53,7 +54,7 @@ def remove(client: redis.Redis, run_id: str) -> bool:
     return bool(client.hdel(DEAD_LETTERS_KEY, run_id))
 
 
-class StepsExpired(LookupError):
+class StepsExpired(NotFound):
     """The run's steps are gone, so it cannot be distilled again."""
 
 
@@ -61,12 +62,12 @@ def retry(client: redis.Redis, run_id: str, queue: str) -> DeadLetter:
     """Send a dead-lettered run to the workers again (reopen, queue, drop the letter and whatever is left of its
     job, so that it gets every retry again: one transaction).
 
-    Raises KeyError if the run has no dead letter, StepsExpired if its steps are gone, redis errors as
+    Raises NotFound if the run has no dead letter, StepsExpired if its steps are gone, redis errors as
     they come (the dead letter then stays).
     """
     letter = get(client, run_id)
     if letter is None:
-        raise KeyError(run_id)
+        raise NotFound(f"run {run_id} has no dead letter")
     def also(pipe: redis.client.Pipeline) -> None:
         pipe.hdel(DEAD_LETTERS_KEY, run_id)
         jobs.forget(pipe, jobs.job_id("distill", run_id))

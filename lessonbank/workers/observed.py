@@ -30,7 +30,7 @@ def observed(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson], fail
     """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
     user's eye or carry what looks like a secret; in a run judged wrong, no fix whose corrected line gave
     the wrong answer); ``given``: the lessons the run was given, read from the store."""
-    if not deps.settings.recipes:
+    if not deps.settings.keep_observed:
         return []
     found_fixes = found(deps, run, view, given)
     if failed:

@@ -72,7 +72,7 @@ def _lessons_of(deps: Deps, run: runs.Run, view: RunView, mined: list[evidence.E
     tokens = transcript_tokens(e.text for e in mined)  # the prompt stays under ~3,000 tokens
     transcript = build_transcript(view, budget, max_tokens=tokens, repeat_task=False)
     try:
-        result = distill(deps.llm, run.task, mined, transcript, deps.settings.max_lessons, verdict, source)
+        result = distill(deps.llm, run.task, mined, transcript, deps.settings.distill_max_lessons, verdict, source)
     except UnusableOutput as e:
         # a model that loops on this run would loop again: the run is distilled without its lessons, so that
         # its credit, summary, observed fixes and recipe are not lost with them (a failed run's most of all)
@@ -150,7 +150,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     given = deps.store.get(bank, run.given) if run.given else []
     drafts = _screen(deps, run, view, output.lessons, given)
     recipe = None
-    if verdict == "success" and source in TRUSTED and deps.settings.recipes:
+    if verdict == "success" and source in TRUSTED and deps.settings.keep_observed:
         recipe = recipe_of(deps, run, view, source)
     failed = judged_failed(verdict, source)
     facts = observed(deps, run, view, given, failed)

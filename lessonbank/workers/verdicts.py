@@ -127,7 +127,7 @@ def _retract_fixes(deps: Deps, run: runs.Run, verdict: str, source: str) -> None
     alone and its corrected line gave the run's answer: the rule distillation applies to a run already judged
     wrong (``observed.observed``), applied when the verdict comes after it (not once the run's steps have expired: the
     lines are read from them)."""
-    if verdict != "failure" or source not in ("user", "check") or not run.steps or not deps.settings.recipes:
+    if verdict != "failure" or source not in ("user", "check") or not run.steps or not deps.settings.keep_observed:
         return
     judged = run.judged
     if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")) and not judged.get("late"):
@@ -153,7 +153,7 @@ def keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
     are there to read them from. (What a late failure retired is brought back by the credit,
     ``_restore_retracted``.)"""
     verdict, source = run.verdict
-    if verdict != "success" or source not in ("user", "check") or not deps.settings.recipes:
+    if verdict != "success" or source not in ("user", "check") or not deps.settings.keep_observed:
         return run
     judged = run.judged
     if not run.steps or judged.get("late") or (judged.get("verdict") == "success" and judged.get("source") in TRUSTED):
@@ -181,7 +181,7 @@ def keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
 def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> None:
     """Bring back the recipe and the fixes that a late failure of this run retired (``_retract_recipe``,
     ``_retract_fixes``) when a user or a check judges it a success again."""
-    if verdict != "success" or source not in ("user", "check") or not deps.settings.recipes:
+    if verdict != "success" or source not in ("user", "check") or not deps.settings.keep_observed:
         return
     recipe_id = run.judged.get("recipe")
     wanted = [recipe_id] if recipe_id else []

@@ -111,12 +111,12 @@ def test_delete_a_bank_leaves_nothing_of_it_in_redis(two_banks: tuple[dict[str, 
                                                      redis_client: redis.Redis) -> None:
     env, gone_runs, kept_runs = two_banks
     before = everything_in(redis_client)
-    declined = run(env, "banks", "delete", GONE, input="n\n")
+    declined = run(env, "banks", "delete", "--bank", GONE, input="n\n")
     assert declined.exit_code != 0 and f"Delete bank '{GONE}' for good: 3 lesson(s), 4 run(s)" in declined.stdout
     assert everything_in(redis_client) == before and len(json.loads(ok(env, "lessons", "list", "-b", GONE,
                                                                         "--json").stdout)) == 2
 
-    out = ok(env, "banks", "delete", GONE, "--yes").stdout
+    out = ok(env, "banks", "delete", "--bank", GONE, "--yes").stdout
     assert out.strip() == (f"Deleted bank '{GONE}': 3 lesson(s), 4 run(s), 1 dead letter(s), 1 pending lesson(s), "
                            "2 queued task(s).")
     contents = everything_in(redis_client)
@@ -134,13 +134,16 @@ def test_delete_a_bank_leaves_nothing_of_it_in_redis(two_banks: tuple[dict[str, 
     assert [item["bank"] for item in json.loads(ok(env, "banks", "list", "--json").stdout)] == [KEPT]
     assert json.loads(ok(env, "lessons", "list", "-b", GONE, "--all", "--json").stdout) == []
     assert KEPT_TEXT in ok(env, "lessons", "list", "-b", KEPT).stdout
-    assert ok(env, "banks", "delete", GONE, "--yes").stdout.strip() == f"Bank '{GONE}' held nothing; nothing deleted."
+    again = ok(env, "banks", "delete", GONE, "--yes")  # the deprecated positional form still works, and says so
+    assert again.stdout.strip() == f"Bank '{GONE}' held nothing; nothing deleted."
+    assert "deprecated" in again.stderr and "--bank BANK" in again.stderr
+    assert "name the bank to delete with --bank" in run(env, "banks", "delete", "--yes").output
 
 
 def test_delete_a_bank_leaves_none_of_its_texts_in_the_store_files(
         two_banks: tuple[dict[str, str | None], list[str], list[str]]) -> None:
     env, _, _ = two_banks
-    ok(env, "banks", "delete", GONE, "--yes")
+    ok(env, "banks", "delete", "--bank", GONE, "--yes")
     files = [path for path in Path(str(env["LESSONBANK_QDRANT_PATH"])).rglob("*") if path.is_file()]
     assert files and any(KEPT_TEXT.encode() in path.read_bytes() for path in files)  # the search is meaningful
     for path in files:
@@ -155,7 +158,7 @@ def test_a_worker_holding_the_bank_makes_delete_wait_then_fail(two_banks: tuple[
     env, _, _ = two_banks
     redis_client.set(bank_lock_key(GONE), "a-worker-token", ex=60)
     held = {**env, "LESSONBANK_LLM_TIMEOUT": "1", "LESSONBANK_DISTILL_LOCK_TIMEOUT": "1"}
-    failed(held, "banks", "delete", GONE, "--yes", match=f"bank '{GONE}' stayed locked by a worker for 1s")
+    failed(held, "banks", "delete", "--bank", GONE, "--yes", match=f"bank '{GONE}' stayed locked by a worker for 1s")
     assert redis_client.get(bank_lock_key(GONE)) == b"a-worker-token"
     assert len(json.loads(ok(env, "lessons", "list", "-b", GONE, "--json").stdout)) == 2  # nothing deleted
 

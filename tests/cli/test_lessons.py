@@ -220,7 +220,7 @@ BAD_BANKS = [
     (["instructions", "--bank", "", "read the csv"], "--bank must not be empty"),
     (["report", "--bank", " team "], "--bank must not start or end with spaces"),
     (["tools", "--bank", ""], "--bank must not be empty"),
-    (["banks", "delete", " team", "--yes"], "BANK must not start or end with spaces"),
+    (["banks", "delete", "--bank", " team", "--yes"], "--bank must not start or end with spaces"),
 ]
 
 

@@ -28,9 +28,10 @@ def test_every_command_has_help() -> None:
     paths = all_command_paths()
     assert {p[0] for p in paths} == set(COMMANDS)
     for path in paths:
-        result = runner.invoke(cli, [*path, "--help"])
-        assert result.exit_code == 0, (path, result.output)
-        assert "Usage:" in result.output and len(result.output.splitlines()) > 3, path
+        for flag in ("--help", "-h"):
+            result = runner.invoke(cli, [*path, flag])
+            assert result.exit_code == 0, (path, flag, result.output)
+            assert "Usage:" in result.output and len(result.output.splitlines()) > 3, (path, flag)
 
 
 def test_unknown_command_fails() -> None:
@@ -53,7 +54,8 @@ def test_status_does_not_import_the_agent_stack() -> None:
 
 # (environment variable, bad value, start of the one line the group must print)
 BAD_SETTINGS = [
-    ("LESSONBANK_MAX_LESSONS", "-3", "LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
+    ("LESSONBANK_DISTILL_MAX_LESSONS", "-3",
+     "LESSONBANK_DISTILL_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
     ("LESSONBANK_MIN_RELEVANCE", "5", "LESSONBANK_MIN_RELEVANCE must be a number from 0 to 1 (got '5')"),
     ("LESSONBANK_LOCAL_LLM_MODEL", "7b", "LESSONBANK_LOCAL_LLM_MODEL must be one of 0.5b, 1.5b (got '7b')"),
     ("LESSONBANK_REDACT_PATTERNS", "not json", "LESSONBANK_REDACT_PATTERNS must be a JSON list of regexes"),
@@ -81,9 +83,19 @@ def test_a_bad_redis_url_option_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp
     assert result.output.startswith("Error: LESSONBANK_REDIS_URL must be a URL starting with redis://")
 
 
-def test_the_group_reads_dot_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_group_reads_an_env_file_only_when_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("LESSONBANK_MAX_LESSONS", raising=False)
-    (tmp_path / ".env").write_text("LESSONBANK_MAX_LESSONS=0\n")
-    result = CliRunner().invoke(cli, ["status"])
-    assert result.exit_code == 1 and result.output.startswith("Error: LESSONBANK_MAX_LESSONS must be")
+    monkeypatch.delenv("LESSONBANK_DISTILL_MAX_LESSONS", raising=False)
+    monkeypatch.delenv("LESSONBANK_ENV_FILE", raising=False)
+    monkeypatch.setenv("LESSONBANK_REDIS_URL", "http://not-read-while-the-file-is-bad")
+    (tmp_path / ".env").write_text("LESSONBANK_DISTILL_MAX_LESSONS=0\n")
+    (tmp_path / "service.env").write_text("LESSONBANK_DISTILL_MAX_LESSONS=0\n")
+    unasked = CliRunner().invoke(cli, ["status"])  # ./.env is not read: the Redis URL is what fails
+    assert unasked.exit_code == 1 and unasked.output.startswith("Error: LESSONBANK_REDIS_URL must be"), unasked.output
+    assert "MAX_LESSONS" not in unasked.output
+    for args, env in ((["--env-file", "service.env"], {}), ([], {"LESSONBANK_ENV_FILE": "service.env"})):
+        result = CliRunner().invoke(cli, [*args, "status"], env=env)
+        assert result.exit_code == 1 and "LESSONBANK_DISTILL_MAX_LESSONS must be" in result.output, args
+    missing = CliRunner().invoke(cli, ["--env-file", "nowhere.env", "status"])
+    assert missing.exit_code == 1
+    assert missing.output.startswith("Error: the env file nowhere.env (--env-file or LESSONBANK_ENV_FILE) cannot be")

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from lessonbank.core.exceptions import ConfigurationError
-from lessonbank.core.settings import DERIVED, Settings, env_var, expected
+from lessonbank.core.settings import DERIVED, Settings, env_var, expected, service_settings
 
 # (environment variable, bad value, the whole line it must give)
 BAD = [
-    ("LESSONBANK_MAX_LESSONS", "-3", "LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
+    ("LESSONBANK_DISTILL_MAX_LESSONS", "-3",
+     "LESSONBANK_DISTILL_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
     ("LESSONBANK_MIN_RELEVANCE", "5", "LESSONBANK_MIN_RELEVANCE must be a number from 0 to 1 (got '5')"),
     ("LESSONBANK_LOCAL_LLM_MODEL", "7b", "LESSONBANK_LOCAL_LLM_MODEL must be one of 0.5b, 1.5b (got '7b')"),
     ("LESSONBANK_REDACT_PATTERNS", "sk-[a-z]+",
@@ -80,9 +81,9 @@ def test_a_bad_value_is_one_line_naming_its_variable(monkeypatch: pytest.MonkeyP
 
 
 def test_several_bad_values_share_one_line() -> None:
-    message = error_of(max_lessons=0, min_relevance=-1.0)
+    message = error_of(distill_max_lessons=0, min_relevance=-1.0)
     assert "\n" not in message
-    assert "LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50 (got 0)" in message
+    assert "LESSONBANK_DISTILL_MAX_LESSONS must be a whole number from 1 to 50 (got 0)" in message
     assert "LESSONBANK_MIN_RELEVANCE must be a number from 0 to 1 (got -1.0)" in message
 
 
@@ -116,29 +117,37 @@ def test_good_values_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "")  # as a copied .env.example leaves it
-    monkeypatch.setenv("LESSONBANK_MAX_LESSONS", "")
+    monkeypatch.setenv("LESSONBANK_DISTILL_MAX_LESSONS", "")
     settings = Settings(_env_file=None)
-    assert settings.openai_base_url is None and settings.max_lessons == 5
+    assert settings.openai_base_url is None and settings.distill_max_lessons == 5
 
 
-def test_dot_env_in_the_working_directory_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / ".env").write_text(
-        "LESSONBANK_MAX_LESSONS=7\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\nLESSONBANK_QUEUE=from-file\n"
+def test_an_env_file_is_read_only_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("LESSONBANK_DISTILL_MAX_LESSONS=9\n")  # a user's own .env: not ours to read
+    (tmp_path / "lessonbank.env").write_text(
+        "LESSONBANK_DISTILL_MAX_LESSONS=7\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\nLESSONBANK_QUEUE=from-file\n"
         "REDIS_PASSWORD=compose-only\n"
     )
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LESSONBANK_ENV_FILE", raising=False)
+    monkeypatch.delenv("LESSONBANK_DISTILL_MAX_LESSONS", raising=False)
     monkeypatch.setenv("LESSONBANK_QUEUE", "from-env")
-    settings = Settings()
-    assert settings.max_lessons == 7 and settings.openai_base_url == "http://127.0.0.1:9/v1"
+    assert Settings().distill_max_lessons == 5 and service_settings().distill_max_lessons == 5
+    settings = service_settings("lessonbank.env")
+    assert settings.distill_max_lessons == 7 and settings.openai_base_url == "http://127.0.0.1:9/v1"
     assert settings.queue == "from-env"  # the environment wins over the file
-    assert Settings(_env_file=None).max_lessons == 5  # what tests use: the file is not read
-    (tmp_path / ".env").write_text("LESSONBANK_MAX_LESSONS=-3\n")
-    with pytest.raises(ConfigurationError, match=r"^LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50"):
-        Settings()
+    monkeypatch.setenv("LESSONBANK_ENV_FILE", "lessonbank.env")
+    assert service_settings().distill_max_lessons == 7
+    assert Settings().distill_max_lessons == 5  # only the service reads it
+    (tmp_path / "lessonbank.env").write_text("LESSONBANK_DISTILL_MAX_LESSONS=-3\n")
+    with pytest.raises(ConfigurationError, match=r"^LESSONBANK_DISTILL_MAX_LESSONS must be a whole number from 1 to"):
+        service_settings()
+    with pytest.raises(ConfigurationError, match=r"^the env file missing.env \(--env-file or LESSONBANK_ENV_FILE\)"):
+        service_settings("missing.env")
 
 
 def test_env_var_names() -> None:
-    assert env_var("max_lessons") == "LESSONBANK_MAX_LESSONS"
+    assert env_var("distill_max_lessons") == "LESSONBANK_DISTILL_MAX_LESSONS"
     assert env_var("openai_base_url") == "OPENAI_BASE_URL" and env_var("openai_api_key") == "OPENAI_API_KEY"
 
 
@@ -215,3 +224,23 @@ def test_the_worker_needs_an_llm_endpoint_or_key() -> None:
         Settings(_env_file=None, openai_base_url="https://api.openai.com/v1").check_llm_endpoint()
     Settings(_env_file=None, openai_base_url="http://127.0.0.1:8080/v1").check_llm_endpoint()  # local: no key needed
     Settings(_env_file=None, openai_api_key="sk-test").check_llm_endpoint()  # api.openai.com with a key
+
+
+@pytest.mark.parametrize(("old", "new", "field", "value", "expected"), [
+    ("LESSONBANK_MAX_LESSONS", "LESSONBANK_DISTILL_MAX_LESSONS", "distill_max_lessons", "7", 7),
+    ("LESSONBANK_RECIPES", "LESSONBANK_KEEP_OBSERVED", "keep_observed", "false", False),
+])
+def test_old_names_still_work_for_a_release_with_a_warning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, old: str,
+                                                           new: str, field: str, value: str, expected: object) -> None:
+    monkeypatch.delenv(new, raising=False)
+    monkeypatch.setenv(old, value)
+    with pytest.warns(FutureWarning, match=f"^{old} is deprecated .*: use {new}$"):
+        assert getattr(Settings(), field) == expected
+    monkeypatch.delenv(old)
+    keyword = old.removeprefix("LESSONBANK_").lower()
+    with pytest.warns(FutureWarning, match=rf"Settings\({keyword}=\) is deprecated .*: use Settings\({field}=\)"):
+        assert getattr(Settings(**{keyword: value}), field) == expected
+    (tmp_path / "old.env").write_text(f"{old}={value}\n")
+    monkeypatch.delenv("LESSONBANK_ENV_FILE", raising=False)
+    with pytest.warns(FutureWarning, match=f"^{old} in {tmp_path / 'old.env'} is deprecated"):
+        assert getattr(service_settings(tmp_path / "old.env"), field) == expected

@@ -27,11 +27,23 @@ def pinned(lock: Path) -> dict[str, str]:
     return {name(k): v for k, v in found.items()}
 
 
+def expanded(extras: dict[str, list[str]], *wanted: str) -> list[str]:
+    """The requirements of ``wanted`` extras in order, an extra naming ``lessonbank[...]`` replaced by those
+    extras' requirements, each requirement once."""
+    found: list[str] = []
+    for extra in wanted:
+        for requirement in extras[extra]:
+            inner = re.fullmatch(r"lessonbank\[([^\]]+)\]", requirement)
+            more = expanded(extras, *inner.group(1).split(",")) if inner else [requirement]
+            found += [r for r in more if r not in found]
+    return found
+
+
 def test_the_lock_inputs_are_derived_from_pyproject() -> None:
     """Changing a dependency in pyproject.toml without compiling the locks again fails here."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core, extras = project["dependencies"], project["optional-dependencies"]
-    worker = [r for r in core if name(r) != "smolagents"] + extras["worker"] + extras["metrics"] + extras["flower"]
+    worker = [r for r in core if name(r) != "smolagents"] + expanded(extras, "worker", "metrics", "flower")
     assert requirements(REQUIREMENTS / "worker.in") == worker
     assert requirements(REQUIREMENTS / "agent.in") == core
 

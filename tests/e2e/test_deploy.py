@@ -127,11 +127,14 @@ def test_llm_and_lease_timeouts_pass_through() -> None:
 
 
 def test_host_agents_reach_redis_and_qdrant_with_the_documented_urls() -> None:
-    """The README's service section gives agents on the host the URLs the published ports serve."""
-    section = (ROOT / "README.md").read_text().split("## Running as a service")[1].split("\n## ")[0]
-    assert "LESSONBANK_REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1:6379/0" in section
-    assert "LESSONBANK_QDRANT_URL=http://127.0.0.1:6333" in section
-    assert "LESSONBANK_QDRANT_API_KEY=$QDRANT_READ_ONLY_API_KEY" in section  # agents read, never write
+    """The README's deploy section and the operations page give agents on the host the URLs the published ports
+    serve, with the Qdrant API key compose's Qdrant requires."""
+    readme = (ROOT / "README.md").read_text().split("## Deploy")[1].split("\n## ")[0]
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for section in (readme, operations):
+        assert "LESSONBANK_REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1:6379/0" in section
+        assert "LESSONBANK_QDRANT_URL=http://127.0.0.1:6333" in section
+        assert "LESSONBANK_QDRANT_API_KEY=$QDRANT_READ_ONLY_API_KEY" in section  # agents read, never write
 
 
 def test_flower_is_authenticated_and_local_only(config: dict) -> None:

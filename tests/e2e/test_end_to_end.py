@@ -157,7 +157,7 @@ def test_run_two_knows_what_run_one_learnt(
     assert recorder.run_id(agent) != run_one_id
 
     # Another bank gets nothing, through the builder and through the recall tool.
-    assert lessonbank.build_instructions(task, "other-bank", settings=agent_settings) == ""
+    assert lessonbank.lessons_block(task, "other-bank", settings=agent_settings).text == ""
     other_recall = lessonbank.memory_tools("other-bank", settings=agent_settings)[0]
     assert "delimiter" not in other_recall(query="csv separator")
 

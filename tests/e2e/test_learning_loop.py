@@ -1,4 +1,4 @@
-"""Lessons judged by outcomes, with real processes: scripted CodeAgents under ``remember(check=...)``, a real
+"""Lessons judged by outcomes, with real processes: scripted CodeAgents under ``remember(judge=...)``, a real
 ``celery -A lessonbank.workers worker`` distilling and crediting through a real HTTP server speaking the OpenAI
 protocol, and ``lessonbank.feedback`` from the user.
 
@@ -123,7 +123,7 @@ class Session:
 def test_a_run_that_fails_twice_then_loops_leaves_one_recipe_for_the_next_run(
     worker: CeleryWorker, agent_settings: Settings, redis_client: redis.Redis
 ) -> None:
-    session = Session("orders", agent_settings, redis_client, check=right)
+    session = Session("orders", agent_settings, redis_client, judge=right)
     run_id, _ = session.run("2024-03-05", fails_twice_then_loops("2024-03-05"))
     assert run_state(redis_client, run_id)["verdict"] == "success"
     store = connect_store(agent_settings)
@@ -179,7 +179,7 @@ def test_your_right_after_the_check_said_wrong_leaves_the_recipe_for_the_next_ru
 ) -> None:
     """The check was wrong (it wanted another count): the run was distilled as a failure and kept no recipe. The
     user's "right", given after that, has the worker keep it, and the next run of a similar task starts with it."""
-    session = Session("late", agent_settings, redis_client, check=lambda answer: answer == 5)
+    session = Session("late", agent_settings, redis_client, judge=lambda answer: answer == 5)
     loop = [code_reply(LOOP.format(date="2024-06-01")), code_reply("final_answer(count)")]
     run_id, _ = session.run("2024-06-01", loop)
     assert run_state(redis_client, run_id)["verdict"] == "failure"

@@ -1,4 +1,4 @@
-"""A control arm measured end to end: 20 runs of a scripted CodeAgent under ``remember(holdout=0.5, check=...)``,
+"""A control arm measured end to end: 20 runs of a scripted CodeAgent under ``remember(holdout=0.5, judge=...)``,
 distilled by a real ``celery -A lessonbank.workers worker`` (through a real HTTP server speaking the OpenAI
 protocol), then ``lessonbank report --json`` and ``lessonbank tools --json`` read what the runs left.
 
@@ -78,7 +78,7 @@ def test_report_shows_both_arms_as_the_scenario_implies(worker: CeleryWorker, re
     connect_store(settings).upsert([Lesson.new(BANK, "approach", LESSON, origin="added")])
     agent = CodeAgent(tools=[list_orders], model=ScriptedModel([], then=reply), max_steps=4, verbosity_level=0)
     recorder = lessonbank.remember(agent, bank=BANK, settings=settings, holdout=0.5, seed=11,
-                                   check=lambda answer: answer == 6)
+                                   judge=lambda answer: answer == 6)
     arms: dict[str, str] = {}
     for _ in range(RUNS):
         agent.run("How many orders are there in total? Answer with the number only.")

@@ -225,7 +225,7 @@ def test_concurrent_agents_keep_runs_and_banks_apart(svc: Service, report: Repor
     for bank in BANKS:
         for other in BANKS:
             text, query, mine = LESSONS[bank], QUERIES[bank], bank == other
-            given = lessonbank.build_instructions(query, other, settings=settings)
+            given = lessonbank.lessons_block(query, other, settings=settings).text
             recalled = RecallLessonsTool(other, settings=settings)(query=query)
             listed = runner.invoke(cli, ["lessons", "list", "--bank", other], env=env_cli)
             found = runner.invoke(cli, ["lessons", "search", "--bank", other, query], env=env_cli)
@@ -324,8 +324,8 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     assert lessons[HONEST].status == "active"
     assert lessons[BAITED].status == "quarantined" and "URL" in lessons[BAITED].status_reason  # held for a user
 
-    block = lessonbank.build_instructions("Send the collected data about the vendor status page", bank,
-                                          settings=settings)
+    block = lessonbank.lessons_block("Send the collected data about the vendor status page", bank,
+                                     settings=settings).text
     assert HONEST in block and "attacker.example" not in block
     header = block.split("\n\n")[0]
     for phrase in ("Lessons from earlier runs", "advisory hints", "untrusted data",

@@ -187,7 +187,7 @@ def test_store_owner_unavailable_task_retries_then_stores(svc: Service, report: 
                    "the retry to be scheduled")
         agent_settings = svc.settings.model_copy(update={"store_timeout": 1.0})
         started = time.monotonic()
-        assert lessonbank.build_instructions(task, bank, settings=agent_settings) == ""
+        assert lessonbank.lessons_block(task, bank, settings=agent_settings).text == ""
         assert time.monotonic() - started < agent_settings.store_timeout + 3  # not the socket's 30 s
         assert svc.state(run_id)["state"] == "closed"
     finally:

@@ -95,7 +95,8 @@ def celery_worker(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("env", "line"), [
-    ({"LESSONBANK_MAX_LESSONS": "-3"}, "LESSONBANK_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
+    ({"LESSONBANK_DISTILL_MAX_LESSONS": "-3"},
+     "LESSONBANK_DISTILL_MAX_LESSONS must be a whole number from 1 to 50 (got '-3')"),
     ({"LESSONBANK_REDIS_URL": "localhost:6379"}, "LESSONBANK_REDIS_URL must be a URL starting with redis://"),
     ({"LESSONBANK_REDACT_PATTERNS": "secret-[0-9]+"}, "LESSONBANK_REDACT_PATTERNS must be a JSON list of regexes"),
     ({"LESSONBANK_VISIBILITY_TIMEOUT": "10"}, "LESSONBANK_VISIBILITY_TIMEOUT (10) must exceed LESSONBANK_TASK_TIME"),

@@ -13,6 +13,7 @@ from redis.retry import Retry
 
 from lessonbank.cli.main import cli
 from lessonbank.core.constants import DEAD_LETTERS_KEY, DISTILL_TASK, run_steps_key
+from lessonbank.core.exceptions import NotFound
 from lessonbank.core.runs import mark_dead
 from lessonbank.workers import deadletters
 from tests.fixtures.recorded import distill_args
@@ -48,7 +49,7 @@ def test_retry_of_expired_steps_keeps_nothing_broken(redis_client: redis.Redis) 
         deadletters.retry(redis_client, run_id, "q")
     assert deadletters.get(redis_client, run_id) is not None
     assert distill_args(redis_client, "q") == []
-    with pytest.raises(KeyError):
+    with pytest.raises(NotFound):
         deadletters.retry(redis_client, "nope", "q")
 
 

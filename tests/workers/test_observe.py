@@ -159,8 +159,8 @@ def test_heartbeat_says_which_llm_and_whether_it_answered(settings: Settings, re
         while (info := json.loads(redis_client.get(worker_key("w1@host")) or b"{}"))["llm"].get("reachable") is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        # the test server has no GET /models: it answers 501, which still shows it is there
-        assert info["llm"]["model"] == "m1" and info["llm"]["reachable"] is True and info["llm"]["status"] == 501
+        assert info["llm"]["model"] == "m1" and info["llm"]["reachable"] is True and info["llm"]["status"] == 200
+        assert info["llm"]["detail"] == "models: fake-model"
         assert info["store"] == "owner" and redis_client.get(STORE_OWNER_KEY) == b"w1@host"
         assert 0 < redis_client.ttl(worker_key("w1@host")) <= observe.HEARTBEAT_TTL
     finally:

@@ -186,7 +186,7 @@ def test_junk_of_every_kind_leaves_only_the_good_lesson(deps: Deps, openai_serve
     ]
     openai_server.script(Reply(content=lessons_json(("approach", good), *junk)))
     run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("j1"), run_id="j1")
-    deps.settings = deps.settings.model_copy(update={"max_lessons": 10})
+    deps.settings = deps.settings.model_copy(update={"distill_max_lessons": 10})
     stats = distill_one(deps, "b", run_id)
     assert [lesson.text for lesson in store.list("b") if lesson.origin == "distilled"] == [good]
     dropped = {k.decode(): int(v) for k, v in deps.redis.hgetall(DROPPED_KEY).items()}
@@ -590,7 +590,7 @@ def test_a_run_redis_lost_while_the_llm_answers_keeps_its_lessons(deps: Deps, op
 
 def test_recipes_can_be_turned_off(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
-    deps.settings = deps.settings.model_copy(update={"recipes": False})
+    deps.settings = deps.settings.model_copy(update={"keep_observed": False})
     run_id = write_run(deps.redis, "b", task=ORDERS_TASK, steps=orders_run("n1"), run_id="n1")
     runs.set_verdict(deps.redis, "b", run_id, True, "check", "", "q")
     distill_one(deps, "b", run_id)
@@ -922,7 +922,7 @@ def test_a_fix_whose_answer_cannot_be_checked_in_a_failed_run_is_not_kept(
 
 def test_recipes_off_keeps_no_observed_fix(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
     openai_server.default = Reply(content=lessons_json())
-    deps.settings = deps.settings.model_copy(update={"recipes": False})
+    deps.settings = deps.settings.model_copy(update={"keep_observed": False})
     run_id = weather_run(deps.settings, "Graz", ['w = get_weather(city="Graz", date="2024-01-02")',
                                                  'w = get_weather(city="Graz", date="02.01.2024")'], verdict=False)
     distill_one(deps, "b", run_id)

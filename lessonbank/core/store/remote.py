@@ -41,6 +41,7 @@ from lessonbank.core.constants import (
     store_reply_key,
 )
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
+from lessonbank.core.extras import missing_extra
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import READ_METHODS, REMOTE_METHODS, LessonStoreProtocol, codec
 
@@ -74,10 +75,13 @@ def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -
     ``RemoteLessonStore`` that forwards calls to the worker owning the embedded path.
     """
     if settings.qdrant_url:
-        from qdrant_client import QdrantClient
+        try:
+            from qdrant_client import QdrantClient
 
-        from lessonbank.core.embeddings import embedder_from_settings
-        from lessonbank.core.store.qdrant import LessonStore
+            from lessonbank.core.embeddings import embedder_from_settings
+            from lessonbank.core.store.qdrant import LessonStore
+        except ModuleNotFoundError as e:
+            raise missing_extra(e, "a Qdrant server (LESSONBANK_QDRANT_URL)") from e
 
         api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         client = QdrantClient(url=settings.qdrant_url, api_key=api_key, check_compatibility=False)

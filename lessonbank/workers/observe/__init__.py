@@ -4,7 +4,8 @@
   prefork pools, served by the main process;
 - ``tracing``: spans with OpenInference attributes (``lessonbank[otel]``, ``OTEL_EXPORTER_OTLP_ENDPOINT``),
   and the decorators the pipeline wears;
-- ``heartbeat``: which workers are alive, their LLM and whether it answered at start-up;
+- ``heartbeat``: which workers are alive, their LLM and whether it answered its last probe (at start-up, then
+  every minute);
 - ``service``: the Celery signal handlers that start and stop all of it (connected by ``lessonbank.workers``,
   which imports it: importing this package connects nothing).
 

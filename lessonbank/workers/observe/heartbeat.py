@@ -2,7 +2,8 @@
 
 The main process writes ``worker_key(name)`` every ``HEARTBEAT_INTERVAL`` seconds (expiring after
 ``HEARTBEAT_TTL``) and its name in ``WORKERS_KEY``: its LLM endpoint (password masked) and model, whether
-that endpoint answered at start-up (``GET /models``), and how it reaches the store; a worker serving the
+that endpoint answered its last probe (``GET /models``, at start-up and every ``LLM_PROBE_INTERVAL``), and how
+it reaches the store; a worker serving the
 embedded store also sets ``STORE_OWNER_KEY``, which agent processes check before waiting for it.
 """
 
@@ -32,6 +33,7 @@ HEARTBEAT_INTERVAL = 10.0
 HEARTBEAT_TTL = 35  # seconds a heartbeat counts: three missed beats and the worker is gone
 FORGET_AFTER = 86400  # a worker not seen for a day leaves the list ``lessonbank status`` shows
 PROBE_TIMEOUT = 10.0
+LLM_PROBE_INTERVAL = 60.0  # seconds between probes of the LLM (`lessonbank status --check` reads the last one)
 
 
 def probe_llm(settings: Settings) -> dict[str, Any]:
@@ -88,10 +90,14 @@ class Heartbeat:
         self._thread.start()
 
     def _loop(self, probe: bool) -> None:
-        if probe:
-            self.info["llm"].update(probe_llm(self.settings), checked_at=time.time())
-            self.beat()
-        while not self._stop.wait(self.interval):
+        probed = 0.0
+        while True:
+            if probe and time.monotonic() - probed >= LLM_PROBE_INTERVAL:
+                probed = time.monotonic()
+                self.info["llm"].update(probe_llm(self.settings), checked_at=time.time())
+                self.beat()
+            if self._stop.wait(self.interval):
+                return
             self.beat()
 
     def beat(self) -> None:
