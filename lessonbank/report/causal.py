@@ -6,7 +6,7 @@ forest plot (the uplift and its interval per lesson).
 reported run drew, most helpful first: ``id``, ``text``, ``status``, ``verdict`` (``helps`` | ``hurts`` |
 ``no effect yet``), ``label`` (the verdict, with the runs it rests on while it says nothing yet), ``given`` and
 ``withheld`` (``runs``, ``with_verdict``, ``successes``, ``success_rate``, ``mean_tokens``), ``uplift`` (success
-rate given minus withheld: ``estimate``, ``low``, ``high``, a 95 % interval) and ``tokens_difference`` (the same
+rate given minus withheld: ``estimate``, ``low``, ``high``, a 99 % interval) and ``tokens_difference`` (the same
 for mean tokens per run).
 """
 
@@ -22,7 +22,8 @@ TEXT_CHARS = 120
 PLOTTED = 30
 NOTE = ("Each lesson a run would get is withheld from it at random (LESSONBANK_LESSON_HOLDOUT): the runs given it "
         "and the runs it was withheld from differ, on average, by that lesson alone. A verdict needs "
-        f"{causal.MIN_KNOWN} runs with a verdict on each side and a 95 % interval that excludes zero.")
+        f"{causal.MIN_KNOWN} runs with a verdict on each side and a 99 % interval that excludes zero (the estimate is "
+        "looked at again after every run).")
 
 
 def _side(runs: int, known: int, successes: int, tokens: float | None) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def _rate(side: dict[str, Any]) -> str:
 
 def table_rows(part: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of the causal table."""
-    headers = ["id", "verdict", "given: success", "withheld: success", "uplift pts [95 % CI]",
+    headers = ["id", "verdict", "given: success", "withheld: success", "uplift pts [99 % CI]",
                "tokens given − withheld", "text"]
     rows = []
     for row in part["lessons"]:
@@ -94,7 +95,7 @@ def forest_png(part: dict[str, Any], figure: Any) -> bool:
         axes.plot([100 * uplift["estimate"]], [y], marker="o", color=colour)
     axes.axvline(0, color="black", linewidth=0.8)
     axes.set_yticks(range(len(rows)), [f"{row['id'][:8]} {row['label']}" for row in rows], fontsize=8)
-    axes.set_xlabel("success rate given minus withheld (points, 95 % interval)")
+    axes.set_xlabel("success rate given minus withheld (points, 99 % interval)")
     axes.set_title("Per-lesson causal credit: uplift per lesson", fontsize=10)
     axes.grid(True, axis="x", alpha=0.3)
     return True
