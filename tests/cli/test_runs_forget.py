@@ -74,7 +74,7 @@ def test_forgetting_a_run_removes_what_rests_on_it_alone_and_its_part_of_the_res
     only, shared = before[ONLY[1]], before[SHARED[1]]
     assert only.evidence == 1 and shared.evidence == 3 and shared.source_run_ids == [first, second, third]
     report = json.loads(invoke(env, "report", "--bank", BANK, "--json").output)
-    assert report["runs"] == 3
+    assert report["runs"] == 3 and report["causal"]["method"].startswith("success rate given minus withheld")
 
     result = invoke(env, "runs", "forget", first, "--bank", BANK, "--yes", "--json")
     assert result.exit_code == 0, result.output

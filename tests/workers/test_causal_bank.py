@@ -28,7 +28,7 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.learn import credit
-from lessonbank.report import build_report, report_tables
+from lessonbank.report import build_report, render_plots, report_tables
 from lessonbank.workers.deps import Deps
 from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import distill_one
@@ -109,3 +109,5 @@ def test_the_holdout_tells_a_helping_an_idle_and_a_hurting_lesson_apart(
     assert 0 < rows[helps.id]["withheld"]["runs"] < rows[helps.id]["given"]["runs"]
     table = next(t for t in report_tables(document) if t.title == "Causal credit per lesson")
     assert [row[1] for row in table.rows if row[0] == helps.id[:8]] == ["helps"]
+    plots = render_plots(document)
+    assert plots is None or plots["causal"].startswith(b"\x89PNG")  # the forest plot, where matplotlib is installed
