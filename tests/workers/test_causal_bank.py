@@ -4,7 +4,7 @@ with the real embedder, a real HTTP server speaking the OpenAI protocol, and the
 calls (distillation, credit, the causal measure).
 
 The scripted agent's chance of success depends on which lessons its prompt holds: lesson HELPS raises it, lesson
-HURTS lowers it, lesson IDLE changes nothing. Among the runs given HURTS, as many succeed as fail, so its
+HURTS lowers it, lesson IDLE changes nothing. Among the runs given HURTS, about as many succeed as fail, so its
 helpful and harmful counts keep the correlation-based rules from retiring it: only the holdout shows it hurts.
 """
 
