@@ -104,8 +104,9 @@ def forget_run(store: LessonStoreProtocol, client: redis.Redis, bank: str, run_i
     with purging.bank_held(client, bank, wait=wait, hold=wait):
         kept = summary.load_summary(client, bank, run_id)
         # forgotten once already: its credit was taken back then (taking back what it taught is idempotent)
-        credited = {} if runs.FORGOTTEN_DONE_FIELD in run.meta else _credited(client, run_id, kept)
         lessons = store.list(bank, limit=EVERY_LESSON, include_inactive=True)
+        credited = {} if runs.FORGOTTEN_DONE_FIELD in run.meta else rules.through_merges(
+            _credited(client, run_id, kept), lessons)
         fates = {lesson.id: rules.fate(lesson, run_id, credited.get(lesson.id)) for lesson in lessons}
         if not run.meta and kept is None and all(fate == "keep" for fate in fates.values()):
             raise UnknownRun(f"no run {run_id} in bank {bank!r}: not in Redis, not in its reports, behind no lesson")

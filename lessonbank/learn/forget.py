@@ -6,7 +6,8 @@ A user forgets a run that held personal data, or one found poisoned after the fa
 - a lesson whose evidence rests on that run alone (no other run taught it, no user added it) is purged;
 - a lesson with other evidence loses the run's part: one from its evidence (and from ``failed_runs`` if the run
   counted there), the run's provenance entries and source run id, its ``verified`` unless another of its runs
-  vouches, and the counts the run's credit gave it (given, applied, helpful, harmful);
+  vouches, and the counts the run's credit gave it (given, applied, helpful, harmful), which a lesson it was
+  merged into carries too (``through_merges``);
 - a lesson superseded by one that is purged, or retired as harmful by counts that no longer say so, is active
   again.
 
@@ -17,7 +18,7 @@ list.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 from lessonbank.core.models import USER_ORIGINS, Lesson
@@ -63,6 +64,21 @@ def without(lesson: Lesson, run_id: str, credited: Mapping[str, int] | None = No
         if credited and credited.get(name):
             update[name] = max(getattr(lesson, name) - int(credited[name]), 0)
     return lesson.model_copy(update=update) if update else lesson
+
+
+def through_merges(credited: Mapping[str, Mapping[str, int]], lessons: Sequence[Lesson]) -> dict[str, dict[str, int]]:
+    """``credited`` (lesson id -> the counts the run's credit gave it) with those counts also on every lesson each
+    was merged into: a merged lesson starts from the counts of the one it replaces."""
+    by_id = {lesson.id: lesson for lesson in lessons}
+    found = {lesson_id: dict(counts) for lesson_id, counts in credited.items()}
+    for lesson_id, counts in credited.items():
+        seen, current = {lesson_id}, by_id.get(lesson_id)
+        while (current is not None and current.status == "superseded" and current.status_cause == "merged"
+               and current.superseded_by and current.superseded_by not in seen):
+            seen.add(current.superseded_by)
+            found.setdefault(current.superseded_by, dict(counts))
+            current = by_id.get(current.superseded_by)
+    return found
 
 
 def fate(lesson: Lesson, run_id: str, credited: Mapping[str, int] | None) -> Fate:

@@ -51,3 +51,19 @@ def test_what_a_purged_lesson_superseded_is_active_again() -> None:
     older = taught("An older wording.", "r2").model_copy(update={"status": "superseded", "superseded_by": "x"})
     assert forget.restore_reason(older, "r1", {"x"}) is not None
     assert forget.restore_reason(older, "r1", {"y"}) is None
+
+
+def test_the_credit_a_run_gave_a_lesson_is_taken_from_the_lessons_it_was_merged_into_too() -> None:
+    first = taught("The first wording.", "r2").model_copy(update={"helpful": 3})
+    second = taught("The second wording.", "r3").model_copy(update={"helpful": 3})
+    third = taught("The third wording.", "r4").model_copy(update={"helpful": 4})
+    first = first.model_copy(update={"status": "superseded", "status_cause": "merged", "superseded_by": second.id})
+    second = second.model_copy(update={"status": "superseded", "status_cause": "merged", "superseded_by": third.id})
+    other = taught("Replaced, not merged.", "r5").model_copy(update={"status": "superseded",
+                                                                     "status_cause": "outdated",
+                                                                     "superseded_by": third.id})
+    gave = {"given": 1, "applied": 1, "helpful": 1, "harmful": 0}
+    credited = forget.through_merges({first.id: gave, other.id: gave}, [first, second, third, other])
+    assert credited == {first.id: gave, second.id: gave, third.id: gave, other.id: gave}
+    assert forget.without(third, "r1", credited[third.id]).helpful == 3
+    assert forget.through_merges({other.id: gave}, [third, other]) == {other.id: gave}  # a replacement starts anew
