@@ -4,9 +4,8 @@
 checkpoint, progress and credit are fields of the hash), their place in the open-runs set, the bank's
 run index and summaries, the dead letters of its runs, the lessons its agents handed in that still
 wait (``pending_lesson_key``), its tasks still waiting in the queue, its tombstones, the versions of its tools
-(``bank_tools_key``). The caller holds
-the bank's lock meanwhile (``bank_held``), so no worker consolidates into the bank while it goes; the
-lock key goes when the caller lets go of it. It leaves one key: when the bank was deleted
+(``bank_tools_key``). The caller holds the bank's lock meanwhile (``bank_held``), so no worker consolidates into
+the bank while it goes; the lock key goes when the caller lets go of it. It leaves one key: when the bank was deleted
 (``bank_deleted_key``, for ``step_ttl``), so that a worker that finds its run gone mid-distillation knows
 it went with its bank rather than with a Redis that lost its data.
 
