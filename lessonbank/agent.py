@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import logging
 import random
 import weakref
@@ -39,10 +38,11 @@ from lessonbank.core import runs
 from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, InvalidArgument, ServiceUnavailable
-from lessonbank.core.models import Lesson, validate_bank
+from lessonbank.core.models import Lesson, ToolFingerprint, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.handout import Handout, handout, versions_of
 from lessonbank.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
 from lessonbank.recorder.callback import StepRecorder
 from lessonbank.source import LessonSource
@@ -163,18 +163,28 @@ class AgentHook:
                 return vars(klass)["run"].__get__(self.agent, type(self.agent))  # type: ignore[no-any-return]
         raise AttributeError("the agent has no run method")
 
-    def lessons_for(self, task: str) -> tuple[str, list[Lesson]]:
-        """The lessons block for ``task``; ``("", [])`` when the store fails (never raises)."""
+    def lessons_for(self, task: str) -> Handout:
+        """The lessons block for ``task`` with the per-lesson holdout drawn (``lessonbank.handout``); no lessons
+        when the store fails (never raises)."""
+        versions = self.versions()
         try:
-            return self._source.read(lambda store: compose_instructions(
-                store, task, self.bank, max_lessons=self.max_lessons, max_chars=self.max_chars,
-                min_relevance=self.settings.min_relevance, max_recipes=MAX_RECIPES if self.recipes else 0,
-                tools=self.callables()))
+            return self._source.read(lambda store: handout(
+                store, task, self.bank, self.settings, self._random, max_lessons=self.max_lessons,
+                max_chars=self.max_chars, max_recipes=MAX_RECIPES if self.recipes else 0, tools=self.callables(),
+                versions=versions))
         except STORE_ERRORS as e:
             self._source.unavailable(e)
         except Exception:  # never let lessons break the user's run
             logger.warning("building the lessons block failed; the run gets no lessons", exc_info=True)
-        return "", []
+        return Handout(versions=versions)
+
+    def versions(self) -> dict[str, ToolFingerprint]:
+        """The fingerprints of the agent's tools ({} when they cannot be read: never raises)."""
+        try:
+            return versions_of(self.agent)
+        except Exception:  # the agent's tools are foreign objects
+            logger.debug("could not read the fingerprints of the agent's tools", exc_info=True)
+            return {}
 
     def callables(self) -> set[str] | None:
         """What the agent's code or tool calls can call (``callables_of``)."""
@@ -193,8 +203,9 @@ class AgentHook:
         self.arm = self._choose_arm()
         query = sub_task(self.agent, task if isinstance(task, str) else str(task))
         started = telemetry.now_ns()
-        block, given = ("", []) if self.arm == "control" else self.lessons_for(query)
-        fields = {"arm": self.arm, "given": json.dumps([lesson.id for lesson in given])}
+        handed = Handout(versions=self.versions()) if self.arm == "control" else self.lessons_for(query)
+        block, given = handed.block, handed.given
+        fields = {"arm": self.arm, **handed.fields(self.settings.max_field_chars)}
         if self.check is not None:
             fields["check"] = "pending"
         parent = trace.traceparent()

@@ -26,6 +26,7 @@ from lessonbank.core.settings import Settings
 
 if TYPE_CHECKING:
     from lessonbank.cli.intake import Checked
+    from lessonbank.forget import ForgetReport
 
 IMPORT_BATCH = 64
 RELEASABLE = frozenset({"quarantined", "retired"})
@@ -209,6 +210,19 @@ class Bank:
                 purge.add_tombstones(client, self.name, ids)  # first: the text cannot come back while the points go
                 with purge.bank_held(client, self.name, wait=wait, hold=wait):  # no worker reinforces one meanwhile
                     return int(store.delete(self.name, ids))
+
+    def forget_run(self, run_id: str, *, purge: bool = False) -> ForgetReport:
+        """Take out everything run ``run_id`` taught this bank: lessons resting on it alone are removed for good,
+        others lose its evidence, provenance and credit, reports no longer count it; ``purge`` drops its step
+        records too. ``UnknownRun`` when the bank does not know the run."""
+        from lessonbank.forget import forget_run
+
+        wait = self.settings.distill_lock_timeout
+        with self._store() as store, self._errors():
+            client = self._cli.redis()
+            with redis_errors(f"forgetting run {run_id} of bank {self.name!r} (run the call again)"):
+                return forget_run(store, client, self.name, run_id.strip(), purge=purge, wait=wait,
+                                  ttl=self.settings.step_ttl)
 
     def release(self, *ids: str) -> int:
         """Release quarantined or retired lessons: you vouch for them, and runs get them from now on. Returns how

@@ -33,15 +33,15 @@ import logging
 import math
 import re
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
 from lessonbank.core.exceptions import LessonbankError
-from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, Recipe
+from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, Recipe, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn import fixtext, needs, render
+from lessonbank.learn import causal, fingerprint, fixtext, needs, render
 
 logger = logging.getLogger(__name__)
 
@@ -85,25 +85,28 @@ def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> f
     age_days = max(now - lesson.last_seen, 0.0) / 86400.0
     recency = 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
     return (W_SIMILARITY * similarity + W_UTILITY * lesson.utility + W_FUSED_RANK * fused
-            + W_EVIDENCE * evidence + W_RECENCY * recency)
+            + W_EVIDENCE * evidence + W_RECENCY * recency + causal.rank_bonus(lesson))
 
 
 def rank_candidates(
     store: LessonStoreProtocol, bank: str, task: str, depth: int, min_relevance: float,
-    tools: Collection[str] | None = None,
+    tools: Collection[str] | None = None, versions: Mapping[str, ToolFingerprint] | None = None,
 ) -> list[tuple[float, float, Lesson]]:
     """(score, similarity, lesson) of the eligible lessons of ``bank`` relevant to ``task``, best first; with
-    ``tools``, the agent's, only those that call none it lacks (``needs.usable``)."""
+    ``tools``, the agent's, only those that call none it lacks (``needs.usable``); with ``versions``, its tools'
+    fingerprints, none that calls a tool that changed since it was learnt (``fingerprint.stale_reason``)."""
     now = time.time()
     scored = [(_score(lesson, sim, rank, now), sim, lesson)
               for lesson, sim, rank in store.rank(bank, task, limit=depth, min_similarity=min_relevance)
-              if eligible(lesson) and lesson.bank == bank and needs.usable(lesson, tools)]
+              if eligible(lesson) and lesson.bank == bank and needs.usable(lesson, tools)
+              and fingerprint.stale_reason(lesson, versions) is None]
     return sorted(scored, key=lambda item: item[0], reverse=True)
 
 
 def rank_lessons(
     store: LessonStoreProtocol, bank: str, task: str, max_lessons: int = 8, min_relevance: float = 0.2,
     max_recipes: int = MAX_RECIPES, tools: Collection[str] | None = None,
+    versions: Mapping[str, ToolFingerprint] | None = None,
 ) -> list[Lesson]:
     """Lessons of ``bank`` relevant to ``task``, best first, at most ``max_lessons``: the best recipe for a
     close enough task first, then prose lessons with kinds balanced; with ``tools`` (the agent's), none
@@ -113,7 +116,8 @@ def rank_lessons(
     """
     if max_lessons <= 0 or not task.strip():
         return []
-    ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance, tools)
+    ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance, tools,
+                             versions)
     recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY]
     chosen = recipes[:max_recipes]
     prose = [lesson for _, _, lesson in ranked
@@ -173,7 +177,8 @@ def _one_line(text: str) -> str:
 def _seen(lesson: Lesson) -> str:
     runs = "run" if lesson.evidence == 1 else "runs"
     helped = f", helped {lesson.helpful}" if lesson.helpful else ""
-    return f"(seen in {lesson.evidence} {runs}{helped})"
+    warning = f"; {fingerprint.warning(lesson)}" if lesson.tool_versions else ""
+    return f"(seen in {lesson.evidence} {runs}{helped}{warning})"
 
 
 def _recipe_rewrites(recipe: Recipe, task: str) -> list[tuple[str, str]]:
@@ -429,12 +434,14 @@ def compose_instructions(
     min_relevance: float = 0.2,
     max_recipes: int = MAX_RECIPES,
     tools: Collection[str] | None = None,
+    versions: Mapping[str, ToolFingerprint] | None = None,
 ) -> tuple[str, list[Lesson]]:
     """The lessons block for ``task`` and the lessons it holds, without recording anything
-    (``max_recipes=0``: prose lessons only; ``tools``: the agent's, when known).
+    (``max_recipes=0``: prose lessons only; ``tools``: the agent's, when known; ``versions``: its tools'
+    fingerprints, when known).
 
     Raises the store's errors; ``lessonbank.block.lessons_block`` is the forgiving entry point.
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
-                           max_recipes=max_recipes, tools=tools)
+                           max_recipes=max_recipes, tools=tools, versions=versions)
     return format_lessons(lessons, max_chars=max_chars, task=task)

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image, ImageStat
 
 from lessonbank.core.models import Lesson, Recipe, RunSummary, ToolStats
+from lessonbank.learn.stats import mean, mean_difference, newcombe, t_value, wilson
 from lessonbank.report import build_report, render_html, render_plots, render_text, report_tables
-from lessonbank.report.stats import mean, mean_difference, newcombe, t_value, wilson
 from lessonbank.report.tables import lessons_table
 
 NOW = 1_700_000_000.0

@@ -26,6 +26,7 @@ COMMANDS = {
     "spool": "lessonbank.cli.spool:spool",
     "llm": "lessonbank.cli.llm:llm",
     "report": "lessonbank.cli.report:report",
+    "runs": "lessonbank.cli.runs:runs",
     "tools": "lessonbank.cli.tools:tools",
     "feedback": "lessonbank.cli.feedback:feedback",
 }

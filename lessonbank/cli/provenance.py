@@ -24,7 +24,7 @@ RECIPE_CHARS = 4000
 RUN_ID_CHARS = 80
 TIME_FIELDS = ("first_seen", "last_seen", "status_changed_at")
 # Printed in their own sections below the plain fields.
-SECTION_FIELDS = ("provenance", "source_run_ids", "recipe")
+SECTION_FIELDS = ("provenance", "source_run_ids", "recipe", "causal", "tool_versions")
 
 
 def clean(text: str, keep_newlines: bool = False) -> str:
@@ -131,6 +131,19 @@ def _print_run(run: dict[str, Any]) -> None:
             click.echo(f"    #{seq}: not among the run's kept steps")
 
 
+def _print_measures(lesson: Lesson) -> None:
+    """What its per-lesson holdout measured, and the tools it was learnt on."""
+    from lessonbank.learn import causal, fingerprint
+
+    measured = lesson.causal
+    click.echo("causal: " + (causal.describe(measured) if measured is not None and causal.label(measured)
+                             else "never withheld from a run yet"))
+    for learnt in lesson.tool_versions:
+        click.echo(f"learnt on: {clean(learnt.signature)}")
+    if (warning := fingerprint.warning(lesson)):
+        click.echo(f"  warning: {clean(warning)}")
+
+
 def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
     """The lesson's fields (times readable), its source runs with step excerpts, and its recipe."""
     for name, value in lesson.model_dump(mode="json").items():
@@ -139,6 +152,7 @@ def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
         shown = render.text(lesson) if name == "text" else human_time(value) if name in TIME_FIELDS else value
         click.echo(f"{name}: {clean(shown) if isinstance(shown, str) else shown}")
     click.echo(f"utility: {lesson.utility:.3f}")
+    _print_measures(lesson)
     runs = sources["runs"]
     click.echo(f"sources: {len(runs) + sources['more_runs']} run(s)" + (":" if runs else ""))
     if sources["steps_unavailable"]:

@@ -2,8 +2,10 @@
 
 Run state (written by ``lessonbank.core.runs`` only)
     ``lessonbank:run:{run_id}``            hash: bank, agent, task, state, outcome, started_at, updated_at,
-                                           arm, given (JSON list of lesson ids), verdict, verdict_source,
-                                           verdict_note, enqueued, distill_attempts, lessons, credited, ...
+                                           arm, given (JSON list of lesson ids), drawn and withheld (the
+                                           per-lesson holdout's draw), tool_versions (JSON), verdict,
+                                           verdict_source, verdict_note, enqueued, distill_attempts, lessons,
+                                           credited, forgotten (when a user forgot it), ...
     ``lessonbank:run:{run_id}:steps``      hash: step sequence number -> step record JSON (HSETNX: replay-safe)
     ``lessonbank:runs:open``               sorted set: run id -> last activity (unix seconds), for the sweeper
     ``lessonbank:runs:waiting``            sorted set: run id -> when its distillation (or follow-up) was queued, until
@@ -21,6 +23,8 @@ Outcomes of distillation
                                            ``lessonbank.core.purge``): not learnt again unless allowed
     ``lessonbank:bank:{bank}:deleted``     string: when the bank was deleted (``banks delete``), kept ``step_ttl``:
                                            a run found gone mid-distillation was deleted with it, not lost
+    ``lessonbank:bank:{bank}:tools``       hash: tool name -> the fingerprint its latest distilled run had
+                                           (``lessonbank.workers.versions``): a change marks lessons stale
 
 Tasks in hand (``lessonbank.workers.jobs``): a job is one task's work, e.g. ``distill:{run_id}``
     ``lessonbank:job:{job_id}``            hash: task, args (JSON), queue, task_id, retries, holder (the worker
@@ -78,6 +82,7 @@ BANK_RUNS_KEY = PREFIX + ":bank:{bank}:runs"
 BANK_SUMMARIES_KEY = PREFIX + ":bank:{bank}:summaries"
 BANK_PURGED_KEY = PREFIX + ":bank:{bank}:purged"
 BANK_DELETED_KEY = PREFIX + ":bank:{bank}:deleted"
+BANK_TOOLS_KEY = PREFIX + ":bank:{bank}:tools"
 JOB_KEY = PREFIX + ":job:{job_id}"
 JOBS_DUE_KEY = PREFIX + ":jobs:due"
 STORE_OWNER_KEY = PREFIX + ":store:owner"
@@ -101,6 +106,7 @@ RUN_OPEN = "open"
 RUN_CLOSED = "closed"
 RUN_DISTILLED = "distilled"
 RUN_DEAD = "dead"
+RUN_FORGOTTEN = "forgotten"  # a user forgot the run (``lessonbank.forget``): nothing distills or credits it again
 
 
 def run_key(run_id: str) -> str:
@@ -142,6 +148,10 @@ def bank_purged_key(bank: str) -> str:
 
 def bank_deleted_key(bank: str) -> str:
     return BANK_DELETED_KEY.format(bank=bank)
+
+
+def bank_tools_key(bank: str) -> str:
+    return BANK_TOOLS_KEY.format(bank=bank)
 
 
 def worker_key(name: str) -> str:

@@ -7,6 +7,7 @@ LessonbankError
 ├── ConfigurationError      settings that cannot work (bad URL, missing model files, ...)
 ├── ServiceUnavailable      Redis, Qdrant or the store owner did not answer in time
 ├── StoreError              the lesson store refused a read or write
+├── UnknownRun              no record of a bank knows the run (never recorded, expired, or another bank's)
 └── DistillError            distilling a run failed
     ├── TransientDistillError   worth retrying (timeout, connection error, 429, 5xx)
     └── PermanentDistillError   retrying will not help (4xx, output invalid after repair, no steps)
@@ -40,6 +41,10 @@ class ServiceUnavailable(LessonbankError):
 
 class StoreError(LessonbankError):
     """The lesson store refused a read or a write."""
+
+
+class UnknownRun(LessonbankError):
+    """No record of the bank knows the run: not its hash, its summary, nor any lesson."""
 
 
 class DistillError(LessonbankError):

@@ -25,13 +25,20 @@ LessonKind = Literal["fact", "approach", "failure"]
 # active: handed to runs; superseded: replaced by a merged or newer lesson (superseded_by); retired: its
 # harmful evidence outweighed its helpful evidence, or no run applied it (status_reason), until a user
 # releases it; quarantined: held back until a user releases it (it carries URLs, e-mail addresses or
-# instructions to send data somewhere); forgotten: hidden by a user.
-LessonStatus = Literal["active", "superseded", "retired", "quarantined", "forgotten"]
+# instructions to send data somewhere); stale: code calling a tool whose signature or description changed since it
+# was learnt (``lessonbank.learn.fingerprint``), until a run with the tool as it is now re-verifies or replaces it;
+# forgotten: hidden by a user.
+LessonStatus = Literal["active", "superseded", "retired", "quarantined", "stale", "forgotten"]
 # Why a lesson has its status (``status_reason`` says it in words): merged into another, contradicted by a run,
 # outdated by a newer recipe, retired as harmful or idle or retracted by a late verdict on its run, restored
-# when that run was judged a success again, quarantined, forgotten, unforgotten or released by a user.
+# when that run was judged a success again (or the run behind its status was forgotten), quarantined, forgotten,
+# unforgotten or released by a user; retired because runs given it did worse than runs it was withheld from
+# (``hurts``, ``lessonbank.learn.causal``); stale because a tool it calls changed (``tool_changed``), active again
+# once a run with the changed tool verified it (``reverified``).
 StatusCause = Literal["merged", "contradicted", "outdated", "harmful", "idle", "retracted", "restored",
-                      "quarantined", "forgotten", "unforgotten", "released"]
+                      "quarantined", "forgotten", "unforgotten", "released", "hurts", "tool_changed", "reverified"]
+# What a lesson's per-lesson holdout says of it (``lessonbank.learn.causal``).
+CausalVerdict = Literal["helps", "hurts", "no effect yet"]
 # The status reason of a lesson a user released (from quarantine or retirement): they vouch for it.
 RELEASED_BY_USER = "released by a user"
 LessonOrigin = Literal["distilled", "recipe", "observed", "remembered", "imported", "added"]
@@ -146,6 +153,8 @@ class Provenance(BaseModel):
     steps: list[int] = Field(default_factory=list)
     vouched: bool | None = Field(None, description="Whether the run's verdict vouched for the lesson when it "
                                                    "taught it (None: lessons written before this was kept).")
+    failed: bool | None = Field(None, description="Whether the run counts in the lesson's failed_runs (None: "
+                                                  "lessons written before this was kept).")
 
 
 class Recipe(BaseModel):
@@ -195,6 +204,41 @@ class ShapePayload(BaseModel):
     records: list[str] = Field(description="The keys from the result to its list of records.")
     call: str = Field("", description="The line that got the records back, passing only words of the task.")
 
+
+class ToolFingerprint(BaseModel):
+    """A tool as a lesson was learnt on it (``lessonbank.learn.fingerprint``): its signature as it reads, a hash of
+    its descriptions and, where a run kept one, a hash of the structure of its result."""
+
+    name: str
+    signature: str = Field(description="``get_invoice(invoice_id: string, currency?: string) -> object``.")
+    doc: str = Field("", description="Hash of the tool's description and its arguments' descriptions.")
+    shape: str = Field("", description="Hash of the structure of its result as a run observed it (\"\": none kept).")
+    later_shape: str = Field("", description="The structure a later run given the lesson observed instead, that run "
+                                             "not ending well with it: the lesson is given with a warning.")
+
+
+class CausalEstimate(BaseModel):
+    """What a lesson did, measured by its per-lesson holdout (``lessonbank.learn.causal``): the runs given it
+    against the runs it was eligible for and withheld from, success rate and tokens."""
+
+    given_runs: int = 0
+    given_known: int = Field(0, description="Runs given it with a known verdict.")
+    given_successes: int = 0
+    withheld_runs: int = 0
+    withheld_known: int = 0
+    withheld_successes: int = 0
+    uplift: float | None = Field(None, description="Success rate given minus withheld.")
+    low: float | None = None
+    high: float | None = None
+    tokens_given: float | None = None
+    tokens_withheld: float | None = None
+    tokens_difference: float | None = Field(None, description="Mean tokens per run, given minus withheld.")
+    tokens_low: float | None = None
+    tokens_high: float | None = None
+    verdict: CausalVerdict = "no effect yet"
+    at: float = 0.0
+
+
 class Lesson(BaseModel):
     """A short, self-contained lesson learnt by one or more runs of a bank.
 
@@ -237,6 +281,10 @@ class Lesson(BaseModel):
     status_cause: StatusCause | None = None
     status_run: str = Field("", description="The run the status cause names (the contradicting run, the run whose "
                                             "verdict retracted or restored it, the newer recipe's run).")
+    tool_versions: list[ToolFingerprint] = Field(default_factory=list, description="The tools it involves as they "
+                                                 "were in the latest run that taught it.")
+    causal: CausalEstimate | None = Field(None, description="What its per-lesson holdout measured, once it was "
+                                                            "withheld from runs.")
     schema_version: int = LESSON_SCHEMA_VERSION
 
     @model_validator(mode="before")
@@ -330,6 +378,11 @@ class RunSummary(BaseModel):
     output_tokens: int = 0
     given: list[str] = Field(default_factory=list, description="Ids of the lessons the run was handed.")
     applied: list[str] = Field(default_factory=list, description="Ids of the given lessons the run applied.")
+    altered: list[str] = Field(default_factory=list, description="Ids of the applied lessons its failure does not "
+                                                                 "blame (the run altered or did not follow them).")
+    drawn: list[str] = Field(default_factory=list, description="Ids of the lessons in its per-lesson holdout draw: "
+                                                               "given, or eligible and withheld.")
+    withheld: list[str] = Field(default_factory=list, description="Ids of the drawn lessons withheld from it.")
     tools: dict[str, ToolStats] = Field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -7,6 +7,9 @@ A run's hash (``run_key``) holds its metadata and its ``state``; its step record
       └───close_abandoned (sweeper: abandoned)──┴─▶ closed ──mark_distilled──▶ distilled
                                                         └────mark_dead────────▶ dead ──reopen_for_retry──▶ closed
 
+    any state ──mark_forgotten (a user, ``lessonbank.forget``)──▶ forgotten (and the ``forgotten`` field, which no
+    later write removes: nothing distills or credits the run again, and no summary of it is kept)
+
 A close and the publish of the run's distill task happen in one Lua script, guarded by the
 ``enqueued`` field: whichever close comes first (the recorder's, a replayed one from the spool, the
 sweeper's) publishes, and no later one publishes again. Steps are stored by one Lua script too: a step
@@ -39,6 +42,7 @@ from lessonbank.core.constants import (
     RUN_CLOSED,
     RUN_DEAD,
     RUN_DISTILLED,
+    RUN_FORGOTTEN,
     STEP_TTL,
     WAITING_RUNS_KEY,
     run_key,
@@ -55,6 +59,8 @@ CHECKPOINT_FIELD = "distill_output"
 PROGRESS_FIELD = "consolidated"
 CREDIT_FIELD = "credited"
 RECOUNT_FIELD = "recounted"
+FORGOTTEN_FIELD = "forgotten"
+FORGOTTEN_DONE_FIELD = "forgotten_done"  # what the forgotten run taught is out of the bank (its credit taken back)
 
 
 
@@ -365,6 +371,28 @@ def queue_followup(client: redis.Redis, bank: str, run_id: str, queue: str) -> b
 def step_count(client: redis.Redis, run_id: str) -> int:
     """How many step records the run has in Redis now."""
     return int(client.hlen(run_steps_key(run_id)))
+
+
+def mark_forgotten(client: redis.Redis, bank: str, run_id: str, ttl: int, drop_records: bool = False) -> None:
+    """Mark the run forgotten by a user: it leaves every queue of runs to distill, and its data expires after
+    ``ttl`` seconds; with ``drop_records`` its step records and every field of its hash go now, but the marker
+    (so that a late record or verdict of the run is not taken for a new run to distill)."""
+    now = time.time()
+    pipe = client.pipeline(transaction=True)
+    if drop_records:
+        pipe.delete(run_key(run_id), run_steps_key(run_id))
+    pipe.hset(run_key(run_id), mapping={"bank": bank, "state": RUN_FORGOTTEN, FORGOTTEN_FIELD: repr(now),
+                                        "enqueued": "1", "updated_at": repr(now)})
+    pipe.zrem(OPEN_RUNS_KEY, run_id)
+    pipe.zrem(WAITING_RUNS_KEY, run_id)
+    pipe.expire(run_key(run_id), max(int(ttl), 1))
+    pipe.expire(run_steps_key(run_id), max(int(ttl), 1))
+    pipe.execute()
+
+
+def is_forgotten(client: redis.Redis, run_id: str) -> bool:
+    """Whether a user forgot the run (``mark_forgotten``)."""
+    return bool(client.hexists(run_key(run_id), FORGOTTEN_FIELD))
 
 
 def mark_dead(client: redis.Redis, run_id: str, ttl: int) -> None:

@@ -237,6 +237,18 @@ class Settings(BaseSettings):
         0.0,
         description="Fraction of runs that get no lessons (control arm), chosen at random per run; 0 disables.",
     )
+    lesson_holdout: Annotated[float, Ge(0), Lt(1)] = Field(
+        0.1,
+        description="Chance that a lesson a run would get is withheld from it, per lesson, to measure what the "
+        "lesson does (lessonbank report's causal table); 0 disables.",
+    )
+    lesson_holdout_after: int = Field(
+        5, ge=0, le=1_000_000,
+        description="A lesson is withheld only once this many runs were given it: its first runs are its test.",
+    )
+    lesson_holdout_user: bool = Field(
+        False, description="Withhold lessons users added or imported too (they are otherwise always given).",
+    )
 
     # Observability (optional extras: lessonbank[metrics], lessonbank[otel])
     metrics_port: int | None = Field(

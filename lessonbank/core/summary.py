@@ -17,7 +17,7 @@ from typing import Any, cast
 import redis
 from pydantic import ValidationError
 
-from lessonbank.core.constants import bank_runs_key, bank_summaries_key
+from lessonbank.core.constants import bank_runs_key, bank_summaries_key, run_key
 from lessonbank.core.models import RunSummary, Verdict, VerdictSource
 
 logger = logging.getLogger(__name__)
@@ -27,8 +27,10 @@ MAX_SUMMARIES = 10_000
 VERDICT_TRUST: dict[str, int] = {"user": 4, "check": 3, "signals": 2, "llm": 1, "none": 0}
 
 
-# KEYS: runs zset, summaries hash. ARGV: run id, started_at, summary JSON, how many to keep.
+# KEYS: runs zset, summaries hash, the run's hash. ARGV: run id, started_at, summary JSON, how many to keep. A run
+# a user forgot keeps no summary (a credit that read the run before it was forgotten may save one after).
 _SAVE = """
+if redis.call('HEXISTS', KEYS[3], 'forgotten') == 1 then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
@@ -45,7 +47,7 @@ return 0
 
 def save_summary(client: redis.Redis, summary: RunSummary, keep: int = MAX_SUMMARIES) -> int:
     """Store (or replace) a run's summary in its bank, keeping the newest ``keep``; returns how many were dropped."""
-    keys = [bank_runs_key(summary.bank), bank_summaries_key(summary.bank)]
+    keys = [bank_runs_key(summary.bank), bank_summaries_key(summary.bank), run_key(summary.run_id)]
     return int(client.eval(_SAVE, len(keys), *keys, summary.run_id, repr(summary.started_at), summary.to_json(), keep))
 
 
@@ -63,6 +65,25 @@ def load_summaries(client: redis.Redis, bank: str, since: float | None = None) -
         except ValidationError:
             logger.warning("bank %s: skipping malformed summary of run %r", bank, run_id)
     return summaries
+
+
+def load_summary(client: redis.Redis, bank: str, run_id: str) -> RunSummary | None:
+    """The summary of one run of ``bank`` (None when none is kept, or it is malformed)."""
+    raw = client.hget(bank_summaries_key(bank), run_id)
+    try:
+        return RunSummary.from_json(raw) if raw is not None else None
+    except ValidationError:
+        logger.warning("bank %s: malformed summary of run %r", bank, run_id)
+        return None
+
+
+def remove_summary(client: redis.Redis, bank: str, run_id: str) -> bool:
+    """Drop the summary of one run of ``bank`` (its reports count it no more); whether there was one."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hdel(bank_summaries_key(bank), run_id)
+    pipe.zrem(bank_runs_key(bank), run_id)
+    removed, _ = pipe.execute()
+    return bool(removed)
 
 
 def update_verdict(client: redis.Redis, bank: str, run_id: str, verdict: Verdict, source: VerdictSource) -> bool:

@@ -24,7 +24,9 @@ retired, or a contradiction replaced, or a rewording of a forgotten or retired o
 ``duplicate_similarity``), neither revives it nor reinforces its replacement.
 
 Every write remembers the contributing run id, and a lesson that already lists the run is never
-reinforced again. Recipes and observed facts (fixes, shapes) are kept by the fingerprint of what they hold:
+reinforced again. Provenance is kept whole, through merges too (a merged lesson carries every run behind the
+lesson it replaces): forgetting a run (``lessonbank.learn.forget``) must find everything it taught. Recipes and
+observed facts (fixes, shapes) are kept by the fingerprint of what they hold:
 the same code or correction from another run reinforces one lesson; a new recipe supersedes older recipes
 for similar tasks whose harmful credit outweighs their helpful credit.
 """
@@ -50,7 +52,6 @@ from lessonbank.learn import render
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
 
-MAX_SOURCE_RUNS = 200
 CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by fingerprint, never by the LLM
 MAX_TAGS = 8
 # Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
@@ -107,23 +108,42 @@ def provenance_vouched(lesson: Lesson, run_id: str, vouched: bool) -> list[Prove
     return [p.model_copy(update={"vouched": vouched}) if p.run_id == run_id else p for p in lesson.provenance]
 
 
+def vouched_by_another(lesson: Lesson, run_id: str) -> bool:
+    """Whether a run other than ``run_id`` still vouches for ``lesson``. A source run whose vouching was not
+    recorded (a lesson written before provenance kept it, or a run past the provenance cap of earlier versions)
+    leaves the lesson as verified as it was."""
+    others = [p for p in lesson.provenance if p.run_id != run_id]
+    recorded = {p.run_id for p in lesson.provenance}
+    unknown = (any(p.vouched is None for p in others) or not recorded.issuperset(lesson.source_run_ids)
+               or lesson.evidence > len(recorded))
+    return any(p.vouched for p in others) or (unknown and lesson.verified)
+
+
 def vouched_by(lesson: Lesson, run_id: str, vouched: bool) -> Lesson:
     """A new `lesson` of `run_id`, vouched for by that run or not: ``verified`` and the run's provenance entry
     say the same, so that a later verdict on one of its runs can be taken back run by run."""
     return lesson.model_copy(update={"verified": vouched, "provenance": provenance_vouched(lesson, run_id, vouched)})
 
 
+def counted_failed(lesson: Lesson, run_id: str, failed: bool) -> Lesson:
+    """A new ``lesson`` of ``run_id``, counting that run in its ``failed_runs`` or not (and its provenance entry
+    saying so, so that forgetting the run takes back exactly what it counted)."""
+    provenance = [p.model_copy(update={"failed": failed}) if p.run_id == run_id else p for p in lesson.provenance]
+    return lesson.model_copy(update={"failed_runs": int(failed), "provenance": provenance})
+
+
 def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,
                verified: bool = False, failed: bool = False) -> Lesson:
     """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run; a run judged
     a failure when ``failed``)."""
-    provenance = [*lesson.provenance, Provenance(run_id=run_id, steps=sorted(set(steps or [])), vouched=verified)]
+    provenance = [*lesson.provenance,
+                  Provenance(run_id=run_id, steps=sorted(set(steps or [])), vouched=verified, failed=failed)]
     return lesson.model_copy(
         update={
             "evidence": lesson.evidence + 1,
             "last_seen": now,
-            "source_run_ids": [*lesson.source_run_ids, run_id][-MAX_SOURCE_RUNS:],
-            "provenance": provenance[-MAX_SOURCE_RUNS:],
+            "source_run_ids": [*lesson.source_run_ids, run_id],
+            "provenance": provenance,
             "tags": merge_tags(lesson.tags, tags),
             "verified": lesson.verified or verified,
             "failed_runs": lesson.failed_runs + int(failed),
@@ -196,9 +216,9 @@ def rewording(held_back: list[tuple[Lesson, float]], thresholds: Thresholds) -> 
 def new_lesson(bank: str, draft: DraftLesson, run_id: str, origin: LessonOrigin, verified: bool, failed: bool,
                now: float) -> Lesson:
     """The lesson a draft becomes when it is added (quarantined when it needs a user's eye)."""
-    lesson = vouched_by(Lesson.new(bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS], run_id=run_id,
-                                   origin=origin, steps=draft.steps), run_id, verified)
-    lesson.failed_runs = int(failed)
+    lesson = counted_failed(vouched_by(Lesson.new(bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS],
+                                                  run_id=run_id, origin=origin, steps=draft.steps), run_id, verified),
+                            run_id, failed)
     if draft.quarantine:
         lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": now,
                                            "status_reason": f"{draft.quarantine}; a user must release it",
@@ -254,15 +274,21 @@ def contradicted_reason(run_id: str, verified: bool) -> str:
     return f"{CONTRADICTED} {run_id}" + (" (judged a success)" if verified else "")
 
 
-def outdated_recipes(similar: list[tuple[Lesson, float]], recipe_id: str, thresholds: Thresholds) -> list[Lesson]:
+def outdated_recipes(similar: list[tuple[Lesson, float]], recipe_id: str, thresholds: Thresholds,
+                     tools: list[str] | None = None) -> list[Lesson]:
     """Older recipes for similar tasks (``similar``: the nearest lessons) that a new recipe supersedes: their
-    harmful credit outweighs their helpful credit."""
+    harmful credit outweighs their helpful credit, or they are stale and call a tool the new one calls (``tools``)
+    as it is now."""
     return [older for older, score in similar
             if older.recipe is not None and older.id != recipe_id
-            and score >= thresholds.duplicate - RECIPE_SIMILARITY_SLACK and older.harmful > older.helpful]
+            and score >= thresholds.duplicate - RECIPE_SIMILARITY_SLACK
+            and (older.status == "stale" and bool(set(older.recipe.tools or ()) & set(tools or ()))
+                 or older.status == "active" and older.harmful > older.helpful)]
 
 
-def outdated_reason(run_id: str) -> str:
+def outdated_reason(run_id: str, older: Lesson | None = None) -> str:
+    if older is not None and older.status == "stale":
+        return f"replaced by a recipe for the tool as it is now (run {run_id}); {older.status_reason}"
     return f"a newer recipe (run {run_id}) succeeded where this one failed"
 
 
@@ -299,7 +325,7 @@ def observed_lesson(bank: str, fact: Observed, run_id: str, verified: bool) -> L
     """The lesson a new observed fact becomes: its id from its fingerprint, its text rendered from its payload."""
     lesson = Lesson.new(bank, "fact", fact.text, tags=[fact.tag], run_id=run_id, origin="observed",
                         steps=list(fact.steps), fix=fact.fix, shape=fact.shape)
-    return vouched_by(lesson, run_id, verified).model_copy(
+    return counted_failed(vouched_by(lesson, run_id, verified), run_id, False).model_copy(
         update={"id": recipe_id(bank, fact.fingerprint, kind=fact.tag), "task": fact.task})
 
 
@@ -308,4 +334,5 @@ def recipe_lesson(bank: str, recipe: Recipe, run_id: str, steps: list[int]) -> L
     run whose outcome verified it."""
     lesson = Lesson.new(bank, "approach", render.recipe(recipe), tags=["recipe"], run_id=run_id, origin="recipe",
                         steps=steps, recipe=recipe)
-    return vouched_by(lesson, run_id, True).model_copy(update={"id": recipe_id(bank, recipe.fingerprint)})
+    return counted_failed(vouched_by(lesson, run_id, True), run_id, False).model_copy(
+        update={"id": recipe_id(bank, recipe.fingerprint)})

@@ -27,7 +27,7 @@ RESERVED_FIELDS = frozenset({
     "bank", "agent", "task", "state", "outcome", "started_at", "updated_at", "closed_at", "enqueued", "tools",
     "distill_attempts", "distilled_at", "distill_output", "consolidated", "lessons", "credited", "verdict",
     "verdict_source", "verdict_note", "verdict_trust", "verdict_at", "late_at", "followup", "distilled_upto",
-    "judged", "taught", "recounted", "llm_error", "deliveries",
+    "judged", "taught", "recounted", "llm_error", "deliveries", "forgotten", "forgotten_done",
 })
 
 

@@ -1,7 +1,7 @@
 """``lessonbank report``: what a bank's lessons did, per arm, from its run summaries and lessons.
 
 - ``data``: the report as one JSON-ready document (``build_report``), no I/O;
-- ``stats``: Wilson, Newcombe, Student's t and Welch's t intervals;
+- ``lessonbank.learn.stats`` (shared with the causal credit): Wilson, Newcombe, Student's t and Welch's t intervals;
 - ``tables``: the document as tables of plain strings; ``text``: those tables for a terminal (rich);
 - ``plots``: PNGs with matplotlib (optional extra ``report``); ``page``: the self-contained HTML and the files.
 """

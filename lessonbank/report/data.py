@@ -3,7 +3,8 @@
 ``arms`` compares the runs handed lessons with the control runs held out without them; a bank without
 control runs can only compare its early and late runs (``early_late``: first and last thirds of the
 lessons-arm runs), which says nothing about the lessons alone. ``series`` holds the rolling values the
-plots draw, so every plot can be redrawn from ``report.json``.
+plots draw, so every plot can be redrawn from ``report.json``. ``causal`` measures each lesson by its own holdout
+(``lessonbank.report.causal``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any, get_args
 
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonStatus, RunSummary
 from lessonbank.core.summary import tool_table
-from lessonbank.learn import render
-from lessonbank.report import stats
+from lessonbank.learn import render, stats
+from lessonbank.report.causal import causal_part
 
 REPORT_VERSION = 1
 DEFAULT_WINDOW = 10
@@ -244,6 +245,7 @@ def build_report(
     }
     document["lessons"] = [lesson_row(lesson) for lesson in sorted(lessons, key=_lesson_order)]
     document["tools"] = [row.to_dict() for row in tool_table(summaries)]
+    document["causal"] = causal_part(summaries, lessons, now)
     document["series"] = {
         "runs": {arm: rolling([s for s in summaries if s.arm == arm], window) for arm in ("lessons", "control")},
         "lessons": timeline(lessons, _start(summaries, lessons, since), now),

@@ -17,6 +17,7 @@ PLOT_TITLES = {
     "tokens": "Tokens per run over time",
     "lessons": "Lessons in the bank over time",
     "tool_errors": "Error rate per tool",
+    "causal": "Per-lesson causal credit",
 }
 ARM_COLOURS = {"lessons": "#1f77b4", "control": "#ff7f0e"}
 # The lessons arm is drawn over the control arm, thicker; control is dashed with hollow markers: where the
@@ -149,6 +150,14 @@ def _tools_png(tools: list[dict[str, Any]]) -> bytes:
     return _png(figure)
 
 
+def _causal_plot(document: dict[str, Any]) -> bytes | None:
+    """The forest plot of the per-lesson causal credit (``lessonbank.report.causal``)."""
+    from lessonbank.report.causal import forest_png
+
+    figure = _figure()
+    return _png(figure) if forest_png(document.get("causal", {"lessons": []}), figure) else None
+
+
 def render_plots(document: dict[str, Any]) -> dict[str, bytes] | None:
     """Plot name -> PNG bytes for the plots that have data; None when matplotlib is not installed."""
     if not plots_available():
@@ -158,5 +167,6 @@ def render_plots(document: dict[str, Any]) -> dict[str, bytes] | None:
         "tokens": _runs_plot(document, "tokens", "tokens per run (input + output)"),
         "lessons": _lessons_plot(document),
         "tool_errors": _tools_plot(document),
+        "causal": _causal_plot(document),
     }
     return {name: png for name, png in drawn.items() if png is not None}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lessonbank.report.causal import table_rows as causal_rows
+
 LESSONS_SHOWN = 50
 TOOL_ERRORS_SHOWN = 3
 
@@ -153,5 +155,13 @@ def tools_table(tools: list[dict[str, Any]]) -> Table:
     return Table("Tools", headers, rows, note)
 
 
+def causal_table(part: dict[str, Any]) -> Table:
+    """Each lesson drawn for the per-lesson holdout: runs given it against runs it was withheld from."""
+    headers, rows = causal_rows(part)
+    return Table("Causal credit per lesson", headers, rows, f"{part['note']} Method: {part['method']}.")
+
+
 def report_tables(document: dict[str, Any]) -> list[Table]:
-    return [comparison_table(document), lessons_table(document), tools_table(document["tools"])]
+    """The comparison of the arms, the causal credit per lesson (once a lesson was drawn), the lessons, the tools."""
+    causal = [causal_table(document["causal"])] if document.get("causal", {}).get("lessons") else []
+    return [comparison_table(document), *causal, lessons_table(document), tools_table(document["tools"])]

@@ -348,6 +348,11 @@ class Consolidator:
         if self._tombstoned(rid):
             return "refused"
         found = self.store.get(self.bank, [rid])
+        if found and found[0].status == "stale" and self.verified:  # the same code works with the tool as it is now
+            self.store.set_status(self.bank, [rid], "active", reason=f"verified again by run {self.run_id}",
+                                  cause="reverified", cause_run=self.run_id)
+            logger.info("bank %s: stale %s %s verified again by run %s", self.bank, kind, rid, self.run_id)
+            found = self.store.get(self.bank, [rid])
         if found and found[0].status != "active":
             logger.info("bank %s: %s %s is %s; a run's same code does not revive it", self.bank, kind, rid,
                         found[0].status)
@@ -394,9 +399,9 @@ class Consolidator:
         self.stats.recipes += 1
         self.stats.lesson_ids.append(rid)
         text = lesson.text
-        for older in decisions.outdated_recipes(self.store.similar(self.bank, text, limit=NEIGHBOURS), rid,
-                                                self.thresholds):
-            reason = decisions.outdated_reason(self.run_id)
+        similar = self.store.similar(self.bank, text, limit=NEIGHBOURS, statuses=["active", "stale"])
+        for older in decisions.outdated_recipes(similar, rid, self.thresholds, recipe.tools):
+            reason = decisions.outdated_reason(self.run_id, older)
             self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason,
                                   cause="outdated", cause_run=self.run_id)
             self.stats.replaced += 1

@@ -2,7 +2,8 @@
 
 The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a run gave
 is kept with the run, so a later verdict (a user's feedback after distillation) replaces it by its difference
-instead of adding to it. A lesson the rules retire is kept for audit with the reason, no longer given to runs.
+instead of adding to it. A lesson the rules retire is kept for audit with the reason, no longer given to runs;
+one its holdout shows to help (``lessonbank.learn.causal``) is not retired by these correlation-based rules.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.learn import causal
 from lessonbank.learn.credit import COUNTS, flags, is_idle, retire_cause, retire_reason, should_retire
 
 logger = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ def apply_credit(store: LessonStoreProtocol, bank: str, given: list[str], applie
         counts = {name: max(getattr(lesson, name) + delta[name], 0) for name in COUNTS}
         updates[lesson_id] = counts
         lesson = lesson.model_copy(update=counts)
-        if lesson.status == "active" and (should_retire(lesson) or is_idle(lesson)):
+        if lesson.status == "active" and (should_retire(lesson) or is_idle(lesson)) and not causal.helps(lesson):
             report.retired.append(lesson_id)
     if updates:
         store.set_counts(bank, updates)

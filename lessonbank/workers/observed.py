@@ -13,7 +13,7 @@ from lessonbank.learn import evidence, fixes, gate, recipes, shapes
 from lessonbank.learn.consolidate import Observed
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.learn.view import RunView
-from lessonbank.workers import observe
+from lessonbank.workers import observe, versions
 from lessonbank.workers.asking import llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.deps import Deps, bank_lock, best_effort, view_of
@@ -113,6 +113,10 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
     with bank_lock(deps.redis, run.bank, settings.distill_lock_timeout):
         if not deps.redis.exists(run_key(run.run_id)) and purge.bank_deleted(deps.redis, run.bank):
             return ConsolidationStats(), None  # its bank was deleted while the LLM answered
+        if runs.is_forgotten(deps.redis, run.run_id):
+            return ConsolidationStats(), None  # a user forgot the run while the LLM answered
+        view = view_of(run)
+        versions.review(deps, run, view, verified)  # lessons calling a tool the run has changed go stale first
 
         def written(indices: list[int]) -> None:
             done.update(indices)
@@ -123,6 +127,7 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
             consolidator.add_observed(fact)
         recipe_id = None
         if recipe is not None:
-            steps = [s.seq for s in view_of(run).actions if not s.failed]
+            steps = [s.seq for s in view.actions if not s.failed]
             recipe_id = consolidator.add_recipe(recipe, steps)
+        versions.stamp(deps, run, view, stats.lesson_ids)
     return stats, recipe_id

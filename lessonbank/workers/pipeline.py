@@ -124,6 +124,9 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if not run.meta and not run.steps:  # deleted with its bank (or never recorded): nothing to keep
         logger.info("bank %s run %s: the run is gone (its bank deleted?); nothing to do", bank, run_id)
         return None
+    if runs.FORGOTTEN_FIELD in run.meta:
+        logger.info("bank %s run %s: forgotten by a user; nothing to do", bank, run_id)
+        return None
     if run.state == RUN_DISTILLED:
         if run.followup:
             return follow_up(deps, bank, run)
@@ -156,12 +159,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     facts = observed(deps, run, view, given, failed)
     stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=vouches(run.outcome, verdict, source),
                                    facts=facts, failed=failed)
-    if not deps.redis.exists(run_key(run_id)):
-        if purge.bank_deleted(deps.redis, bank):
-            logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
-        else:
-            logger.warning("bank %s run %s: the run vanished from Redis while it was distilled (a restart of a Redis "
-                           "that keeps nothing on disk?); its lessons are kept, nothing more is written", bank, run_id)
+    if _gone(deps, bank, run_id):
         return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
     # credited (and its summary kept for `lessonbank report`) before it is marked distilled: whoever waits for
@@ -175,6 +173,23 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         stats.merged, stats.replaced, stats.echoes, stats.skipped, stats.recipes,
     )
     return stats
+
+
+def _gone(deps: Deps, bank: str, run_id: str) -> bool:
+    """Whether the run went while it was distilled (forgotten by a user, deleted with its bank, or lost by Redis):
+    nothing more is written for it then."""
+    if runs.is_forgotten(deps.redis, run_id):
+        logger.info("bank %s run %s: forgotten by a user while it was distilled; nothing more is written", bank,
+                    run_id)
+        return True
+    if deps.redis.exists(run_key(run_id)):
+        return False
+    if purge.bank_deleted(deps.redis, bank):
+        logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+    else:
+        logger.warning("bank %s run %s: the run vanished from Redis while it was distilled (a restart of a Redis "
+                       "that keeps nothing on disk?); its lessons are kept, nothing more is written", bank, run_id)
+    return True
 
 
 def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], lesson_ids: list[str]) -> runs.Run:

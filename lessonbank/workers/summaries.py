@@ -42,9 +42,10 @@ def _times(run: Run) -> tuple[float, float]:
 
 
 def summarize_run(
-    run: Run, applied: Sequence[str] = (), verdict: Verdict | None = None, verdict_source: VerdictSource | None = None
+    run: Run, applied: Sequence[str] = (), verdict: Verdict | None = None, verdict_source: VerdictSource | None = None,
+    altered: Sequence[str] = (),
 ) -> RunSummary:
-    """The summary of one run from its hash and step records; ``applied`` comes from the credit."""
+    """The summary of one run from its hash and step records; ``applied`` and ``altered`` come from the credit."""
     meta = run.meta
     view = read_run(run.steps, run.task, run.outcome, json_names(meta.get("tools")), run.run_id)
     actions = view.actions
@@ -68,5 +69,8 @@ def summarize_run(
         output_tokens=sum(u.output_tokens for u in usage_),
         given=json_names(meta.get("given")) or [],
         applied=list(applied),
+        altered=sorted(altered),
+        drawn=json_names(meta.get("drawn")) or [],
+        withheld=json_names(meta.get("withheld")) or [],
         tools=usage.tool_stats(view),
     )

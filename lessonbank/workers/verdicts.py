@@ -17,13 +17,13 @@ from typing import Any
 
 from lessonbank.core import runs, summary
 from lessonbank.core.constants import RUN_DISTILLED, run_key
-from lessonbank.core.models import Lesson
 from lessonbank.core.models import recipe_id as fact_id
 from lessonbank.learn import credit as rules
 from lessonbank.learn import evidence, recipes
-from lessonbank.learn.consolidate import Observed, provenance_vouched
+from lessonbank.learn.consolidate import Observed, provenance_vouched, vouched_by_another
 from lessonbank.learn.verdicts import TRUSTED, judged_failed, vouches
 from lessonbank.workers import credit, observe
+from lessonbank.workers.causal import measure_run
 from lessonbank.workers.consolidate import ConsolidationStats
 from lessonbank.workers.deps import Deps, NotYetDistilled, bank_lock, refreshed, taught, view_of
 from lessonbank.workers.observed import answer_fixes, as_observed, consolidate, keepable, recipe_of
@@ -42,6 +42,9 @@ def credit_one(deps: Deps, bank: str, run_id: str) -> credit.CreditReport | None
     if not run.meta:
         logger.info("bank %s run %s: the run is gone (its bank deleted?); no credit", bank, run_id)
         return None
+    if runs.FORGOTTEN_FIELD in run.meta:
+        logger.info("bank %s run %s: forgotten by a user; no credit", bank, run_id)
+        return None
     if run.state != RUN_DISTILLED:
         raise NotYetDistilled(f"run {run_id} is not distilled yet ({run.state or 'unknown'})")
     return credit_run(deps, bank, keep_late_success(deps, run))
@@ -52,7 +55,7 @@ def credit_run(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | No
     run_id = run.run_id
     given = run.given
     with bank_lock(deps.redis, bank, deps.settings.distill_lock_timeout):
-        if not deps.redis.exists(run_key(run_id)):
+        if not deps.redis.exists(run_key(run_id)) or runs.is_forgotten(deps.redis, run_id):
             return None
         # read under the lock: a verdict given since the run was read is the one credited, and another credit of
         # the run (one whose lease lapsed under a stalled worker) may have held the lock: crediting from what it
@@ -81,21 +84,24 @@ def credit_run(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | No
             _restore_retracted(deps, run, verdict, source)
         _recount_taught(deps, run, verdict, source)
         runs.save_credit(deps.redis, run_id, report.record(verdict))
-    _summarize(deps, run, sorted(applied), verdict, source)
+    _summarize(deps, run, sorted(applied), verdict, source, sorted(altered))
+    measure_run(deps, bank, run.meta, run_id)
     if given:
         logger.info("bank %s run %s: credited %d given lesson(s), %d applied, verdict %s (%s), %d retired",
                     bank, run_id, len(given), len(applied), verdict, source, len(report.retired))
     return report
 
 
-def _summarize(deps: Deps, run: runs.Run, applied: list[str], verdict: str, source: str) -> None:
+def _summarize(deps: Deps, run: runs.Run, applied: list[str], verdict: str, source: str,
+               altered: list[str]) -> None:
     """Keep the run's summary for ``lessonbank report`` (just its verdict once its steps have expired)."""
     if not deps.redis.exists(run_key(run.run_id)):
         return  # deleted with its bank
     known = verdict if verdict in ("success", "failure") else "unknown"
     trusted = source if source in ("user", "check", "signals", "llm") else "none"
     if run.steps:
-        summary.save_summary(deps.redis, summarize_run(run, applied, known, trusted))  # type: ignore[arg-type]
+        summary.save_summary(deps.redis, summarize_run(run, applied, known, trusted,  # type: ignore[arg-type]
+                                                       altered))
     else:
         summary.update_verdict(deps.redis, run.bank, run.run_id, known, trusted)  # type: ignore[arg-type]
 
@@ -195,17 +201,6 @@ def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> 
                         run.run_id, source, "recipe" if lesson.id == recipe_id else "fix", lesson.id)
 
 
-def vouched_by_another(lesson: Lesson, run_id: str) -> bool:
-    """Whether a run other than ``run_id`` still vouches for ``lesson``. A source run whose vouching was not
-    recorded (a lesson written before provenance kept it, or a run past the provenance cap) leaves the lesson
-    as verified as it was."""
-    others = [p for p in lesson.provenance if p.run_id != run_id]
-    recorded = {p.run_id for p in lesson.provenance}
-    unknown = (any(p.vouched is None for p in others) or not recorded.issuperset(lesson.source_run_ids)
-               or lesson.evidence > len(recorded))
-    return any(p.vouched for p in others) or (unknown and lesson.verified)
-
-
 def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int:
     """A verdict that came after the run's lessons were written corrects what they hold of the run: judged a
     failure (by a user or a check), the run counts in their ``failed_runs`` and no longer vouches for them (a
@@ -227,8 +222,10 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
         update: dict[str, Any] = {}
         if now["failed"] != was["failed"]:
             update["failed_runs"] = max(lesson.failed_runs + (1 if now["failed"] else -1), 0)
+            update["provenance"] = [p.model_copy(update={"failed": now["failed"]}) if p.run_id == run.run_id else p
+                                    for p in lesson.provenance]
         if now["vouched"] != was["vouched"]:
-            update["provenance"] = provenance_vouched(lesson, run.run_id, now["vouched"])
+            update["provenance"] = provenance_vouched(lesson.model_copy(update=update), run.run_id, now["vouched"])
             update["verified"] = now["vouched"] or vouched_by_another(lesson, run.run_id)
         if update:
             changed.append(lesson.model_copy(update=update))

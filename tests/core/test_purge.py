@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from lessonbank.core import purge
-from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, bank_lock_key, run_key, run_steps_key
+from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, bank_lock_key, bank_tools_key, run_key, run_steps_key
 from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.models import lesson_id
 from lessonbank.core.publish import publish
@@ -45,9 +45,10 @@ def test_delete_bank_data_keeps_other_banks(redis_client: redis.Redis) -> None:
     publish(redis_client, "q", DISTILL_TASK, ["b", theirs])
     redis_client.lpush("q", b"not a task message")
     purge.add_tombstones(redis_client, "a", ["x"])
+    redis_client.hset(bank_tools_key("a"), "get_invoice", "{}")
     report = purge.delete_bank_data(redis_client, "a", "q")
     assert (report.runs, report.queued_tasks, report.tombstones) == (1, 1, 1)
-    assert not redis_client.exists(run_key(mine), run_steps_key(mine), "lessonbank:bank:a:purged")
+    assert not redis_client.exists(run_key(mine), run_steps_key(mine), "lessonbank:bank:a:purged", bank_tools_key("a"))
     assert redis_client.exists(run_key(theirs), run_steps_key(theirs)) == 2
     assert [m.decode() for m in redis_client.zrange(OPEN_RUNS_KEY, 0, -1)] == [theirs]
     assert [purge.task_args(raw) for raw in redis_client.lrange("q", 0, -1)] == [None, ["b", theirs]]

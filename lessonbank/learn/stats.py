@@ -1,10 +1,11 @@
-"""Interval estimates for the report: Wilson for a proportion, Newcombe for a difference of two, and
-Student's t for means and Welch's t (Welch-Satterthwaite degrees of freedom) for their differences: a
-control arm often has a handful of runs, where a normal interval would be too narrow (by 30 % at five).
+"""Interval estimates, for the report's arms and each lesson's causal credit (``lessonbank.learn.causal``): Wilson
+for a proportion, Newcombe for a difference of two, and Student's t for means and Welch's t (Welch-Satterthwaite
+degrees of freedom) for their differences: a control arm often has a handful of runs, where a normal interval
+would be too narrow (by 30 % at five).
 
 Hand-written on the standard library (``statistics.NormalDist``, and Student's t through the regularized
-incomplete beta function), so the report needs no SciPy; each is checked against published values in
-``tests/test_report.py``.
+incomplete beta function), so neither the report nor the worker needs SciPy; each is checked against published
+values in ``tests/test_report.py``.
 """
 
 from __future__ import annotations
