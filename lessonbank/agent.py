@@ -38,12 +38,12 @@ from lessonbank.core import runs
 from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, InvalidArgument, ServiceUnavailable
-from lessonbank.core.models import Lesson, ToolFingerprint, validate_bank
+from lessonbank.core.models import ToolFingerprint, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.handout import Handout, handout, versions_of
-from lessonbank.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
+from lessonbank.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS
 from lessonbank.recorder.callback import StepRecorder
 from lessonbank.source import LessonSource
 
