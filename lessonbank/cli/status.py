@@ -176,6 +176,11 @@ def _text(report: dict[str, Any]) -> str:
     else:
         lines.append("lessons (active, per bank):")
         lines.extend(f"  {one_line(bank, MAX_BANK_CHARS)}: {count}" for bank, count in sorted(banks.items()))
+    held = report.get("held") or {}
+    if held:
+        lines.append(f"lessons and recipes held for a user (quarantined: `lessonbank lessons list --status quarantined "
+                     f"--bank B`): {sum(held.values())}")
+        lines.extend(f"  {one_line(bank, MAX_BANK_CHARS)}: {count}" for bank, count in sorted(held.items()))
     return "\n".join(clean(line) for line in lines)
 
 
@@ -184,7 +189,7 @@ def _text(report: dict[str, Any]) -> str:
 @pass_cli
 def status(cli: CliContext, as_json: bool) -> None:
     """How the service is doing: workers and their LLM, queue, runs in progress and waiting for a retry,
-    spool, dead letters, gate drops, recorder counts and lessons per bank."""
+    spool, dead letters, gate drops, recorder counts, lessons per bank and those held for a user."""
     settings = cli.settings
     try:
         client = cli.redis()
@@ -201,9 +206,11 @@ def status(cli: CliContext, as_json: bool) -> None:
     try:
         with cli_store(cli) as store:
             report["lessons"] = store.banks()
+            report["held"] = store.banks("quarantined")
     except click.ClickException as e:
         error = e
         report["lessons"] = None
+        report["held"] = None
         report["store_error"] = e.message
     click.echo(json.dumps(report, indent=2) if as_json else _text(report))
     if error is not None:
