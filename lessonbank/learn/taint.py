@@ -239,7 +239,8 @@ def recipe_marks(recipe: Recipe, view: RunView, judged: list[Judged] | None = No
         statements = pycode.parse(recipe.code) or []
         tools = set(view.tools) if view.tools is not None else (pycode.called(recipe.code) or set())
         answering = flow.answering_calls(statements)
-        for site in effects.sites_in(statements, tools):
+        # a call with an effect first: on a line with two calls, what it does is the reason to give
+        for site in sorted(effects.sites_in(statements, tools), key=lambda site: not site.effect):
             before = _first_call(view, site.callee)
             held, why, seen = judge(site, view.task, sources, before, id(site.node) in answering, tools)
             if held or (seen is not None and sources.tainted(seen_value(site, seen)) is not None):
@@ -320,8 +321,10 @@ def text_marks(text: str, view: RunView, judged: list[Judged] | None = None) -> 
 
 
 def _ordered(marks: list[Taint]) -> list[Taint]:
-    """Held marks first, each value once, at most ``MAX_MARKS``."""
-    unique = {(mark.value, mark.held): mark for mark in marks}
+    """Held marks first, each value once (its first mark), at most ``MAX_MARKS``."""
+    unique: dict[tuple[str, bool], Taint] = {}
+    for mark in marks:
+        unique.setdefault((mark.value, mark.held), mark)
     return sorted(unique.values(), key=lambda mark: not mark.held)[:MAX_MARKS]
 
 
