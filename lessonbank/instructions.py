@@ -37,10 +37,11 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+import redis
+
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, Recipe
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.core.wire import WireError
 from lessonbank.learn import fixtext, needs, render, trust
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ RECIPE_SHARE = 0.7
 LESSONS_HEADER = "## Lessons from earlier runs"  # how every lessons block starts
 MAX_RECIPES = 1
 
-STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, WireError, OSError)
+STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, OSError)
 
 
 def eligible(lesson: Lesson) -> bool:

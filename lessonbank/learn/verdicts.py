@@ -52,3 +52,12 @@ def judge(recorded: tuple[str, str], run: RunView) -> tuple[str, str]:
     if by_signals == "success" and answer_problem(run):
         return "failure", "signals"
     return (by_signals, "signals") if by_signals != "unknown" else ("unknown", "none")
+
+
+def by_llm(judged: tuple[str, str], outcome: str, run: RunView) -> tuple[str, str]:
+    """The verdict once the LLM judged the run too (``outcome``): its word only when nobody else's is known, and
+    never a success whose answer is None, empty or made up."""
+    verdict, source = judged
+    if source != "none" or outcome not in ("success", "failure"):
+        return verdict, source
+    return ("unknown", "none") if outcome == "success" and answer_problem(run) else (outcome, "llm")

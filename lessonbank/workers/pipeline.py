@@ -29,7 +29,7 @@ from lessonbank.core.tokens import tokens
 from lessonbank.learn import evidence, gate, quarantine, taint, trust
 from lessonbank.learn.distill import DistillOutput, DraftLesson
 from lessonbank.learn.transcript import build_transcript, transcript_tokens
-from lessonbank.learn.verdicts import RECIPE_SOURCES, judge, judged_failed
+from lessonbank.learn.verdicts import RECIPE_SOURCES, by_llm, judge, judged_failed
 from lessonbank.learn.view import RunView
 from lessonbank.workers import observe
 from lessonbank.workers.asking import distill, llm_decider
@@ -153,17 +153,12 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         return None
     run = wait_for_check(deps.redis, run)
     view = view_of(run)
-    verdict, source = judge(run.verdict, view)
-    if (problem := trust.answer_problem(view)) and source in ("signals", "none"):
-        logger.info("bank %s run %s: not a success whatever its signals: %s", bank, run_id, problem)
+    verdict, source = _judged(run, view)
     logger.info("bank %s run %s: attempt %d, %d step records (%d malformed skipped), outcome %s, verdict %s (%s)",
                 bank, run_id, attempt, len(run.steps), run.malformed, run.outcome, verdict, source)
     mined = evidence.mine(view, verdict, source, contrast(deps, run, verdict))
     output = _lessons_of(deps, run, view, mined, verdict, source)
-    if source == "none" and output.outcome in ("success", "failure"):
-        verdict, source = output.outcome, "llm"
-        if verdict == "success" and trust.answer_problem(view):
-            verdict, source = "unknown", "none"
+    verdict, source = by_llm((verdict, source), output.outcome, view)
     given = deps.store.get(bank, run.given) if run.given else []
     calls: list[taint.Judged] = best_effort(run, "the run's calls", lambda: taint.run_calls(view), [])
     drafts = _screen(deps, run, view, output.lessons, given, calls)
@@ -176,7 +171,11 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=said.vouched, facts=facts, failed=failed,
                                    said=said, held=recipe_held(run, view, recipe, calls))
     if not deps.redis.exists(run_key(run_id)):
-        logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        if purge.bank_deleted(deps.redis, bank):
+            logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        else:
+            logger.warning("bank %s run %s: the run vanished from Redis while it was distilled (a restart of a Redis "
+                           "that keeps nothing on disk?); its lessons are kept, nothing more is written", bank, run_id)
         return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
     # credited (and its summary kept for `lessonbank report`) before it is marked distilled: whoever waits for
@@ -190,6 +189,15 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         stats.merged, stats.replaced, stats.echoes, stats.skipped, stats.recipes,
     )
     return stats
+
+
+def _judged(run: runs.Run, view: RunView) -> tuple[str, str]:
+    """The run's verdict and its source before the LLM's (``judge``), saying why a run that ended well by its
+    signals is no success."""
+    verdict, source = judge(run.verdict, view)
+    if source in ("signals", "none") and (problem := trust.answer_problem(view)):
+        logger.info("bank %s run %s: not a success whatever its signals: %s", run.bank, run.run_id, problem)
+    return verdict, source
 
 
 def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], lesson_ids: list[str]) -> runs.Run:
