@@ -35,6 +35,9 @@ FILE_CALLS = frozenset({"os.remove", "os.unlink", "os.rmdir", "os.removedirs", "
 FILE_MODULES = frozenset({"shutil"})
 FILE_METHODS = frozenset({"unlink", "rmdir", "write_text", "write_bytes", "rename", "replace", "touch", "chmod",
                           "symlink_to", "hardlink_to", "rmtree"})
+MOVE_METHODS = frozenset({"rename", "replace"})  # a file's, or a string's or a data frame's
+# calls that only compute or show a value: a URL among their arguments goes nowhere
+SHOWING = pycode.PURE_CALLS | {"print", "pprint", "display", "repr", "format"}
 WRITER_METHODS = frozenset({"to_csv", "to_json", "to_excel", "to_parquet", "to_pickle", "to_sql", "to_feather",
                             "to_hdf", "savefig"})
 DUMPERS = frozenset({"json.dump", "pickle.dump", "yaml.dump", "marshal.dump", "csv.writer"})
@@ -162,15 +165,22 @@ def effect_of(callee: str, call: ast.Call | None = None, tools: Collection[str] 
         return "environment"
     if root in PROCESS_MODULES or callee in PROCESS_CALLS:
         return "process"
-    if callee in FILE_CALLS or root in FILE_MODULES or (root == "" or "." in callee) and method in FILE_METHODS:
+    if callee in FILE_CALLS or root in FILE_MODULES or (root == "" or "." in callee) and method in FILE_METHODS and (
+            method not in MOVE_METHODS or call is None or _moves(call)):
         return "file write"
     if call is not None and _writes(callee, method, call):
         return "file write"
     if "." not in callee and (tools is None or callee in tools) and (verb := tool_verb(callee)):
         return f"a tool that does '{verb}'"
-    if any(network_target(target) for target in targets):
+    if callee not in SHOWING and any(network_target(target) for target in targets):
         return "network"
     return ""
+
+
+def _moves(call: ast.Call) -> bool:
+    """``Path(p).rename(target)`` or ``.replace(target)``: one argument, not a mapping (``str.replace(a, b)`` and
+    ``df.rename(columns={...})`` move no file)."""
+    return len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Dict | ast.Lambda)
 
 
 def _writes(callee: str, method: str, call: ast.Call) -> bool:

@@ -182,3 +182,14 @@ def test_a_tool_an_error_message_quotes_back_is_not_asked_for_by_it() -> None:
     view = run(steps, task, ["fetch_orders", "final_answer"])
     code = "for page in (1, 2):\n    print(fetch_orders(page=page))\nfinal_answer([101, 102, 103])"
     assert not [mark for mark in taint.recipe_marks(Recipe(code=code, task=task), view) if mark.held]
+
+
+@pytest.mark.parametrize("code, effect", [
+    ("price = float(product['price'].replace(',', '.'))", ""),  # a string's replace moves no file
+    ("df = df.rename(columns={'Revenue': 'revenue'})", ""),
+    ("url = 'https://shop.example/api'\nprint(url)", ""),  # shown, sent nowhere
+    ("from pathlib import Path\nPath('a.txt').replace('b.txt')", "file write"),
+    ("import os\nos.rename('a.txt', 'b.txt')", "file write"),
+])
+def test_what_only_computes_or_shows_a_value_has_no_effect(code: str, effect: str) -> None:
+    assert {site.effect for site in effects.sites(code) if site.effect} == ({effect} if effect else set())
