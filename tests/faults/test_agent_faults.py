@@ -118,7 +118,8 @@ def test_hostile_step_content_is_capped_and_the_run_distills(svc: Service, repor
     assert recorder.run(tool_agent, tool_task) == "inspected"
     tool_run = recorder.run_id(tool_agent)
     assert code_run and tool_run
-    assert recorder.transport.spooled == 0  # nothing failed to deliver
+    # a loaded machine may spool a slow batch (by design); whatever was spooled is delivered, none left behind
+    assert recorder.flush(timeout=120.0) and recorder.transport.backlog == 0
 
     limit = settings.max_record_bytes
     raw = {run: svc.client.hgetall(f"{run_key(run)}:steps") for run in (code_run, tool_run)}
