@@ -1,4 +1,5 @@
-"""``lessonbank banks list|delete``: the banks with their lessons and runs; deleting one for good."""
+"""``lessonbank banks list|delete|export|import``: the banks with their lessons and runs; deleting one for good;
+backing them up and restoring them (``lessonbank.cli.backup``)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def run_counts(cli: CliContext) -> dict[str, int]:
 
 @click.group("banks")
 def banks() -> None:
-    """The banks (one per agent, user or project): list them, delete one for good."""
+    """The banks (one per agent, user or project): list them, delete one for good, back them up and restore them."""
 
 
 @banks.command("list")
@@ -62,7 +63,7 @@ def delete_cmd(cli: CliContext, bank: str, yes: bool) -> None:
     """Delete BANK for good: its lessons (any status) from the store, and from Redis its runs (steps,
     checkpoints, summaries), the dead letters of its runs, lessons its agents handed in that still wait,
     its tasks still queued, its purged-lesson tombstones and its lock. Nothing of it can be restored but
-    from an export (`lessons export --all`)."""
+    from a backup (`banks export`)."""
     from lessonbank.core import purge
 
     bank = checked_bank(bank, "BANK")
@@ -88,3 +89,9 @@ def delete_cmd(cli: CliContext, bank: str, yes: bool) -> None:
         return
     click.echo(f"Deleted bank {bank!r}: {removed} lesson(s), {report.runs} run(s), {report.dead_letters} dead "
                f"letter(s), {report.pending_lessons} pending lesson(s), {report.queued_tasks} queued task(s).")
+
+
+from lessonbank.cli.backup import export_cmd, import_cmd  # noqa: E402  (after the group they join)
+
+banks.add_command(export_cmd)
+banks.add_command(import_cmd)

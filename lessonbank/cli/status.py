@@ -11,16 +11,19 @@ times of their jobs (``lessonbank.workers.jobs``); the recorder's counts by what
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
+from lessonbank.cli.credentials import credentials
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.connections import masked_url, redis_text, redis_time
 from lessonbank.core.constants import (
+    BEAT_LOCK_KEY,
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
     JOBS_DUE_KEY,
@@ -152,6 +155,8 @@ def _text(report: dict[str, Any]) -> str:
     for risk in ("redis_eviction", "redis_persistence"):
         if report.get(risk):
             lines.append(f"warning: {report[risk]}")
+    if (report.get("credentials") or {}).get("warning"):
+        lines.append(f"warning: {report['credentials']['warning']}")
     if report.get("redis_refuses_writes"):
         lines.append(f"warning: Redis refuses writes ({report['redis_refuses_writes']}): "
                      f"{report['runs_waiting']} run(s) wait for distillation until it takes them again; agents "
@@ -196,13 +201,36 @@ def _text(report: dict[str, Any]) -> str:
     return "\n".join(clean(line) for line in lines)
 
 
+def probe(client: redis.Redis, role: str, host: str) -> tuple[bool, str]:
+    """A container's health check, from Redis alone (no Celery started): ``worker``: a worker on ``host`` has a
+    current heartbeat; ``beat``: a beat holds the schedule's lock (it is the one sending the schedule)."""
+    if role == "beat":
+        held = client.exists(BEAT_LOCK_KEY)
+        return bool(held), "a beat holds the schedule's lock" if held else "no beat holds the schedule's lock"
+    names = [redis_text(name) for name in cast(list[bytes], client.zrange(WORKERS_KEY, 0, -1))]
+    ours = [name for name in names if name.rsplit("@", 1)[-1] == host]
+    alive = [name for name, beat in zip(ours, client.mget([worker_key(n) for n in ours]) if ours else [],
+                                        strict=True) if beat is not None]
+    return bool(alive), f"worker {alive[0]} is alive" if alive else f"no worker on {host} has a current heartbeat"
+
+
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@click.option("--worker", "role", flag_value="worker", default=None,
+              help="Health check: exit 0 if a worker on this host has a current heartbeat, else 1.")
+@click.option("--beat", "role", flag_value="beat", help="Health check: exit 0 if a beat sends the schedule, else 1.")
 @pass_cli
-def status(cli: CliContext, as_json: bool) -> None:
+def status(cli: CliContext, as_json: bool, role: str | None) -> None:
     """How the service is doing: workers and their LLM, queue, runs in progress and waiting for a retry,
     spool, dead letters, gate drops, recorder counts, lessons per bank and those held for a user."""
     settings = cli.settings
+    if role is not None:
+        try:
+            healthy, line = probe(cli.redis(), role, socket.gethostname())
+        except redis.RedisError as e:
+            raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
+        click.echo(line)
+        raise SystemExit(0 if healthy else 1)
     try:
         client = cli.redis()
         now = redis_time(client)  # the clock the heartbeats and the jobs' due times are on
@@ -211,7 +239,11 @@ def status(cli: CliContext, as_json: bool) -> None:
                                   "workers": found, **redis_counts(client, settings.queue), **retries(client, now),
                                   "redis_eviction": eviction_risk(client),
                                   "redis_persistence": persistence_risk(client),
-                                  "redis_refuses_writes": writes_refused(client)}
+                                  "redis_refuses_writes": writes_refused(client),
+                                  "credentials": credentials(client, settings)}
+    except redis.exceptions.NoPermissionError as e:
+        raise fail(f"the Redis user of {masked_url(settings.redis_url)} may not read the service's state (an "
+                   "agent's user, which cannot delete banks either): run status with the worker or admin user") from e
     except redis.RedisError as e:
         raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
     spooled, files = spooled_records(settings.resolved_spool_dir)

@@ -32,15 +32,27 @@ Lessons handed in by agents (remember_lesson tool), waiting for a worker to cons
     ``lessonbank:lesson:pending:{pending_id}`` string: Lesson JSON, TTL = step_ttl
 
 Embedded-store proxy (agent-side reads served by the worker that owns the Qdrant path)
-    ``lessonbank:store:requests``          list of request JSON, BLPOP'd by the store owner
+    ``lessonbank:store:requests``          list of request JSON for the reads any process may ask (agents too),
+                                           BLPOP'd by the store owner
+    ``lessonbank:store:admin-requests``    list of request JSON for writes and deletes (workers and the CLI only:
+                                           the agents' Redis user cannot push to it; ``deploy/redis/users.acl``)
     ``lessonbank:store:reply:{request_id}`` list holding one reply JSON, short TTL
     ``lessonbank:store:owner``             string: name of the worker serving the embedded store, TTL (heartbeat)
+    ``lessonbank:store:embedded``          string: the embedded store this Redis's lessons live in (JSON: its id, the
+                                           host and path of the worker that first served it); no TTL: a worker with
+                                           another store refuses to start (``lessonbank.workers.owner.claim_store``)
 
 Workers and agents, for ``lessonbank status`` (written by ``lessonbank.workers.observe`` and ``lessonbank.agent``)
     ``lessonbank:workers``                 sorted set: worker name -> time of its last heartbeat
     ``lessonbank:worker:{name}``           string: the worker's heartbeat JSON (LLM endpoint and model, ...), TTL
     ``lessonbank:stats:recorder``          hash: delivered / spooled -> step records counted by agent processes
     ``lessonbank:probe``                   string written for a second by ``lessonbank status``: does Redis take writes?
+
+The sweeper's schedule (RedBeat's layout under ``BEAT_KEY_PREFIX``; ``lessonbank.workers.app``)
+    ``lessonbank:beat::lock``              string: the lock of the one beat that sends scheduled tasks, TTL
+    ``lessonbank:beat::schedule``          sorted set: schedule entry key -> when it is due next
+    ``lessonbank:beat::statics``           set: the names of the entries the app's configuration defines
+    ``lessonbank:beat:{entry}``            hash: one schedule entry (definition and when it last ran)
 
 Celery
     queue ``lessonbank`` (a Redis list of that name, kombu's layout); task names below.
@@ -59,6 +71,7 @@ DROPPED_KEY = PREFIX + ":stats:dropped"
 LLM_STATS_KEY = PREFIX + ":stats:llm"  # hash: "unusable" = runs distilled without the LLM's lessons
 PENDING_LESSON_KEY = PREFIX + ":lesson:pending:{pending_id}"
 STORE_REQUESTS_KEY = PREFIX + ":store:requests"
+STORE_ADMIN_REQUESTS_KEY = PREFIX + ":store:admin-requests"
 STORE_REPLY_KEY = PREFIX + ":store:reply:{request_id}"
 BANK_LOCK_KEY = PREFIX + ":bank:{bank}:lock"
 BANK_RUNS_KEY = PREFIX + ":bank:{bank}:runs"
@@ -68,10 +81,13 @@ BANK_DELETED_KEY = PREFIX + ":bank:{bank}:deleted"
 JOB_KEY = PREFIX + ":job:{job_id}"
 JOBS_DUE_KEY = PREFIX + ":jobs:due"
 STORE_OWNER_KEY = PREFIX + ":store:owner"
+STORE_CLAIM_KEY = PREFIX + ":store:embedded"
 WORKERS_KEY = PREFIX + ":workers"
 WORKER_KEY = PREFIX + ":worker:{name}"
 RECORDER_STATS_KEY = PREFIX + ":stats:recorder"
 PROBE_KEY = PREFIX + ":probe"
+BEAT_KEY_PREFIX = PREFIX + ":beat:"
+BEAT_LOCK_KEY = BEAT_KEY_PREFIX + ":lock"  # RedBeat's lock: held by the one beat sending the schedule
 
 DEFAULT_QUEUE = "lessonbank"
 UNACKED_KEY = "unacked"  # kombu's Redis transport: messages in a worker's hands

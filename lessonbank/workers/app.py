@@ -8,6 +8,11 @@ wait as due times in Redis, so no message stays unacknowledged longer than the h
 broker's visibility timeout (longer than the hard time limit plus the longest backoff) is only a
 backstop; a message it hands out again finds its job done or held, and changes nothing.
 
+The sweeper's schedule runs once per cluster: beat uses RedBeat's scheduler, which keeps the schedule in
+Redis and takes a lock there before it sends anything, so a second beat (``worker -B`` on another host,
+a second ``beat`` service) waits for the lock instead of sending every task twice, and takes over
+within ``BEAT_LOCK_TIMEOUT`` seconds when the first one dies.
+
 The app is built from the environment at import; settings that cannot work end the import with one
 line naming the variable (``SystemExit``), which is all ``celery -A lessonbank.workers`` then prints.
 """
@@ -18,11 +23,15 @@ from datetime import timedelta
 
 from celery import Celery
 
-from lessonbank.core.constants import SWEEP_TASK
+from lessonbank.core.constants import BEAT_KEY_PREFIX, BEAT_LOCK_KEY, SWEEP_TASK
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
 from lessonbank.workers import broker as _broker  # noqa: F401  (the redis:// transport)
+from lessonbank.workers import flower_auth
 from lessonbank.workers.jobs import KeeperStep
+
+BEAT_LOCK_TIMEOUT = 60  # seconds a dead beat's lock lasts before another beat takes over
+BEAT_LOOP = 10  # seconds at most between two ticks of beat (each renews the lock)
 
 
 class LessonbankCelery(Celery):
@@ -57,7 +66,14 @@ def celery_config(settings: Settings) -> dict[str, object]:
         # this long, then requeues it, instead of leaving it to the broker's visibility timeout.
         "worker_soft_shutdown_timeout": settings.soft_shutdown_timeout,
         "worker_hijack_root_logger": True,
-        "beat_schedule_filename": str(settings.data_dir / "celerybeat-schedule"),
+        "beat_scheduler": "redbeat.RedBeatScheduler",
+        "beat_max_loop_interval": BEAT_LOOP,
+        "redbeat_redis_url": settings.redis_url,
+        "redbeat_key_prefix": BEAT_KEY_PREFIX,
+        "redbeat_lock_key": BEAT_LOCK_KEY,
+        "redbeat_lock_timeout": BEAT_LOCK_TIMEOUT,
+        "redbeat_redis_options": {"retry_period": BEAT_LOCK_TIMEOUT, "socket_timeout": 30.0,
+                                  "socket_connect_timeout": 5.0, "health_check_interval": 30},
         "beat_schedule": {
             "sweep-runs": {
                 "task": SWEEP_TASK,
@@ -93,3 +109,5 @@ def _app_from_environment() -> LessonbankCelery:
 
 
 app = _app_from_environment()
+if flower_auth.running_flower():
+    flower_auth.guard_metrics()

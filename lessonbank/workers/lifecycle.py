@@ -6,7 +6,9 @@ and dead-letter it; it stops at ``worker_init`` instead, with one line saying wh
 With no Qdrant server configured, the embedded store (a Qdrant Edge shard) allows one process per
 path, so the worker's main process opens it (``StoreOwner``) once the pool is up and serves the store
 calls of the pool processes, agents and the CLI over Redis, in a few threads; it closes the path on
-shutdown. With a Qdrant server nothing is owned: every process talks to the server directly.
+shutdown. With a Qdrant server nothing is owned: every process talks to the server directly. One Redis
+serves one embedded store: a worker whose store is not the one the Redis is bound to (another host,
+another data directory) stops at ``worker_init`` with one line naming ``LESSONBANK_QDRANT_URL``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ def require_llm(sender: Any = None, **_: Any) -> None:
     except ConfigurationError as e:
         # SystemExit, not an error: Celery logs and ignores errors raised by signal handlers.
         raise SystemExit(f"lessonbank: {e}") from None
+
+
+@signals.worker_init.connect
+def refuse_second_store(sender: Any = None, **_: Any) -> None:
+    """Stop the worker before it takes any run when this Redis's lessons are in another worker's embedded store."""
+    if not _ours(sender) or app.settings.qdrant_url:
+        return
+    import redis
+
+    from lessonbank.core.connections import create_redis
+    from lessonbank.workers.owner import claim_store
+
+    client = create_redis(app.settings, "service")
+    try:
+        claim_store(app.settings, client)
+    except ConfigurationError as e:
+        raise SystemExit(f"lessonbank: {e}") from None
+    except (redis.RedisError, OSError) as e:  # Redis not up yet: the heartbeat still reports a rival store
+        logger.warning("cannot check which embedded store this Redis serves: %s", e)
+    finally:
+        client.close()
 
 
 @signals.worker_ready.connect

@@ -4,32 +4,88 @@ One process at a time may open the embedded store (``edge.EdgeLessonStore``). Th
 main process owns it: a ``StoreOwner`` serves the calls that other processes (pool children, the
 agent process, the CLI) send as requests over Redis (the wire format is in ``remote``). A few serving
 threads take requests side by side: embedding a text releases the GIL, so one caller's embedding does
-not wait for another caller's query; writes are serialised by the store.
+not wait for another caller's query; writes are serialised by the store. Reads come on one queue, writes and
+deletes on another that the agents' Redis user cannot push to; a write found on the readers' queue is refused.
+
+One Redis serves one embedded store: ``claim_store`` binds the Redis to the store's id (a file beside its
+path) when a worker first serves it, and a worker with another store (another host, another data
+directory) refuses to start instead of splitting every bank between two stores' files.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from lessonbank.core.connections import RedisClock, create_redis
-from lessonbank.core.constants import STORE_REQUESTS_KEY, store_reply_key
-from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable
+from lessonbank.core.constants import STORE_ADMIN_REQUESTS_KEY, STORE_CLAIM_KEY, STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.exceptions import ConfigurationError, LessonbankError, ServiceUnavailable
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.local import open_local_store
-from lessonbank.core.store.protocol import codec
+from lessonbank.core.store.protocol import READ_METHODS, codec
 from lessonbank.core.store.remote import REPLY_TTL
 
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 SERVING_THREADS = 3
+
+
+def store_id_path(settings: Settings) -> Path:
+    """The file beside the embedded store's path that holds the store's id."""
+    path = settings.resolved_qdrant_path
+    return path.with_name(path.name + ".id")
+
+
+def local_store_id(settings: Settings) -> str:
+    """The id of the embedded store at ``settings``' path, made (a random one) the first time it is asked for."""
+    path = store_id_path(settings)
+    try:
+        found = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        found = ""
+    if found:
+        return found
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = uuid.uuid4().hex
+    try:
+        with path.open("x", encoding="utf-8") as f:  # another process of this host may make it at the same time
+            f.write(made + "\n")
+    except FileExistsError:
+        return path.read_text(encoding="utf-8").strip()
+    return made
+
+
+def claim_store(settings: Settings, client: redis.Redis) -> None:
+    """Bind ``client``'s Redis to the embedded store of ``settings`` (``STORE_CLAIM_KEY``, kept for good), or raise
+    ConfigurationError when the Redis is bound to another embedded store already: the two would each take half the
+    requests, and every bank's lessons would be split between their files."""
+    ident = local_store_id(settings)
+    claim = json.dumps({"id": ident, "host": socket.gethostname(), "path": str(settings.resolved_qdrant_path)})
+    if client.set(STORE_CLAIM_KEY, claim, nx=True):
+        return
+    raw = client.get(STORE_CLAIM_KEY)
+    try:
+        held = json.loads(raw) if raw is not None else {}
+        held = held if isinstance(held, dict) else {}
+    except ValueError:
+        held = {}
+    if held.get("id") == ident:
+        return
+    where = f"{held.get('host', '?')}:{held.get('path', '?')}"
+    raise ConfigurationError(
+        f"this Redis's lessons are in the embedded store of another worker ({where}); a second embedded store would "
+        f"split every bank between the two: point every worker at one Qdrant server (LESSONBANK_QDRANT_URL), or "
+        f"give this worker that store's LESSONBANK_DATA_DIR")
 
 
 class StoreOwner:
@@ -108,18 +164,19 @@ class StoreOwner:
             self._warm_up()
         while not self._stop.is_set():
             try:
-                item = self._redis.blpop([STORE_REQUESTS_KEY], timeout=POLL_SECONDS)
+                item = self._redis.blpop([STORE_ADMIN_REQUESTS_KEY, STORE_REQUESTS_KEY], timeout=POLL_SECONDS)
             except redis.RedisError as e:
                 logger.warning("store owner cannot reach Redis (%s); retrying", e)
                 self._stop.wait(POLL_SECONDS)
                 continue
             if item is not None:
-                self.handle(item[1])
+                self.handle(item[1], readers=_text(item[0]) == STORE_REQUESTS_KEY)
             if index == 0:
                 self._maintain()
 
-    def handle(self, raw: bytes | str) -> bytes | None:
-        """Run one request and push its reply; returns the reply as sent (None when dropped)."""
+    def handle(self, raw: bytes | str, readers: bool = False) -> bytes | None:
+        """Run one request and push its reply; returns the reply as sent (None when dropped). A request from the
+        readers' queue (``readers``) may only read."""
         try:
             request = json.loads(raw)
             request_id = str(request["id"])
@@ -132,7 +189,11 @@ class StoreOwner:
         if deadline and self._now() > deadline:
             logger.info("dropping store request %s (%s): its caller gave up", request_id, method)
             return None
-        reply = self._call(method, args)
+        if readers and method not in READ_METHODS:
+            logger.warning("refusing store request %s: %s came on the readers' queue", request_id, method)
+            reply = _error("StoreError", f"{method} is not served to readers: only workers and the CLI may write")
+        else:
+            reply = self._call(method, args)
         assert self._redis is not None
         key = store_reply_key(request_id)
         try:
@@ -171,6 +232,10 @@ class StoreOwner:
         except Exception as e:  # qdrant-client and fastembed internals: report, keep serving
             logger.exception("store call %s crashed", method)
             return _error("StoreError", f"{type(e).__name__}: {e}")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _error(kind: str, message: str) -> bytes:

@@ -108,13 +108,14 @@ def test_flower_shows_worker_task_and_queue(
     queues = client.get("/api/queues/length").json()
     assert any(q["name"] == QUEUE and q["messages"] == 0 for q in queues["active_queues"])
 
-    # Flower 2.x leaves two paths open even with basic auth: /healthcheck and the Prometheus /metrics. The
-    # metrics name tasks and workers, never a task's arguments: no bank, no run id, no step content.
-    for path in ("/healthcheck", "/metrics"):
-        assert httpx.get(base + path, timeout=10).status_code == 200
-    metrics = poll(lambda: httpx.get(base + "/metrics", timeout=10).text, lambda text: DISTILL_TASK in text)
+    # Only /healthcheck is open (for the container's health check); the Prometheus /metrics asks for Flower's
+    # credentials like every other page. The metrics name tasks and workers, never a task's arguments.
+    assert httpx.get(base + "/healthcheck", timeout=10).status_code == 200
+    assert httpx.get(base + "/metrics", timeout=10).status_code == 401
+    assert httpx.get(base + "/metrics", auth=("operator", "wrong"), timeout=10).status_code == 401
+    metrics = poll(lambda: client.get("/metrics").text, lambda text: DISTILL_TASK in text)
     assert "flower_events_total" in metrics
     assert run_id not in metrics and "flower-bank" not in metrics and SECRET_STEP_TEXT not in metrics
-    for path in ("/", "/tasks", "/workers", "/broker", f"/task/{task['uuid']}"):  # every page but those two
+    for path in ("/", "/tasks", "/workers", "/broker", f"/task/{task['uuid']}"):  # every page but the health check
         assert httpx.get(base + path, timeout=10, follow_redirects=False).status_code == 401, path
 

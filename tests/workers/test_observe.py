@@ -238,6 +238,10 @@ def test_a_real_worker_serves_metrics_heartbeats_and_exports_spans(
         assert samples[("lessonbank_store_seconds_count", (("method", "upsert"),))] >= 1
         assert samples[("lessonbank_dead_letters_total", ())] == 1
         assert samples[("lessonbank_distills_total", (("result", "error"),))] == 1
+        # the cluster's gauges, read from Redis at the scrape
+        assert samples[("lessonbank_redis_up", ())] == 1 and samples[("lessonbank_workers_alive", ())] == 1
+        assert samples[("lessonbank_dead_letters_stored", ())] == 1 and samples[("lessonbank_runs_waiting", ())] == 0
+        assert samples[("lessonbank_queue_depth", (("queue", "observed"),))] == 0
 
         status_env = {"LESSONBANK_REDIS_URL": redis_url, "LESSONBANK_QUEUE": "observed",
                       "LESSONBANK_DATA_DIR": str(tmp_path / "data"), "LESSONBANK_STORE_TIMEOUT": "15",

@@ -109,6 +109,11 @@ REMOTE_METHODS: tuple[str, ...] = tuple(
 )
 
 
+# What an agent process may ask of the store: reads (and embedding texts ahead of them). Everything else writes or
+# deletes, and goes to the embedded store's owner on a queue the agents' Redis user cannot push to.
+READ_METHODS: frozenset[str] = frozenset({"get", "similar", "search", "rank", "list", "banks", "warm"})
+
+
 def method_signature(name: str) -> inspect.Signature:
     """The protocol's signature of ``name`` (without ``self``), annotations resolved."""
     function: Callable[..., Any] = getattr(LessonStoreProtocol, name)

@@ -116,8 +116,11 @@ class LessonStore(LessonStoreBase):
             "status": models.PayloadSchemaType.KEYWORD,
             "kind": models.PayloadSchemaType.KEYWORD,
         }
+        # only the missing ones: a process holding Qdrant's read-only key (an agent) may not create any
+        present = set(self.client.get_collection(self.collection).payload_schema or {})
         for field, schema in schemas.items():
-            self.client.create_payload_index(self.collection, field, field_schema=schema)
+            if field not in present:
+                self.client.create_payload_index(self.collection, field, field_schema=schema)
 
     def _ensure(self) -> None:
         if not self._ready:

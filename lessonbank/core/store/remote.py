@@ -1,8 +1,10 @@
 """Reaching the lesson store from any process: a Qdrant server directly, or the embedded store through
 the process that owns it (``owner.StoreOwner``, in the worker service) over Redis:
 
-- a request is JSON ``{"id", "method", "args", "deadline"}`` RPUSHed to ``STORE_REQUESTS_KEY``, its deadline
-  in Redis's clock (``RedisClock``: the agent's machine and the worker's may disagree by seconds);
+- a request is JSON ``{"id", "method", "args", "deadline"}`` RPUSHed to ``STORE_REQUESTS_KEY`` for a read
+  (``protocol.READ_METHODS``), to ``STORE_ADMIN_REQUESTS_KEY`` for a write or a delete (a Redis user of the agents
+  cannot push there, and the owner serves no write from the readers' queue), its deadline in Redis's clock
+  (``RedisClock``: the agent's machine and the worker's may disagree by seconds);
 - the owner BLPOPs it, drops it if its deadline has passed, runs the call and RPUSHes the reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "message"}}`` to
   ``store_reply_key(id)``, which expires after ``REPLY_TTL`` seconds;
@@ -32,10 +34,15 @@ from pydantic import ValidationError
 
 from lessonbank.core import exceptions
 from lessonbank.core.connections import REDIS_AWAY, RedisClock, checked, create_redis, exchange, redis_trouble
-from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
+from lessonbank.core.constants import (
+    STORE_ADMIN_REQUESTS_KEY,
+    STORE_OWNER_KEY,
+    STORE_REQUESTS_KEY,
+    store_reply_key,
+)
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
 from lessonbank.core.settings import Settings
-from lessonbank.core.store.protocol import REMOTE_METHODS, LessonStoreProtocol, codec
+from lessonbank.core.store.protocol import READ_METHODS, REMOTE_METHODS, LessonStoreProtocol, codec
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,11 @@ def _blocking(left: float) -> float:
     """The first BLPOP's own timeout when ``left`` seconds remain: its reply (None) must come back within them,
     or Redis counts as not answering."""
     return round(max(left - min(MARGIN, left / 2), 0.01), 3)
+
+
+def request_queue(method: str) -> str:
+    """The queue a request for ``method`` goes to: the readers' one for a read, the admin one otherwise."""
+    return STORE_REQUESTS_KEY if method in READ_METHODS else STORE_ADMIN_REQUESTS_KEY
 
 
 def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -> LessonStoreProtocol:
@@ -112,6 +124,7 @@ class RemoteLessonStore:
         store's files."""
         request_id = uuid.uuid4().hex
         key = store_reply_key(request_id)
+        queue = request_queue(method)
         payload = ""
         taken = False
         why = f"did not finish {method} within {self.timeout:g}s"
@@ -120,16 +133,16 @@ class RemoteLessonStore:
             deadline = self.clock.now() + self.timeout
             payload = json.dumps({"id": request_id, "method": method, "args": args, "deadline": deadline})
             left = max(ends - time.monotonic(), 0.0)  # the request and the first wait in one round trip:
-            _, item = checked(exchange(self.redis, [("RPUSH", STORE_REQUESTS_KEY, payload),
+            _, item = checked(exchange(self.redis, [("RPUSH", queue, payload),
                                                     ("BLPOP", key, _blocking(left))], max(left, FIRST_WAIT)))
             item = item if item is not None else self._wait(key, ends)
             if item is None:  # nobody took it: do not leave it queued for a later owner
-                taken = self._ask(("LREM", STORE_REQUESTS_KEY, 1, payload), max(ends, time.monotonic() + MARGIN)) == 0
+                taken = self._ask(("LREM", queue, 1, payload), max(ends, time.monotonic() + MARGIN)) == 0
                 if taken and method in PURGES:
                     item, why = self._wait_for_purge(key, method)
         except redis.RedisError as e:
             if not isinstance(e, REDIS_AWAY):  # a Redis that did not answer is not asked again (its deadline lapses)
-                self._withdraw(payload)
+                self._withdraw(queue, payload)
             raise ServiceUnavailable(f"{redis_trouble(e)} for lesson store requests: {e}") from e
         if item is None:
             if taken:
@@ -167,12 +180,12 @@ class RemoteLessonStore:
                               "deleted stays deleted, and a purge left undone is done when the store opens again")
         return None, f"did not finish {method} within {PURGE_WAIT:g}s"
 
-    def _withdraw(self, payload: str) -> None:
+    def _withdraw(self, queue: str, payload: str) -> None:
         """Take a request back from the queue after an error, if Redis answers (a lost one times out there)."""
         if not payload:
             return
         try:
-            self._ask(("LREM", STORE_REQUESTS_KEY, 1, payload), time.monotonic() + self.timeout)
+            self._ask(("LREM", queue, 1, payload), time.monotonic() + self.timeout)
         except redis.RedisError:
             pass
 

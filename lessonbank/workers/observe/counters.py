@@ -121,12 +121,16 @@ def enable_multiprocess(settings: Settings) -> Path | None:
 
 
 def serve_metrics(settings: Settings, path: Path) -> None:
-    """Serve ``/metrics`` from every process's files on ``settings.metrics_port``."""
+    """Serve ``/metrics`` on ``settings.metrics_port``: every process's files, and the cluster's gauges from
+    Redis (``gauges``)."""
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
+    from lessonbank.workers.observe.gauges import ClusterGauges
+
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(path))
+    registry.register(ClusterGauges(settings))
     assert settings.metrics_port is not None
     start_http_server(settings.metrics_port, addr=settings.metrics_addr, registry=registry)
     logger.info("metrics at http://%s:%d/metrics", settings.metrics_addr, settings.metrics_port)
