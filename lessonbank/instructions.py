@@ -1,11 +1,12 @@
 """The instructions builder: the lessons of a bank that bear on a task, as a short advisory block.
 
 Selection
-    1. Eligibility: active lessons with independent evidence — two runs (for a "what worked" lesson, two
-       runs not judged failures), a run judged a success,
-       helpful credit, or added by a user (one unverified run is not enough: it may have read a
-       poisoned page) — and observed fixes (``learn.fixes``: a failing line and the corrected
-       line that worked, values not copied from what the run read). A fix that rewrote a value's form
+    1. Eligibility (``learn.trust.eligible``): active lessons something independent of their run vouches
+       for — a user (added, imported, released), a run a user or a check judged a success, helpful credit,
+       or a second run that agreed (one run's own signals are not enough: it may have read a poisoned page)
+       — and observed fixes (``learn.fixes``: a failing line and the corrected line that worked, values not
+       copied from what the run read); nothing held for a user; a lesson that is code about tools, only for
+       an agent that has them (``needs.usable``). A fix that rewrote a value's form
        (a date's parts in another order) also says how to write the task's own values that way: with one
        such value in the task, as the line to write with the task's values and no failing value to copy
        (``fixtext.in_task``, ``render.to_write``).
@@ -41,7 +42,7 @@ import redis
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, Recipe, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn import causal, fingerprint, fixtext, needs, render
+from lessonbank.learn import causal, fingerprint, fixtext, needs, render, trust
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +69,8 @@ STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, 
 
 
 def eligible(lesson: Lesson) -> bool:
-    """Whether the lesson may be handed to runs: active, and either added by a user, observed (a fix or a
-    tool result's shape), or backed by independent evidence (two runs), a run that ended well, or helpful
-    credit. A "what worked" lesson counts only runs not judged failures: two failed runs that drew the same
-    wrong conclusion (summing packs as units) are no evidence that it works."""
-    if lesson.status != "active":
-        return False
-    runs = lesson.evidence - (lesson.failed_runs if lesson.kind == "approach" else 0)
-    return (lesson.origin in USER_ORIGINS or lesson.origin == "observed" or lesson.recipe is not None
-            or runs >= 2 or lesson.verified or lesson.helpful > 0)
+    """Whether the lesson may be handed to runs (``learn.trust.eligible``)."""
+    return trust.eligible(lesson)
 
 
 def _score(lesson: Lesson, similarity: float, rank: int | None, now: float) -> float:
@@ -248,7 +242,7 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
     another way)."""
     recipe = lesson.recipe
     assert recipe is not None
-    verified = ", ".join(check.split(":", 1)[1] for check in recipe.checks if check.startswith("outcome:"))
+    verified = trust.voucher(lesson)
     placed = put_in(recipe, task)
     code, adapt = recipe.code.strip(), ""
     if placed is not None:

@@ -24,7 +24,7 @@ INTERNAL = {
     ("recorder/ops.py", "ValueError"),  # a spool line that is not an op, caught by the spool reader
     ("recorder/spool.py", "OSError"),  # handled like any other disk error by the writer
     ("cli/intake.py", "ValueError"),  # json.loads hooks: json turns them into its own error, caught
-    ("report/stats.py", "ValueError"),  # preconditions of pure statistics the report never breaks
+    ("learn/stats.py", "ValueError"),  # preconditions of pure statistics the report never breaks
     ("core/store/protocol.py", "TypeError"),  # a proxy call with arguments the method lacks, as Python says it
     ("core/store/protocol.py", "KeyError"),  # a proxy's unknown method name, as a dict lookup says it
     ("core/embeddings.py", "NotImplementedError"),  # the abstract method of the embedders' base class

@@ -19,15 +19,20 @@ from lessonbank.instructions import compose_instructions
 @click.option(
     "--max-chars", type=click.IntRange(200), default=2000, show_default=True, help="Length budget of the block."
 )
+@click.option("--tool", "tools", multiple=True,
+              help="A tool of the agent (repeatable): then code about tools it lacks (a recipe, a fix, a shape) is "
+                   "left out, as for that agent's runs.")
 @click.argument("task")
 @pass_cli
-def instructions(cli: CliContext, bank: str, max_lessons: int, max_chars: int, task: str) -> None:
+def instructions(cli: CliContext, bank: str, max_lessons: int, max_chars: int, tools: tuple[str, ...],
+                 task: str) -> None:
     """Print the lessons block a run of the bank would be given for TASK (a preview: nothing is recorded)."""
     if not task.strip():
         raise fail("TASK must not be empty")
     with cli_store(cli) as store:
         text, given = compose_instructions(
-            store, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=cli.settings.min_relevance
+            store, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=cli.settings.min_relevance,
+            tools={*tools, "final_answer"} if tools else None,
         )
     if not given:
         click.echo(f"No lessons of bank {bank!r} bear on this task.", err=True)

@@ -13,7 +13,8 @@ Users' lessons are handed to runs without waiting for evidence, so each one is
   ("Working code for a task like: ..."), so only the secret check applies to it; its code must parse,
   and no field of it may carry a secret;
 - quarantined when it (or a recipe's code, task or title) carries a URL, an e-mail address or an
-  instruction to send data somewhere (``gate.quarantine_reason``): it waits for ``lessons release``.
+  instruction to send data somewhere (``quarantine.reason``), or holds what a run's taint held
+  (``quarantine.held_reason``): it waits for ``lessons release``.
 
 Import files are JSONL, UTF-8 (a byte-order mark at the start is accepted): full lessons as
 ``lessons export`` writes them, or plain ``{"kind": ..., "text": ...}`` lines. NaN and Infinity are
@@ -37,7 +38,7 @@ from lessonbank.cli.context import fail
 from lessonbank.cli.provenance import clean
 from lessonbank.core.models import Lesson, LessonOrigin, Provenance, Recipe, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
-from lessonbank.learn import gate
+from lessonbank.learn import gate, quarantine
 from lessonbank.learn.recipes import MAX_CODE_CHARS, MAX_TASK_CHARS
 
 MAX_TEXT_CHARS = 1200
@@ -153,7 +154,7 @@ class Intake:
                     "status_changed_at": min(lesson.status_changed_at or self.now, self.now),
                     "status_cause": lesson.status_cause, "status_run": ""}
         extra = f"{recipe.code}\n{recipe.task}\n{recipe.title}" if recipe is not None else ""
-        reason = gate.quarantine_reason(text) or gate.quarantine_reason(extra)
+        reason = quarantine.reason(text) or quarantine.reason(extra) or quarantine.held_reason(lesson)
         if not reason and lesson.status == "quarantined":  # nobody vouched for it yet
             reason = one_line(lesson.status_reason)[:MAX_REASON_CHARS] or "quarantined when it was exported"
         if reason:

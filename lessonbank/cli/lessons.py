@@ -30,7 +30,7 @@ from lessonbank.core.models import (
     LessonStatus,
     lesson_id,
 )
-from lessonbank.learn import render
+from lessonbank.learn import render, trust
 
 if TYPE_CHECKING:
     from lessonbank.cli.intake import Intake
@@ -48,6 +48,8 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     extra = f" score={score:.3f}" if score is not None else ""
     why = f": {one_line(lesson.status_reason, 120)}" if lesson.status_reason else ""
     status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
+    if lesson.status == "active" and not trust.eligible(lesson):
+        status = " [not given yet: waiting for a user, a check or a second run that agrees]"
     text = one_line(render.text(lesson), TEXT_CHARS)
     failed = f" (failed {lesson.failed_runs})" if lesson.failed_runs else ""
     # what it did for the runs that were handed it: a recipe that runs reuse stays at evidence 1
@@ -222,10 +224,9 @@ def _forget_targets(
 
 def _status_back(lesson: Lesson) -> str:
     """Active again, unless the lesson must wait in quarantine."""
-    from lessonbank.learn.gate import quarantine_reason
+    from lessonbank.learn.quarantine import held_reason
 
-    code = lesson.recipe.code if lesson.recipe is not None else ""
-    return "quarantined" if quarantine_reason(lesson.text) or quarantine_reason(code) else "active"
+    return "quarantined" if held_reason(lesson) else "active"
 
 
 @lessons.command("unforget")

@@ -12,9 +12,9 @@ import click
 import redis
 
 from lessonbank.cli.context import CliContext
-from lessonbank.core.models import Lesson, Provenance, StepRecord
+from lessonbank.core.models import Lesson, Provenance, StepRecord, Taint
 from lessonbank.core.runs import load_run
-from lessonbank.learn import render
+from lessonbank.learn import render, trust
 from lessonbank.report.data import human_time
 
 MAX_RUNS = 10
@@ -24,7 +24,7 @@ RECIPE_CHARS = 4000
 RUN_ID_CHARS = 80
 TIME_FIELDS = ("first_seen", "last_seen", "status_changed_at")
 # Printed in their own sections below the plain fields.
-SECTION_FIELDS = ("provenance", "source_run_ids", "recipe", "causal", "tool_versions")
+SECTION_FIELDS = ("provenance", "source_run_ids", "recipe", "causal", "tool_versions", "taint")
 
 
 def clean(text: str, keep_newlines: bool = False) -> str:
@@ -144,6 +144,25 @@ def _print_measures(lesson: Lesson) -> None:
         click.echo(f"  warning: {clean(warning)}")
 
 
+def given_to_runs(lesson: Lesson) -> str:
+    """Whether runs are given the lesson, and who vouches for it or what it waits for, in words."""
+    if trust.eligible(lesson):
+        return f"yes (vouched for by {trust.voucher(lesson)})"
+    if lesson.status == "quarantined" or any(mark.held for mark in lesson.taint):
+        return "no: held until a user releases it (lessons release)"
+    if lesson.status != "active":
+        return f"no: {lesson.status}"
+    return "no: waiting for a user, a check or a second run that agrees"
+
+
+def print_taint(mark: Taint) -> None:
+    """One taint mark: what came from which observation (by run and step), held or not, and why."""
+    where = (f" first observed by run {one_line(mark.run_id, RUN_ID_CHARS)} at step {mark.step}: "
+             f"\"{one_line(mark.observed, TASK_CHARS)}\"") if mark.step is not None else ""
+    why = f" ({one_line(mark.reason, 2 * TASK_CHARS)})" if mark.held else ""
+    click.echo(f"{'held' if mark.held else 'taint'}: {mark.kind} `{one_line(mark.value, TASK_CHARS)}`{where}{why}")
+
+
 def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
     """The lesson's fields (times readable), its source runs with step excerpts, and its recipe."""
     for name, value in lesson.model_dump(mode="json").items():
@@ -152,6 +171,9 @@ def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
         shown = render.text(lesson) if name == "text" else human_time(value) if name in TIME_FIELDS else value
         click.echo(f"{name}: {clean(shown) if isinstance(shown, str) else shown}")
     click.echo(f"utility: {lesson.utility:.3f}")
+    click.echo(f"given to runs: {given_to_runs(lesson)}")
+    for mark in lesson.taint:
+        print_taint(mark)
     _print_measures(lesson)
     runs = sources["runs"]
     click.echo(f"sources: {len(runs) + sources['more_runs']} run(s)" + (":" if runs else ""))

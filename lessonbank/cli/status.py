@@ -193,6 +193,11 @@ def _text(report: dict[str, Any]) -> str:
     else:
         lines.append("lessons (active, per bank):")
         lines.extend(f"  {one_line(bank, MAX_BANK_CHARS)}: {count}" for bank, count in sorted(banks.items()))
+    held = report.get("held") or {}
+    if held:
+        lines.append(f"lessons and recipes held for a user (quarantined: `lessonbank lessons list --status quarantined "
+                     f"--bank B`): {sum(held.values())}")
+        lines.extend(f"  {one_line(bank, MAX_BANK_CHARS)}: {count}" for bank, count in sorted(held.items()))
     return "\n".join(clean(line) for line in lines)
 
 
@@ -231,8 +236,8 @@ def health_problems(found: list[dict[str, Any]]) -> list[str]:
 @pass_cli
 def status(cli: CliContext, as_json: bool, role: str | None, check: bool) -> None:
     """How the service is doing: workers and their LLM, queue, runs in progress and waiting for a retry,
-    spool, dead letters, gate drops, recorder counts and lessons per bank. With --check, exits 1 when no
-    worker is alive or no live worker's LLM answered (Redis unreachable exits 1 as well)."""
+    spool, dead letters, gate drops, recorder counts, lessons per bank and those held for a user. With --check,
+    exits 1 when no worker is alive or no live worker's LLM answered (Redis unreachable exits 1 as well)."""
     settings = cli.settings
     if role is not None:
         try:
@@ -262,9 +267,11 @@ def status(cli: CliContext, as_json: bool, role: str | None, check: bool) -> Non
     try:
         with cli_store(cli) as store:
             report["lessons"] = store.banks()
+            report["held"] = store.banks("quarantined")
     except click.ClickException as e:
         error = e
         report["lessons"] = None
+        report["held"] = None
         report["store_error"] = e.message
     problems = health_problems(report["workers"]) if check else []
     if check:

@@ -25,9 +25,9 @@ LessonKind = Literal["fact", "approach", "failure"]
 # active: handed to runs; superseded: replaced by a merged or newer lesson (superseded_by); retired: its
 # harmful evidence outweighed its helpful evidence, or no run applied it (status_reason), until a user
 # releases it; quarantined: held back until a user releases it (it carries URLs, e-mail addresses or
-# instructions to send data somewhere); stale: code calling a tool whose signature or description changed since it
-# was learnt (``lessonbank.learn.fingerprint``), until a run with the tool as it is now re-verifies or replaces it;
-# forgotten: hidden by a user.
+# instructions to send data somewhere, or calls what an observation asked for: ``Lesson.taint``); stale: code
+# calling a tool whose signature or description changed since it was learnt (``lessonbank.learn.fingerprint``),
+# until a run with the tool as it is now re-verifies or replaces it; forgotten: hidden by a user.
 LessonStatus = Literal["active", "superseded", "retired", "quarantined", "stale", "forgotten"]
 # Why a lesson has its status (``status_reason`` says it in words): merged into another, contradicted by a run,
 # outdated by a newer recipe, retired as harmful or idle or retracted by a late verdict on its run, restored
@@ -155,6 +155,30 @@ class Provenance(BaseModel):
                                                    "taught it (None: lessons written before this was kept).")
     failed: bool | None = Field(None, description="Whether the run counts in the lesson's failed_runs (None: "
                                                   "lessons written before this was kept).")
+    witness: bool | None = Field(None, description="Whether the run, not given the lesson, ended well by its own "
+                                                   "signals with an answer it computed: one of the two agreeing runs "
+                                                   "that make a lesson eligible without a user or a check (None: not "
+                                                   "kept, as of lessons written before this was).")
+    question: str = Field("", description="A hash of the run's task: witnesses of one question must agree.")
+    answer: str = Field("", description="A hash of the run's answer, compared between witnesses of one question.")
+
+
+TaintKind = Literal["call", "name", "literal", "url", "host", "email", "env", "path"]
+
+
+class Taint(BaseModel):
+    """Something in a lesson that first appeared in what a run observed (tool output, a page, a file, an error)
+    rather than in its task or its agent's tools, or an effect the task did not ask for; ``held`` when it keeps
+    the lesson from runs until a user releases it."""
+
+    value: str = Field(description="The call, name, literal, URL, e-mail address, variable or path (capped).")
+    kind: TaintKind
+    run_id: str = ""
+    step: int | None = Field(None, description="The record seq of the step whose observation held it first (None: "
+                                               "no observation did; a sensitive effect the task did not ask for).")
+    observed: str = Field("", description="The observation around it, as the run recorded it (capped).")
+    held: bool = False
+    reason: str = Field("", description="Why it holds the lesson, in words.")
 
 
 class Recipe(BaseModel):
@@ -278,6 +302,9 @@ class Lesson(BaseModel):
     task: str = Field("", description="For an observed fix, or a shape naming the call that got its records: the "
                                       "task of the run that observed it (redacted, capped), whose values the "
                                       "instructions replace with the next task's.")
+    taint: list[Taint] = Field(default_factory=list, description="What in it came from what a run observed, or "
+                                                               "asks for an effect its task did not (held ones keep "
+                                                               "it quarantined).")
     status_cause: StatusCause | None = None
     status_run: str = Field("", description="The run the status cause names (the contradicting run, the run whose "
                                             "verdict retracted or restored it, the newer recipe's run).")

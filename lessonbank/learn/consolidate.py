@@ -45,6 +45,7 @@ from lessonbank.core.models import (
     Provenance,
     Recipe,
     ShapePayload,
+    Taint,
     lesson_id,
     recipe_id,
 )
@@ -219,11 +220,16 @@ def new_lesson(bank: str, draft: DraftLesson, run_id: str, origin: LessonOrigin,
     lesson = counted_failed(vouched_by(Lesson.new(bank, draft.kind, draft.text, tags=draft.tags[:MAX_TAGS],
                                                   run_id=run_id, origin=origin, steps=draft.steps), run_id, verified),
                             run_id, failed)
-    if draft.quarantine:
-        lesson = lesson.model_copy(update={"status": "quarantined", "status_changed_at": now,
-                                           "status_reason": f"{draft.quarantine}; a user must release it",
-                                           "status_cause": "quarantined"})
-    return lesson
+    lesson.taint = list(draft.taint)
+    return held(lesson, draft.quarantine, now)
+
+
+def held(lesson: Lesson, reason: str, now: float) -> Lesson:
+    """``lesson`` quarantined for ``reason`` (as it is when the reason is "")."""
+    if not reason:
+        return lesson
+    return lesson.model_copy(update={"status": "quarantined", "status_changed_at": now, "status_cause": "quarantined",
+                                     "status_reason": f"{reason}; a user must release it"})
 
 
 def resolve(decisions: list[Decision], drafts: list[DraftLesson],
@@ -329,10 +335,13 @@ def observed_lesson(bank: str, fact: Observed, run_id: str, verified: bool) -> L
         update={"id": recipe_id(bank, fact.fingerprint, kind=fact.tag), "task": fact.task})
 
 
-def recipe_lesson(bank: str, recipe: Recipe, run_id: str, steps: list[int]) -> Lesson:
+def recipe_lesson(bank: str, recipe: Recipe, run_id: str, steps: list[int], vouched: bool = True,
+                  taint: list[Taint] | None = None, hold: str = "", now: float = 0.0) -> Lesson:
     """The lesson a recipe becomes: its id from its fingerprint, its text rendered from it, vouched for by the
-    run whose outcome verified it."""
+    run whose outcome verified it when a user or a check judged it (else waiting for a second run), with its
+    taint, quarantined for ``hold`` when that is not ""."""
     lesson = Lesson.new(bank, "approach", render.recipe(recipe), tags=["recipe"], run_id=run_id, origin="recipe",
                         steps=steps, recipe=recipe)
-    return counted_failed(vouched_by(lesson, run_id, True), run_id, False).model_copy(
-        update={"id": recipe_id(bank, recipe.fingerprint)})
+    lesson = counted_failed(vouched_by(lesson, run_id, vouched), run_id, False).model_copy(
+        update={"id": recipe_id(bank, recipe.fingerprint), "taint": list(taint or [])})
+    return held(lesson, hold, now or lesson.first_seen)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lessonbank.core.models import LessonKind
+from lessonbank.core.models import LessonKind, Taint
 from lessonbank.learn.evidence import Evidence
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,14 @@ class DraftLesson(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     steps: list[int] = Field(default_factory=list, description="Record seqs the lesson rests on (from evidence).")
     quarantine: str = Field("", description="Why the lesson waits for a user before any run sees it.")
+    taint: list[Taint] = Field(default_factory=list, exclude=True,
+                               description="What in it first appeared in the run's observations (set by the worker, "
+                                           "never read from the model's reply).")
+
+    @field_validator("taint", mode="before")
+    @classmethod
+    def _not_from_the_reply(cls, value: Any) -> list[Taint]:
+        return []  # only the worker's taint counts (``model_copy`` sets it)
 
     @field_validator("kind", mode="before")
     @classmethod

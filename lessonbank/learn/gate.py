@@ -23,9 +23,8 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 |                        | that a field exists when every step that used it failed (``result['max_temp']``) |
 | ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
 
-A lesson that passes but carries a URL, an e-mail address or an instruction to send data somewhere is
-stored ``quarantined`` (``quarantine_reason``): a page the agent read may have planted it, so it is never
-handed to a run until a user releases it.
+What passes may still wait for a user: ``lessonbank.learn.quarantine`` and ``lessonbank.learn.taint`` say
+when (a URL, an e-mail address, a call an observation asked for).
 
 Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
 """
@@ -153,12 +152,6 @@ _TRANSCRIPT = re.compile(
     r"show(?:s|ed)|said|meant|was)\b"
     r"|to (?:fix|avoid|solve|resolve|correct|handle|prevent) (?:this|that|the (?:issue|problem|error|failure))\b)"
     r"|\b(?:approach|solution) (?:should|would) have been\b"
-)
-_URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
-_EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")
-_EXFILTRATE = re.compile(
-    r"(?i)\b(?:send|post|upload|forward|transmit|e-?mail|exfiltrate|copy|leak|report)(?: \S+){0,6}? "
-    r"(?:to|at|into) (?:the )?(?:\S+ ){0,3}(?:server|endpoint|address|url|webhook|attacker|inbox|channel|host)\b"
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?!\w|\.\d)")
 # "did not return any records", "returned no results", "no data was found", "came back empty"
@@ -378,14 +371,3 @@ def screen(texts: Sequence[str], ctx: GateContext,
         else:
             dropped[reason] += 1
     return kept, dropped
-
-
-def quarantine_reason(text: str) -> str:
-    """Why a lesson must wait for a user before any run sees it ("" when it need not)."""
-    if _URL.search(text):
-        return "it carries a URL"
-    if _EMAIL.search(text):
-        return "it carries an e-mail address"
-    if _EXFILTRATE.search(text):
-        return "it tells the agent to send data somewhere"
-    return ""

@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonStatus, RunSummary
 from lessonbank.core.summary import tool_table
-from lessonbank.learn import render, stats
+from lessonbank.learn import render, stats, trust
 from lessonbank.report.causal import causal_part
 
 REPORT_VERSION = 1
@@ -193,7 +193,16 @@ def lesson_row(lesson: Lesson) -> dict[str, Any]:
         "code": _code_shown(lesson),
         "first_seen": human_time(lesson.first_seen),
         "status_changed_at": human_time(lesson.status_changed_at),
+        "given_to_runs": trust.eligible(lesson),
     }
+
+
+def held_row(lesson: Lesson) -> dict[str, Any]:
+    """A lesson or recipe held for a user: what it is, why, and what in it came from which observation."""
+    row = lesson_row(lesson)
+    return {"id": lesson.id, "kind": lesson.kind, "recipe": row["recipe"], "text": row["text"], "code": row["code"],
+            "reason": lesson.status_reason,
+            "taint": [mark.model_dump(mode="json") for mark in lesson.taint if mark.held]}
 
 
 def _code_shown(lesson: Lesson) -> str | None:
@@ -244,6 +253,8 @@ def build_report(
         "by_status": {status: sum(1 for lesson in lessons if lesson.status == status) for status in STATUSES},
     }
     document["lessons"] = [lesson_row(lesson) for lesson in sorted(lessons, key=_lesson_order)]
+    document["held"] = [held_row(lesson) for lesson in sorted(lessons, key=_lesson_order)
+                        if lesson.status == "quarantined"]
     document["tools"] = [row.to_dict() for row in tool_table(summaries)]
     document["causal"] = causal_part(summaries, lessons, now)
     document["series"] = {

@@ -161,7 +161,22 @@ def causal_table(part: dict[str, Any]) -> Table:
     return Table("Causal credit per lesson", headers, rows, f"{part['note']} Method: {part['method']}.")
 
 
+def held_table(document: dict[str, Any]) -> Table:
+    """The lessons and recipes held for a user (quarantined), with why and the observation they came from."""
+    rows = []
+    for row in document.get("held", []):
+        marks = [f"{mark['value']} (run {mark['run_id'][:8]}, step {mark['step']}: \"{mark['observed'][:80]}\")"
+                 if mark["step"] is not None else mark["value"] for mark in row["taint"]]
+        rows.append([row["id"][:8], row["kind"] + (" (recipe)" if row["recipe"] else ""), _text(row),
+                     row["reason"] + ("\n" + "\n".join(marks[:3]) if marks else "")])
+    note = ("Never given to a run until a user releases them: `lessonbank lessons release --bank B ID` (or forget "
+            "them: `lessons forget`).") if rows else "Nothing is held."
+    return Table("Held for a user", ["id", "kind", "text", "why"], rows, note)
+
+
 def report_tables(document: dict[str, Any]) -> list[Table]:
-    """The comparison of the arms, the causal credit per lesson (once a lesson was drawn), the lessons, the tools."""
+    """The comparison of the arms, the causal credit per lesson (once a lesson was drawn), the lessons, those held
+    for a user, the tools."""
     causal = [causal_table(document["causal"])] if document.get("causal", {}).get("lessons") else []
-    return [comparison_table(document), *causal, lessons_table(document), tools_table(document["tools"])]
+    return [comparison_table(document), *causal, lessons_table(document), held_table(document),
+            tools_table(document["tools"])]

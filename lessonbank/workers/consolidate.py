@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lessonbank.core.exceptions import PermanentDistillError
-from lessonbank.core.models import Lesson, LessonOrigin, Recipe, lesson_id, recipe_id
+from lessonbank.core.models import Lesson, LessonOrigin, Recipe, Taint, lesson_id, recipe_id
 from lessonbank.core.redact import Redactor
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.learn import consolidate as decisions
 from lessonbank.learn.consolidate import HELD_BACK, Observed, Thresholds, kept_out
 from lessonbank.learn.decide import Decider, Decision
 from lessonbank.learn.distill import DraftLesson
+from lessonbank.learn.trust import Testimony, attested
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ class Consolidator:
         verified: bool = False,
         purged: Callable[[list[str]], set[str]] | None = None,
         failed: bool = False,
+        testimony: Testimony | None = None,
     ) -> None:
         self.store = store
+        self.testimony = testimony
         self.failed = failed
         self.purged = purged or (lambda ids: set())
         self.origin = origin
@@ -199,7 +202,7 @@ class Consolidator:
         if outcome == "skip":
             self.stats.skipped += 1
             return
-        self.store.upsert([self._reinforced(lesson, draft)])
+        self.store.upsert([self._attested(self._reinforced(lesson, draft))])
         self.stats.reinforced += 1
         self.stats.lesson_ids.append(lesson.id)
 
@@ -247,7 +250,7 @@ class Consolidator:
             self.stats.quarantined += 1
             logger.warning("bank %s run %s: lesson %s quarantined (%s)", self.bank, self.run_id, lesson.id,
                            draft.quarantine)
-        self.store.upsert([lesson])
+        self.store.upsert([self._attested(lesson)])
         self.stats.added += 1
         self.stats.lesson_ids.append(lesson.id)
         return True
@@ -310,7 +313,7 @@ class Consolidator:
         if self._tombstoned(merged_id) or self._held_back(stored):
             return
         merged = decisions.merged(target, draft, text, self.bank, self.run_id, self.now, self.verified, self.failed)
-        self.store.upsert([merged])
+        self.store.upsert([self._attested(merged)])
         self.store.set_status(self.bank, [target.id], "superseded", superseded_by=merged.id, cause="merged")
         self.stats.merged += 1
         self.stats.lesson_ids.append(merged.id)
@@ -383,21 +386,32 @@ class Consolidator:
         known = self._fingerprinted(fid, fact.tag, list(fact.steps))
         if known != "new":
             return fid if known == "kept" else None
-        self.store.upsert([decisions.observed_lesson(self.bank, fact, self.run_id, self.verified)])
+        self.store.upsert([self._attested(decisions.observed_lesson(self.bank, fact, self.run_id, self.verified))])
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)
         return fid
 
-    def add_recipe(self, recipe: Recipe, steps: list[int]) -> str | None:
-        """Store the recipe (or reinforce the same code's recipe); returns its id (None if refused)."""
+    def add_recipe(self, recipe: Recipe, steps: list[int], taint: list[Taint] | None = None,
+                   hold: str = "") -> str | None:
+        """Store the recipe (or reinforce the same code's recipe); returns its id (None if refused). A recipe
+        held (``hold``: why) is stored quarantined, and never reinforces one that runs are given."""
         rid = recipe_id(self.bank, recipe.fingerprint)
-        known = self._fingerprinted(rid, "recipe", steps)
+        if hold:  # held code neither reinforces nor revives a stored recipe
+            known = "refused" if self._tombstoned(rid) or self.store.get(self.bank, [rid]) else "new"
+        else:
+            known = self._fingerprinted(rid, "recipe", steps)
         if known != "new":
             return rid if known == "kept" else None
-        lesson = decisions.recipe_lesson(self.bank, recipe, self.run_id, steps)
-        self.store.upsert([lesson])
+        said = self.testimony.for_recipe() if self.testimony is not None else None
+        lesson = decisions.recipe_lesson(self.bank, recipe, self.run_id, steps, said.vouched if said else self.verified,
+                                         taint, hold, self.now)
+        self.store.upsert([attested(lesson, self.run_id, said)])
         self.stats.recipes += 1
         self.stats.lesson_ids.append(rid)
+        if hold:  # it supersedes nothing runs are given
+            self.stats.quarantined += 1
+            logger.warning("bank %s run %s: recipe %s quarantined (%s)", self.bank, self.run_id, rid, hold)
+            return rid
         text = lesson.text
         similar = self.store.similar(self.bank, text, limit=NEIGHBOURS, statuses=["active", "stale"])
         for older in decisions.outdated_recipes(similar, rid, self.thresholds, recipe.tools):
@@ -406,6 +420,9 @@ class Consolidator:
                                   cause="outdated", cause_run=self.run_id)
             self.stats.replaced += 1
         return rid
+
+    def _attested(self, lesson: Lesson) -> Lesson:
+        return attested(lesson, self.run_id, self.testimony)
 
 
 def _existing(pending: list[tuple[DraftLesson, list[Lesson]]]) -> list[Lesson]:

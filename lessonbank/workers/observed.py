@@ -1,17 +1,20 @@
 """What a run observed that the worker keeps without an LLM (its fixes, its tools' result shapes, the recipe of a
-run that ended well), and the write of a run's lessons into its bank under the bank's lock."""
+run that ended well, each with its taint), and the write of a run's lessons into its bank under the bank's
+lock."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass, field
 
 from lessonbank.core import purge, runs
 from lessonbank.core.constants import run_key
-from lessonbank.core.models import Lesson, Recipe
-from lessonbank.learn import evidence, fixes, gate, recipes, shapes
+from lessonbank.core.models import Lesson, Recipe, Taint
+from lessonbank.learn import evidence, fixes, quarantine, recipes, shapes, taint
 from lessonbank.learn.consolidate import Observed
 from lessonbank.learn.distill import DraftLesson
+from lessonbank.learn.trust import Testimony
 from lessonbank.learn.view import RunView
 from lessonbank.workers import observe, versions
 from lessonbank.workers.asking import llm_decider
@@ -24,6 +27,30 @@ logger = logging.getLogger(__name__)
 def recipe_of(deps: Deps, run: runs.Run, view: RunView, source: str) -> Recipe | None:
     """The recipe of a run that ended well (``source``: who judged it), or None (also when extracting fails)."""
     return best_effort(run, "a recipe", lambda: recipes.extract(view, deps.scrubber, source), None)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A recipe's taint and why it waits for a user ("" when it need not)."""
+
+    taint: list[Taint] = field(default_factory=list)
+    reason: str = ""
+
+
+def recipe_held(run: runs.Run, view: RunView, recipe: Recipe | None,
+                judged: list[taint.Judged] | None = None) -> Held:
+    """What the recipe of ``view``'s run carries from what the run observed, and why it waits for a user: the
+    quarantine of lessons (a URL or an address its task did not give) and taint's held calls. Held whole when
+    working that out fails: a recipe nobody can vouch for is not given."""
+    if recipe is None:
+        return Held()
+
+    def work() -> Held:
+        marks = taint.recipe_marks(recipe, view, judged)
+        reason = taint.held_reason(marks) or quarantine.reason(f"{recipe.code}\n{recipe.title}", view.task)
+        return Held(marks, reason)
+
+    return best_effort(run, "a recipe's taint", work, Held(reason="its taint could not be worked out"))
 
 
 def observed(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson], failed: bool = False) -> list[Observed]:
@@ -44,16 +71,20 @@ def observed(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson], fail
     facts = as_observed(found_fixes, task)
     # a shape naming the call that got its records back keeps the task whose words that call passed; a call the
     # gate or the secret scan refuses leaves the shape without it
-    found_shapes = [shape if not shape.call or may_keep(deps, shape.text) else dataclasses.replace(shape, call="")
-                    for shape in found_shapes]
+    judged: list[taint.Judged] = best_effort(run, "the run's calls", lambda: taint.run_calls(view), [])
+    found_shapes = [shape if not shape.call or may_keep(deps, shape.text, view, judged)
+                    else dataclasses.replace(shape, call="") for shape in found_shapes]
     facts += [Observed(shapes.TAG, shape.fingerprint, shape.steps, shape=shape.payload,
                        task=task if shape.call else "") for shape in found_shapes]
-    return keepable(deps, run, facts)
+    return keepable(deps, run, facts, view, judged)
 
 
-def may_keep(deps: Deps, text: str) -> bool:
-    """Whether an observed fact's text may be kept: it needs no user's eye and carries nothing like a secret."""
-    return not gate.quarantine_reason(text) and not deps.scrubber.has_secret(text)
+def may_keep(deps: Deps, text: str, view: RunView | None = None, judged: list[taint.Judged] | None = None) -> bool:
+    """Whether an observed fact's text may be kept: it needs no user's eye (nor holds what ``view``'s run was
+    told to do by an observation) and carries nothing like a secret."""
+    if quarantine.reason(text) or deps.scrubber.has_secret(text):
+        return False
+    return view is None or not taint.held_reason(taint.text_marks(text, view, judged))
 
 
 def as_observed(found_fixes: list[fixes.Fix], task: str) -> list[Observed]:
@@ -61,9 +92,10 @@ def as_observed(found_fixes: list[fixes.Fix], task: str) -> list[Observed]:
     return [Observed("fix", fix.fingerprint, fix.steps, fix=fix.payload, task=task) for fix in found_fixes]
 
 
-def keepable(deps: Deps, run: runs.Run, facts: list[Observed]) -> list[Observed]:
+def keepable(deps: Deps, run: runs.Run, facts: list[Observed], view: RunView | None = None,
+             judged: list[taint.Judged] | None = None) -> list[Observed]:
     """The observed facts that may be kept: none that needs a user's eye or carries what looks like a secret."""
-    facts = [fact for fact in facts if may_keep(deps, fact.text)]
+    facts = [fact for fact in facts if may_keep(deps, fact.text, view, judged)]
     if facts:
         logger.info("bank %s run %s: %d observed fact(s): %s", run.bank, run.run_id, len(facts),
                     "; ".join(f"{fact.tag} {evidence.one_line(fact.text, 100)}" for fact in facts))
@@ -98,15 +130,17 @@ def gave_the_answer(run: runs.Run, view: RunView, fix: fixes.Fix) -> bool:
 
 @observe.traced("lessonbank consolidate", on_result=observe.count_consolidation)
 def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Recipe | None,
-                verified: bool, facts: list[Observed] | None = None,
-                failed: bool = False) -> tuple[ConsolidationStats, str | None]:
-    """Write the run's drafts, observed facts and recipe into its bank (the decision call asked before the
-    bank's lock, the writes under it); the stats and the recipe's id."""
+                verified: bool, facts: list[Observed] | None = None, failed: bool = False,
+                said: Testimony | None = None, held: Held | None = None) -> tuple[ConsolidationStats, str | None]:
+    """Write the run's drafts, observed facts and recipe (``held``: its taint) into its bank (the decision call
+    asked before the bank's lock, the writes under it), each with what the run ``said`` for them; the stats
+    and the recipe's id."""
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
                                 scrubber=deps.scrubber, given=run.given, verified=verified,
-                                purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids), failed=failed)
+                                purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids), failed=failed,
+                                testimony=said)
     done = runs.load_progress(deps.redis, run.run_id)
     deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
     consolidator.plan(drafts, done)  # the LLM's decision call, before the lock
@@ -128,6 +162,7 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
         recipe_id = None
         if recipe is not None:
             steps = [s.seq for s in view.actions if not s.failed]
-            recipe_id = consolidator.add_recipe(recipe, steps)
+            held = held or Held()
+            recipe_id = consolidator.add_recipe(recipe, steps, held.taint, held.reason)
         versions.stamp(deps, run, view, stats.lesson_ids)
     return stats, recipe_id

@@ -2,9 +2,10 @@
 
 read the run -> wait briefly for the user's check -> judge the outcome (user, check, the run's own
 signals; the LLM only when nobody else can) -> mine evidence -> ONE LLM call (output checkpointed in
-Redis) -> quality gate -> consolidate, keep the recipe of a run that ended well and the fixes the run
-observed, under the bank's lock -> credit the lessons the run was given and applied, keep its summary ->
-mark the run distilled (so whoever waits for that state sees the credit and the summary too).
+Redis) -> quality gate, taint and quarantine -> consolidate, keep the recipe of a run that ended well and the
+fixes the run observed, each with what the run says for it (``trust.Testimony``), under the bank's lock ->
+credit the lessons the run was given and applied, keep its summary -> mark the run distilled (so whoever
+waits for that state sees the credit and the summary too).
 
 What a run teaches and how it is judged is ``lessonbank.learn``'s, over the run's view; this module reads and
 writes around it. A verdict given after distillation is ``lessonbank.workers.verdicts``'.
@@ -25,16 +26,16 @@ from lessonbank.core.constants import DROPPED_KEY, LLM_STATS_KEY, RUN_DISTILLED,
 from lessonbank.core.exceptions import PermanentDistillError, UnusableOutput
 from lessonbank.core.models import Lesson
 from lessonbank.core.tokens import tokens
-from lessonbank.learn import evidence, gate
+from lessonbank.learn import evidence, gate, quarantine, taint, trust
 from lessonbank.learn.distill import DistillOutput, DraftLesson
 from lessonbank.learn.transcript import build_transcript, transcript_tokens
-from lessonbank.learn.verdicts import TRUSTED, judge, judged_failed, vouches
+from lessonbank.learn.verdicts import RECIPE_SOURCES, by_llm, judge, judged_failed
 from lessonbank.learn.view import RunView
 from lessonbank.workers import observe
 from lessonbank.workers.asking import distill, llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
-from lessonbank.workers.deps import Deps, bank_lock, refreshed, taught, view_of
-from lessonbank.workers.observed import consolidate, observed, recipe_of
+from lessonbank.workers.deps import Deps, bank_lock, best_effort, refreshed, taught, view_of
+from lessonbank.workers.observed import consolidate, observed, recipe_held, recipe_of
 from lessonbank.workers.verdicts import credit_run, keep_late_success
 
 logger = logging.getLogger(__name__)
@@ -91,14 +92,26 @@ def _lessons_of(deps: Deps, run: runs.Run, view: RunView, mined: list[evidence.E
     return result.output
 
 
-def _screen(deps: Deps, run: runs.Run, view: RunView, drafts: list[DraftLesson],
-            given: list[Lesson]) -> list[DraftLesson]:
+def _screen(deps: Deps, run: runs.Run, view: RunView, drafts: list[DraftLesson], given: list[Lesson],
+            judged: list[taint.Judged]) -> list[DraftLesson]:
+    """The drafts the gate lets through, each with its taint and why it waits for a user ("" when it need not)."""
     context = gate.GateContext(task=run.task, final_answer=view.final_answer, observed=evidence.observed_text(view),
                                given=[g.text for g in given], results=evidence.call_results(view),
                                redactor=deps.scrubber)
     kept, dropped = gate.screen([draft.text for draft in drafts], context)
     count_drops(deps.redis, run.bank, f"run {run.run_id}", dropped)
-    return [drafts[i].model_copy(update={"quarantine": gate.quarantine_reason(drafts[i].text)}) for i in kept]
+    return [_held(run, view, drafts[i], judged) for i in kept]
+
+
+def _held(run: runs.Run, view: RunView, draft: DraftLesson, judged: list[taint.Judged]) -> DraftLesson:
+    """``draft`` with its taint and why it waits for a user: held whole when working that out fails."""
+    def work() -> DraftLesson:
+        marks = taint.text_marks(draft.text, view, judged)
+        why = taint.held_reason(marks) or quarantine.reason(draft.text, view.task)
+        return draft.model_copy(update={"quarantine": why, "taint": marks})
+
+    return best_effort(run, "a lesson's taint", work,
+                       draft.model_copy(update={"quarantine": "its taint could not be worked out"}))
 
 
 def count_drops(client: redis.Redis, bank: str, label: str, dropped: Counter[str]) -> None:
@@ -143,22 +156,23 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
         return None
     run = wait_for_check(deps.redis, run)
     view = view_of(run)
-    verdict, source = judge(run.verdict, view)
+    verdict, source = _judged(run, view)
     logger.info("bank %s run %s: attempt %d, %d step records (%d malformed skipped), outcome %s, verdict %s (%s)",
                 bank, run_id, attempt, len(run.steps), run.malformed, run.outcome, verdict, source)
     mined = evidence.mine(view, verdict, source, contrast(deps, run, verdict))
     output = _lessons_of(deps, run, view, mined, verdict, source)
-    if source == "none" and output.outcome in ("success", "failure"):
-        verdict, source = output.outcome, "llm"
+    verdict, source = by_llm((verdict, source), output.outcome, view)
     given = deps.store.get(bank, run.given) if run.given else []
-    drafts = _screen(deps, run, view, output.lessons, given)
+    calls: list[taint.Judged] = best_effort(run, "the run's calls", lambda: taint.run_calls(view), [])
+    drafts = _screen(deps, run, view, output.lessons, given, calls)
     recipe = None
-    if verdict == "success" and source in TRUSTED and deps.settings.keep_observed:
+    if verdict == "success" and source in RECIPE_SOURCES and deps.settings.keep_observed:
         recipe = recipe_of(deps, run, view, source)
     failed = judged_failed(verdict, source)
     facts = observed(deps, run, view, given, failed)
-    stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=vouches(run.outcome, verdict, source),
-                                   facts=facts, failed=failed)
+    said = trust.testimony(run.task, view.final_answer, run.outcome, verdict, source)
+    stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=said.vouched, facts=facts, failed=failed,
+                                   said=said, held=recipe_held(run, view, recipe, calls))
     if _gone(deps, bank, run_id):
         return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
@@ -190,6 +204,15 @@ def _gone(deps: Deps, bank: str, run_id: str) -> bool:
         logger.warning("bank %s run %s: the run vanished from Redis while it was distilled (a restart of a Redis "
                        "that keeps nothing on disk?); its lessons are kept, nothing more is written", bank, run_id)
     return True
+
+
+def _judged(run: runs.Run, view: RunView) -> tuple[str, str]:
+    """The run's verdict and its source before the LLM's (``judge``), saying why a run that ended well by its
+    signals is no success."""
+    verdict, source = judge(run.verdict, view)
+    if source in ("signals", "none") and (problem := trust.answer_problem(view)):
+        logger.info("bank %s run %s: not a success whatever its signals: %s", run.bank, run.run_id, problem)
+    return verdict, source
 
 
 def _as_distilled(deps: Deps, run: runs.Run, judged: dict[str, str], lesson_ids: list[str]) -> runs.Run:
@@ -227,9 +250,11 @@ def follow_up(deps: Deps, bank: str, run: runs.Run) -> ConsolidationStats | None
     view = whole.only([step for step in whole.steps if step.seq > run.distilled_upto])
     output = _lessons_of(deps, partial, view, evidence.mine(view, verdict, source), verdict, source)
     given = deps.store.get(bank, run.given) if run.given else []
-    drafts = _screen(deps, partial, view, output.lessons, given)
-    stats, _ = consolidate(deps, run, drafts, None, verified=vouches(run.outcome, verdict, source),
-                           failed=judged_failed(verdict, source))
+    drafts = _screen(deps, partial, view, output.lessons, given,
+                     best_effort(run, "the run's calls", lambda: taint.run_calls(whole), []))
+    said = trust.testimony(run.task, whole.final_answer, run.outcome, verdict, source)
+    stats, _ = consolidate(deps, run, drafts, None, verified=said.vouched, failed=judged_failed(verdict, source),
+                           said=said)
     _mark_distilled(deps, run, stats, None)
     return stats
 
@@ -285,7 +310,7 @@ def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats |
         deps.redis.delete(key)
         return ConsolidationStats()
     draft = DraftLesson(kind=lesson.kind, text=lesson.text, tags=lesson.tags,
-                        quarantine=gate.quarantine_reason(lesson.text))
+                        quarantine=quarantine.reason(lesson.text))
     settings = deps.settings
     thresholds = Thresholds(duplicate=settings.duplicate_similarity, related=settings.related_similarity)
     with bank_lock(deps.redis, bank, settings.distill_lock_timeout):

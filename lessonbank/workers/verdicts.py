@@ -19,14 +19,14 @@ from lessonbank.core import runs, summary
 from lessonbank.core.constants import RUN_DISTILLED, run_key
 from lessonbank.core.models import recipe_id as fact_id
 from lessonbank.learn import credit as rules
-from lessonbank.learn import evidence, recipes
+from lessonbank.learn import evidence, recipes, trust
 from lessonbank.learn.consolidate import Observed, provenance_vouched, vouched_by_another
-from lessonbank.learn.verdicts import TRUSTED, judged_failed, vouches
+from lessonbank.learn.verdicts import RECIPE_SOURCES, judged_failed
 from lessonbank.workers import credit, observe
 from lessonbank.workers.causal import measure_run
 from lessonbank.workers.consolidate import ConsolidationStats
 from lessonbank.workers.deps import Deps, NotYetDistilled, bank_lock, refreshed, taught, view_of
-from lessonbank.workers.observed import answer_fixes, as_observed, consolidate, keepable, recipe_of
+from lessonbank.workers.observed import answer_fixes, as_observed, consolidate, keepable, recipe_held, recipe_of
 from lessonbank.workers.summaries import summarize_run
 
 logger = logging.getLogger(__name__)
@@ -162,17 +162,20 @@ def keep_late_success(deps: Deps, run: runs.Run) -> runs.Run:
     if verdict != "success" or source not in ("user", "check") or not deps.settings.keep_observed:
         return run
     judged = run.judged
-    if not run.steps or judged.get("late") or (judged.get("verdict") == "success" and judged.get("source") in TRUSTED):
-        return run
-    recipe = recipe_of(deps, run, view_of(run), source)
+    if not run.steps or judged.get("late") or (judged.get("verdict") == "success"
+                                                and judged.get("source") in RECIPE_SOURCES):
+        return run  # a recipe was kept then: the recount of its vouching (``_recount_taught``) vouches for it now
+    view = view_of(run)
+    recipe = recipe_of(deps, run, view, source)
     refused: list[Observed] = []
     if judged_failed(judged.get("verdict", "unknown"), judged.get("source", "none")):
         task = recipes.kept_task(run.task, deps.scrubber)
-        refused = keepable(deps, run, as_observed(answer_fixes(deps, run), task))
+        refused = keepable(deps, run, as_observed(answer_fixes(deps, run), task), view)
     stats, recipe_id = ConsolidationStats(), None
     if recipe is not None or refused:
-        stats, recipe_id = consolidate(deps, run, [], recipe, verified=vouches(run.outcome, verdict, source),
-                                       facts=refused)
+        said = trust.testimony(run.task, view.final_answer, run.outcome, verdict, source)
+        stats, recipe_id = consolidate(deps, run, [], recipe, verified=said.vouched, facts=refused, said=said,
+                                       held=recipe_held(run, view, recipe))
     judged = {**judged, "recipe": recipe_id or judged.get("recipe", ""), "late": source}
     now_taught = taught(run, stats.lesson_ids)
     if not runs.set_fields(deps.redis, run.run_id, {"judged": json.dumps(judged), "taught": json.dumps(now_taught)}):
@@ -201,6 +204,12 @@ def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> 
                         run.run_id, source, "recipe" if lesson.id == recipe_id else "fix", lesson.id)
 
 
+def _vouching(run: runs.Run, verdict: str, source: str) -> dict[str, bool]:
+    """What a run's verdict makes it for the lessons it taught: judged a failure, vouching, a witness."""
+    said = trust.testimony(run.task, "", run.outcome, verdict, source)
+    return {"failed": judged_failed(verdict, source), "vouched": said.vouched, "witness": said.witness or said.vouched}
+
+
 def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int:
     """A verdict that came after the run's lessons were written corrects what they hold of the run: judged a
     failure (by a user or a check), the run counts in their ``failed_runs`` and no longer vouches for them (a
@@ -210,22 +219,23 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
     if not judged or not run.taught:
         return 0
     verdict_then, source_then = judged.get("verdict", "unknown"), judged.get("source", "none")
-    was = run.recounted or {"failed": judged_failed(verdict_then, source_then),
-                            "vouched": vouches(run.outcome, verdict_then, source_then)}
-    now = {"failed": judged_failed(verdict, source), "vouched": vouches(run.outcome, verdict, source)}
+    was = run.recounted or _vouching(run, verdict_then, source_then)
+    now = _vouching(run, verdict, source)
     if now == was:
         return 0
     changed = []
     for lesson in deps.store.get(run.bank, run.taught):
-        if run.run_id not in lesson.source_run_ids or lesson.origin not in ("distilled", "observed"):
+        if run.run_id not in lesson.source_run_ids or lesson.origin not in ("distilled", "observed", "recipe"):
             continue
         update: dict[str, Any] = {}
         if now["failed"] != was["failed"]:
             update["failed_runs"] = max(lesson.failed_runs + (1 if now["failed"] else -1), 0)
             update["provenance"] = [p.model_copy(update={"failed": now["failed"]}) if p.run_id == run.run_id else p
                                     for p in lesson.provenance]
-        if now["vouched"] != was["vouched"]:
-            update["provenance"] = provenance_vouched(lesson.model_copy(update=update), run.run_id, now["vouched"])
+        if now["vouched"] != was["vouched"] or now.get("witness") != was.get("witness"):
+            update["provenance"] = trust.restated(
+                provenance_vouched(lesson.model_copy(update=update), run.run_id, now["vouched"]), run.run_id,
+                now["witness"])
             update["verified"] = now["vouched"] or vouched_by_another(lesson, run.run_id)
         if update:
             changed.append(lesson.model_copy(update=update))

@@ -195,7 +195,8 @@ def test_counts_and_steps_too_large_for_the_store_are_capped(env: dict[str, str 
     [item] = lessons_of(env, "huge")  # the bank still reads back
     counts = ("evidence", "given", "applied", "helpful", "harmful", "failed_runs")
     assert {name: item[name] for name in counts} == dict.fromkeys(counts, MAX_COUNT)
-    assert item["provenance"] == [{"run_id": "run-1", "steps": [3], "vouched": None, "failed": None}]
+    assert item["provenance"] == [{"run_id": "run-1", "steps": [3], "vouched": None, "failed": None, "witness": None,
+                                   "question": "", "answer": ""}]
     assert "given: 1000000000" in ok(env, "lessons", "show", "-b", "huge", item["id"]).stdout
     assert "Deleted bank 'huge': 1 lesson(s)" in ok(env, "banks", "delete", "huge", "--yes").stdout
 

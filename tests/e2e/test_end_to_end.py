@@ -1,9 +1,10 @@
 """The loop closed with real processes: run 1 learns, the worker distills, run 2 starts knowing it.
 
 A CodeAgent (scripted model) reads a semicolon CSV, fails with the default separator, succeeds with
-``delimiter=';'``. A real ``celery -A workers worker`` process distills the run through a real HTTP
-server speaking the OpenAI protocol and stores the lesson in the embedded Qdrant store it owns. Run 2,
-in this (other) process, starts with instructions holding that lesson, read over Redis from the worker.
+``delimiter=';'``; a check finds its answer right. A real ``celery -A workers worker`` process distills the
+run through a real HTTP server speaking the OpenAI protocol and stores the lesson in the embedded Qdrant
+store it owns. Run 2, in this (other) process, starts with instructions holding that lesson, read over Redis
+from the worker.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def test_run_two_knows_what_run_one_learnt(
         instructions="Answer with a number.",
         max_steps=5,
     )
-    recorder = lessonbank.remember(agent, bank=BANK, settings=agent_settings)
+    # the check vouches for run 1: its own signals alone would make it one witness, waiting for a second run
+    recorder = lessonbank.remember(agent, bank=BANK, settings=agent_settings, check=lambda answer: answer == 42)
 
     # Run 1: the bank is empty, so no lessons; the first step fails on the separator.
     assert agent.run(task) == 42

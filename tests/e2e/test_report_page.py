@@ -86,7 +86,7 @@ def test_the_rendered_page_holds_the_plots_and_the_tables(page: Path, tmp_path: 
     dom = parse(chromium(tmp_path / "profile", "--dump-dom", page.as_uri()))
     images = [attrs for tag, attrs in dom.tags if tag == "img"]
     assert len(images) == 4 and all((a["src"] or "").startswith("data:image/png;base64,") for a in images)
-    assert {a["id"] for tag, a in dom.tags if tag == "table"} == {"runs", "lessons", "tools"}
+    assert {a["id"] for tag, a in dom.tags if tag == "table"} == {"runs", "lessons", "held", "tools"}
     assert not [tag for tag, _ in dom.tags if tag == "script"]  # the lesson's markup stayed text
     text = "".join(dom.text)
     assert HOSTILE.text in text and "fetch_orders" in text and "80.0 %" in text and "60.0 %" in text

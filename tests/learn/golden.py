@@ -20,7 +20,19 @@ from typing import Any
 from lessonbank.core.models import Lesson, StepRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import credit, evidence, fixes, gate, needs, recipes, render, shapes, transcript, usage
+from lessonbank.learn import (
+    credit,
+    evidence,
+    fixes,
+    gate,
+    needs,
+    quarantine,
+    recipes,
+    render,
+    shapes,
+    transcript,
+    usage,
+)
 from lessonbank.learn.adapters import read_run
 from lessonbank.learn.consolidate import Observed, observed_lesson, recipe_lesson
 from lessonbank.learn.view import RunView
@@ -164,7 +176,7 @@ def outputs(corpus: dict[str, Any]) -> dict[str, Any]:
         {"reason": gate.reason_to_drop(case["text"], gate.GateContext(
             task=case["task"], final_answer=case["final_answer"], observed=case["observed"], given=case["given"],
             results=[tuple(pair) for pair in case["results"]]), case["rules"]),
-         "quarantine": gate.quarantine_reason(case["text"])}
+         "quarantine": quarantine.reason(case["text"])}
         for case in corpus["gate"]]
     result["credit"] = [_credit(Lesson.model_validate(case["lesson"]), _view(case["steps"], case["task"]))
                         for case in corpus["credit"]]

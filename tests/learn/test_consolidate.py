@@ -3,7 +3,7 @@ tests/workers/test_consolidate.py), and the verdict rules."""
 
 from __future__ import annotations
 
-from lessonbank.core.models import Lesson, Recipe, recipe_id
+from lessonbank.core.models import Lesson, Recipe, StepRecord, recipe_id
 from lessonbank.learn import consolidate as decisions
 from lessonbank.learn import render, verdicts
 from lessonbank.learn.consolidate import Observed, Thresholds
@@ -104,8 +104,13 @@ def test_a_new_recipe_outdates_older_ones_that_failed() -> None:
 
 
 def test_the_verdict_rules() -> None:
-    ended = view(date_run("Lyon", "2024-01-02", "02.01.2024"), outcome="success")
+    answered = [*date_run("Lyon", "2024-01-02", "02.01.2024"),
+                StepRecord(id="r:2", bank="b", run_id="r", kind="final", seq=2, action_output="15.0", is_final=True)]
+    ended = view(answered, outcome="success")
     assert verdicts.signals(ended) == "success" and verdicts.judge(("unknown", "none"), ended) == ("success", "signals")
+    unanswered = view(date_run("Lyon", "2024-01-02", "02.01.2024"), outcome="success")  # no answer: no success
+    assert verdicts.signals(unanswered) == "success" and verdicts.judge(("unknown", "none"), unanswered) == (
+        "failure", "signals")
     assert verdicts.judge(("failure", "user"), ended) == ("failure", "user")  # the user first
     last_failed = view([step(0, "x = f()", failed_at="x = f()", error="E: x")], outcome="success")
     assert verdicts.signals(last_failed) == "failure"

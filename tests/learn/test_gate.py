@@ -149,7 +149,7 @@ def test_rules_stay_fast_on_hostile_text() -> None:
     ],
 )
 def test_lessons_that_could_leak_data_are_quarantined(text: str, reason: str) -> None:
-    from lessonbank.learn.gate import quarantine_reason
+    from lessonbank.learn.quarantine import reason as quarantine_reason
 
     found = quarantine_reason(text)
     assert (reason in found) if reason else found == ""

@@ -80,7 +80,7 @@ def test_the_holdout_tells_a_helping_an_idle_and_a_hurting_lesson_apart(
         store.upsert([lesson])
         ids[text] = lesson.id
     agent = CodeAgent(tools=[], model=ScriptedModel([], then=Agent(seed=3)), max_steps=2, verbosity_level=0)
-    recorder = remember(agent, bank=BANK, settings=settings, store=store, seed=11, check=lambda answer: answer == "ok")
+    recorder = remember(agent, bank=BANK, settings=settings, store=store, seed=11, judge=lambda answer: answer == "ok")
     try:
         for n in range(RUNS):
             agent.run(TASK.format(n=n))

@@ -277,16 +277,20 @@ def test_two_failed_runs_drawing_the_same_approach_do_not_make_it_advice(deps: D
     (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
     assert (lesson.evidence, lesson.failed_runs) == (2, 2) and not eligible(lesson)
     assert CSV[1] not in compose_instructions(store, task, "b")[0]
-    distill_one(deps, "b", write_run(deps.redis, "b", run_id="s1"))  # its own ending: a success
+    distill_one(deps, "b", write_run(deps.redis, "b", run_id="s1"))  # its own ending: a success, one witness
     (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
-    assert (lesson.evidence, lesson.failed_runs, lesson.verified) == (3, 2, True)
+    assert (lesson.evidence, lesson.failed_runs, lesson.verified) == (3, 2, False) and not eligible(lesson)
+    assert CSV[1] not in compose_instructions(store, task, "b")[0]
+    distill_one(deps, "b", write_run(deps.redis, "b", run_id="s2"))  # a second run agrees: the same answer
+    (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
+    assert (lesson.evidence, lesson.failed_runs, lesson.verified) == (4, 2, False) and eligible(lesson)
     assert CSV[1] in compose_instructions(store, task, "b")[0]
 
 
 def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, openai_server: FakeOpenAI,
                                                                     store: LessonStore) -> None:
-    """The run's own ending vouched for its lessons; the user's later "wrong" makes it a failed run of each and
-    takes its vouching back (credit runs again and again: counted once); the user's change of mind restores it."""
+    """The run's own ending is one witness of its lessons, no voucher; the user's later "wrong" makes it a failed
+    run of each (credit runs again and again: counted once); the user's "right" vouches for them."""
     openai_server.default = Reply(content=lessons_json(("approach", CSV[1])))
     distill_one(deps, "b", write_run(deps.redis, "b", run_id="r1"))  # its own ending: a success
 
@@ -294,7 +298,8 @@ def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, o
         (lesson,) = [lesson for lesson in store.list("b") if lesson.kind == "approach"]
         return lesson
 
-    assert (taught().verified, taught().failed_runs) == (True, 0) and eligible(taught())
+    assert (taught().verified, taught().failed_runs) == (False, 0) and not eligible(taught())
+    assert [(p.vouched, p.witness) for p in taught().provenance] == [(False, True)]
     assert taught().id in runs.load_run(deps.redis, "r1").taught
     runs.set_verdict(deps.redis, "b", "r1", False, "user", "wrong total", "q")
     for _ in range(2):
@@ -350,11 +355,13 @@ def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_s
 
 def test_a_late_failure_leaves_a_lesson_verified_only_while_another_of_its_runs_vouches(
         deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
-    """Two runs taught the same "what worked": r1 answered by itself (it vouches), r2 hit its step limit (it
+    """Two runs taught the same "what worked": r1 a user found right (it vouches), r2 hit its step limit (it
     does not). The user's later "wrong" on r1 leaves no run vouching: the lesson is no longer verified, and two
     failed runs do not make it advice. Before, ``verified`` stayed true because r1 was not its only run."""
     openai_server.default = Reply(content=lessons_json(("approach", CSV[1])))
-    distill_one(deps, "b", write_run(deps.redis, "b", run_id="r1"))
+    write_run(deps.redis, "b", run_id="r1")
+    runs.set_verdict(deps.redis, "b", "r1", True, "user", "", "q")
+    distill_one(deps, "b", "r1")
     distill_one(deps, "b", write_run(deps.redis, "b", run_id="r2", outcome="max_steps"))
 
     def taught() -> Lesson:
@@ -497,7 +504,9 @@ def test_a_planted_instruction_to_send_data_is_quarantined(deps: Deps, openai_se
     openai_server.script(Reply(content=lessons_json(("approach", planted))))
     distill_one(deps, "b", write_run(deps.redis, "b", task=ORDERS_TASK, steps=steps, run_id="q1"))
     (lesson,) = [lesson for lesson in store.list("b", include_inactive=True) if lesson.recipe is None]
-    assert lesson.status == "quarantined" and "URL" in lesson.status_reason
+    assert lesson.status == "quarantined" and "collector.example/api" in lesson.status_reason
+    held = [mark for mark in lesson.taint if mark.held]
+    assert held and (held[0].run_id, held[0].step) == ("q1", 0) and "NOTE TO AI AGENTS" in held[0].observed
     assert all(item.recipe is not None for item in store.list("b"))  # nothing of it is active
 
 

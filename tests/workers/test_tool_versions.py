@@ -80,7 +80,7 @@ def run(deps: Deps, store: LessonStore, get_invoice: Any, invoice: str, code: st
     """(run id, its task message) of one run of an agent with ``get_invoice``, distilled by the pipeline."""
     model = ScriptedModel([code_reply(code), code_reply("final_answer(amount)")], then=code_reply("final_answer(None)"))
     agent = CodeAgent(tools=[get_invoice], model=model, max_steps=3, verbosity_level=0)
-    recorder = remember(agent, bank=BANK, settings=deps.settings, store=store, check=lambda _: right)
+    recorder = remember(agent, bank=BANK, settings=deps.settings, store=store, judge=lambda _: right)
     try:
         agent.run(TASK.format(invoice=invoice))
         run_id = recorder.run_id(agent) or ""

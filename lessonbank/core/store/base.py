@@ -142,8 +142,8 @@ class LessonStoreBase(ABC):
         ``min_similarity``) with their cosine, and the ids of the ``limit`` best of the hybrid search."""
 
     @abstractmethod
-    def _bank_counts(self) -> dict[str, int]:
-        """Active points per bank."""
+    def _bank_counts(self, status: str = "active") -> dict[str, int]:
+        """Points with ``status`` per bank."""
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -293,7 +293,7 @@ class LessonStoreBase(ABC):
         lessons.sort(key=lambda lesson: (lesson.last_seen, lesson.first_seen), reverse=True)
         return lessons[:limit]
 
-    def banks(self) -> dict[str, int]:
-        """Active lesson count per bank."""
+    def banks(self, status: LessonStatus = "active") -> dict[str, int]:
+        """Lesson count per bank, of the lessons with ``status`` (active ones unless said)."""
         self._ensure()
-        return self._bank_counts()
+        return self._bank_counts(status)

@@ -452,9 +452,9 @@ class EdgeLessonStore(LessonStoreBase):
         fused = fuse(*([point_id for point_id, _ in hits] for hits in found))[:limit]
         return similar, [point_id for point_id, _ in fused]
 
-    def _bank_counts(self) -> dict[str, int]:
+    def _bank_counts(self, status: str = "active") -> dict[str, int]:
         request = qe.FacetRequest("bank", limit=_FACET_LIMIT, exact=True, filter=qe.Filter(
-            must=[_condition("status", "active")]))
+            must=[_condition("status", status)]))
         with self._engine, _engine_errors("count lessons per bank"):
             response = self.shard.facet(request)
         return {str(hit.value): int(hit.count) for hit in response.hits}

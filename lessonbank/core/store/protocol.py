@@ -68,8 +68,8 @@ class LessonStoreProtocol(Protocol):
         """Lessons of ``bank``, most recently seen first (active only unless ``include_inactive``)."""
         ...
 
-    def banks(self) -> dict[str, int]:
-        """Active lesson count per bank."""
+    def banks(self, status: LessonStatus = "active") -> dict[str, int]:
+        """Lesson count per bank, of the lessons with ``status`` (active ones unless said)."""
         ...
 
     def set_status(

@@ -234,8 +234,8 @@ class LessonStore(LessonStoreBase):
             return [], []
         return [(p.payload or {}, float(p.score)) for p in similar.points], [str(p.id) for p in fused.points]
 
-    def _bank_counts(self) -> dict[str, int]:
-        active = models.Filter(must=[models.FieldCondition(key="status", match=models.MatchValue(value="active"))])
+    def _bank_counts(self, status: str = "active") -> dict[str, int]:
+        active = models.Filter(must=[models.FieldCondition(key="status", match=models.MatchValue(value=status))])
         with _qdrant_errors("count lessons per bank"):
             response = self.client.facet(
                 self.collection, key="bank", facet_filter=active, limit=_FACET_LIMIT, exact=True

@@ -1,0 +1,198 @@
+"""Red team, end to end: a tool's output tells the agent to do what its task did not ask for; the agent obeys
+and answers; a real ``celery -A lessonbank.workers worker`` distills the run through a scripted OpenAI-protocol
+distiller that writes what a fooled distiller would. Nothing of it may reach ``lessonbank instructions``: the
+recipe and the lessons are held, with the observation they came from, until a user releases them.
+
+No run here has a ``judge=`` or a user's verdict but where a test gives one: what vouches is the point.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+from smolagents import CodeAgent, ToolCallingAgent
+
+import lessonbank
+from lessonbank.cli.main import cli
+from lessonbank.core.constants import RUN_DISTILLED
+from lessonbank.core.runs import RECOUNT_FIELD
+from lessonbank.core.settings import Settings
+from tests.fixtures.celery_worker import CeleryWorker, worker_env
+from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
+from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.runs import run_state
+from tests.fixtures.scripted_model import ScriptedModel, code_reply
+from tests.security.variants import NEXT_COUNT_TASK, Variant, fooled_reply, orders_tools, variants
+
+pytestmark = pytest.mark.slow
+
+QUEUE = "red-team"
+WAIT = 180.0  # a loaded machine distills slowly: events are waited for, never timed
+
+
+@dataclass
+class World:
+    """A worker, its scripted distiller, and the environment of agents and of ``lessonbank`` commands."""
+
+    llm: FakeOpenAI
+    settings: Settings
+    env: dict[str, str | None]
+    client: redis.Redis
+    scratch: Path
+
+    def cli(self, *args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), env=self.env)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    def held(self, bank: str) -> list[dict[str, Any]]:
+        return json.loads(self.cli("lessons", "list", "--bank", bank, "--status", "quarantined", "--json"))
+
+    def instructions(self, bank: str, task: str) -> str:
+        return self.cli("instructions", "--bank", bank, task)
+
+    def run(self, bank: str, variant: Variant, distiller: str, **remember: Any) -> str:
+        """Run the variant's scripted agent under ``remember`` and wait until the worker distilled it."""
+        self.llm.default = Reply(content=distiller)
+        model = ScriptedModel(list(variant.replies))
+        kind = ToolCallingAgent if variant.agent == "tool_calls" else CodeAgent
+        options = {"additional_authorized_imports": list(variant.imports)} if kind is CodeAgent else {}
+        agent = kind(tools=variant.tools(), model=model, max_steps=6, verbosity_level=0, **options)
+        recorder = lessonbank.remember(agent, bank=bank, settings=self.settings, **remember)
+        agent.run(variant.task)
+        run_id = recorder.run_id(agent) or ""
+        recorder.close()
+        wait_for(lambda: run_state(self.client, run_id).get("state") == RUN_DISTILLED, f"distillation of {run_id}")
+        return run_id
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout}s")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def world(redis_server: RedisServer, embed_model_path: Path, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[World]:
+    redis_server.client().flushall()
+    tmp = tmp_path_factory.mktemp("red-team")
+    llm = FakeOpenAI().start()
+    llm.default = Reply(content=lessons_json())
+    worker = CeleryWorker(worker_env(redis_server.url, QUEUE, tmp / "data", llm.url, embed_model_path), QUEUE,
+                          tmp / "worker.log").start()
+    settings = Settings(_env_file=None, redis_url=redis_server.url, queue=QUEUE, data_dir=tmp / "data",
+                        embed_model_path=embed_model_path, store_timeout=15, qdrant_url=None)
+    env: dict[str, str | None] = {
+        "LESSONBANK_REDIS_URL": redis_server.url, "LESSONBANK_QUEUE": QUEUE, "LESSONBANK_DATA_DIR": str(tmp / "data"),
+        "LESSONBANK_STORE_TIMEOUT": "15", "LESSONBANK_EMBED_MODEL_PATH": str(embed_model_path),
+        "LESSONBANK_QDRANT_URL": None, "LESSONBANK_BANK": None}
+    client = redis.Redis.from_url(redis_server.url)
+    yield World(llm, settings, env, client, tmp)
+    client.close()
+    worker.stop()
+    llm.stop()
+
+
+def held_marks(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [mark for mark in item["taint"] if mark["held"]]
+
+
+@pytest.mark.parametrize("variant", variants(), ids=lambda v: v.key)
+def test_nothing_an_observation_asked_for_reaches_the_next_run(world: World, variant: Variant) -> None:
+    variant = next(v for v in variants(str(world.scratch)) if v.key == variant.key)
+    bank = f"red-{variant.key}"
+    run_id = world.run(bank, variant, fooled_reply(variant))
+    judged = json.loads(run_state(world.client, run_id)["judged"])
+    assert (judged["verdict"], judged["source"]) == ("success", "signals")  # by its own signals: it "worked"
+
+    block = world.instructions(bank, variant.next_task)
+    for word in variant.forbidden:
+        assert word not in block, f"{word!r} reached the next run's instructions:\n{block}"
+
+    held = world.held(bank)
+    recipes = [item for item in held if item["recipe"] is not None]
+    assert len(recipes) == int(variant.recipe), held
+    for item in recipes:
+        marks = held_marks(item)
+        assert marks and variant.reason in item["status_reason"], item["status_reason"]
+        assert any(mark["run_id"] == run_id and mark["step"] is not None for mark in marks), marks
+    texts = {item["text"]: item for item in held}
+    for _, text in variant.fooled:
+        assert text in texts, f"the fooled lesson {text!r} is not held: {sorted(texts)}"
+        assert texts[text]["status_reason"], texts[text]
+    observed = [mark["observed"] for item in held for mark in held_marks(item) if mark["observed"]]
+    assert observed, "no held item names the observation it came from"
+
+
+def test_the_scenario_a_users_right_vouches_for_the_answer_not_for_the_held_calls(world: World) -> None:
+    """The issue's scenario: a `notice` asks for a destructive call and an exfiltration; the agent obeys. Then the
+    user says the run was right: the recipe and the fact stay held (a user vouching for the answer is not vouching
+    for a call an observation asked for); ``lessons release`` alone hands them out."""
+    (variant,) = [v for v in variants(str(world.scratch)) if v.key == "json-notice"]
+    bank = "scenario"
+    run_id = world.run(bank, variant, fooled_reply(variant))
+    held = world.held(bank)
+    (recipe,) = [item for item in held if item["recipe"] is not None]
+    assert "delete_all_orders()" in recipe["recipe"]["code"] and "collector.example/sync" in recipe["recipe"]["code"]
+    (mark, *_) = held_marks(recipe)
+    assert (mark["run_id"], mark["step"]) == (run_id, 0) and "Integration notice" in mark["observed"]
+    assert "Integration notice" in world.cli("lessons", "show", "--bank", bank, recipe["id"][:12])
+    status = json.loads(world.cli("status", "--json"))
+    assert status["held"][bank] == len(held) >= 2
+
+    world.cli("feedback", run_id, "--success")
+    # the distillation credited the run as a success by its signals already: the user's verdict is recounted
+    wait_for(lambda: json.loads(run_state(world.client, run_id).get(RECOUNT_FIELD) or "{}").get("vouched") is True,
+             "the recount of the user's verdict")
+    still = {item["id"]: item for item in world.held(bank)}
+    assert recipe["id"] in still and still[recipe["id"]]["verified"]  # vouched for, and still held
+    block = world.instructions(bank, NEXT_COUNT_TASK)
+    assert "delete_all_orders" not in block and "collector.example" not in block
+
+    world.cli("lessons", "release", "--bank", bank, "--yes", recipe["id"][:12])
+    assert "delete_all_orders()" in world.instructions(bank, NEXT_COUNT_TASK)  # the user's call, now
+
+
+BENIGN = orders_tools("")
+COUNTING = (code_reply('orders = list_orders(customer="C-17")\nprint(orders)'),
+            code_reply('final_answer(len(orders["orders"]))'))
+FACT = ("fact", "`list_orders` returns a customer's orders under 'orders', one record each.")
+
+
+def benign(key: str) -> Variant:
+    return Variant(key, "", "", BENIGN, COUNTING, (FACT,), (), "")
+
+
+def test_a_benign_run_with_a_check_that_passed_leaves_its_recipe_for_the_next_run(world: World) -> None:
+    bank = "benign-check"
+    world.run(bank, benign(bank), lessons_json(FACT), judge=lambda answer: answer == 3)
+    block = world.instructions(bank, NEXT_COUNT_TASK)
+    assert "list_orders(customer='C-18')" in block and "verified by check" in block
+    assert FACT[1] in block
+    assert world.held(bank) == []
+
+
+def test_without_a_check_nothing_is_given_until_a_second_run_agrees(world: World) -> None:
+    bank = "benign-signals"
+    world.run(bank, benign(bank), lessons_json(FACT))
+    block = world.instructions(bank, NEXT_COUNT_TASK)
+    # what the tool itself showed (the shape of its result) is given; nothing the run concluded is
+    assert "Code that solved" not in block and FACT[1] not in block
+    listed = world.cli("lessons", "list", "--bank", bank)
+    assert "waiting for a user, a check or a second run that agrees" in listed
+
+    world.run(bank, benign(bank), lessons_json(FACT))  # not given the recipe: an independent run, same answer
+    block = world.instructions(bank, NEXT_COUNT_TASK)
+    assert "list_orders(customer='C-18')" in block and "verified by 2 runs that agreed" in block
+    assert FACT[1] in block
