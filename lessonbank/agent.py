@@ -198,6 +198,8 @@ class AgentHook:
         started = telemetry.now_ns()
         block, given = ("", []) if self.arm == "control" else self.lessons_for(query)
         fields = {"arm": self.arm, "given": json.dumps([lesson.id for lesson in given])}
+        if self.parent is not None and self.parent.last_run_id:
+            fields["parent_run"] = self.parent.last_run_id  # a managed agent's run inherits its manager's verdict
         if self.check is not None:
             fields["check"] = "pending"
         parent = trace.traceparent()

@@ -5,6 +5,8 @@ Run state (written by ``lessonbank.core.runs`` only)
                                            arm, given (JSON list of lesson ids), verdict, verdict_source,
                                            verdict_note, enqueued, distill_attempts, lessons, credited, ...
     ``lessonbank:run:{run_id}:steps``      hash: step sequence number -> step record JSON (HSETNX: replay-safe)
+    ``lessonbank:run:{run_id}:managed``    set: ids of the runs of its managed agents (whose hashes name it
+                                           ``parent_run``): they inherit its verdict
     ``lessonbank:runs:open``               sorted set: run id -> last activity (unix seconds), for the sweeper
 
 Per bank, kept after a run's steps expire (what ``lessonbank report`` reads)
@@ -45,6 +47,7 @@ PREFIX = "lessonbank"
 
 RUN_KEY = PREFIX + ":run:{run_id}"
 RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
+RUN_MANAGED_KEY = PREFIX + ":run:{run_id}:managed"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
 STEP_TTL = 7 * 24 * 3600  # default seconds a finished run's data is kept (``Settings.step_ttl``)
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
@@ -83,6 +86,10 @@ def run_key(run_id: str) -> str:
 
 def run_steps_key(run_id: str) -> str:
     return RUN_STEPS_KEY.format(run_id=run_id)
+
+
+def run_managed_key(run_id: str) -> str:
+    return RUN_MANAGED_KEY.format(run_id=run_id)
 
 
 def store_reply_key(request_id: str) -> str:

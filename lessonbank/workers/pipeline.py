@@ -30,7 +30,7 @@ from lessonbank.learn.distill import DistillOutput, DraftLesson
 from lessonbank.learn.transcript import build_transcript, transcript_tokens
 from lessonbank.learn.verdicts import TRUSTED, judge, judged_failed, vouches
 from lessonbank.learn.view import RunView
-from lessonbank.workers import observe
+from lessonbank.workers import managed, observe
 from lessonbank.workers.asking import distill, llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.deps import Deps, bank_lock, refreshed, taught, view_of
@@ -138,7 +138,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if not attempt:
         logger.info("bank %s run %s: the run is gone (its bank deleted?); nothing to do", bank, run_id)
         return None
-    run = wait_for_check(deps.redis, run)
+    run = managed.inherit(deps, wait_for_check(deps.redis, run))
     view = view_of(run)
     verdict, source = judge(run.verdict, view)
     logger.info("bank %s run %s: attempt %d, %d step records (%d malformed skipped), outcome %s, verdict %s (%s)",

@@ -23,7 +23,7 @@ from lessonbank.learn import credit as rules
 from lessonbank.learn import evidence, recipes
 from lessonbank.learn.consolidate import Observed, provenance_vouched
 from lessonbank.learn.verdicts import TRUSTED, judged_failed, vouches
-from lessonbank.workers import credit, observe
+from lessonbank.workers import credit, managed, observe
 from lessonbank.workers.consolidate import ConsolidationStats
 from lessonbank.workers.deps import Deps, NotYetDistilled, bank_lock, refreshed, taught, view_of
 from lessonbank.workers.observed import answer_fixes, as_observed, consolidate, keepable, recipe_of
@@ -82,6 +82,7 @@ def credit_run(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | No
         _recount_taught(deps, run, verdict, source)
         runs.save_credit(deps.redis, run_id, report.record(verdict))
     _summarize(deps, run, sorted(applied), verdict, source)
+    managed.pass_down(deps, run)
     if given:
         logger.info("bank %s run %s: credited %d given lesson(s), %d applied, verdict %s (%s), %d retired",
                     bank, run_id, len(given), len(applied), verdict, source, len(report.retired))

@@ -1091,3 +1091,32 @@ def test_a_bank_lock_released_is_taken_within_milliseconds_by_whoever_waits(redi
             waits.append(time.monotonic() - started)
         releaser.join()
     assert sorted(waits)[2] < 0.02 + 0.03, waits  # 0.1 s and more with redis-py's default
+
+
+def test_a_managed_agents_run_takes_its_managers_verdict_before_or_after_its_distillation(
+        deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
+    openai_server.default = Reply(content=lessons_json())
+    manager = write_run(deps.redis, "b", task="Report the sales of every region")
+    # the manager was judged before its managed run was distilled: the run is distilled with that verdict
+    judged_first = write_run(deps.redis, "b", task="Sum the sales of region North")
+    deps.redis.hset(run_key(judged_first), "parent_run", manager)
+    runs.set_verdict(deps.redis, "b", manager, False, "check", "", deps.settings.queue)
+    distill_one(deps, "b", judged_first)
+    assert runs.load_run(deps.redis, judged_first).judged["verdict"] == "failure"
+    assert runs.load_run(deps.redis, judged_first).judged["source"] == "check"
+    # a managed run distilled before its manager is judged gets the verdict when the manager's run is credited
+    other_manager = write_run(deps.redis, "b", task="Report the sales of every region")
+    judged_later = write_run(deps.redis, "b", task="Sum the sales of region South")
+    deps.redis.hset(run_key(judged_later), "parent_run", other_manager)
+    distill_one(deps, "b", judged_later)
+    assert runs.load_run(deps.redis, judged_later).verdict == ("unknown", "none")
+    distill_one(deps, "b", other_manager)
+    runs.set_verdict(deps.redis, "b", other_manager, True, "user", "", deps.settings.queue)
+    credit_one(deps, "b", other_manager)
+    child = runs.load_run(deps.redis, judged_later)
+    assert child.verdict == ("success", "user") and other_manager in child.meta["verdict_note"]
+    assert (CREDIT_TASK, ["b", judged_later]) in queued_tasks(deps.redis, deps.settings.queue)  # its credit is due
+    # a run of its own (no manager) is left as it is
+    alone = write_run(deps.redis, "b", task="Sum the sales of region East")
+    distill_one(deps, "b", alone)
+    assert runs.load_run(deps.redis, alone).judged["source"] == "signals"
