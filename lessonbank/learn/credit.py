@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 
 from lessonbank.core.models import USER_ORIGINS, Lesson, Recipe, StatusCause
-from lessonbank.learn import code, evidence, fixes, fixtext
+from lessonbank.learn import code, evidence, fixes, fixtext, shapes
 from lessonbank.learn.view import RunView
 
 RETIRE_BELOW = 0.10
@@ -143,7 +143,8 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
     if lesson.recipe is not None:
         return _recipe_applied(lesson.recipe, run, task)
     if lesson.origin == "observed" and lesson.shape is not None:
-        return {_norm(key) for key in lesson.shape.records} <= run.literals
+        path, described = _shape_keys(lesson)
+        return (path <= run.literals and bool(path)) or bool(described & run.literals)
     if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
         exact, shaped = pieces
         return bool(exact & run.all() or exact & run.kwarg_values() or shaped & _shapes(run))
@@ -199,18 +200,25 @@ def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
     return exact.kwargs | exact.literals, shaped
 
 
+def _shape_keys(lesson: Lesson) -> tuple[set[str], set[str]]:
+    """(the keys of a shape's records path, its described keys: ``shapes.described_keys``)."""
+    shape = lesson.shape
+    if shape is None:
+        return set(), set()
+    return {_norm(key) for key in shape.records or ()}, {_norm(key) for key in shapes.described_keys(shape)}
+
+
 def blameless(lesson: Lesson, run: RunView) -> bool:
     """An observed fix or shape that no failing line of the run used, and (a fix) whose corrected line, as the
     run wrote it, did not compute the run's answer: a failed run does not blame it."""
     if lesson.origin != "observed":
         return False
-    path = lesson.shape.records if lesson.shape is not None else None
-    pieces = _fix_pieces(lesson, run.task) if path is None else None
-    if path is None and pieces is None:
+    pieces = _fix_pieces(lesson, run.task) if lesson.shape is None else None
+    if lesson.shape is None and pieces is None:
         return False
     if pieces is not None and _answered_by_fixed_line(lesson, run):
         return False
-    keys = {_norm(key) for key in path or ()}
+    path, described = _shape_keys(lesson)
     for step in run.actions:
         if not step.failed:
             continue
@@ -218,7 +226,7 @@ def blameless(lesson: Lesson, run: RunView) -> bool:
         atoms = code_atoms(line) if line else Atoms()
         if pieces is not None and (pieces[0] & atoms.all() or pieces[1] & _shapes(atoms)):
             return False
-        if keys and keys <= atoms.literals:
+        if (path and path <= atoms.literals) or described & atoms.literals:
             return False
     return True
 

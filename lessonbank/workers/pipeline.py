@@ -153,7 +153,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if verdict == "success" and source in TRUSTED and deps.settings.recipes:
         recipe = recipe_of(deps, run, view, source)
     failed = judged_failed(verdict, source)
-    facts = observed(deps, run, view, given, failed)
+    facts = observed(deps, run, view, failed)
     stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=vouches(run.outcome, verdict, source),
                                    facts=facts, failed=failed)
     if not deps.redis.exists(run_key(run_id)):
