@@ -31,16 +31,17 @@ from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
+import redis
+
 from lessonbank import telemetry
 from lessonbank.core import runs
-from lessonbank.core.connections import create_wire, redis_errors, redis_trouble
+from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import RECORDER_STATS_KEY, run_key
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 from lessonbank.core.models import Lesson, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.core.wire import Wire
 from lessonbank.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS, compose_instructions
 from lessonbank.recorder.callback import StepRecorder
 from lessonbank.source import LessonSource
@@ -97,7 +98,7 @@ def sub_task(agent: Any, task: str) -> str:
     return task
 
 
-def count_records(client: Wire, recorder: StepRecorder) -> None:
+def count_records(client: redis.Redis, recorder: StepRecorder) -> None:
     """Add what ``recorder`` delivered and spooled since the last call to ``RECORDER_STATS_KEY`` (never raises)."""
     transport = getattr(recorder, "transport", None)
     if transport is None or transport.breaker.tripped:
@@ -112,7 +113,7 @@ def count_records(client: Wire, recorder: StepRecorder) -> None:
         pipe.hincrby(RECORDER_STATS_KEY, "spooled", max(spooled - last[1], 0))
         pipe.execute()
         _counted[recorder] = (delivered, spooled)
-    except redis_errors() as e:
+    except redis.RedisError as e:
         logger.debug("recorder counts not written: %s", e)
 
 
@@ -295,7 +296,7 @@ class AgentHook:
                                exc_info=True)
         self.recorder.record_check(self.agent, run_id, passed)
 
-    def _client(self) -> Wire:
+    def _client(self) -> redis.Redis:
         """The recorder's client (its short timeout): what runs after ``agent.run`` must not stall it either."""
         return self.recorder.transport.client
 
@@ -432,14 +433,14 @@ def feedback(run_id: str, success: bool, note: str = "", *, settings: Settings |
     if not isinstance(run_id, str) or not run_id.strip():
         raise ConfigurationError("feedback needs the run id (recorder.run_id(agent) after a run)")
     settings = settings or Settings()
-    client = create_wire(settings, "cli")  # no redis-py in the agent's process for this either
+    client = create_redis(settings, "cli")
     try:
         bank = client.hget(run_key(run_id), "bank")
         if bank is None:
             return False
         name = bank.decode() if isinstance(bank, bytes) else str(bank)
         runs.set_verdict(client, name, run_id, bool(success), "user", note, settings.queue, settings.step_ttl)
-    except redis_errors() as e:
+    except redis.RedisError as e:
         raise ServiceUnavailable(f"{redis_trouble(e)}, feedback for run {run_id} not recorded: {e}") from e
     finally:
         client.close()

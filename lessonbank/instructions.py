@@ -35,10 +35,11 @@ import re
 import time
 from collections.abc import Collection, Sequence
 
+import redis
+
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.core.wire import WireError
 from lessonbank.learn import adapt, fixtext, needs, render, shapes
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ RECIPE_SHARE = 0.7
 LESSONS_HEADER = "## Lessons from earlier runs"  # how every lessons block starts
 MAX_RECIPES = 1
 
-STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, WireError, OSError)
+STORE_ERRORS: tuple[type[Exception], ...] = (LessonbankError, redis.RedisError, OSError)
 
 
 def eligible(lesson: Lesson) -> bool:

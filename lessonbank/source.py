@@ -3,7 +3,10 @@
 ``LessonSource``: with a Qdrant server, straight to it; otherwise through the worker that owns the
 embedded store. When no worker answers, it says so once, plainly (what to start), reads the embedded
 store itself while no other process holds it, and does not wait for the absent owner again for
-``RECHECK_SECONDS`` (at once when a worker announces itself, ``STORE_OWNER_KEY``).
+``RECHECK_SECONDS`` (at once when a worker announces itself, ``STORE_OWNER_KEY``). When Redis itself does
+not answer (down, frozen, unreachable), a run waits for it at most ``LESSONBANK_STORE_TIMEOUT`` once: later
+runs get no lessons without waiting for a back-off period (``AWAY_FIRST`` seconds, doubling up to
+``RECHECK_SECONDS``), then one quick ``PING`` (``LESSONBANK_REDIS_TIMEOUT``) tells whether to ask again.
 
 ``remember()`` and the memory tools both read through it; importing it does not define the tools
 (smolagents ``Tool`` classes), so an agent that only uses ``remember()`` does not pay for them.
@@ -18,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lessonbank.core.connections import create_wire, redis_errors
+import redis
+
+from lessonbank.core.connections import REDIS_AWAY, checked, create_redis, exchange
 from lessonbank.core.constants import STORE_OWNER_KEY
 from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.settings import Settings
@@ -28,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RECHECK_SECONDS = 60.0
+AWAY_FIRST = 5.0  # seconds lessons are not asked of a Redis that did not answer (doubling while it does not)
 
 
 @dataclass
@@ -38,6 +44,8 @@ class OwnerState:
     seen: bytes | None = None  # the owner announced when it was found absent
     told_local: bool = False
     told_held: bool = False
+    away_until: float = 0.0  # monotonic time until which Redis counts as not answering (0: it answers)
+    away_for: float = 0.0  # the back-off that set it
 
 
 _owners: dict[tuple[str, str], OwnerState] = {}
@@ -53,7 +61,7 @@ class LessonSource:
     """The lesson store as the agent process reaches it (see the module docstring); ``store`` overrides all."""
 
     def __init__(self, settings: Settings, store: LessonStoreProtocol | None = None,
-                 redis_client: Any = None) -> None:
+                 redis_client: redis.Redis | None = None) -> None:
         self.settings = settings
         self._given = store
         self._store: LessonStoreProtocol | None = None
@@ -66,12 +74,16 @@ class LessonSource:
         if self.settings.qdrant_url:
             return use(self._connected())
         state = owner_state(self.settings)
+        self._check_away(state)
         if self._worth_asking(state):
             try:
                 result = use(self._connected())
-            except ServiceUnavailable:
+            except ServiceUnavailable as e:
+                if isinstance(e.__cause__, REDIS_AWAY):
+                    self._away(state)
+                    raise
                 state.absent_until = time.monotonic() + RECHECK_SECONDS
-                state.seen = self._announced()
+                state.seen = self._announced(state)
             else:
                 if state.absent_until:
                     logger.info("a worker answers for the lesson store again")
@@ -98,19 +110,49 @@ class LessonSource:
             self._store = connect_store(self.settings, self._redis)
         return self._store
 
-    def _announced(self) -> bytes | None:
+    def _announced(self, state: OwnerState) -> bytes | None:
+        """The owner Redis announces now (None: none, or Redis did not answer within the store's timeout)."""
         try:
             if self._redis is None:
-                self._redis = create_wire(self.settings, "agent")
-            value = self._redis.get(STORE_OWNER_KEY)
-        except redis_errors():
+                self._redis = create_redis(self.settings, "agent")
+            value = checked(exchange(self._redis, [("GET", STORE_OWNER_KEY)], self.settings.store_timeout))[0]
+        except REDIS_AWAY:
+            self._away(state)
+            return None
+        except redis.RedisError:
             return None
         return value if isinstance(value, bytes) else None
+
+    def _check_away(self, state: OwnerState) -> None:
+        """Raise ServiceUnavailable at once while Redis counts as not answering; once its back-off is over, one
+        ``PING`` within the recorder's timeout: no answer starts a longer back-off."""
+        if not state.away_until:
+            return
+        if time.monotonic() < state.away_until:
+            raise ServiceUnavailable(f"Redis did not answer; lessons are asked again in "
+                                     f"{state.away_until - time.monotonic():.0f}s")
+        try:
+            if self._redis is None:
+                self._redis = create_redis(self.settings, "agent")
+            checked(exchange(self._redis, [("PING",)], self.settings.redis_timeout))
+        except redis.RedisError as e:
+            self._away(state)
+            raise ServiceUnavailable(f"Redis does not answer yet ({e}); no lessons for this run") from e
+        logger.info("Redis answers again; lessons are asked for again")
+        state.away_until = state.away_for = 0.0
+
+    @staticmethod
+    def _away(state: OwnerState) -> None:
+        first = not state.away_for
+        state.away_for = min(state.away_for * 2 if state.away_for else AWAY_FIRST, RECHECK_SECONDS)
+        state.away_until = time.monotonic() + state.away_for
+        logger.log(logging.WARNING if first else logging.INFO, "lessonbank: Redis did not answer for the lessons; "
+                   "runs start without them, and Redis is asked again in %.0fs", state.away_for)
 
     def _worth_asking(self, state: OwnerState) -> bool:
         if not state.absent_until or time.monotonic() >= state.absent_until:
             return True
-        announced = self._announced()
+        announced = self._announced(state)
         return announced is not None and announced != state.seen  # a worker came up since
 
     def _read_locally(self, use: Callable[[LessonStoreProtocol], T], state: OwnerState) -> T:

@@ -24,9 +24,10 @@ import logging
 import uuid
 from typing import Any, cast
 
+import redis
 from smolagents import Tool
 
-from lessonbank.core.connections import create_wire, redis_errors, wire_of
+from lessonbank.core.connections import create_redis
 from lessonbank.core.constants import REMEMBER_TASK, pending_lesson_key
 from lessonbank.core.models import LESSON_KINDS, Lesson, LessonKind
 from lessonbank.core.publish import publish
@@ -124,13 +125,13 @@ def save_lesson(tool: Any, lesson: Any, kind: Any) -> str:
     pending_id = uuid.uuid4().hex
     key = pending_lesson_key(pending_id)
     try:
-        injected = tool.redis_client
-        tool.redis_client = create_wire(settings, "agent") if injected is None else wire_of(injected, settings, "agent")
+        if tool.redis_client is None:
+            tool.redis_client = create_redis(settings, "agent")
         pipe = tool.redis_client.pipeline(transaction=True)
         pipe.set(key, record.to_json(), ex=settings.step_ttl)
         publish(pipe, settings.queue, REMEMBER_TASK, [bank, pending_id])
         pipe.execute()
-    except redis_errors() as e:
+    except redis.RedisError as e:
         logger.warning("remember_lesson: Redis unavailable: %s", e)
         return "The lesson memory is unavailable right now, so the lesson was not saved. Carry on with your task."
     logger.info("remember_lesson: lesson %s queued for bank %s", record.id, bank)
@@ -232,7 +233,7 @@ def memory_tools(
     *,
     settings: Settings | None = None,
     store: LessonStoreProtocol | None = None,
-    redis_client: Any = None,
+    redis_client: redis.Redis | None = None,
 ) -> list[Tool]:
     """``[recall_lessons, remember_lesson]`` bound to ``bank`` (default: ``settings.bank``)."""
     settings = settings or Settings()

@@ -44,13 +44,16 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def settings(redis_url: str, tmp_path: Path) -> Settings:
-    """Settings pointing at the test Redis and a temp data dir; nothing from the user's environment."""
+    """Settings pointing at the test Redis and a temp data dir; nothing from the user's environment. The recorder's
+    Redis timeout is one a busy machine does not hit (the default 0.25 s is met by an idle one): a test that reads
+    Redis right after ``agent.run`` finds the run there, not in the spool. Tests of the timeout set their own."""
     return Settings(
         _env_file=None,
         redis_url=redis_url,
         data_dir=tmp_path / "data",
         openai_base_url=None,
         openai_api_key=None,
+        redis_timeout=5.0,
     )
 
 from tests.fixtures.embed_model import embed_model_path, embedder  # noqa: E402,F401

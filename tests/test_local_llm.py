@@ -274,11 +274,22 @@ def test_llama_cpp_is_built_once_per_machine_and_reused(tmp_path: Path, monkeypa
         return 0
 
     monkeypatch.setattr(local_llm, "_run_logged", run)
-    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: "0.3.36")
-    assert local_llm.install_llama_cpp(tmp_path / "build.log", tmp_path / "data") == "0.3.36"
+    installed: list[str | None] = ["0.3.36"]  # what the server's import reports once pip is done
+    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: installed[0])
+    local_llm.install_llama_cpp(tmp_path / "build.log", tmp_path / "data")
     wheel = tmp_path / "data" / "wheels" / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
     assert [c[c.index("--disable-pip-version-check") + 1] for c in commands] == ["wheel", "install"]
     assert "--no-binary" in commands[0] and commands[1][-1] == f"{wheel}[server]"
     commands.clear()
     local_llm.install_llama_cpp(tmp_path / "build2.log", tmp_path / "data")
     assert len(commands) == 1 and commands[0][-1] == f"{wheel}[server]"
+    installed[0] = None  # pip succeeded, but the server does not import: said, not taken for installed
+    with pytest.raises(ConfigurationError, match="its server does not import"):
+        local_llm.install_llama_cpp(tmp_path / "build3.log", tmp_path / "data")
+
+
+def test_the_installed_llama_cpp_version_is_read_from_the_server_import() -> None:
+    from importlib.metadata import version
+
+    assert local_llm.llama_cpp_version() == version("llama_cpp_python")  # this venv's, after `lessonbank llm setup`
+    assert local_llm.llama_cpp_version("/nonexistent/python") is None

@@ -7,7 +7,6 @@ import redis
 
 from lessonbank.agent import feedback as record_feedback
 from lessonbank.cli.context import CliContext, fail, pass_cli, resolve_ids
-from lessonbank.core.connections import redis_errors, redis_trouble
 from lessonbank.core.constants import run_key
 from lessonbank.core.exceptions import LessonbankError
 
@@ -31,7 +30,7 @@ def feedback(cli: CliContext, run_id: str, success: bool, note: str) -> None:
     try:
         known = record_feedback(run_id, success, note, settings=cli.settings)
     except LessonbankError as e:
-        if isinstance(e.__cause__, redis_errors()):
+        if isinstance(e.__cause__, redis.RedisError):
             raise not_recorded(run_id, e.__cause__) from e
         raise fail(str(e)) from e
     if not known:
@@ -39,10 +38,10 @@ def feedback(cli: CliContext, run_id: str, success: bool, note: str) -> None:
     click.echo(f"{run_id}: recorded as {'a success' if success else 'a failure'}")
 
 
-def not_recorded(run_id: str, error: Exception) -> click.ClickException:
+def not_recorded(run_id: str, error: redis.RedisError) -> click.ClickException:
     """The one-line error for feedback Redis did not take: unreachable, or it answered and refused (out of
     memory, a read-only replica, a command the user may not run)."""
-    unreachable = redis_trouble(error) == "Redis unreachable"
+    unreachable = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
     return fail(f"Redis {'unreachable' if unreachable else 'failed'}, feedback for run {run_id} not recorded", error)
 
 

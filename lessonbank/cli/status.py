@@ -1,5 +1,7 @@
-"""``lessonbank status``: workers alive (their LLM and whether it answered), the queue, runs in progress and
-waiting for a retry, the spool, dead letters, the quality gate's drops, the recorder's counts and lessons per bank.
+"""``lessonbank status``: workers alive (their LLM and whether it answered), the queue, runs in progress, waiting
+for distillation and for a retry, the spool, dead letters, the quality gate's drops, the recorder's counts and
+lessons per bank; and what in Redis puts them at risk: keys it may evict, nothing kept on disk, writes it refuses
+(full, or a read-only replica: then the runs waiting for distillation wait for it).
 
 Workers are known by the heartbeat each one writes (``lessonbank.workers.observe``); retries by the due
 times of their jobs (``lessonbank.workers.jobs``); the recorder's counts by what agent processes under
@@ -17,7 +19,7 @@ import redis
 
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.cli.store_access import cli_store
-from lessonbank.core.connections import eviction_risk, masked_url, redis_text, redis_time
+from lessonbank.core.connections import masked_url, redis_text, redis_time
 from lessonbank.core.constants import (
     DEAD_LETTERS_KEY,
     DROPPED_KEY,
@@ -25,11 +27,13 @@ from lessonbank.core.constants import (
     LLM_STATS_KEY,
     OPEN_RUNS_KEY,
     RECORDER_STATS_KEY,
+    WAITING_RUNS_KEY,
     WORKERS_KEY,
     job_key,
     worker_key,
 )
 from lessonbank.core.models import MAX_BANK_CHARS
+from lessonbank.core.redis_health import eviction_risk, persistence_risk, writes_refused
 
 MAX_LISTED = 20  # retries listed one by one (all are counted)
 
@@ -59,9 +63,11 @@ def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
     pipe.hgetall(DROPPED_KEY)
     pipe.hgetall(RECORDER_STATS_KEY)
     pipe.hget(LLM_STATS_KEY, "unusable")
-    queued, open_runs, dead, dropped, recorder, unusable = pipe.execute()
+    pipe.zcard(WAITING_RUNS_KEY)
+    queued, open_runs, dead, dropped, recorder, unusable, waiting = pipe.execute()
     counts = {redis_text(k): int(v) for k, v in recorder.items()}
-    return {"queued": int(queued), "runs_in_progress": int(open_runs), "dead_letters": int(dead),
+    return {"queued": int(queued), "runs_in_progress": int(open_runs), "runs_waiting": int(waiting),
+            "dead_letters": int(dead),
             "distilled_without_llm_lessons": int(unusable or 0),
             "dropped_by_gate": {redis_text(k): int(v) for k, v in sorted(dropped.items())},
             "recorder": {"delivered": counts.get("delivered", 0), "spooled": counts.get("spooled", 0)}}
@@ -143,11 +149,17 @@ def _text(report: dict[str, Any]) -> str:
     from lessonbank.cli.provenance import RUN_ID_CHARS, clean, one_line
 
     lines = _worker_lines(report["workers"])
-    if report.get("redis_eviction"):
-        lines.append(f"warning: {report['redis_eviction']}")
+    for risk in ("redis_eviction", "redis_persistence"):
+        if report.get(risk):
+            lines.append(f"warning: {report[risk]}")
+    if report.get("redis_refuses_writes"):
+        lines.append(f"warning: Redis refuses writes ({report['redis_refuses_writes']}): "
+                     f"{report['runs_waiting']} run(s) wait for distillation until it takes them again; agents "
+                     "spool their records meanwhile")
     lines += [
         f"queue {report['queue']!r}: {report['queued']} task(s) waiting",
         f"runs in progress: {report['runs_in_progress']}",
+        f"runs waiting for distillation: {report['runs_waiting']}",
         f"tasks in a worker's hands: {report['in_hand']}",
         f"waiting for a retry: {report['waiting_for_retry']}",
     ]
@@ -192,7 +204,9 @@ def status(cli: CliContext, as_json: bool) -> None:
         found = workers(client, now)
         report: dict[str, Any] = {"queue": settings.queue, "workers_alive": sum(1 for w in found if w["alive"]),
                                   "workers": found, **redis_counts(client, settings.queue), **retries(client, now),
-                                  "redis_eviction": eviction_risk(client)}
+                                  "redis_eviction": eviction_risk(client),
+                                  "redis_persistence": persistence_risk(client),
+                                  "redis_refuses_writes": writes_refused(client)}
     except redis.RedisError as e:
         raise fail(f"Redis at {masked_url(settings.redis_url)} is unreachable", e) from e
     spooled, files = spooled_records(settings.resolved_spool_dir)

@@ -8,6 +8,8 @@ Run state (written by ``lessonbank.core.runs`` only)
     ``lessonbank:run:{run_id}:managed``    set: ids of the runs of its managed agents (whose hashes name it
                                            ``parent_run``): they inherit its verdict
     ``lessonbank:runs:open``               sorted set: run id -> last activity (unix seconds), for the sweeper
+    ``lessonbank:runs:waiting``            sorted set: run id -> when its distillation (or follow-up) was queued, until
+                                           it is distilled or dead: the sweeper sends again one whose task is lost
 
 Per bank, kept after a run's steps expire (what ``lessonbank report`` reads)
     ``lessonbank:bank:{bank}:runs``        sorted set: run id -> started_at
@@ -19,6 +21,8 @@ Outcomes of distillation
     ``lessonbank:bank:{bank}:lock``        lock held while one worker consolidates into a bank
     ``lessonbank:bank:{bank}:purged``      set: ids of lessons purged for good (tombstones, no text;
                                            ``lessonbank.core.purge``): not learnt again unless allowed
+    ``lessonbank:bank:{bank}:deleted``     string: when the bank was deleted (``banks delete``), kept ``step_ttl``:
+                                           a run found gone mid-distillation was deleted with it, not lost
 
 Tasks in hand (``lessonbank.workers.jobs``): a job is one task's work, e.g. ``distill:{run_id}``
     ``lessonbank:job:{job_id}``            hash: task, args (JSON), queue, task_id, retries, holder (the worker
@@ -38,9 +42,11 @@ Workers and agents, for ``lessonbank status`` (written by ``lessonbank.workers.o
     ``lessonbank:workers``                 sorted set: worker name -> time of its last heartbeat
     ``lessonbank:worker:{name}``           string: the worker's heartbeat JSON (LLM endpoint and model, ...), TTL
     ``lessonbank:stats:recorder``          hash: delivered / spooled -> step records counted by agent processes
+    ``lessonbank:probe``                   string written for a second by ``lessonbank status``: does Redis take writes?
 
 Celery
     queue ``lessonbank`` (a Redis list of that name, kombu's layout); task names below.
+    ``unacked``                            hash: kombu's messages delivered to a worker and not yet acknowledged
 """
 
 PREFIX = "lessonbank"
@@ -49,6 +55,7 @@ RUN_KEY = PREFIX + ":run:{run_id}"
 RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
 RUN_MANAGED_KEY = PREFIX + ":run:{run_id}:managed"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
+WAITING_RUNS_KEY = PREFIX + ":runs:waiting"
 STEP_TTL = 7 * 24 * 3600  # default seconds a finished run's data is kept (``Settings.step_ttl``)
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
 DROPPED_KEY = PREFIX + ":stats:dropped"
@@ -60,14 +67,17 @@ BANK_LOCK_KEY = PREFIX + ":bank:{bank}:lock"
 BANK_RUNS_KEY = PREFIX + ":bank:{bank}:runs"
 BANK_SUMMARIES_KEY = PREFIX + ":bank:{bank}:summaries"
 BANK_PURGED_KEY = PREFIX + ":bank:{bank}:purged"
+BANK_DELETED_KEY = PREFIX + ":bank:{bank}:deleted"
 JOB_KEY = PREFIX + ":job:{job_id}"
 JOBS_DUE_KEY = PREFIX + ":jobs:due"
 STORE_OWNER_KEY = PREFIX + ":store:owner"
 WORKERS_KEY = PREFIX + ":workers"
 WORKER_KEY = PREFIX + ":worker:{name}"
 RECORDER_STATS_KEY = PREFIX + ":stats:recorder"
+PROBE_KEY = PREFIX + ":probe"
 
 DEFAULT_QUEUE = "lessonbank"
+UNACKED_KEY = "unacked"  # kombu's Redis transport: messages in a worker's hands
 DISTILL_TASK = "lessonbank.distill_run"
 SWEEP_TASK = "lessonbank.sweep_runs"
 REMEMBER_TASK = "lessonbank.remember_lesson"
@@ -119,6 +129,10 @@ def bank_summaries_key(bank: str) -> str:
 
 def bank_purged_key(bank: str) -> str:
     return BANK_PURGED_KEY.format(bank=bank)
+
+
+def bank_deleted_key(bank: str) -> str:
+    return BANK_DELETED_KEY.format(bank=bank)
 
 
 def worker_key(name: str) -> str:

@@ -15,12 +15,9 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import redis
-
-    from lessonbank.core.wire import WirePipeline
+import redis
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
@@ -68,11 +65,7 @@ def task_message(name: str, args: Sequence[Any], queue: str, task_id: str | None
 
 
 def publish(
-    client: redis.Redis | redis.client.Pipeline | WirePipeline,
-    queue: str,
-    name: str,
-    args: Sequence[Any],
-    task_id: str | None = None,
+    client: redis.Redis | redis.client.Pipeline, queue: str, name: str, args: Sequence[Any], task_id: str | None = None
 ) -> None:
     """Queue task ``name(*args)`` for the workers consuming ``queue``.
 

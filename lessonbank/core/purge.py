@@ -5,7 +5,9 @@ checkpoint, progress and credit are fields of the hash), their place in the open
 run index and summaries, the dead letters of its runs, the lessons its agents handed in that still
 wait (``pending_lesson_key``), its tasks still waiting in the queue, its tombstones. The caller holds
 the bank's lock meanwhile (``bank_held``), so no worker consolidates into the bank while it goes; the
-lock key goes when the caller lets go of it.
+lock key goes when the caller lets go of it. It leaves one key: when the bank was deleted
+(``bank_deleted_key``, for ``step_ttl``), so that a worker that finds its run gone mid-distillation knows
+it went with its bank rather than with a Redis that lost its data.
 
 A lesson purged for good leaves a **tombstone**: its id in the set ``bank_purged_key(bank)``, never
 its text. Ids are derived from bank + normalised text (``lesson_id``; a recipe's from bank + code
@@ -20,6 +22,7 @@ import base64
 import binascii
 import json
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +37,9 @@ from lessonbank.core.constants import (
     OPEN_RUNS_KEY,
     PENDING_LESSON_KEY,
     PREFIX,
+    STEP_TTL,
+    WAITING_RUNS_KEY,
+    bank_deleted_key,
     bank_lock_key,
     bank_purged_key,
     bank_runs_key,
@@ -81,6 +87,12 @@ def purged_ids(client: redis.Redis, bank: str, lesson_ids: Iterable[str]) -> set
 def tombstones(client: redis.Redis, bank: str) -> list[str]:
     """Ids of the lessons purged from ``bank``, sorted."""
     return sorted(_text(member) for member in client.smembers(bank_purged_key(bank)))
+
+
+def bank_deleted(client: redis.Redis, bank: str) -> bool:
+    """Whether ``bank`` was deleted (``banks delete``) within ``step_ttl``: a run of it found gone was deleted with
+    it, not lost by a Redis that kept nothing on disk."""
+    return bool(client.exists(bank_deleted_key(bank)))
 
 
 # -- a bank's runs --------------------------------------------------------------------------------
@@ -175,8 +187,9 @@ class BankPurge:
     tombstones: int = 0
 
 
-def delete_bank_data(client: redis.Redis, bank: str, queue: str) -> BankPurge:
-    """Remove everything Redis holds about ``bank`` (see the module docstring) but its lock."""
+def delete_bank_data(client: redis.Redis, bank: str, queue: str, keep_deleted: int = STEP_TTL) -> BankPurge:
+    """Remove everything Redis holds about ``bank`` (see the module docstring) but its lock, and note when it was
+    deleted (kept ``keep_deleted`` seconds)."""
     run_ids = bank_run_ids(client, bank)
     letters = sorted(run_ids & {_text(run_id) for run_id in client.hkeys(DEAD_LETTERS_KEY)})
     pending = _pending_keys(client, bank)
@@ -192,9 +205,11 @@ def delete_bank_data(client: redis.Redis, bank: str, queue: str) -> BankPurge:
         pipe.delete(*[run_key(run_id) for run_id in batch], *[run_steps_key(run_id) for run_id in batch],
                     *[run_managed_key(run_id) for run_id in batch])
         pipe.zrem(OPEN_RUNS_KEY, *batch)
+        pipe.zrem(WAITING_RUNS_KEY, *batch)
     if letters:
         pipe.hdel(DEAD_LETTERS_KEY, *letters)
     pipe.delete(bank_runs_key(bank), bank_summaries_key(bank), bank_purged_key(bank), *pending)
+    pipe.set(bank_deleted_key(bank), repr(time.time()), ex=max(int(keep_deleted), 1))
     pipe.execute()
     logger.info("bank %s: removed %d run(s), %d dead letter(s), %d pending lesson(s), %d queued task(s) from Redis",
                 bank, report.runs, report.dead_letters, report.pending_lessons, report.queued_tasks)

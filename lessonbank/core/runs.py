@@ -11,7 +11,9 @@ A close and the publish of the run's distill task happen in one Lua script, guar
 ``enqueued`` field: whichever close comes first (the recorder's, a replayed one from the spool, the
 sweeper's) publishes, and no later one publishes again. Steps are stored by one Lua script too: a step
 arriving after its run was closed (a long step, a spool replayed late) never reopens it; it is kept,
-and a run distilled already gets one follow-up distillation (``followup``) of its new steps.
+and a run distilled already gets one follow-up distillation (``followup``) of its new steps. Whatever
+queues a run's distillation (or follow-up) also notes it in ``WAITING_RUNS_KEY`` until the run is distilled
+or dead, so that the sweeper can send again a run whose task was lost (``resend_waiting``).
 
 The recorder batches these writes: ``steps_command`` / ``close_command`` / ``verdict_command`` build the
 commands, sent by SHA.
@@ -24,9 +26,11 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lessonbank.core.connections import redis_errors
+import redis
+from redis.exceptions import NoScriptError
+
 from lessonbank.core.constants import (
     CREDIT_TASK,
     DEFAULT_QUEUE,
@@ -36,15 +40,12 @@ from lessonbank.core.constants import (
     RUN_DEAD,
     RUN_DISTILLED,
     STEP_TTL,
+    WAITING_RUNS_KEY,
     run_key,
     run_steps_key,
 )
 from lessonbank.core.publish import publish, task_message
 from lessonbank.core.runview import Run, json_dict, json_list, load_run
-from lessonbank.core.wire import ReplyError, Wire
-
-if TYPE_CHECKING:
-    import redis
 
 __all__ = ["Run", "json_list", "load_run"]  # the read side, re-exported for the writers' callers
 
@@ -57,12 +58,13 @@ RECOUNT_FIELD = "recounted"
 
 
 
-# KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, run fields (JSON), first step's time, last step's
-# time, follow-up task message, the time it was sent, then pairs of seq and step record. An open or closed run has
-# no expiry (a verdict written before the run's first record gave its hash one: ``set_verdict``). Steps stored
-# already (a replayed spool) are nothing late: only a step new to a closed run sets ``late_at`` (and, for a
-# distilled run, queues the follow-up). The open-runs score, which the sweeper reads, is the last step's time on
-# Redis's clock: how long before the sending its step was made (both on the agent's clock) before Redis's TIME.
+# KEYS: run hash, steps hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, run fields (JSON), first
+# step's time, last step's time, follow-up task message, the time it was sent, then pairs of seq and step record.
+# An open or closed run has no expiry (a verdict written before the run's first record gave its hash one:
+# ``set_verdict``). Steps stored already (a replayed spool) are nothing late: only a step new to a closed run sets
+# ``late_at`` (and, for a distilled run, queues the follow-up). The open-runs score, which the sweeper reads, is the
+# last step's time on Redis's clock: how long before the sending its step was made (both on the agent's clock)
+# before Redis's TIME.
 STEP_SCRIPT = """
 local added = 0
 for i = 7, #ARGV, 2 do added = added + redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
@@ -81,13 +83,15 @@ if added == 0 then return 3 end
 redis.call('HSET', KEYS[1], 'late_at', ARGV[4])
 if state == 'distilled' and redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
   redis.call('LPUSH', KEYS[4], ARGV[5])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[5], now[1], ARGV[1])
   return 2
 end
 return 1
 """
 
-# KEYS: run hash, steps hash, open-runs zset, queue. ARGV: run id, seq, run_end record, bank, agent, task,
-# outcome, at, task message, extra fields (JSON object).
+# KEYS: run hash, steps hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, seq, run_end record, bank,
+# agent, task, outcome, at, task message, extra fields (JSON object).
 CLOSE_SCRIPT = """
 redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -103,12 +107,14 @@ if (not state) or state == 'open' then
 end
 if redis.call('HSETNX', KEYS[1], 'enqueued', '1') == 1 then
   redis.call('LPUSH', KEYS[4], ARGV[9])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[5], now[1], ARGV[1])
   return 1
 end
 return 0
 """
 
-# KEYS: run hash, open-runs zset, queue. ARGV: run id, now, idle cutoff, task message.
+# KEYS: run hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, now, idle cutoff, task message.
 _CLOSE_ABANDONED = """
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score then return 0 end
@@ -119,6 +125,7 @@ if state and state ~= 'open' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'closed', 'outcome', 'abandoned', 'closed_at', ARGV[2], 'updated_at', ARGV[2])
 if redis.call('HSETNX', KEYS[1], 'enqueued', '1') == 1 then
   redis.call('LPUSH', KEYS[3], ARGV[4])
+  redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 end
 return 1
 """
@@ -175,7 +182,7 @@ def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str, 
     holds already (a replayed spool) change nothing.
     """
     fields = {**ref.extra, "bank": ref.bank, "agent": ref.agent, "task": ref.task}
-    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
+    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue, WAITING_RUNS_KEY)
     followup = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
     pairs = [item for seq, record, _ in steps for item in (seq, record)]
     return ("EVALSHA", SCRIPTS["step"], len(keys), *keys, ref.run_id, json.dumps(fields), steps[0][2], steps[-1][2],
@@ -185,24 +192,22 @@ def steps_command(ref: RunRef, steps: list[tuple[int, str, float]], queue: str, 
 def close_command(ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> Command:
     """``EVALSHA`` closing the run with ``outcome`` and queueing its distillation (see ``close_run``)."""
     message = task_message(DISTILL_TASK, [ref.bank, ref.run_id], queue)
-    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue)
+    keys = (run_key(ref.run_id), run_steps_key(ref.run_id), OPEN_RUNS_KEY, queue, WAITING_RUNS_KEY)
     return ("EVALSHA", SCRIPTS["close"], len(keys), *keys, ref.run_id, seq, record, ref.bank, ref.agent, ref.task,
             outcome, at, message, json.dumps(ref.extra))
 
 
-def run_command(client: redis.Redis | Wire, command: Command) -> Any:
+def run_command(client: redis.Redis, command: Command) -> Any:
     """Run one scripted command, loading its script first if this Redis does not know it yet."""
     try:
         return client.execute_command(*command)
-    except redis_errors() as e:
-        if not (isinstance(e, ReplyError) and e.code == "NOSCRIPT" or type(e).__name__ == "NoScriptError"):
-            raise
+    except NoScriptError:
         for body in SCRIPT_BODIES:
             client.script_load(body)
         return client.execute_command(*command)
 
 
-def record_step(client: redis.Redis | Wire, ref: RunRef, seq: int, record: str, at: float,
+def record_step(client: redis.Redis, ref: RunRef, seq: int, record: str, at: float,
                 queue: str = DEFAULT_QUEUE) -> int:
     """Store one step record (replaying it changes nothing; a closed run is never reopened). Returns 0 for
     an open run, 1 for a late step of a closed run, 2 when a follow-up distillation was queued, 3 for a step
@@ -213,8 +218,7 @@ def record_step(client: redis.Redis | Wire, ref: RunRef, seq: int, record: str, 
 replay_step = record_step  # a record delivered late (from the spool) is stored the same way
 
 
-def close_run(client: redis.Redis | Wire, ref: RunRef, seq: int, record: str, outcome: str, at: float,
-              queue: str) -> bool:
+def close_run(client: redis.Redis, ref: RunRef, seq: int, record: str, outcome: str, at: float, queue: str) -> bool:
     """Close the run with ``outcome`` (its ``run_end`` record at ``seq``) and queue its distillation.
 
     One Lua script: a run closed already keeps its outcome, and the distill task is published by the
@@ -229,7 +233,7 @@ def close_abandoned(client: redis.Redis, bank: str, run_id: str, now: float, cut
     False when the run got a step since, or was closed by its recorder meanwhile.
     """
     message = task_message(DISTILL_TASK, [bank, run_id], queue)
-    keys = [run_key(run_id), OPEN_RUNS_KEY, queue]
+    keys = [run_key(run_id), OPEN_RUNS_KEY, queue, WAITING_RUNS_KEY]
     return bool(client.eval(_CLOSE_ABANDONED, len(keys), *keys, run_id, now, cutoff, message))
 
 
@@ -248,7 +252,7 @@ def clear_check_command(run_id: str) -> Command:
     return ("HDEL", run_key(run_id), "check")
 
 
-def set_verdict(client: redis.Redis | Wire, bank: str, run_id: str, success: bool, source: str, note: str,
+def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, source: str, note: str,
                 queue: str, ttl: int = STEP_TTL, at: float | None = None) -> int:
     """Record whether the run did its job (``source``: ``user`` or ``check``), before or after distillation.
 
@@ -318,6 +322,7 @@ def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | 
     pipe.hset(run_key(run_id), mapping=fields)
     pipe.hdel(run_key(run_id), CHECKPOINT_FIELD, PROGRESS_FIELD, "followup")
     pipe.zrem(OPEN_RUNS_KEY, run_id)
+    pipe.zrem(WAITING_RUNS_KEY, run_id)
     pipe.expire(run_key(run_id), ttl)
     pipe.expire(run_steps_key(run_id), ttl)
     pipe.execute()
@@ -339,10 +344,12 @@ def mark_distilled(client: redis.Redis, run_id: str, ttl: int, stats: dict[str, 
     _finish(client, run_id, ttl, fields)
 
 
-# KEYS: run hash, queue. ARGV: task message.
+# KEYS: run hash, queue, waiting-runs zset. ARGV: task message, run id.
 _FOLLOWUP = """
 if redis.call('HSETNX', KEYS[1], 'followup', '1') == 1 then
   redis.call('LPUSH', KEYS[2], ARGV[1])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[3], now[1], ARGV[2])
   return 1
 end
 return 0
@@ -352,7 +359,7 @@ return 0
 def queue_followup(client: redis.Redis, bank: str, run_id: str, queue: str) -> bool:
     """Queue one follow-up distillation of a distilled run's late steps (none if one is pending)."""
     message = task_message(DISTILL_TASK, [bank, run_id], queue)
-    return bool(client.eval(_FOLLOWUP, 2, run_key(run_id), queue, message))
+    return bool(client.eval(_FOLLOWUP, 3, run_key(run_id), queue, WAITING_RUNS_KEY, message, run_id))
 
 
 def step_count(client: redis.Redis, run_id: str) -> int:
@@ -371,11 +378,14 @@ def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, al
     transaction; ``also(pipe)`` may add commands to it. False if its steps are gone."""
     if not client.exists(run_steps_key(run_id)):
         return False
+    seconds, _ = client.time()
+    now = int(seconds)  # on Redis's clock, as the scripts that queue a run write it
     pipe = client.pipeline(transaction=True)
     pipe.hset(run_key(run_id), mapping={"state": RUN_CLOSED, "updated_at": time.time()})
     pipe.persist(run_key(run_id))
     pipe.persist(run_steps_key(run_id))
     publish(pipe, queue, DISTILL_TASK, [bank, run_id])
+    pipe.zadd(WAITING_RUNS_KEY, {run_id: now})
     if also is not None:
         also(pipe)
     pipe.execute()
@@ -428,3 +438,4 @@ def count_delivery(client: redis.Redis, run_id: str) -> int:
     """Count one delivery of the run's distill task to a worker (duplicates included: a delivery dropped because
     another worker holds the run counts too); returns the total so far, 0 for an unknown run."""
     return _count(client, run_id, "deliveries")
+

@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis
 from pydantic import ValidationError
 
 from lessonbank.core.constants import run_key, run_steps_key
 from lessonbank.core.models import StepRecord
-
-if TYPE_CHECKING:
-    import redis
 
 logger = logging.getLogger(__name__)
 

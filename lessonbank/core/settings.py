@@ -182,6 +182,10 @@ class Settings(BaseSettings):
         1800, description="Seconds without a step before an open run counts as abandoned."
     )
     sweep_interval: WholeSeconds = Field(60, description="Seconds between sweeper passes.")
+    resend_after: WholeSeconds = Field(
+        300, description="Seconds a run queued for distillation may wait with its task nowhere (not queued, not in a "
+        "worker's hands, no retry, no dead letter) before the sweeper sends it again.",
+    )
     duplicate_similarity: Similarity = Field(
         0.9,
         description="Cosine similarity above which a lesson reinforces an existing one.",

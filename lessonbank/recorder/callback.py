@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis
 from smolagents.memory import ActionStep, FinalAnswerStep, MemoryStep, PlanningStep, TaskStep
 from smolagents.utils import AgentMaxStepsError
 
-from lessonbank.core.connections import create_wire, wire_of
+from lessonbank.core.connections import bounded_copy, create_redis
 from lessonbank.core.models import RunOutcome
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
-from lessonbank.core.wire import Wire
 from lessonbank.recorder import results, snapshot
 from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import RunInfo, Snapshot
@@ -56,20 +56,17 @@ class StepRecorder:
         self,
         bank: str | None = None,
         settings: Settings | None = None,
-        redis_client: Any = None,
+        redis_client: redis.Redis | None = None,
     ) -> None:
         self.settings = settings if settings is not None else Settings()
         self.bank = bank or self.settings.bank
         self.serializer = StepSerializer(
             Redactor(self.settings.redact_patterns), self.settings.max_field_chars, self.settings.max_record_bytes
         )
-        factory: Callable[[], Wire] = functools.partial(create_wire, self.settings, "recorder")
-        if redis_client is not None:  # its address and credentials, the recorder's timeouts and no retry (the
-            # writer never keeps the recorder alive); a client whose options cannot be read is refused here
-            injected = wire_of(redis_client, self.settings, "recorder")
-
-            def factory() -> Wire:  # the same Wire again after a close: it connects afresh on its next command
-                return injected
+        factory: Callable[[], redis.Redis] = functools.partial(create_redis, self.settings, "recorder")
+        if redis_client is not None:  # its options with the recorder's timeouts and no retry (the writer never keeps
+            # the agent waiting); a client that is no redis-py client is refused here, not in the writer thread
+            factory = functools.partial(_same, bounded_copy(redis_client, self.settings, "recorder"))
         self.transport = Transport(factory, Spool(self.settings.resolved_spool_dir), self.settings.breaker_cooldown,
                                    self.settings.redis_timeout, self.settings.queue)
         self._writer = Writer(self.serializer, self.transport)
@@ -289,6 +286,10 @@ def _keep_result(recorder_ref: weakref.ref[StepRecorder], agent_ref: weakref.ref
         results.keep(recorder._tracker.state(agent).results, name, result)
     except Exception:  # a tool call must never fail because of the recorder
         recorder._log_failure("keeping the structure of a tool result failed")
+
+
+def _same(client: redis.Redis) -> redis.Redis:
+    return client
 
 
 def _forget_runs_in_child() -> None:

@@ -5,7 +5,11 @@ later, and images must not stay alive. Converting is cheap for the usual step (s
 they are); redaction, caps and JSON happen later, on the recorder's writer thread (``serialize.py``).
 
 Rules: never ``model_input_messages``; images become a count (and a ``<image WxH MODE>`` text when
-they are a value); values that are not text become JSON (dicts, lists) or a ``repr`` cut at 1 MiB.
+they are a value); values that are not text become JSON (dicts, lists, tuples, sets) or a ``repr`` cut at
+1 MiB. A container is walked, never more than ``MAX_ITEMS`` of its values (deep ones included) and never
+deeper than ``MAX_DEPTH``, before it is written: what is left out is said in its place (``"…": "[599,000
+more items]"``), and a string inside it keeps its first ``MAX_INNER_CHARS`` characters, so a huge value left
+as a step's last expression costs the callback the same few milliseconds as a small one.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from smolagents.memory import ActionStep, FinalAnswerStep, PlanningStep
 
 _REPR_LIMIT = 1 << 20
 _CODE_TOOL = "python_interpreter"
+MAX_ITEMS = 2000  # values of a container (at any depth) a snapshot walks
+MAX_DEPTH = 32
+MAX_INNER_CHARS = 16384  # characters kept of one string inside a container
+MORE = "…"  # the key (in an object) or the first characters (in a list) of what says how much was left out
+_PLAIN = (str, int, float, bool, type(None))
 
 
 @dataclass(slots=True)
@@ -83,12 +92,43 @@ class Converter:
             return repr(value)
         if is_image(value):
             return self._image(value)
-        if isinstance(value, dict | list | tuple):
+        if isinstance(value, dict | list | tuple | set | frozenset):
             try:
-                return json.dumps(value, ensure_ascii=False, default=self._json_default)
+                return json.dumps(self._pruned(value, [MAX_ITEMS], ()), ensure_ascii=False,
+                                  default=self._json_default)
             except (TypeError, ValueError, RecursionError):
                 pass
         return self._repr(value)
+
+    def _pruned(self, value: Any, left: list[int], path: tuple[int, ...]) -> Any:
+        """A copy of ``value`` JSON can write at once: at most ``left[0]`` values walked (shared by the whole
+        value), strings cut, keys that are not text or numbers given as their ``repr``, cycles and depth cut."""
+        if isinstance(value, str):
+            return value if len(value) <= MAX_INNER_CHARS else (
+                value[:MAX_INNER_CHARS] + f"{MORE}[{len(value) - MAX_INNER_CHARS:,} chars cut]")
+        if not isinstance(value, dict | list | tuple | set | frozenset):
+            return value if isinstance(value, _PLAIN) else self._json_default(value)
+        if id(value) in path or len(path) >= MAX_DEPTH:
+            return f"{MORE}[{'a cycle' if id(value) in path else 'deeper values'} left out]"
+        inner = (*path, id(value))
+        if isinstance(value, dict):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if left[0] <= 0:
+                    out[MORE] = f"[{len(value) - len(out):,} more items]"
+                    break
+                left[0] -= 1
+                name = key if isinstance(key, _PLAIN) else self._repr(key)[:MAX_INNER_CHARS]
+                out[name] = self._pruned(item, left, inner)
+            return out
+        items: list[Any] = []
+        for item in value:
+            if left[0] <= 0:
+                items.append(f"{MORE}[{len(value) - len(items):,} more items]")
+                break
+            left[0] -= 1
+            items.append(self._pruned(item, left, inner))
+        return items
 
     def _image(self, value: Any) -> str:
         self.images += 1
@@ -99,10 +139,10 @@ class Converter:
 
     def _json_default(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):
-            return bytes(value).decode("utf-8", "replace")
+            return bytes(value[:MAX_INNER_CHARS]).decode("utf-8", "replace")
         if is_image(value):
             return self._image(value)
-        return self._repr(value)
+        return self._repr(value)[:MAX_INNER_CHARS]
 
     def _repr(self, value: Any) -> str:
         if type(value).__module__.startswith("smolagents.agent_types"):

@@ -76,7 +76,7 @@ class Survivor:
             for transport in self._take_all():
                 left = deadline - time.monotonic()
                 address = transport.address
-                if left > 0 and address not in failed and not transport.pump(_nothing, left, force=True):
+                if left > 0 and address not in failed and not transport.pump(_nothing, left, force=True, wait=left):
                     failed.add(address)
                 transport.close()
         finally:

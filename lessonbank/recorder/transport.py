@@ -10,9 +10,13 @@ step never reopens a closed run).
   up to the recorder's timeout (``LESSONBANK_REDIS_TIMEOUT``). A record is thus in Redis or in the
   spool within 100 ms (unless connecting itself hangs: a host that drops packets costs one timeout).
 - When Redis refuses, hangs or errs, the batch is spooled and the breaker stays open for
-  ``breaker_cooldown`` seconds (no network attempt at all); then one probe.
+  ``breaker_cooldown`` seconds (no network attempt at all); then one probe, a small chunk under the
+  recorder's timeout.
 - While the spool holds anything, new ops are appended to it (order per run is kept) and the spool is
-  replayed, oldest first, in chunks, with the same idempotent scripts.
+  replayed, oldest first, with the same idempotent scripts, in chunks of at most ``replay_bytes`` of
+  records: each waits up to ``REPLAY_TIMEOUT`` for its replies (replays run on the writer thread, never
+  the agent's), a chunk that took long halves the next one and a quick one doubles it, so a slow link
+  drains the backlog instead of sending the same chunk again and again.
 """
 
 from __future__ import annotations
@@ -23,20 +27,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from lessonbank.core import runs
+from lessonbank.core.connections import address, checked, exchange
 from lessonbank.core.constants import STEP_TTL
-from lessonbank.core.wire import Wire, checked
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import Spool
 
 logger = logging.getLogger(__name__)
 
 SPILL_AFTER = 0.04  # seconds after its oldest record was handed over that an unanswered batch is spooled
-POLL = 0.005  # seconds between checks while waiting for a reply
-REPLAY_CHUNK = 64  # spooled ops replayed per round trip pair
+REPLAY_OPS = 256  # spooled ops looked at for one chunk
+REPLAY_BYTES = 64 * 1024  # records in the first replay chunk, in bytes; it adapts between MIN and MAX
+MIN_REPLAY_BYTES, MAX_REPLAY_BYTES = 4 * 1024, 1024 * 1024
+REPLAY_TIMEOUT = 10.0  # seconds a replayed chunk may wait for its replies
+REPLAY_SLOW, REPLAY_QUICK = 0.2, 0.05  # a chunk slower than this halves the next; quicker doubles it
 Command = runs.Command
-
-
 class CircuitBreaker:
     """Closed until a failure; then open (callers must not try) for ``cooldown`` seconds, then one probe."""
 
@@ -130,11 +137,15 @@ def _by_run(ops: list[Op]) -> list[list[Op]]:
     return list(groups.values())
 
 
-def replay_chunk(ops: list[Op]) -> list[Op]:
-    """The ops replayed together: up to REPLAY_CHUNK, ending at the first close (a close goes after the
-    hash writes of the steps before it)."""
+def replay_chunk(ops: list[Op], max_bytes: int) -> list[Op]:
+    """The ops replayed together: at least one, then while their records fit in ``max_bytes``, ending at the
+    first close (a close goes after the hash writes of the steps before it)."""
     chunk: list[Op] = []
-    for op in ops[:REPLAY_CHUNK]:
+    size = 0
+    for op in ops:
+        size += len(op.record) + len(op.task)
+        if chunk and size > max_bytes:
+            break
         chunk.append(op)
         if op.op == "close":
             break
@@ -149,7 +160,7 @@ class Transport:
 
     def __init__(
         self,
-        client_factory: Callable[[], Wire],
+        client_factory: Callable[[], redis.Redis],
         spool: Spool,
         cooldown: float,
         timeout: float,
@@ -158,12 +169,13 @@ class Transport:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client_factory = client_factory
-        self._client: Wire | None = None
+        self._client: redis.Redis | None = None
         self._own_client = own_client
         self.spool = spool
         self.breaker = CircuitBreaker(cooldown, clock)
         self.timeout = timeout
         self.queue = queue
+        self.replay_bytes = REPLAY_BYTES
         self._script_ready = False
         self._outage_logged = False
         self._spool_error_logged = False
@@ -171,7 +183,7 @@ class Transport:
         self.spooled = 0
 
     @property
-    def client(self) -> Wire:
+    def client(self) -> redis.Redis:
         if self._client is None:
             self._client = self._client_factory()
         return self._client
@@ -179,7 +191,7 @@ class Transport:
     @property
     def address(self) -> str:
         """Where the client connects: a probe that failed there says the same of every spool bound for it."""
-        return self.client.address
+        return address(self.client)
 
     @property
     def backlog(self) -> int:
@@ -206,7 +218,7 @@ class Transport:
                 self._spool(spill())
 
         try:
-            self._execute(live_commands(ops, self.queue), slow, min(op.at for op in ops) + SPILL_AFTER)
+            self._execute(live_commands(ops, self.queue), slow, min(op.at for op in ops) + SPILL_AFTER, self.timeout)
         except Exception as e:  # Redis and socket errors; anything else is logged the same way
             self._outage(e)
             if spilled:
@@ -223,39 +235,54 @@ class Transport:
         """Spool ``ops`` without trying Redis (the interpreter is finalizing). False if the disk refused."""
         return self._spool(ops)
 
-    def pump(self, spill: Callable[[], list[Op]], budget: float, force: bool = False) -> bool:
-        """Replay spooled ops for up to ``budget`` seconds (``force``: even while the breaker is open).
-        True when the spool is empty."""
+    def pump(self, spill: Callable[[], list[Op]], budget: float, force: bool = False,
+             wait: float = REPLAY_TIMEOUT) -> bool:
+        """Replay spooled ops for up to ``budget`` seconds (``force``: even while the breaker is open), each chunk
+        waiting at most ``wait`` seconds for its replies (a chunk under way is not cut at the budget). True when
+        the spool is empty."""
         started = time.monotonic()
         while len(self.spool) and (force or self.breaker.allow()):
             try:
-                self._replay(replay_chunk(self.spool.head(REPLAY_CHUNK)), spill)
+                self._replay(spill, wait)
             except Exception as e:  # as in deliver()
                 self._outage(e)
+                self.replay_bytes = max(self.replay_bytes // 2, MIN_REPLAY_BYTES)
                 return False
             self._recovered()
             if time.monotonic() - started >= budget:
                 break
         return not len(self.spool)
 
-    def _replay(self, chunk: list[Op], spill: Callable[[], list[Op]]) -> None:
-        """The spooled ``chunk``, through the same scripts as live ops (a run closed meanwhile stays closed)."""
+    def _replay(self, spill: Callable[[], list[Op]], wait: float) -> None:
+        """One chunk of the spool, through the same scripts as live ops (a run closed meanwhile stays closed).
+        The first chunk after an outage is a probe: one op, under the recorder's own timeout."""
+        probe = self.breaker.tripped
+        chunk = replay_chunk(self.spool.head(1 if probe else REPLAY_OPS), self.replay_bytes)
+
         def slow() -> None:
             self._spool(spill())
 
-        self._execute(live_commands(chunk, self.queue), slow, 0.0)
+        started = time.monotonic()
+        timeout = self.timeout if probe else max(min(wait, REPLAY_TIMEOUT), self.timeout)
+        self._execute(live_commands(chunk, self.queue), slow, 0.0, timeout)
+        took = time.monotonic() - started
         self.spool.delivered(len(chunk))
         self.delivered += len(chunk)
+        if not probe and took > REPLAY_SLOW:
+            self.replay_bytes = max(self.replay_bytes // 2, MIN_REPLAY_BYTES)
+        elif not probe and took < REPLAY_QUICK:
+            self.replay_bytes = min(self.replay_bytes * 2, MAX_REPLAY_BYTES)
 
-    def _execute(self, commands: list[Command], slow: Callable[[], None], slow_at: float) -> list[Any]:
-        """Send ``commands`` as one pipeline; while no reply came, call ``slow()`` every POLL from the unix
-        time ``slow_at`` on. Raises the ``Wire``'s errors (the first error reply too, after every reply was read)."""
+    def _execute(self, commands: list[Command], slow: Callable[[], None], slow_at: float,
+                 timeout: float) -> list[Any]:
+        """Send ``commands`` as one pipeline and wait up to ``timeout`` seconds for the first reply; while none
+        came, call ``slow()`` every POLL from the unix time ``slow_at`` on. Raises redis errors (the first error
+        reply too, after every reply was read)."""
         loads = 0
         if not self._script_ready and any(command[0] == "EVALSHA" for command in commands):
             loads = len(runs.SCRIPT_BODIES)
             commands = [*(("SCRIPT", "LOAD", body) for body in runs.SCRIPT_BODIES), *commands]
-        replies = checked(self.client.exchange(commands, timeout=self.timeout, on_wait=slow, wait_from=slow_at,
-                                               poll=POLL))
+        replies = checked(exchange(self.client, commands, timeout, on_wait=slow, wait_from=slow_at))
         if loads:
             self._script_ready = True
             replies = replies[loads:]

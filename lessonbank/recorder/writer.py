@@ -98,8 +98,10 @@ class Writer:
         if not self._io.acquire(timeout=timeout):
             return False
         try:
-            while self._work(max(deadline - time.monotonic(), 0.0)) and time.monotonic() < deadline:
+            while self._work(0.0, replay=False) and time.monotonic() < deadline:
                 pass
+            if self.transport.backlog and self._thread is not None:
+                self._wake.put(True)  # the writer thread replays the spool
             return not self._items
         finally:
             self._io.release()
@@ -112,7 +114,8 @@ class Writer:
         try:
             if self._orphaned:
                 return False
-            return self.transport.pump(self._spill, max(deadline - time.monotonic(), 0.0), force=True)
+            left = max(deadline - time.monotonic(), 0.0)
+            return self.transport.pump(self._spill, left, force=True, wait=left)
         finally:
             self._io.release()
 
@@ -147,7 +150,7 @@ class Writer:
                     self.transport.hold(self._spill())
                 else:
                     deadline = time.monotonic() + EXIT_TIMEOUT
-                    while self._work(EXIT_TIMEOUT) and time.monotonic() < deadline:
+                    while self._work(EXIT_TIMEOUT, replay=False) and time.monotonic() < deadline:
                         pass
                 self.transport.close()
             finally:
@@ -223,17 +226,19 @@ class Writer:
         wait = self.transport.breaker.wait()
         return 1.0 if wait is None else wait
 
-    def _work(self, budget: float) -> bool:
-        """Deliver one batch, then replay the spool for up to ``budget`` seconds. True if work is left."""
+    def _work(self, budget: float, replay: bool = True) -> bool:
+        """Deliver one batch, then (``replay``) replay the spool for up to ``budget`` seconds. True if work is
+        left. The agent's thread does not replay: a chunk on a slow link may take seconds."""
         if self._orphaned:
             return False
         try:
             snaps = [self._items.popleft() for _ in range(min(MAX_BATCH, len(self._items)))]
             if snaps:
                 self.transport.deliver(self._build(snaps), self._spill)
-            if self.transport.backlog and self.transport.breaker.allow():
+            replaying = replay and self.transport.backlog and self.transport.breaker.allow()
+            if replaying:
                 self.transport.pump(self._spill, budget)
-            return bool(self._items) or bool(self.transport.backlog and self.transport.breaker.allow())
+            return bool(self._items) or bool(replaying and self.transport.backlog and self.transport.breaker.allow())
         except Exception:  # a bug must not stop the writer; the records of this turn are lost, and logged
             self._log_failure("delivering step records failed")
             return bool(self._items)

@@ -80,18 +80,20 @@ def _retry_owning() -> None:
 
 
 @signals.worker_ready.connect
-def warn_if_redis_evicts(sender: Any = None, **_: Any) -> None:
-    """Say once, at start, when Redis may evict lessonbank's keys (``connections.eviction_risk``)."""
+def warn_of_redis_risks(sender: Any = None, **_: Any) -> None:
+    """Say once, at start, when Redis may evict lessonbank's keys or keeps nothing on disk
+    (``redis_health.eviction_risk``, ``persistence_risk``)."""
     if not _ours(sender):
         return
-    from lessonbank.core.connections import create_redis, eviction_risk
+    from lessonbank.core.connections import create_redis
+    from lessonbank.core.redis_health import eviction_risk, persistence_risk
 
     client = create_redis(app.settings, "service")
     try:
-        risk = eviction_risk(client)
+        risks = [eviction_risk(client), persistence_risk(client)]
     finally:
         client.close()
-    if risk:
+    for risk in filter(None, risks):
         logger.warning("%s", risk)
 
 

@@ -101,8 +101,8 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
     deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
     consolidator.plan(drafts, done)  # the LLM's decision call, before the lock
     with bank_lock(deps.redis, run.bank, settings.distill_lock_timeout):
-        if not deps.redis.exists(run_key(run.run_id)):  # its bank was deleted while the LLM answered
-            return ConsolidationStats(), None
+        if not deps.redis.exists(run_key(run.run_id)) and purge.bank_deleted(deps.redis, run.bank):
+            return ConsolidationStats(), None  # its bank was deleted while the LLM answered
 
         def written(indices: list[int]) -> None:
             done.update(indices)

@@ -157,7 +157,11 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=vouches(run.outcome, verdict, source),
                                    facts=facts, failed=failed)
     if not deps.redis.exists(run_key(run_id)):
-        logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        if purge.bank_deleted(deps.redis, bank):
+            logger.info("bank %s run %s: deleted while it was distilled; nothing more is written", bank, run_id)
+        else:
+            logger.warning("bank %s run %s: the run vanished from Redis while it was distilled (a restart of a Redis "
+                           "that keeps nothing on disk?); its lessons are kept, nothing more is written", bank, run_id)
         return stats
     judged = {"verdict": verdict, "source": source, "recipe": recipe_id or ""}
     # credited (and its summary kept for `lessonbank report`) before it is marked distilled: whoever waits for

@@ -1,5 +1,5 @@
-"""The sweeper: closes runs whose process died (no step for ``idle_timeout``), sends due jobs again and expires
-finished runs.
+"""The sweeper: closes runs whose process died (no step for ``idle_timeout``), sends due jobs again, sends again
+runs whose distill task was lost, and expires finished runs.
 
 An abandoned run is closed with outcome ``abandoned`` and sent to distillation like any other run
 (``lessonbank.core.runs.close_abandoned``: one Lua script that re-checks the run's last activity, so a
@@ -7,21 +7,43 @@ run that just got a step, or was closed by its recorder, is left alone). Finishe
 dead) whose data has no expiry yet get ``step_ttl``. Due jobs (a retry whose time has come, the task of a
 worker that died: ``lessonbank.workers.jobs``) are published by every worker's keeper within a second; the
 sweeper does it too, for a service whose workers are all busy restarting.
+
+A run queued for distillation ``resend_after`` seconds ago and still waiting (``WAITING_RUNS_KEY``) whose task
+is nowhere — not in the queue, not in a worker's hands (kombu's unacknowledged messages), no job (a lease or a
+retry), no dead letter — is sent again: a full Redis (``noeviction``) or a read-only one can refuse the writes
+that take a message off the queue into a worker's hands, or that keep a failed one, and the message is gone.
+A second copy of a task that was not lost changes nothing (one worker at a time holds a run).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 
 import redis
 
 from lessonbank.core import runs
-from lessonbank.core.connections import redis_time
-from lessonbank.core.constants import OPEN_RUNS_KEY, PREFIX, RUN_DEAD, RUN_DISTILLED, run_key, run_steps_key
+from lessonbank.core.connections import redis_text, redis_time
+from lessonbank.core.constants import (
+    DEAD_LETTERS_KEY,
+    DISTILL_TASK,
+    OPEN_RUNS_KEY,
+    PREFIX,
+    RUN_CLOSED,
+    RUN_DEAD,
+    RUN_DISTILLED,
+    UNACKED_KEY,
+    WAITING_RUNS_KEY,
+    job_key,
+    run_key,
+    run_steps_key,
+)
 from lessonbank.core.models import StepRecord
+from lessonbank.core.publish import publish
+from lessonbank.core.purge import task_args
 from lessonbank.core.settings import Settings
-from lessonbank.workers.jobs import publish_due
+from lessonbank.workers.jobs import job_id, publish_due
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +56,7 @@ class SweepReport:
     abandoned: int = 0
     expired: int = 0
     republished: int = 0
+    resent: int = 0
 
 
 def _bank_of(client: redis.Redis, run_id: str) -> str | None:
@@ -91,11 +114,63 @@ def expire_finished(client: redis.Redis, settings: Settings) -> int:
     return expired
 
 
+def _tasks_named(client: redis.Redis, queue: str) -> set[str]:
+    """Ids of the runs whose distill task is in ``queue`` or in a worker's hands (kombu's unacknowledged)."""
+    found: set[str] = set()
+    raws: list[bytes | str] = list(client.lrange(queue, 0, -1))
+    for held in client.hvals(UNACKED_KEY):
+        try:
+            message = json.loads(held)[0]  # [message, exchange, routing key]
+            raws.append(json.dumps(message))
+        except (ValueError, IndexError, KeyError, TypeError):
+            continue
+    for raw in raws:
+        args = task_args(raw) or []
+        if len(args) >= 2 and isinstance(args[1], str):
+            found.add(args[1])
+    return found
+
+
+def resend_waiting(client: redis.Redis, settings: Settings, now: float | None = None) -> int:
+    """Send again the runs waiting for distillation longer than ``resend_after`` whose task is nowhere (see the
+    module docstring); returns how many. ``now`` is on Redis's clock."""
+    now = redis_time(client) if now is None else now
+    waiting = client.zrangebyscore(WAITING_RUNS_KEY, "-inf", now - settings.resend_after, start=0, num=SCAN_BATCH)
+    if not waiting:
+        return 0
+    queued = _tasks_named(client, settings.queue)
+    resent = 0
+    for raw_id in waiting:
+        run_id = redis_text(raw_id)  # type: ignore[arg-type]
+        pipe = client.pipeline(transaction=False)
+        pipe.hmget(run_key(run_id), ["state", "bank", "followup"])
+        pipe.exists(job_key(job_id("distill", run_id)))
+        pipe.hexists(DEAD_LETTERS_KEY, run_id)
+        (state, bank, followup), job, dead = pipe.execute()
+        state = redis_text(state)
+        if state not in (RUN_CLOSED, RUN_DISTILLED) or (state == RUN_DISTILLED and not followup) or dead:
+            client.zrem(WAITING_RUNS_KEY, run_id)  # finished, gone, or dead-lettered: it waits for nothing
+            continue
+        if job or run_id in queued:
+            client.zadd(WAITING_RUNS_KEY, {run_id: now})  # in hand, due for a retry, or queued: look again later
+            continue
+        pipe = client.pipeline(transaction=True)
+        publish(pipe, settings.queue, DISTILL_TASK, [redis_text(bank), run_id])
+        pipe.zadd(WAITING_RUNS_KEY, {run_id: now})
+        pipe.execute()
+        resent += 1
+        logger.warning("run %s of bank %s waited %ds for distillation with its task nowhere (lost while Redis "
+                       "refused writes?); sent again", run_id, redis_text(bank), settings.resend_after)
+    return resent
+
+
 def sweep(client: redis.Redis, settings: Settings, now: float | None = None) -> SweepReport:
     """One sweeper pass."""
     report = SweepReport(abandoned=close_abandoned(client, settings, now),
-                         expired=expire_finished(client, settings), republished=publish_due(client))
-    if report.abandoned or report.expired or report.republished:
-        logger.info("sweep: %d abandoned run(s) closed, %d due job(s) sent again, %d finished run(s) given a TTL",
-                    report.abandoned, report.republished, report.expired)
+                         expired=expire_finished(client, settings), republished=publish_due(client),
+                         resent=resend_waiting(client, settings, now))
+    if report.abandoned or report.expired or report.republished or report.resent:
+        logger.info("sweep: %d abandoned run(s) closed, %d due job(s) sent again, %d lost task(s) sent again, "
+                    "%d finished run(s) given a TTL", report.abandoned, report.republished, report.resent,
+                    report.expired)
     return report

@@ -5,18 +5,25 @@ holds is not run, so a run is never distilled by two workers at once; the distil
 runs once more after the holder's instead (steps or a verdict may have come since the holder read the run),
 the remembering of a lesson is dropped. The job of a worker that died is sent again when its lease lapses
 (``LESSONBANK_LEASE_TIMEOUT``). Transient failures (LLM timeouts, 429 — after its ``Retry-After`` —, 5xx,
-the store or Redis away, the soft time limit) are retried with exponential backoff and jitter, kept as due
-times in Redis rather than as messages a worker holds unacknowledged. Anything else, or retries exhausted,
-lands a run in the dead letters (``on_failure``). Every delivery of a run's distillation is counted in its
-hash (``deliveries``).
+the store or Redis away, Redis refusing writes because it is full or a read-only replica, the soft time limit)
+are retried with exponential backoff and jitter, kept as due times in Redis rather than as messages a worker
+holds unacknowledged. Anything else, or retries exhausted, lands a run in the dead letters (``on_failure``),
+but never for Redis's own trouble: the run's job, or the sweeper, sends it again. Every delivery of a run's
+distillation is counted in its hash (``deliveries``).
+
+The first writes of a delivery (counting it, taking its job) cannot keep a retry in Redis when Redis refuses
+writes: they are tried again in the task, with the same backoff, the delivery held (its message stays in the
+worker's hands); at the soft time limit the delivery ends and the run waits for the sweeper
+(``LESSONBANK_RESEND_AFTER``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from celery import Task
@@ -24,7 +31,7 @@ from celery.exceptions import Reject, Retry, SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 
 from lessonbank.core import runs
-from lessonbank.core.connections import create_redis
+from lessonbank.core.connections import REDIS_AWAY, WRITES_REFUSED, create_redis
 from lessonbank.core.constants import CREDIT_TASK, DISTILL_TASK, REMEMBER_TASK, SWEEP_TASK
 from lessonbank.core.exceptions import PermanentDistillError, ServiceUnavailable, StoreError, TransientDistillError
 from lessonbank.core.redact import Redactor
@@ -46,10 +53,11 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     TransientDistillError,
     ServiceUnavailable,
     StoreError,
-    redis.ConnectionError,
-    redis.TimeoutError,
+    *REDIS_AWAY,
+    *WRITES_REFUSED,
     SoftTimeLimitExceeded,
 )
+T = TypeVar("T")
 
 _deps: dict[int, Deps] = {}
 
@@ -86,14 +94,31 @@ def retry_delay(exc: BaseException, retries: int) -> float:
                                                   full_jitter=True))
 
 
-REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError)
-
-
 def requeue(job: jobs.Job, error: BaseException) -> Reject:
     """A delivery that could not reach Redis to take its job goes back to the queue, untouched."""
     logger.warning("job %s: Redis did not answer (%s); the delivery goes back to the queue", job.id,
                    type(error).__name__)
     return Reject(str(error), requeue=True)
+
+
+def first_write(job: jobs.Job, write: Callable[[], T]) -> T:
+    """``write()``, one of a delivery's first writes: Redis away sends the delivery back to the queue; Redis
+    refusing writes is waited for here (see the module docstring)."""
+    attempt = 0
+    while True:
+        try:
+            return write()
+        except REDIS_AWAY as e:
+            raise requeue(job, e) from e
+        except WRITES_REFUSED as e:
+            delay = max(retry_delay(e, attempt), settings.retry_backoff / 2)
+            attempt += 1
+            logger.warning("job %s: Redis refuses writes (%s); trying again in %.1fs", job.id, e, delay)
+            try:
+                time.sleep(delay)
+            except SoftTimeLimitExceeded:
+                logger.warning("job %s: Redis still refuses writes; the run waits for the sweeper", job.id)
+                raise Retry(exc=e, when=delay) from e
 
 
 def job_of(task: Task, kind: str, key: str, args: list[str], again_if_held: bool = False) -> jobs.Job:
@@ -109,10 +134,8 @@ def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
     exhausted or any other error end the job and are raised. A process stopped mid-task (``SystemExit``
     from a terminated pool process) hands the job back, due at once, for another worker to take.
     """
-    try:
-        lease, holder = jobs.acquire(deps().redis, job, settings.lease_timeout, task.request.retries or 0)
-    except REDIS_AWAY as e:
-        raise requeue(job, e) from e
+    lease, holder = first_write(job, lambda: jobs.acquire(deps().redis, job, settings.lease_timeout,
+                                                          task.request.retries or 0))
     if lease is None:
         logger.info("job %s: delivery %s dropped, %s holds it%s", job.id, task.request.id, holder,
                     "; it runs once more after that" if job.again_if_held else "")
@@ -129,7 +152,11 @@ def in_hand(task: Task, job: jobs.Job, work: Callable[[], object]) -> bool:
             lease.finish(done=False)
             raise
         delay = retry_delay(e, lease.retries)
-        lease.retry(delay)
+        try:
+            lease.retry(delay)
+        except redis.RedisError as unsaved:  # the job keeps its holder: it is sent again when the lease lapses
+            logger.warning("job %s: its retry could not be kept in Redis (%s); sent again when its lease lapses",
+                           job.id, unsaved)
         logger.warning("job %s: %s: %s; retry %d of %d in %.1fs", job.id, type(e).__name__, e, lease.retries + 1,
                        settings.max_retries, delay)
         raise Retry(exc=e, when=delay) from e
@@ -153,6 +180,10 @@ class DistillTask(Task):
             logger.error("distill task %s failed without a run id: %s", task_id, type(exc).__name__)
             return
         retries = self.request.retries or 0
+        if isinstance(exc, REDIS_AWAY + WRITES_REFUSED):  # Redis's trouble, not the run's
+            logger.warning("run %s: not dead-lettered for %s (%s): its job or the sweeper sends it again", run_id,
+                           type(exc).__name__, exc)
+            return
         try:
             client = deps().redis
             deadletters.add(client, str(run_id), str(bank), _reason(exc, retries), retries + 1)
@@ -167,10 +198,7 @@ def distill_run(self: Task, bank: str, run_id: str) -> None:
     # a delivery while another worker distills the run (the follow-up of steps that came meanwhile, queued as
     # that one marks the run distilled) runs once more after it: dropped, those steps were never distilled
     job = job_of(self, "distill", run_id, [bank, run_id], again_if_held=True)
-    try:
-        delivery = runs.count_delivery(deps().redis, run_id)
-    except REDIS_AWAY as e:
-        raise requeue(job, e) from e
+    delivery = first_write(job, lambda: runs.count_delivery(deps().redis, run_id))
     logger.info("bank %s run %s: delivery %d (task %s)", bank, run_id, delivery, self.request.id)
     if self.request.retries:
         logger.info("bank %s run %s: retry %d of %d", bank, run_id, self.request.retries, settings.max_retries)

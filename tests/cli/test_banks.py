@@ -15,7 +15,7 @@ import redis
 from qdrant_client import QdrantClient
 
 from lessonbank.core import purge, runs
-from lessonbank.core.constants import CREDIT_TASK, DEFAULT_QUEUE, bank_lock_key, pending_lesson_key
+from lessonbank.core.constants import CREDIT_TASK, DEFAULT_QUEUE, bank_deleted_key, bank_lock_key, pending_lesson_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, Recipe, RunSummary, lesson_id, recipe_id
 from lessonbank.core.publish import publish
@@ -120,6 +120,8 @@ def test_delete_a_bank_leaves_nothing_of_it_in_redis(two_banks: tuple[dict[str, 
     assert out.strip() == (f"Deleted bank '{GONE}': 3 lesson(s), 4 run(s), 1 dead letter(s), 1 pending lesson(s), "
                            "2 queued task(s).")
     contents = everything_in(redis_client)
+    deleted_at = contents.pop(bank_deleted_key(GONE))  # when it went: a run found gone went with it, not lost
+    assert abs(float(deleted_at) - time.time()) < 60
     for key, value in contents.items():
         for needle in [GONE, *gone_runs]:
             assert needle not in key and needle.encode() not in value, (needle, key)

@@ -172,6 +172,31 @@ def test_status_warns_when_redis_may_evict(env: dict[str, str | None], own_redis
     assert "maxmemory-policy allkeys-lfu" in json.loads(status(env, "--json").stdout)["redis_eviction"]
 
 
+def test_status_says_when_redis_keeps_nothing_on_disk_or_refuses_writes(env: dict[str, str | None],
+                                                                       own_redis: RedisServer) -> None:
+    """A Redis without AOF or RDB loses the queue at its next restart; a full one (``noeviction``) refuses writes:
+    the runs waiting for distillation wait for it, and status says both."""
+    from lessonbank.core.constants import WAITING_RUNS_KEY
+
+    admin = own_redis.client()
+    env = {**env, "LESSONBANK_REDIS_URL": own_redis.url}
+    found = json.loads(status(env, "--json").stdout)
+    assert "keeps nothing on disk" in found["redis_persistence"] and found["redis_refuses_writes"] == ""
+    assert "warning: Redis keeps nothing on disk" in status(env).stdout
+    admin.config_set("appendonly", "yes")
+    assert json.loads(status(env, "--json").stdout)["redis_persistence"] == ""
+    admin.zadd(WAITING_RUNS_KEY, {"run-a": 1.0, "run-b": 2.0})
+    admin.config_set("maxmemory", 1)  # below what it holds: every write refused
+    try:
+        found = json.loads(status(env, "--json").stdout)
+        text = status(env).stdout
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert "maxmemory" in found["redis_refuses_writes"] and found["runs_waiting"] == 2
+    assert "warning: Redis refuses writes (" in text and "2 run(s) wait for distillation until it takes them" in text
+    assert json.loads(status(env, "--json").stdout)["redis_refuses_writes"] == ""
+
+
 def test_status_prints_no_terminal_escapes(env: dict[str, str | None], redis_client: redis.Redis,
                                            embedder: FastEmbedEmbedder) -> None:
     client = QdrantClient(path=env["LESSONBANK_QDRANT_PATH"])

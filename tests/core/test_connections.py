@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
 import pytest
+import redis
 
 from lessonbank.core.connections import create_redis, masked_url
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.settings import Settings
-from tests.fixtures.redis_server import RedisServer
+from tests.fixtures.redis_server import RedisServer, free_port
 
 
 @pytest.mark.parametrize(
@@ -31,7 +38,7 @@ def test_masked_url_hides_the_password(url: str, masked: str) -> None:
 
 @pytest.mark.parametrize(
     ("role", "socket_timeout", "connect_timeout", "retries"),
-    [("recorder", 0.25, 0.25, 0), ("agent", 8.0, 1.0, 0), ("service", 30.0, 5.0, None), ("cli", 10.0, 3.0, None)],
+    [("recorder", 0.25, 0.25, 0), ("agent", 3.0, 1.0, 0), ("service", 30.0, 5.0, None), ("cli", 10.0, 3.0, None)],
 )
 def test_roles_get_their_timeouts(role, socket_timeout, connect_timeout, retries) -> None:
     client = create_redis(Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0"), role)
@@ -79,7 +86,7 @@ def test_redis_trouble_names_what_went_wrong(redis_url: str) -> None:
 
 def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
     """lessonbank's Redis must not evict: a queue or a run in progress would vanish without a word."""
-    from lessonbank.core.connections import eviction_risk
+    from lessonbank.core.redis_health import eviction_risk
 
     admin = own_redis.client()
     assert eviction_risk(admin) == ""  # the default: no maxmemory
@@ -97,10 +104,170 @@ def test_eviction_risk_says_what_redis_may_drop(own_redis: RedisServer) -> None:
     assert eviction_risk(admin) == ""
 
 
-@pytest.mark.parametrize(("role", "socket_timeout", "connect_timeout"), [("recorder", 0.25, 0.25), ("agent", 8.0, 1.0)])
-def test_the_agent_process_roles_get_a_wire_with_their_timeouts(role, socket_timeout, connect_timeout) -> None:
-    from lessonbank.core.connections import create_wire
+@pytest.mark.parametrize(("query", "said"), [("nonsense=1", "nonsense"), ("ssl_cert_reqs=bogus", "bogus")])
+def test_an_option_redis_py_does_not_take_is_a_configuration_error_at_once(query: str, said: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"LESSONBANK_REDIS_URL cannot be used.*{said}"):
+        create_redis(Settings(_env_file=None, redis_url=f"rediss://127.0.0.1:1/0?{query}"), "agent")
 
-    wire = create_wire(Settings(_env_file=None, redis_url="redis://:pw@127.0.0.1:1/4"), role)
-    assert (wire.socket_timeout, wire.connect_timeout) == (socket_timeout, connect_timeout)
-    assert (wire.host, wire.port, wire.db, wire.password) == ("127.0.0.1", 1, 4, "pw")
+
+def test_the_agent_process_roles_keep_their_bounds_whatever_the_url_asks() -> None:
+    url = "redis://127.0.0.1:1/0?socket_timeout=60&socket_connect_timeout=60&client_name=mine"
+    settings = Settings(_env_file=None, redis_url=url)
+    for role, timeout in (("recorder", 0.25), ("agent", 3.0), ("service", 60.0)):
+        kwargs = create_redis(settings, role).connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == timeout and kwargs["client_name"] == "mine", role
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def tls_redis(tmp_path: Path, protocols: str) -> tuple[subprocess.Popen, int]:
+    """A redis-server speaking TLS only (``protocols``), asking every client for a certificate of its CA."""
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", "0", "--tls-port", str(port), "--tls-cert-file", "server.pem",
+                               "--tls-key-file", "server.key", "--tls-ca-cert-file", "ca.pem", "--tls-auth-clients",
+                               "yes", "--tls-protocols", protocols, "--save", "", "--dir", str(tmp_path)],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return server, port
+        assert time.monotonic() < deadline, "redis-server did not listen"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_an_injected_clients_tls_options_all_hold_for_the_recorder_and_the_tools(tmp_path: Path) -> None:
+    """A private CA given as data, a client key encrypted with a password, TLS 1.3 at least: the recorder (a copy of
+    the client's options with its own bounds) and the memory tools (the client as it is) both reach Redis with
+    them, and a Redis that speaks only TLS 1.2 is refused, not spoken to in TLS 1.2."""
+    import ssl
+
+    from smolagents import CodeAgent
+
+    from lessonbank.recorder import StepRecorder
+    from lessonbank.tools import RememberLessonTool
+    from tests.fixtures.recorded import run_records
+    from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not installed: no certificate to serve", pytrace=False)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=lessonbank test CA", cwd=tmp_path)
+    for name, subject, key in (("server", "/CN=localhost", ["-nodes"]), ("client", "/CN=agent",
+                                                                      ["-passout", "pass:k3y-pw"])):
+        openssl("req", "-newkey", "rsa:2048", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
+                "-addext", "subjectAltName=DNS:localhost", cwd=tmp_path)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+                f"{name}.pem", "-days", "2", "-copy_extensions", "copy", cwd=tmp_path)
+    options = {"ssl": True, "ssl_ca_data": (tmp_path / "ca.pem").read_text(), "ssl_password": "k3y-pw",
+               "ssl_certfile": str(tmp_path / "client.pem"), "ssl_keyfile": str(tmp_path / "client.key"),
+               "ssl_min_version": ssl.TLSVersion.TLSv1_3}
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path / "data")
+    servers = []
+    try:
+        server, port = tls_redis(tmp_path, "TLSv1.2 TLSv1.3")
+        servers.append(server)
+        injected = redis.Redis(host="localhost", port=port, **options)
+        recorder = StepRecorder(bank="tls", settings=settings, redis_client=injected)
+        agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1"), final_code(1)]), verbosity_level=0,
+                          step_callbacks=recorder.step_callbacks)
+        assert agent.run("Over TLS.") == 1
+        assert [r.kind for r in run_records(injected, recorder.run_id(agent))] == ["action", "action", "final",
+                                                                                   "run_end"]
+        assert recorder.transport.spooled == 0
+        recorder.close()
+        saved = RememberLessonTool("tls", redis_client=injected, settings=settings)(lesson="TLS works.", kind="fact")
+        assert saved.startswith("Saved for future runs")
+
+        old, old_port = tls_redis(tmp_path, "TLSv1.2")
+        servers.append(old)
+        refused = redis.Redis(host="localhost", port=old_port, **options)
+        with pytest.raises(redis.ConnectionError):
+            refused.ping()
+        recorder = StepRecorder(bank="tls", settings=settings, redis_client=refused)
+        agent = CodeAgent(tools=[], model=ScriptedModel([final_code(2)]), verbosity_level=0,
+                          step_callbacks=recorder.step_callbacks)
+        assert agent.run("Over TLS 1.2.") == 2
+        assert recorder.transport.spooled == 3 and recorder.transport.delivered == 0
+        recorder.close()
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(10)
+
+
+def test_a_credential_provider_is_asked_again_on_each_connection(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Rotating credentials: the recorder's copy of an injected client keeps its provider, which is asked again when
+    a connection is made, so a password changed since (and the old connections closed) is used."""
+    from smolagents import CodeAgent
+
+    from lessonbank.recorder import StepRecorder
+    from tests.fixtures.recorded import run_records
+    from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+    admin = own_redis.client()
+    admin.execute_command("ACL", "SETUSER", "agent", "on", ">first-pw", "~*", "+@all")
+    current = ["first-pw"]
+    asked: list[str] = []
+
+    class Rotating(redis.CredentialProvider):
+        def get_credentials(self) -> tuple[str, str]:
+            asked.append(current[0])
+            return "agent", current[0]
+
+    injected = redis.Redis(port=own_redis.port, credential_provider=Rotating())
+    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path / "data")
+    recorder = StepRecorder(bank="rotating", settings=settings, redis_client=injected)
+    agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code(1)), verbosity_level=0,
+                      step_callbacks=recorder.step_callbacks)
+    agent.run("With the first password.")
+    first = recorder.run_id(agent)
+    admin.execute_command("ACL", "SETUSER", "agent", "resetpass", ">second-pw")
+    current[0] = "second-pw"
+    admin.client_kill_filter(_type="normal", skipme=True)  # the old connections go, as at a rotation
+    agent.run("With the second password.")
+    second = recorder.run_id(agent)
+    assert recorder.flush(timeout=10)
+    for run_id in (first, second):
+        assert [r.kind for r in run_records(admin, run_id)] == ["action", "final", "run_end"]
+    assert asked[0] == "first-pw" and asked[-1] == "second-pw"
+    recorder.close()
+
+
+def test_a_client_found_through_sentinel_records_as_it_is(own_redis: RedisServer, tmp_path: Path) -> None:
+    """A client whose pool asks Sentinel for the primary cannot be copied: the recorder uses it as it is."""
+    from redis.sentinel import Sentinel
+    from smolagents import CodeAgent
+
+    from lessonbank.recorder import StepRecorder
+    from tests.fixtures.recorded import run_records
+    from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nsentinel monitor primary 127.0.0.1 {own_redis.port} 1\n")
+    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        client = Sentinel([("127.0.0.1", port)], socket_timeout=5).master_for("primary", socket_timeout=5)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "Sentinel did not name the primary"
+                time.sleep(0.05)
+        settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path / "data")
+        recorder = StepRecorder(bank="sentinel", settings=settings, redis_client=client)
+        agent = CodeAgent(tools=[], model=ScriptedModel([final_code(1)]), verbosity_level=0,
+                          step_callbacks=recorder.step_callbacks)
+        assert agent.run("Through Sentinel.") == 1
+        assert [r.kind for r in run_records(own_redis.client(), recorder.run_id(agent))] == ["action", "final",
+                                                                                           "run_end"]
+        recorder.close()
+    finally:
+        sentinel.terminate()
+        sentinel.wait(10)

@@ -241,6 +241,12 @@ class Monitor:
             finally:
                 sock.close()
 
+    def clients_asking(self, command: str) -> set[str]:
+        """The connections (address and port) that sent a command whose start is ``command`` (``'"SET" "key"'``)."""
+        with self._lock:
+            lines = list(self._lines)
+        return {line.split("]", 1)[0].rsplit(" ", 1)[-1] for line in lines if f"] {command}" in line}
+
     def commands(self) -> list[list[str]]:
         """Each executed command as its arguments (escapes left as they are: ids and numbers read fine)."""
         with self._lock:
@@ -271,6 +277,19 @@ class Monitor:
         for args in self.script_sends(runs.SCRIPTS["close"], run_id):
             sent[int(args[0])] += 1
         return sent
+
+
+def duplicate_lessons(svc: Service, *banks: str) -> int:
+    """Lessons of ``banks`` stored twice (same text), plus lessons crediting one run more than once."""
+    lessons = [lesson for bank in banks for lesson in svc.lessons(bank, include_inactive=True)]
+    texts = Counter((lesson.bank, lesson.text) for lesson in lessons)
+    twice = sum(n - 1 for n in texts.values())
+    return twice + sum(len(lesson.source_run_ids) - len(set(lesson.source_run_ids)) for lesson in lessons)
+
+
+def records_lost(client: redis.Redis, handed: dict[str, int]) -> int:
+    """Step records handed to the recorder (``handed``: run id -> how many) that Redis does not hold."""
+    return sum(max(count - int(client.hlen(run_steps_key(run_id))), 0) for run_id, count in handed.items())
 
 
 def deliveries(client: redis.Redis, run_id: str) -> int:

@@ -35,7 +35,9 @@ from tests.faults.helpers import (
     Service,
     by_task,
     deliveries,
+    duplicate_lessons,
     records,
+    records_lost,
     seqs,
     tenant_run,
     tenant_task,
@@ -143,9 +145,12 @@ def test_hostile_step_content_is_capped_and_the_run_distills(svc: Service, repor
     [lesson] = distilled(svc, bank)
     assert sorted(lesson.source_run_ids) == sorted([code_run, tool_run]) and lesson.evidence == 2
     delivered = sum(deliveries(svc.client, run) for run in (code_run, tool_run))
+    lost = records_lost(svc.client, {code_run: len(CODE_STEPS) + 3, tool_run: 4 + 3})
+    assert lost == 0 and duplicate_lessons(svc, bank) == 0
     report("hostile step content (10 MB, bytes, surrogates, deep, cyclic, raising repr, images)",
-           faults=len(CODE_STEPS) + 4, runs=2, records_lost=0, deliveries=delivered, duplicate_tasks=delivered - 2,
-           llm_calls=sum(len(svc.requests_for(task)) for task in (code_task, tool_task)), duplicate_lessons=0)
+           faults=len(CODE_STEPS) + 4, runs=2, records_lost=lost, deliveries=delivered, duplicate_tasks=delivered - 2,
+           llm_calls=sum(len(svc.requests_for(task)) for task in (code_task, tool_task)),
+           duplicate_lessons=duplicate_lessons(svc, bank))
     recorder.close()
 
 
@@ -226,9 +231,60 @@ def test_concurrent_agents_keep_runs_and_banks_apart(svc: Service, report: Repor
             assert listed.exit_code == 0 and found.exit_code == 0, listed.output + found.output
             seen = [text in given, text in recalled, text in listed.stdout, text in found.stdout]
             assert seen == [mine] * 4, (bank, other, seen)
+    lost, doubled = records_lost(svc.client, dict.fromkeys(run_of.values(), 5)), duplicate_lessons(svc, *BANKS)
+    assert lost == 0 and doubled == 0
     report(f"{THREADS} agent threads and {PROCESSES} agent processes at once, 3 banks", runs=len(run_of),
-           records_lost=0, deliveries=delivered, duplicate_tasks=delivered - len(run_of),
-           llm_calls=sum(len(svc.requests_for(f"[{bank}]")) for bank in BANKS), duplicate_lessons=0)
+           records_lost=lost, deliveries=delivered, duplicate_tasks=delivered - len(run_of),
+           llm_calls=sum(len(svc.requests_for(f"[{bank}]")) for bank in BANKS), duplicate_lessons=doubled)
+
+
+# -- a process with many files open --------------------------------------------------------------------
+
+MANY_FILES_AGENT = """
+import os, resource, sys
+from pathlib import Path
+import lessonbank
+from lessonbank.agent import lessons_given
+from lessonbank.core.settings import Settings
+from smolagents import CodeAgent
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
+
+url, queue, data_dir, bank, task, lesson = sys.argv[1:7]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(4096, hard)), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # as an agent inside a busy server holds
+settings = Settings(_env_file=None, redis_url=url, queue=queue, data_dir=Path(data_dir), store_timeout=10,
+                    qdrant_url=None)
+replies = [code_reply(f"value_{i} = {i}\\nprint(value_{i})") for i in range(19)] + [final_code("done")]
+agent = CodeAgent(tools=[], model=ScriptedModel(replies), verbosity_level=0, max_steps=25)
+recorder = lessonbank.remember(agent, bank=bank, settings=settings)
+assert agent.run(task) == "done"
+assert recorder.flush(timeout=30)
+print(max(held), recorder.run_id(agent), lesson in lessons_given(agent), recorder.transport.spooled, flush=True)
+"""
+
+
+def test_an_agent_holding_1100_open_files_records_and_gets_lessons(svc: Service, report: Report) -> None:
+    """Sockets numbered above 1,024 (select() cannot take them): every command of the agent's Redis client works,
+    a 20-step run is recorded whole, none of it spooled, and the run is given the bank's lessons."""
+    bank, task = "many-files", "Print the many-files report values, each doubled."
+    lesson = "The many-files report prints every value on a line of its own."
+    svc.llm.handler = by_task({task: [Reply(content=lessons_json(("fact", lesson)))]})
+    svc.store().upsert([Lesson.new(bank, "fact", lesson, origin="added")])
+    result = subprocess.run([sys.executable, "-c", MANY_FILES_AGENT, svc.redis_server.url, QUEUE,
+                             str(svc.root / "many-files"), bank, task, lesson], cwd=REPO, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    highest, run_id, given, spooled = result.stdout.split()[-4:]
+    lost = records_lost(svc.client, {run_id: 22})  # 20 action steps, the final answer, the run's end
+    print(f"\nan agent holding files up to fd {highest}: {22 - lost} of 22 records delivered, {spooled} spooled, "
+          f"lessons given: {given}")
+    assert int(highest) >= 1100 and given == "True" and spooled == "0" and lost == 0
+    state = svc.wait(run_id)
+    assert state["state"] == "distilled"
+    report("an agent process holding 1,100 open files", runs=1, records_lost=lost,
+           deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - 1,
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=duplicate_lessons(svc, bank))
 
 
 # -- memory poisoning ---------------------------------------------------------------------------------
@@ -282,7 +338,7 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     assert {(lesson.text, lesson.status) for lesson in kept} == {(HONEST, "active"), (BAITED, "forgotten")}
     report("a poisoned observation (prompt injection in a tool result)", faults=1, runs=1,
            deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - 1,
-           llm_calls=len(svc.requests_for(task)), duplicate_lessons=0)
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=duplicate_lessons(svc, bank))
     recorder.close()
 
 

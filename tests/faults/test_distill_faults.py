@@ -23,7 +23,7 @@ import lessonbank
 from lessonbank.core.constants import DROPPED_KEY, LLM_STATS_KEY, job_key
 from lessonbank.workers import deadletters
 from tests.faults.conftest import Report
-from tests.faults.helpers import Service, by_task, deliveries, wait_until
+from tests.faults.helpers import Service, by_task, deliveries, duplicate_lessons, wait_until
 from tests.fixtures.openai_server import Reply, error, lessons_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -162,7 +162,7 @@ def test_llm_connection_refused_dead_letters_then_retry_stores(svc: Service, rep
     assert len(svc.requests_for(task)) == 1 and len(svc.lessons(bank)) == 2
     report("LLM port refusing connections, then a dead-letter retry", faults=1, runs=1,
            deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - ATTEMPTS - 1,
-           llm_calls=len(svc.requests_for(task)), duplicate_lessons=0)
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=duplicate_lessons(svc, bank))
 
 
 def test_store_owner_unavailable_task_retries_then_stores(svc: Service, report: Report) -> None:
@@ -201,4 +201,4 @@ def test_store_owner_unavailable_task_retries_then_stores(svc: Service, report: 
                "the retry's reason in the log")
     report("the store owner (worker main process) SIGSTOPped mid-distillation", faults=1, runs=1,
            deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - 2,
-           llm_calls=len(svc.requests_for(task)), duplicate_lessons=0)
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=duplicate_lessons(svc, bank))

@@ -8,6 +8,7 @@ injected and lifted at steps of the agent's run (events), not after timers.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -25,7 +26,18 @@ from lessonbank.core.settings import Settings
 from lessonbank.recorder import StepRecorder
 from lessonbank.recorder.spool import spool_files
 from tests.faults.conftest import Report
-from tests.faults.helpers import Monitor, Service, by_task, deliveries, paced, records, seqs, step_count, wait_until
+from tests.faults.helpers import (
+    Monitor,
+    Service,
+    by_task,
+    deliveries,
+    duplicate_lessons,
+    paced,
+    records,
+    seqs,
+    step_count,
+    wait_until,
+)
 from tests.fixtures.openai_server import Reply, lessons_json
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code
 
@@ -41,7 +53,8 @@ AOF_WINDOW = 3.0  # seconds: everysec's second, plus the 2 s a write may wait fo
 def svc(tmp_path_factory: pytest.TempPathFactory, embed_model_path: Path) -> Iterator[Service]:
     # An LLM call long enough to outlast a Redis restart and the worker's reconnection (2 s).
     service = Service(tmp_path_factory.mktemp("faults-redis"), embed_model_path, QUEUE, appendonly=True,
-                      llm_timeout=10, task_soft_time_limit=30, task_time_limit=35, visibility_timeout=60).start()
+                      llm_timeout=10, task_soft_time_limit=30, task_time_limit=35, visibility_timeout=60,
+                      resend_after=2).start()
     try:
         yield service
     finally:
@@ -77,14 +90,6 @@ def lesson_texts(tag: str) -> tuple[str, str]:
 def two_lessons(tag: str) -> str:
     fact, approach = lesson_texts(tag)
     return lessons_json(("fact", fact), ("approach", approach))
-
-
-def duplicate_lessons(svc: Service, bank: str) -> int:
-    """Lessons stored twice (same text) plus lessons crediting one run more than once."""
-    lessons = svc.lessons(bank, include_inactive=True)
-    texts = Counter(lesson.text for lesson in lessons)
-    twice = sum(n - 1 for n in texts.values())
-    return twice + sum(len(lesson.source_run_ids) - len(set(lesson.source_run_ids)) for lesson in lessons)
 
 
 def distilled_once(svc: Service, bank: str, run_id: str, tag: str) -> None:
@@ -229,6 +234,7 @@ def test_redis_killed_while_a_run_is_distilled(svc: Service, report: Report) -> 
     svc.llm.handler = by_task({task: [Reply(content=two_lessons("distilling"), block=release)]})
     run_id = svc.submit(bank, task=task)
     wait_until(lambda: svc.requests_for(task), 30, "the distill request")
+    time.sleep(AOF_WINDOW)  # the run on disk (appendfsync everysec): what the restart must keep (the LLM waits)
     assert svc.worker is not None
     log_mark = len(svc.worker.log())
     svc.restart_redis()
@@ -284,3 +290,165 @@ def test_aof_restart_keeps_50_queued_tasks(svc: Service, report: Report) -> None
            duplicate_tasks=sum(deliveries(svc.client, r) - int(states[r]["distill_attempts"]) for r in run_ids),
            llm_calls=len(svc.requests_for(task)),
            duplicate_lessons=duplicate_lessons(svc, bank))
+
+
+class Timed:
+    """The recorder's step callbacks, timed: what each costs the agent's thread (the final answer's includes the
+    run's close, which waits until its records are in Redis or in the spool)."""
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self.steps: list[float] = []
+        self.closes: list[float] = []
+        for kind, callback in list(recorder.step_callbacks.items()):
+            recorder.step_callbacks[kind] = self._timed(callback, self.closes if kind is FinalAnswerStep else
+                                                        self.steps)
+
+    @staticmethod
+    def _timed(callback: Callable[..., Any], into: list[float]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return callback(*args, **kwargs)
+            finally:
+                into.append(time.perf_counter() - started)
+
+        return timed
+
+
+def test_a_frozen_redis_costs_one_run_the_store_timeout_and_later_runs_nothing(svc: Service, report: Report) -> None:
+    """Redis SIGSTOPped between two runs of an agent with ``remember``: the first run waits at most
+    ``LESSONBANK_STORE_TIMEOUT`` for its lessons, the next ones do not wait at all (Redis counts as not answering
+    for a back-off period), each step callback and each close stays within 0.5 s; once Redis answers again and the
+    back-off is over, runs get their lessons again, and every record of every run reaches Redis."""
+    import lessonbank
+    from lessonbank.agent import AgentHook, lessons_given
+    from lessonbank.core.models import Lesson
+    from lessonbank.source import owner_state
+
+    bank, lesson = "redis-frozen-lessons", "The frozen-lessons report doubles every value before printing it."
+    svc.llm.handler = by_task({"frozen-lessons report": [Reply(content=two_lessons("frozen-lessons"))]})
+    svc.store().upsert([Lesson.new(bank, "fact", lesson, origin="added")])
+    settings = svc.settings.model_copy(update={"store_timeout": 3.0, "breaker_cooldown": 60.0})
+    recorder = StepRecorder(bank=bank, settings=settings)
+    timed = Timed(recorder)
+    agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code("done")), verbosity_level=0)
+    lessonbank.remember(agent, bank=bank, settings=settings, recorder=recorder)
+    hook: AgentHook = agent._lessonbank_memory
+    lookups: list[float] = []
+    own_lookup = hook.lessons_for
+
+    def lessons_for(task: str) -> Any:
+        started = time.perf_counter()
+        try:
+            return own_lookup(task)
+        finally:
+            lookups.append(time.perf_counter() - started)
+
+    hook.lessons_for = lessons_for  # type: ignore[method-assign]
+    task = "Print the frozen-lessons report, doubling every value."
+    run_ids, given = [], []
+
+    def run() -> None:
+        assert agent.run(task) == "done"
+        run_ids.append(recorder.run_id(agent))
+        given.append(lesson in lessons_given(agent))
+
+    run()  # Redis answers: the owner's lessons are given
+    svc.redis_server.freeze()
+    try:
+        for _ in range(3):
+            run()
+    finally:
+        svc.redis_server.thaw()
+    state = owner_state(settings)
+    wait_until(lambda: time.monotonic() >= state.away_until, 120, "the back-off to end")
+    run()  # one quick PING finds Redis again: lessons again
+    assert recorder.flush(timeout=30)
+    handed = len(timed.steps) + 2 * len(timed.closes)  # each step's record; a final answer's and its run's end
+    lost = handed - sum(step_count(svc.client, run_id or "") for run_id in run_ids)
+    print(f"\nRedis frozen: lessons lookup {lookups[1]:.2f} s in the first run, "
+          f"{max(lookups[2:4]):.3f} s in the later ones (store timeout {settings.store_timeout:g} s); step "
+          f"callbacks at most {max(timed.steps):.3f} s, closes at most {max(timed.closes[1:4]):.3f} s")
+    assert given == [True, False, False, False, True]
+    assert lookups[1] <= settings.store_timeout + 0.5  # one store timeout (its first reply's wait), not more
+    assert max(lookups[2:4]) < 0.5  # no wait at all: Redis counts as not answering
+    assert max(timed.steps) <= 0.5 and max(timed.closes) <= 0.5
+    assert lost == 0
+    report(f"Redis SIGSTOPped between runs (lessons: {lookups[1]:.1f} s once, then "
+           f"{max(lookups[2:4]):.2f} s; callbacks <= {max(timed.steps + timed.closes):.2f} s)", faults=1,
+           runs=len(run_ids), records_lost=lost)
+    recorder.close()
+
+
+def fill_to_maxmemory(client: Any) -> int:
+    """Set ``maxmemory`` just above what Redis uses (``noeviction``) and write until it refuses: the keys written."""
+    import redis
+
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2 * 1024 * 1024)
+    written = 0
+    try:
+        while written < 100_000:
+            client.set(f"filler:{written}", "x" * 65536)
+            written += 1
+    except redis.exceptions.OutOfMemoryError:
+        # and it stays full whatever Redis frees meanwhile (expiring keys, a client's buffers) until the test frees it
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1024 * 1024)
+        return written
+    raise AssertionError("Redis never refused a write")
+
+
+def test_a_full_redis_loses_no_run(svc: Service, monitor: Monitor, report: Report) -> None:
+    """Redis reaches ``maxmemory`` (``noeviction``) with a run closed and its task queued, and the worker takes the
+    task while Redis refuses writes: the run is neither failed nor dead-lettered, ``lessonbank status`` says why it
+    waits, and once memory is freed it is distilled, once (the sweeper sends it again if its task was lost)."""
+    import os
+    import signal
+
+    from click.testing import CliRunner
+
+    from lessonbank.cli.main import cli
+    from lessonbank.core.constants import SWEEP_TASK, WAITING_RUNS_KEY
+
+    bank, task = "redis-full", "Double twenty values (full Redis)."
+    svc.llm.handler = by_task({task: [Reply(content=two_lessons("full"))]})
+    assert svc.worker is not None and svc.worker.process is not None
+    worker = [svc.worker.process.pid, *svc.worker.child_pids()]
+    log_mark = len(svc.worker.log())
+    recorder = recorder_for(svc, bank)
+    agent = twenty_step_agent(recorder, {}, pace=0.0)
+    for pid in worker:  # the worker takes the task only once Redis is full
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert recorder.run(agent, task) == "done"
+        run_id = recorder.run_id(agent) or ""
+        assert recorder.flush() and svc.state(run_id)["state"] == "closed"
+        filled = fill_to_maxmemory(svc.client)
+    finally:
+        for pid in worker:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        shown = CliRunner().invoke(cli, ["status", "--json"], env=svc.cli_env())
+        status = json.loads(shown.stdout)
+        waiting = svc.client.zrange(WAITING_RUNS_KEY, 0, -1)
+        assert "maxmemory" in status["redis_refuses_writes"] and run_id.encode() in waiting
+        assert status["runs_waiting"] == len(waiting)
+        wait_until(lambda: "maxmemory" in svc.worker.log()[log_mark:], 60, "the worker to meet the refusal")
+        assert svc.state(run_id)["state"] == "closed" and svc.dead_letter(run_id) is None  # not failed meanwhile
+    finally:
+        svc.client.delete(*[f"filler:{i}" for i in range(filled)])
+        svc.client.config_set("maxmemory", 0)
+    svc.app.send_task(SWEEP_TASK, queue=QUEUE)  # a task lost to the refused writes is sent again
+    state = svc.wait(run_id, timeout=120)
+    print(f"\nfull Redis: {filled} filler values of 64 KiB; run {state['state']} after {state['deliveries']} "
+          f"delivery(ies), {len(svc.requests_for(task))} LLM call(s)")
+    # one LLM call (an attempt that a busy machine made retry reuses its output), no dead letter, lessons once
+    assert state["state"] == "distilled" and len(svc.requests_for(task)) == 1 and svc.dead_letter(run_id) is None
+    distilled_once(svc, bank, run_id, "full")
+    assert svc.client.zscore(WAITING_RUNS_KEY, run_id) is None
+    report("Redis full (maxmemory, noeviction) when the worker takes the run", faults=1, runs=1,
+           records_lost=RECORDS - len(seqs(svc.client, run_id)), tasks_published=monitor.published(QUEUE, run_id),
+           deliveries=deliveries(svc.client, run_id),
+           duplicate_tasks=deliveries(svc.client, run_id) - int(state["distill_attempts"]),
+           llm_calls=len(svc.requests_for(task)), duplicate_lessons=duplicate_lessons(svc, bank))
+    recorder.close()

@@ -103,7 +103,11 @@ def test_prune_keeps_what_the_answer_needs() -> None:
     # an assignment whose value comes from a call is kept (the call may matter), and its import with it
     assert [ast.unparse(s) for s in prune(body)] == ["import csv", "x = 1", "rows = csv.reader(open('f'))",
                                                      "z = x", "final_answer(z)"]
-    assert fingerprint(prune(body), [], []) == fingerprint(prune(body), [], [])
+    # the same program with other local names and without what pruning drops has the same fingerprint; one whose
+    # answer comes out otherwise has another
+    same = ast.parse("import csv\na = 1\nrecords = csv.reader(open('f'))\nb = a\nfinal_answer(b)").body
+    other = ast.parse("import csv\na = 2\nrecords = csv.reader(open('f'))\nb = a\nfinal_answer(b)").body
+    assert fingerprint(prune(body), [], []) == fingerprint(prune(same), [], []) != fingerprint(prune(other), [], [])
 
 
 INVOICE_TASK = "Using get_invoice, what is the total of invoice INV-1471 in euros? Answer with the number only."

@@ -324,6 +324,38 @@ def test_ten_megabyte_observation_is_capped(settings, redis_client):
     recorder.close()
 
 
+def test_a_huge_value_left_as_the_last_expression_costs_the_callback_milliseconds(settings, redis_client):
+    """600,000 entries in a dict the step's code ends with: the callback walks 2,000 of them, whatever the size,
+    and the record says how many were left out."""
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    took, cpu = [], []
+    own = recorder.step_callbacks[ActionStep]
+
+    def timed(*args, **kwargs):  # wall clock, and the agent thread's own CPU (what a busy machine does not inflate)
+        started, used = time.perf_counter(), time.thread_time()
+        own(*args, **kwargs)
+        took.append(time.perf_counter() - started)
+        cpu.append(time.thread_time() - used)
+
+    @tool
+    def load_table() -> dict:
+        """Load the whole table."""
+        return {f"k{i}": i for i in range(600_000)}
+
+    # built by a tool, natively: smolagents' interpreter takes seconds over such a comprehension on a busy machine
+    agent = CodeAgent(tools=[load_table], model=ScriptedModel([code_reply("table = load_table()\ntable"),
+                                                               final_code("ok")]),
+                      step_callbacks={ActionStep: timed, FinalAnswerStep: recorder.step_callbacks[FinalAnswerStep]},
+                      verbosity_level=0)
+    assert agent.run("Build the table.") == "ok"
+    print(f"\ncallback with a 600,000-entry dict as the step's value: {took[0] * 1000:.1f} ms "
+          f"({cpu[0] * 1000:.1f} ms of the agent thread's CPU)")
+    assert cpu[0] <= 0.02
+    record = run_records(redis_client, recorder.run_id(agent))[0]
+    assert record.action_output.startswith('{"k0": 0, "k1": 1') and "598,000 more items" in record.action_output
+    recorder.close()
+
+
 def test_bytes_and_image_outputs(recorder, redis_client):
     @tool
     def snapshot() -> Image.Image:
@@ -355,7 +387,7 @@ def test_importing_the_recorder_stays_light():
         "heavy = [m for m in heavy if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "StepRecorder(bank='b')\n"
-        "assert 'celery' not in sys.modules and 'redis' not in sys.modules\n"
+        "assert 'celery' not in sys.modules\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -588,7 +620,9 @@ def test_a_dropped_recorder_delivers_what_it_holds_and_ends_its_thread(settings,
         assert time.monotonic() < deadline, "the dropped recorder's writer thread did not end"
         gc.collect()
         time.sleep(0.05)
-    assert [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"]
+    # delivered by the writer, or (Redis slow to answer on a busy machine) spooled and replayed by the survivor
+    wait_until(lambda: [r.kind for r in run_records(redis_client, run_id)] == ["action", "action", "action"], 60,
+               "the dropped recorder's records in Redis")
 
 
 def test_a_writer_retired_while_it_lingers_for_more_records_still_ends(settings, redis_client, monkeypatch):
@@ -596,7 +630,7 @@ def test_a_writer_retired_while_it_lingers_for_more_records_still_ends(settings,
     # used to send it to sleep for good (the dropped-recorder test above failed now and then).
     from lessonbank.recorder import writer as writer_module
 
-    monkeypatch.setattr(writer_module, "LINGER", 1.0)  # a window this test cannot miss
+    monkeypatch.setattr(writer_module, "LINGER", 30.0)  # a window no machine, however busy, lets pass unseen
     recorder = StepRecorder(bank=BANK, settings=settings)
     agent = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1")]),
                       step_callbacks={ActionStep: recorder.step_callbacks[ActionStep]}, verbosity_level=0)
@@ -607,9 +641,8 @@ def test_a_writer_retired_while_it_lingers_for_more_records_still_ends(settings,
     assert thread is not None and thread.is_alive()
     wait_until(lambda: writer.pending == 0 and len(run_records(redis_client, run_id)) == 2, 5,
                "both records delivered")
-    time.sleep(0.2)  # well inside the linger that follows the delivery
-    writer.retire()
-    thread.join(5)
+    writer.retire()  # the thread lingers 30 s for more records after that delivery: the retirement comes inside it
+    thread.join(10)
     assert not thread.is_alive(), "a writer retired while lingering never ended"
 
 

@@ -86,7 +86,17 @@ def test_a_normal_exit_leaves_every_record_in_redis_and_nothing_in_the_spool(red
 # A streamed run the caller stopped reading: its generator is closed while the interpreter finalizes, after the
 # exit flush, and smolagents hands the step in progress to the recorder then.
 EXIT_WITH_A_STREAM_LEFT_OPEN = """
+    from smolagents.memory import ActionStep
+
     recorder = StepRecorder(bank="exit-bank")
+    handed = os.open(os.environ["HANDED"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    own = recorder.step_callbacks[ActionStep]
+
+    def noted(step, agent=None, **kwargs):  # each step handed over, noted as it is (the interpreter may finalize)
+        own(step, agent=agent, **kwargs)
+        os.write(handed, b"step\\n")
+
+    recorder.step_callbacks[ActionStep] = noted
     runner = agent(recorder, [code_reply("x = 1"), code_reply("y = 2"), final_code(1)])
     steps = runner.run("A streamed run nobody finishes reading.", stream=True)
     for i, step in enumerate(steps):
@@ -98,8 +108,9 @@ EXIT_WITH_A_STREAM_LEFT_OPEN = """
 
 def test_a_step_handed_over_while_the_interpreter_finalizes_neither_hangs_the_exit_nor_is_lost(
         redis_url, redis_client, tmp_path):
+    handed = tmp_path / "handed"
     environment = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "LESSONBANK_DATA_DIR": str(tmp_path / "d"),
-                   "LESSONBANK_REDIS_URL": redis_url}
+                   "LESSONBANK_REDIS_URL": redis_url, "HANDED": str(handed)}
     started = time.monotonic()
     try:
         result = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(EXIT_WITH_A_STREAM_LEFT_OPEN)],
@@ -111,9 +122,11 @@ def test_a_step_handed_over_while_the_interpreter_finalizes_neither_hangs_the_ex
     run_id = result.stdout.split()[-1]
     assert [r.seq for r in run_records(redis_client, run_id)] == [0]  # before the exit
     # the second step, handed over while the interpreter finalized (no new connection possible), is spooled
-    # (under the run the recorder still knew of then)
-    assert [(op.op, op.task) for op in spooled_ops(tmp_path / "d" / "spool")] in (
-        [], [("step", "A streamed run nobody finishes reading.")])
+    # (under the run the recorder still knew of then); every step handed over is in Redis or in the spool
+    steps = handed.read_text().splitlines()
+    spooled = [(op.op, op.task) for op in spooled_ops(tmp_path / "d" / "spool")]
+    assert len(steps) == 1 + len(spooled) and spooled in ([], [("step", "A streamed run nobody finishes reading.")])
+    print(f"\n{len(steps)} step(s) handed over, {len(spooled)} of them during finalization and spooled")
 
 
 # Redis goes away before the run's last steps: the process still exits normally, the rest waits in the spool.
@@ -224,6 +237,41 @@ def test_a_forked_child_spools_into_a_file_of_its_own(tmp_path):
     assert child_run not in runs_in[parent_spool] and len(runs_in[parent_spool]) == 3
 
 
+FORKED_MID_EXCHANGE = """
+    from smolagents.memory import ActionStep
+
+    recorder = StepRecorder(bank="fork-bank")
+    writer = recorder._writer
+    runner = CodeAgent(tools=[], model=ScriptedModel([code_reply("x = 1"), code_reply("y = 2")]), verbosity_level=0,
+                       step_callbacks={ActionStep: recorder.step_callbacks[ActionStep]})
+    runner.run("Forked while the writer waits for Redis.", max_steps=2)
+    deadline = time.monotonic() + 30
+    while not (writer._io.locked() and len(recorder.transport.spool)):  # a batch sent, its reply awaited
+        assert time.monotonic() < deadline, "the writer never waited for Redis"
+        time.sleep(0.002)
+    forked = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # a normal exit: the child's writers are closed at exit
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), time.monotonic() - forked, flush=True)
+    os._exit(0)  # the parent's writer waits for the frozen Redis: not what this measures
+"""
+
+
+def test_a_child_forked_while_the_writer_waits_for_redis_exits_at_once(own_redis, tmp_path):
+    """The writer thread is inside an exchange with a Redis that does not answer (SIGSTOP, a 5 s timeout) when
+    the process forks: the child, with no writer thread of its own, exits normally within 2 s."""
+    own_redis.freeze()
+    try:
+        [line] = run_agent(FORKED_MID_EXCHANGE, tmp_path / "data", own_redis.url, LESSONBANK_REDIS_TIMEOUT="5")[-1:]
+    finally:
+        own_redis.thaw()
+    code, took = line.split()
+    print(f"\nchild forked mid-exchange exited with {code} in {float(took):.2f} s")
+    assert code == "0" and float(took) < 2.0
+
+
 # -- a slow Redis --------------------------------------------------------------------------------------------
 
 
@@ -276,11 +324,11 @@ def test_records_of_a_recorder_dropped_while_redis_is_away_reach_redis_while_the
 
     own_redis.stop()
     dropped = [request(f"Request {i} while Redis is away.") for i in range(3)]
-    wait_until(lambda: gc.collect() is not None and all(ref() is None for _, ref in dropped), 10, "recorders dropped")
+    wait_until(lambda: gc.collect() is not None and all(ref() is None for _, ref in dropped), 60, "recorders dropped")
     own_redis.start()  # same port
     client = own_redis.client()
     for run_id, _ in dropped:
-        wait_until(lambda run_id=run_id: run_hash(client, run_id).get("state") == "closed", 10, "the run in Redis")
+        wait_until(lambda run_id=run_id: run_hash(client, run_id).get("state") == "closed", 60, "the run in Redis")
         assert [r.kind for r in run_records(client, run_id)] == ["action", "action", "final", "run_end"]
     assert sorted(args[1] for args in distill_args(client, settings.queue)) == sorted(run_id for run_id, _ in dropped)
-    wait_until(lambda: spool_files(settings.resolved_spool_dir) == [], 5, "the spool files delivered and gone")
+    wait_until(lambda: spool_files(settings.resolved_spool_dir) == [], 60, "the spool files delivered and gone")

@@ -11,7 +11,6 @@ import redis
 from smolagents import CodeAgent
 
 from lessonbank.core.settings import Settings
-from lessonbank.core.wire import Wire
 from lessonbank.recorder import StepRecorder
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import spool_files
@@ -105,7 +104,10 @@ def test_next_successful_push_flushes_the_spool_first(own_redis, tmp_path):
     agent.run("While Redis is away.")
     first = recorder.run_id(agent)
     own_redis.start()
-    time.sleep(0.25)  # past the cooldown: the next step probes, succeeds, and flushes first
+    deadline = time.monotonic() + 30
+    while not recorder.transport.breaker.allow():  # past the cooldown: the next step probes, succeeds, flushes first
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     agent.run("After it came back.")
     second = recorder.run_id(agent)
     client = own_redis.client()
@@ -226,7 +228,7 @@ def test_a_batch_writes_what_the_run_state_functions_write(redis_url):
     sink = RedisSink(expected, "q")
     for op in ops:
         sink.apply(op)
-    transport = Transport(lambda: Wire.from_client(batched), Spool(Path("/nonexistent")), 5.0, 1.0, "q")
+    transport = Transport(lambda: batched, Spool(Path("/nonexistent")), 5.0, 1.0, "q", own_client=False)
     transport.deliver(ops, list)
     assert transport.delivered == 8 and transport.spooled == 0
     assert redis_state(batched) == redis_state(expected) != {}
@@ -248,7 +250,7 @@ def test_a_replayed_spool_writes_what_replay_step_writes(redis_url, tmp_path):
         sink.apply(op, replay=True)
     spool = Spool(tmp_path)
     spool.append_many(ops)
-    transport = Transport(lambda: Wire.from_client(batched), spool, 5.0, 1.0, "q")
+    transport = Transport(lambda: batched, spool, 5.0, 1.0, "q", own_client=False)
     assert transport.pump(list, budget=5.0, force=True)
     assert transport.delivered == 8 and spool.path is None
     assert redis_state(batched) == redis_state(expected)
@@ -282,3 +284,39 @@ def test_an_injected_client_keeps_the_recorders_bounds(tmp_path):
     assert time.monotonic() - started < 0.5 + 0.2
     recorder.close()
     assert injected.connection_pool.connection_kwargs["socket_timeout"] == 5.0  # the user's client is as it was
+
+
+@pytest.mark.slow
+def test_a_backlog_drains_over_a_slow_link(own_redis, tmp_path):
+    """About 3 MB of records spooled while Redis was away, then a link of 2 MB/s to it: the spool is replayed in
+    chunks the link carries within their wait (not resent for ever), and every record lands once."""
+    from tests.fixtures.relay import Relay
+
+    relay = Relay(own_redis.port)  # not listening yet: Redis is away
+    settings = Settings(_env_file=None, redis_url=relay.url, data_dir=tmp_path / "data", max_field_chars=100_000,
+                        max_record_bytes=131072, breaker_cooldown=0.2)
+    recorder = StepRecorder(bank=BANK, settings=settings)
+    replies = [code_reply(f"print('{i % 10}' * 100_000)") for i in range(64)] + [final_code("done")]
+    agent = CodeAgent(tools=[], model=ScriptedModel(replies), step_callbacks=recorder.step_callbacks,
+                      verbosity_level=0, max_steps=70)
+    assert agent.run("Print a lot.") == "done"
+    spooled = sum(path.stat().st_size for path in spool_files(settings.resolved_spool_dir))
+    assert recorder.transport.backlog == 67 and spooled > 3_000_000
+    relay.rate = 2_000_000
+    relay.open()
+    started = time.monotonic()
+    try:
+        deadline = started + 120
+        while recorder.transport.backlog:
+            assert time.monotonic() < deadline, f"{recorder.transport.backlog} ops still spooled"
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        print(f"\n{spooled / 1e6:.1f} MB spooled, replayed over a 2 MB/s link in {took:.1f} s "
+              f"({relay.forwarded / 1e6:.1f} MB sent; next chunk {recorder.transport.replay_bytes // 1024} KiB)")
+        client = own_redis.client()
+        run_id = recorder.run_id(agent)
+        assert [r.seq for r in run_records(client, run_id)] == list(range(67))
+        assert relay.forwarded < 2 * spooled  # chunks went through, not again and again
+    finally:
+        recorder.close()
+        relay.close()

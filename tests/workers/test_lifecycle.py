@@ -37,7 +37,7 @@ def test_a_worker_owns_the_store_once_the_cli_lets_go_of_it(redis_url: str, open
         worker.stop()
 
 
-def test_a_worker_says_at_start_when_redis_may_evict_its_keys(own_redis: RedisServer, openai_server: FakeOpenAI,
+def test_a_worker_says_at_start_when_redis_may_evict_or_lose_its_keys(own_redis: RedisServer, openai_server: FakeOpenAI,
                                                               embed_model_path: Path, tmp_path: Path) -> None:
     admin = own_redis.client()
     admin.config_set("maxmemory", "256mb")
@@ -51,5 +51,7 @@ def test_a_worker_says_at_start_when_redis_may_evict_its_keys(own_redis: RedisSe
             time.sleep(0.1)
         [line] = [line for line in worker.log().splitlines() if "maxmemory-policy" in line]
         assert "WARNING" in line and "set maxmemory-policy noeviction for lessonbank's Redis" in line
+        [line] = [line for line in worker.log().splitlines() if "keeps nothing on disk" in line]  # --save ''
+        assert "WARNING" in line and "set appendonly yes for lessonbank's Redis" in line
     finally:
         worker.stop()

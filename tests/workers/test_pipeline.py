@@ -19,7 +19,14 @@ from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
 from lessonbank.core import purge, runs, summary
-from lessonbank.core.constants import CREDIT_TASK, DROPPED_KEY, bank_lock_key, pending_lesson_key, run_key
+from lessonbank.core.constants import (
+    CREDIT_TASK,
+    DROPPED_KEY,
+    bank_deleted_key,
+    bank_lock_key,
+    pending_lesson_key,
+    run_key,
+)
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.models import Lesson, Provenance, StepRecord
 from lessonbank.core.redact import Redactor
@@ -32,8 +39,10 @@ from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 from lessonbank.workers.verdicts import credit_one, vouched_by_another
+from tests.faults.helpers import Monitor, wait_until
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args, queued_tasks
+from tests.fixtures.redis_server import RedisServer
 from tests.fixtures.runs import run_state, write_run
 from tests.fixtures.scripted_model import ScriptedModel, code_reply
 
@@ -297,7 +306,7 @@ def test_a_verdict_after_distillation_recounts_what_the_run_taught(deps: Deps, o
 
 
 def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_server: FakeOpenAI,
-                                                              store: LessonStore) -> None:
+                                                              store: LessonStore, redis_server: RedisServer) -> None:
     """Two credits of one run at once (the job's lease keeps that to a lease that lapsed under a stalled worker):
     both read the run while another worker held the bank's lock. The second one in credits from what the first
     left, not from what both read: the given lesson's counts and the taught lesson's failed runs move once."""
@@ -320,9 +329,15 @@ def test_two_credits_of_a_run_at_once_count_its_change_once(deps: Deps, openai_s
             failed.append(e)
 
     workers = [threading.Thread(target=credit) for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    time.sleep(0.4)  # both have read the run and wait for the lock
+    monitor = Monitor(redis_server.port).start()
+    try:
+        for worker in workers:
+            worker.start()
+        # both have read the run and wait for the lock: two connections ask Redis for it
+        wait_until(lambda: len(monitor.clients_asking(f'"SET" "{bank_lock_key("b")}"')) == 2, 30,
+                   "both credits to wait for the bank's lock")
+    finally:
+        monitor.stop()
     deps.redis.delete(bank_lock_key("b"))
     for worker in workers:
         worker.join()
@@ -528,7 +543,7 @@ def test_a_run_deleted_with_its_bank_is_neither_distilled_nor_dead_lettered(deps
     run_id = write_run(deps.redis, "b")
     delete_bank_data(deps.redis, "b", deps.settings.queue)
     assert distill_one(deps, "b", run_id) is None
-    assert openai_server.chat_requests() == [] and deps.redis.keys("*") == []
+    assert openai_server.chat_requests() == [] and deps.redis.keys("*") == [bank_deleted_key("b").encode()]
 
 
 @pytest.mark.parametrize("answer", ["lessons", "unusable twice"])
@@ -552,7 +567,25 @@ def test_a_bank_deleted_while_the_llm_answers_gets_nothing_back(deps: Deps, open
     worker.join(timeout=30)
     assert not worker.is_alive()
     assert store.list("b", include_inactive=True) == []
-    assert deps.redis.keys("*") == [], "a key of the deleted bank's run came back"
+    assert deps.redis.keys("*") == [bank_deleted_key("b").encode()], "a key of the deleted bank's run came back"
+
+
+def test_a_run_redis_lost_while_the_llm_answers_keeps_its_lessons(deps: Deps, openai_server: FakeOpenAI,
+                                                                  store: LessonStore) -> None:
+    """A Redis that keeps nothing on disk restarted while the LLM answered: the run is gone, but its bank was not
+    deleted (no tombstone), so the LLM's lessons are written, and nothing of the run comes back."""
+    released = openai_server.released_event()
+    openai_server.script(Reply(content=lessons_json(CSV), block=released))
+    run_id = write_run(deps.redis, "b")
+    worker = threading.Thread(target=distill_one, args=(deps, "b", run_id))
+    worker.start()
+    openai_server.wait_for_requests(1)
+    deps.redis.flushall()  # all a restart without AOF or RDB leaves
+    released.set()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert [lesson.text for lesson in store.list("b")] == [CSV[1]]
+    assert deps.redis.exists(run_key(run_id)) == 0
 
 
 def test_recipes_can_be_turned_off(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:

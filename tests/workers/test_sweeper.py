@@ -95,6 +95,38 @@ def test_due_jobs_are_sent_again(redis_client: redis.Redis, settings: Settings) 
 
 
 @pytest.mark.slow
+def test_a_run_whose_task_was_lost_is_sent_again_and_only_that_one(redis_client: redis.Redis,
+                                                                   settings: Settings) -> None:
+    """Five runs queued for distillation long enough ago: one whose task is nowhere is sent again; one still in the
+    queue, one in a worker's hands (kombu's unacknowledged set), one whose job waits for a retry and one
+    dead-lettered are not. A distilled run leaves the waiting set; one sent again is looked at only a while later."""
+    import json
+
+    from lessonbank.core.constants import DEAD_LETTERS_KEY, UNACKED_KEY, WAITING_RUNS_KEY, job_key
+    from lessonbank.core.publish import task_message
+
+    ids = {}
+    for name in ("lost", "queued", "in-hand", "retrying", "dead", "distilled"):
+        ref = runs.RunRef("b", f"run-{name}", "agent", "task")
+        record = StepRecord(id=f"{ref.run_id}:0", bank="b", run_id=ref.run_id, kind="run_end", seq=0).to_json()
+        runs.close_run(redis_client, ref, 0, record, "success", time.time(), settings.queue)
+        ids[name] = ref.run_id
+    assert redis_client.zcard(WAITING_RUNS_KEY) == 6
+    redis_client.delete(settings.queue)  # every task gone, and then:
+    redis_client.lpush(settings.queue, task_message(DISTILL_TASK, ["b", ids["queued"]], settings.queue))
+    held = json.loads(task_message(DISTILL_TASK, ["b", ids["in-hand"]], settings.queue))
+    redis_client.hset(UNACKED_KEY, "tag-1", json.dumps([held, "", settings.queue]))
+    redis_client.hset(job_key(jobs.job_id("distill", ids["retrying"])), "task", DISTILL_TASK)
+    redis_client.hset(DEAD_LETTERS_KEY, ids["dead"], "{}")
+    runs.mark_distilled(redis_client, ids["distilled"], 60, {})
+    later = redis_client.time()[0] + settings.resend_after + 1
+    assert sweep(redis_client, settings, now=later).resent == 1
+    assert [run_id for _, run_id in sent(redis_client, settings)] == [ids["queued"], ids["lost"]]
+    waiting = {member.decode() for member in redis_client.zrange(WAITING_RUNS_KEY, 0, -1)}
+    assert waiting == {ids[name] for name in ("lost", "queued", "in-hand", "retrying")}
+    assert sweep(redis_client, settings, now=later + 1).resent == 0  # not again before resend_after
+
+
 def test_worker_with_embedded_beat_distills_an_abandoned_run(tmp_path: Path, embed_model_path: Path,
                                                              openai_server: FakeOpenAI) -> None:
     """`celery -A lessonbank.workers worker -B` on one node: the beat's sweeper finds the run, the pool distills it."""

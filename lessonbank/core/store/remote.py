@@ -6,10 +6,11 @@ the process that owns it (``owner.StoreOwner``, in the worker service) over Redi
 - the owner BLPOPs it, drops it if its deadline has passed, runs the call and RPUSHes the reply
   ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {"type", "message"}}`` to
   ``store_reply_key(id)``, which expires after ``REPLY_TTL`` seconds;
-- the caller BLPOPs its reply key for at most ``settings.store_timeout`` seconds (in waits shorter than
-  its client's socket timeout) and raises ``ServiceUnavailable`` when nothing came, taking its request
-  back if no owner has; a delete that the owner has taken (it rewrites the embedded store's files) is
-  waited for up to ``PURGE_WAIT`` seconds, or until the owner's heartbeat (``STORE_OWNER_KEY``) lapses.
+- the caller BLPOPs its reply key for at most ``settings.store_timeout`` seconds (every exchange with Redis
+  waits only what is left of it, whatever its client's socket timeout: a Redis that does not answer costs
+  no more) and raises ``ServiceUnavailable`` when nothing came, taking its request back if no owner has; a
+  delete that the owner has taken (it rewrites the embedded store's files) is waited for up to ``PURGE_WAIT``
+  seconds, or until the owner's heartbeat (``STORE_OWNER_KEY``) lapses.
 
 ``RemoteLessonStore`` has no method of its own: each method of ``LessonStoreProtocol`` is forwarded,
 its arguments and result encoded with the protocol's own annotations (``protocol.codec``). This
@@ -26,10 +27,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
+import redis
 from pydantic import ValidationError
 
 from lessonbank.core import exceptions
-from lessonbank.core.connections import RedisClock, create_wire, redis_errors, redis_trouble
+from lessonbank.core.connections import REDIS_AWAY, RedisClock, checked, create_redis, exchange, redis_trouble
 from lessonbank.core.constants import STORE_OWNER_KEY, STORE_REQUESTS_KEY, store_reply_key
 from lessonbank.core.exceptions import LessonbankError, ServiceUnavailable, StoreError
 from lessonbank.core.settings import Settings
@@ -41,9 +43,19 @@ REPLY_TTL = 30
 # Deletes rewrite the embedded store's files (1-2 s per 10k lessons): once the owner has taken one, wait longer.
 PURGES = frozenset({"delete", "delete_bank"})
 PURGE_WAIT = 600.0
+PURGE_CHUNK = 5.0  # seconds between two looks at the owner's heartbeat while a delete is waited for
+MARGIN = 1.0  # seconds a BLPOP's reply may take to come back after its server-side timeout
+MIN_WAIT = 0.05  # the shortest wait for a reply
+FIRST_WAIT = 0.5  # the shortest wait for the first reply of a call, before Redis counts as not answering
 
 
-def connect_store(settings: Settings, redis_client: Any = None) -> LessonStoreProtocol:
+def _blocking(left: float) -> float:
+    """The first BLPOP's own timeout when ``left`` seconds remain: its reply (None) must come back within them,
+    or Redis counts as not answering."""
+    return round(max(left - min(MARGIN, left / 2), 0.01), 3)
+
+
+def connect_store(settings: Settings, redis_client: redis.Redis | None = None) -> LessonStoreProtocol:
     """The store a process other than the embedded store's owner should use.
 
     ``settings.qdrant_url`` set: a direct ``LessonStore`` on the server. Otherwise a
@@ -75,49 +87,49 @@ def _raise_remote(error: dict[str, Any]) -> None:
 class RemoteLessonStore:
     """Every method of ``LessonStoreProtocol``, forwarded over Redis to the process that owns the embedded path."""
 
-    def __init__(self, settings: Settings, redis_client: Any = None) -> None:
+    def __init__(self, settings: Settings, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings
         self.timeout = settings.store_timeout
-        self._redis = redis_client  # a worker's or the CLI's redis-py client; the agent's own Wire otherwise
+        self._redis = redis_client  # a worker's or the CLI's client; the agent role's (no retries) otherwise
         self._clock: RedisClock | None = None
 
     @property
-    def redis(self) -> Any:
+    def redis(self) -> redis.Redis:
         if self._redis is None:
-            self._redis = create_wire(self.settings, "agent")
+            self._redis = create_redis(self.settings, "agent")
         return self._redis
 
     @property
     def clock(self) -> RedisClock:
         if self._clock is None:
-            self._clock = RedisClock(self.redis)
+            self._clock = RedisClock(self.redis, timeout=self.timeout)
         return self._clock
 
     def call(self, method: str, args: dict[str, Any]) -> bytes:
-        """Send one request and wait for its reply (JSON, as the owner sent it); raises ServiceUnavailable.
-        A delete the owner took is waited for up to ``PURGE_WAIT`` seconds: it rewrites the embedded
+        """Send one request and wait for its reply (JSON, as the owner sent it); raises ServiceUnavailable. Each
+        exchange with Redis waits only what is left of ``store_timeout`` (a Redis that does not answer costs no
+        more), but a delete the owner took is waited for up to ``PURGE_WAIT`` seconds: it rewrites the embedded
         store's files."""
         request_id = uuid.uuid4().hex
         key = store_reply_key(request_id)
         payload = ""
         taken = False
         why = f"did not finish {method} within {self.timeout:g}s"
-        chunk = self._chunk()
         try:
             ends = time.monotonic() + self.timeout
             deadline = self.clock.now() + self.timeout
             payload = json.dumps({"id": request_id, "method": method, "args": args, "deadline": deadline})
-            pipe = self.redis.pipeline(transaction=False)  # the request and the wait in one round trip
-            pipe.rpush(STORE_REQUESTS_KEY, payload)
-            pipe.blpop([key], timeout=min(self.timeout, chunk))
-            _, item = pipe.execute()
-            item = item if item is not None else self._wait(key, ends, chunk)
+            left = max(ends - time.monotonic(), 0.0)  # the request and the first wait in one round trip:
+            _, item = checked(exchange(self.redis, [("RPUSH", STORE_REQUESTS_KEY, payload),
+                                                    ("BLPOP", key, _blocking(left))], max(left, FIRST_WAIT)))
+            item = item if item is not None else self._wait(key, ends)
             if item is None:  # nobody took it: do not leave it queued for a later owner
-                taken = self.redis.lrem(STORE_REQUESTS_KEY, 1, payload) == 0
+                taken = self._ask(("LREM", STORE_REQUESTS_KEY, 1, payload), max(ends, time.monotonic() + MARGIN)) == 0
                 if taken and method in PURGES:
-                    item, why = self._wait_for_purge(key, method, chunk)
-        except redis_errors() as e:
-            self._withdraw(payload)
+                    item, why = self._wait_for_purge(key, method)
+        except redis.RedisError as e:
+            if not isinstance(e, REDIS_AWAY):  # a Redis that did not answer is not asked again (its deadline lapses)
+                self._withdraw(payload)
             raise ServiceUnavailable(f"{redis_trouble(e)} for lesson store requests: {e}") from e
         if item is None:
             if taken:
@@ -125,34 +137,31 @@ class RemoteLessonStore:
             raise ServiceUnavailable(
                 f"no lesson store owner answered within {self.timeout:g}s; is a worker running?"
             )
-        return item[1]
+        return bytes(item[1])
 
-    def _chunk(self) -> float:
-        """The longest BLPOP this client can wait for: a second (or half) under its socket timeout."""
-        client = self.redis
-        pool = getattr(client, "connection_pool", None)
-        timeout = pool.connection_kwargs.get("socket_timeout") if pool is not None else client.socket_timeout
-        socket_timeout = float(timeout or 10.0)
-        return max(socket_timeout - 1.0, socket_timeout / 2)
+    def _ask(self, command: tuple[Any, ...], ends: float) -> Any:
+        """One command's reply, waited for until ``ends`` (monotonic; at least ``MIN_WAIT``)."""
+        return checked(exchange(self.redis, [command], max(ends - time.monotonic(), MIN_WAIT)))[0]
 
-    def _wait(self, key: str, ends: float, chunk: float) -> Any:
-        """BLPOP ``key`` until ``ends`` (monotonic), in waits of at most ``chunk`` seconds."""
-        while (left := ends - time.monotonic()) > 0.05:
-            item = self.redis.blpop([key], timeout=min(chunk, left))
+    def _wait(self, key: str, ends: float) -> Any:
+        """BLPOP ``key`` until ``ends`` (monotonic); Redis has answered already, so its reply may come ``MARGIN``
+        late."""
+        while (left := ends - time.monotonic()) > MIN_WAIT:
+            item = self._ask(("BLPOP", key, round(left, 3)), ends + MARGIN)
             if item is not None:
                 return item
         return None
 
-    def _wait_for_purge(self, key: str, method: str, chunk: float) -> tuple[Any, str]:
+    def _wait_for_purge(self, key: str, method: str) -> tuple[Any, str]:
         """(the reply, or None and why): a delete the owner took, waited for up to ``PURGE_WAIT`` seconds while
         the owner's heartbeat, if it had one, lasts (a killed owner never replies)."""
         started = time.monotonic()
-        owner = self.redis.get(STORE_OWNER_KEY)
+        owner = self._ask(("GET", STORE_OWNER_KEY), started + self.timeout)
         while time.monotonic() - started < PURGE_WAIT:
-            item = self._wait(key, min(time.monotonic() + chunk, started + PURGE_WAIT), chunk)
+            item = self._wait(key, min(time.monotonic() + PURGE_CHUNK, started + PURGE_WAIT))
             if item is not None:
                 return item, ""
-            if owner is not None and self.redis.get(STORE_OWNER_KEY) != owner:
+            if owner is not None and self._ask(("GET", STORE_OWNER_KEY), time.monotonic() + self.timeout) != owner:
                 lapsed = time.monotonic() - started
                 return None, (f"stopped during {method} (its heartbeat lapsed after {lapsed:.0f}s); whatever it "
                               "deleted stays deleted, and a purge left undone is done when the store opens again")
@@ -163,8 +172,8 @@ class RemoteLessonStore:
         if not payload:
             return
         try:
-            self.redis.lrem(STORE_REQUESTS_KEY, 1, payload)
-        except redis_errors():
+            self._ask(("LREM", STORE_REQUESTS_KEY, 1, payload), time.monotonic() + self.timeout)
+        except redis.RedisError:
             pass
 
     def close(self) -> None:
