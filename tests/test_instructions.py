@@ -359,7 +359,7 @@ def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments_and_never_it
                     task="Orders of shop 'north' on 2024-03-05, 50 a page?", checks=["json"], fingerprint="t1")
     lesson = make("b", "approach", "Working code for a task like: orders", recipe=recipe, origin="recipe")
     text, _ = format_lessons([lesson], task="Orders of shop 'south' on 2024-04-01, 20 a page?")
-    assert "```text\nlist_orders(date='2024-04-01', page_size=20, shop='south')\nfinal_answer()\n```" in text
+    assert '```text\nlist_orders(date="2024-04-01", page_size=20, shop="south")\nfinal_answer()\n```' in text
     assert "north" not in text and "2024-03-05" not in text
     other, _ = format_lessons([lesson], task="How many orders did the east shop get?")
     assert "shop='get'" not in other  # a word of the sentence is no value
@@ -383,7 +383,7 @@ def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_t
     shape = make("b", "fact", WEATHER_SHAPE, origin="observed", tags=["shape"])
     block, given = format_lessons([fix, shape], task=GRAZ_TASK)
     assert given == [fix, shape]
-    assert ("- For this task: Write `weather_data = get_weather(city='Graz', date='16.10.2024')`: pass `date` like "
+    assert ('- For this task: Write `weather_data = get_weather(city="Graz", date="16.10.2024")`: pass `date` like '
             '"16.10.2024"; written any other way it failed with '
             "ValueError. Then use its records: `for record in weather_data['records']:`. (seen in 1 run)") in block
     assert format_lessons([shape, fix], task=GRAZ_TASK)[0].count("for record in weather_data['records']") == 1
@@ -423,7 +423,7 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     shape = make("b", "fact", text, origin="observed", tags=["shape"], task=MUG_TASK)
     block, given = format_lessons([shape], task=CHAIR_TASK)
     assert given == [shape]
-    assert ("- For this task: write `products = search_catalog(query='chair')`, then use its records: `for record in "
+    assert ('- For this task: write `products = search_catalog(query="chair")`, then use its records: `for record in '
             "products['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
             "{'items': [{'name': str, 'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
             "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). (seen in 1 "
@@ -445,7 +445,7 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
         assert "products = search_catalog" not in block and "Records came back" not in block, lessons
         assert "its records are `result['data']['items']`" in block, lessons
     # the same task: its own word
-    assert "write `products = search_catalog(query='mug')`" in format_lessons([shape], task=MUG_TASK)[0]
+    assert 'write `products = search_catalog(query="mug")`' in format_lessons([shape], task=MUG_TASK)[0]
     # a run that assigned the result to no name (``print(search_catalog("mug"))``): the call, given a name
     alone = make("b", "fact", f"{CATALOG_SHAPE} Records came back from `search_catalog('mug')`.", origin="observed",
                  tags=["shape"], task=MUG_TASK)

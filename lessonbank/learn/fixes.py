@@ -84,7 +84,8 @@ class Fix:
 
     @property
     def payload(self) -> FixPayload:
-        return fixtext.payload(self.failed, self.error, self.fixed)
+        payload = fixtext.payload(self.failed, self.error, self.fixed)
+        return payload if self.tried else payload.model_copy(update={"tried": False})
 
 
 def _key_constants(tree: ast.AST) -> set[int]:

@@ -239,11 +239,45 @@ def put_tree(tree: ast.Module, values: dict[str, str], names: dict[str, str], as
 
 def put(line: str, values: dict[str, str], names: dict[str, str]) -> str | None:
     """``line`` (one line of code) with each constant of ``values`` replaced by its value for another task, and
-    each of ``names`` (a parameter that could not be placed) by ``<name>``; None when the line does not parse."""
+    each of ``names`` (a parameter that could not be placed) by ``<name>``, written as the line wrote it (its quotes
+    kept); None when the line does not parse."""
     try:
-        return ast.unparse(put_tree(ast.parse(line), values, names))
+        tree = ast.parse(line)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    spliced = _spliced(line, tree, values, names)
+    return spliced if spliced is not None else ast.unparse(put_tree(tree, values, names))
+
+
+def _spliced(line: str, tree: ast.Module, values: dict[str, str], names: dict[str, str]) -> str | None:
+    """``put`` by replacing the constants' own text in ``line``; None when a constant is not a plain literal of one
+    line (an f-string part, a prefix, a string over several lines)."""
+    raw = line.encode()
+    edits: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant):
+            continue
+        text = _kept(node)
+        if text is None or (text not in values and text not in names):
+            continue
+        if node.lineno != 1 or node.end_lineno != 1 or node.end_col_offset is None:
+            return None
+        written = raw[node.col_offset:node.end_col_offset].decode(errors="replace")
+        if text in names:
+            edits.append((node.col_offset, node.end_col_offset, f"<{names[text]}>"))
+            continue
+        new = _as_constant(node.value, values[text])
+        if isinstance(new, str):
+            quote = written[:1]
+            if quote not in ("'", '"') or written[-1:] != quote or written[:3] == quote * 3:
+                return None
+            body = new.replace("\\", "\\\\").replace(quote, "\\" + quote)
+            edits.append((node.col_offset, node.end_col_offset, f"{quote}{body}{quote}"))
+        else:
+            edits.append((node.col_offset, node.end_col_offset, repr(new)))
+    for start, end, replacement in sorted(edits, reverse=True):
+        raw = raw[:start] + replacement.encode() + raw[end:]
+    return raw.decode(errors="replace")
 
 
 def _as_constant(value: object, new: str) -> str | int | float:

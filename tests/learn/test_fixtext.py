@@ -47,12 +47,12 @@ def test_the_instructions_give_a_fix_with_this_tasks_values_placed_by_role_and_f
     text, given = format_lessons([fix], task=PORTO)
     assert given == [fix]
     # the line to write, without the failing line: given both, small models copied the failing one
-    assert ("- For this task: Write `w = get_weather(city='Porto', date='15.09.2024')`: pass `date` like "
+    assert ('- For this task: Write `w = get_weather(city="Porto", date="15.09.2024")`: pass `date` like '
             '"15.09.2024"; written any other way it failed with ValueError.') in text
     assert "02.01.2024" not in text and "Lyon" not in text and "2024-01-02" not in text
     # reworded: the values are still placed, by form and by the word before them
     reworded, _ = format_lessons([fix], task="Porto, 2024-09-15: the day's highest temperature?")
-    assert "date='15.09.2024'" in reworded and "Lyon" not in reworded
+    assert 'date="15.09.2024"' in reworded and "Lyon" not in reworded
     plain, _ = format_lessons([fix])
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
@@ -109,12 +109,12 @@ def test_a_key_fix_is_given_as_the_line_to_write_with_this_tasks_values() -> Non
     fix = fix_lesson(key_fix, task=solved)
     block, given = format_lessons([fix], task=task)
     assert given == [fix]
-    assert ("- For this task: Write `lines = get_invoice(invoice_id='INV-6810')['lines']`: the key is \"lines\"; "
+    assert ('- For this task: Write `lines = get_invoice(invoice_id="INV-6810")["lines"]`: the key is "lines"; '
             "written any other way it failed with InterpreterError.") in block
     assert '"amount"' not in block and "INV-6222" not in block
     # in other words, the id is placed by its form all the same
     other, _ = format_lessons([fix], task="Invoice INV-6810: what does it come to in euros?")
-    assert "invoice_id='INV-6810'" in other and "INV-6222" not in other
+    assert 'invoice_id="INV-6810"' in other and "INV-6222" not in other
     assert f"- {render.fix(key_fix)} (" in format_lessons([fix])[0]  # no task: as kept
 
 
@@ -123,7 +123,7 @@ def test_values_of_a_fix_are_put_in_whatever_the_line_holds_of_its_task() -> Non
     task = solved.replace("lamp", "chair").replace("16", "21")
     extra = payload('r = search_catalog(query="lamp", limit=50)', "TypeError", 'r = search_catalog(query="lamp")')
     placed = adapt.fix_for(extra, solved, task)
-    assert placed is not None and placed[1] and placed[0].fixed == "r = search_catalog(query='chair')"
+    assert placed is not None and placed[1] and placed[0].fixed == 'r = search_catalog(query="chair")'
     weather = "What was the highest temperature in Lyon on 2024-06-08?"
     keyed = payload("t = get_weather(city='Lyon', date='08.06.2024')['max_temp']", "InterpreterError",
                     "t = get_weather(city='Lyon', date='08.06.2024')['records']")

@@ -105,13 +105,14 @@ def statement_lines(code: str, tree: ast.Module) -> dict[int, str]:
     first line for a compound statement's header); a call in a statement of several lines gets its first."""
     lines = code.splitlines()
     found: dict[int, str] = {}
-    for stmt in ast.walk(tree):
-        if not isinstance(stmt, ast.stmt):
-            continue
-        text = lines[stmt.lineno - 1].strip() if 0 < stmt.lineno <= len(lines) else ""
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Call):
-                found[id(node)] = text[:MAX_LINE]  # the innermost statement is walked last and wins
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:  # one walk, each node carrying the line of the innermost statement around it
+        node, text = stack.pop()
+        if isinstance(node, ast.stmt):
+            text = lines[node.lineno - 1].strip()[:MAX_LINE] if 0 < node.lineno <= len(lines) else ""
+        elif isinstance(node, ast.Call):
+            found[id(node)] = text
+        stack.extend((child, text) for child in ast.iter_child_nodes(node))
     return found
 
 
