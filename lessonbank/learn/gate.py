@@ -32,6 +32,7 @@ Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -137,12 +138,14 @@ _TRANSCRIPT = re.compile(
     # the run's own work told in the passive: "The total ... was calculated by summing ..., then dividing by 100"
     # (given next to the recipe that does it, it made a run divide by 100 twice)
     r"|\b(?:was|were) (?:calculated|computed|obtained|determined|derived) by\b"
+)
+_STORY = re.compile(
     # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
     # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
     # lessons the learning benchmark's distiller wrote that passed every other context-free rule, 77 read so; none of
     # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
     # two runs back to the rejected date.
-    r"|(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
+    r"(?i)(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
     r"|the (?:\w+ )?approach (?:then |later |next )?(?:switched|changed|shifted|moved|turned)\b"
     r"|the (?:failure|error|problem|issue|mistake)s? (?:was|were|occurred|happened|arose)\b"
     r"|(?:the|this) (?:run|agent|code|script)(?: (?:also|still|then|first|again|itself|provided|correctly|"
@@ -153,6 +156,14 @@ _TRANSCRIPT = re.compile(
     r"show(?:s|ed)|said|meant|was)\b"
     r"|to (?:fix|avoid|solve|resolve|correct|handle|prevent) (?:this|that|the (?:issue|problem|error|failure))\b)"
     r"|\b(?:approach|solution) (?:should|would) have been\b"
+)
+# A clause that tells the next run what to do, or when: a story with one is a lesson ("The script failed when the
+# input file had a BOM; open it with encoding='utf-8-sig'."), a story alone is not.
+_ADVICE = re.compile(
+    r"(?i)(?:[;:]|\.\s)\s*(?:then\s+|so\s+)?(?:open|pass|use|read|call|convert|add|remove|skip|divide|multiply|"
+    r"replace|strip|split|set|write|follow|raise|leave|subtract|decode|encode|parse|filter|sort|round|request|"
+    r"give|put|cast|check that|always|never|do not|don't)\b"
+    r"|\b(?:when|whenever|if|unless) (?:the |a |an |its )?(?:input|file|result|response|value|field|tool|call)\b"
 )
 _URL = re.compile(r"(?i)\b(?:https?|ftp|wss?)://|\bwww\.[a-z0-9-]{1,63}\.")
 _EMAIL = re.compile(r"(?i)\b[a-z0-9._%+-]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}\b")
@@ -181,6 +192,9 @@ _QUALIFIED = re.compile(r"[`\[=]|(?i:\b(?:instead|use|using|rather|but|unless|on
                         r"since|after|before|under|inside|nested)\b)")
 # The values a lesson pins its claim to: a quoted string, or a number, date or id of 3 characters or more.
 _VALUE = re.compile(r"[\"']([^\"'`\n]{3,60})[\"']|(?<![\w.])(\d[\d./:-]{1,30}\d)(?!\w)")
+# Python's own names (builtins, methods of its basic types): what everyone knows, no value the run must have seen.
+_PYTHON = frozenset(name.lower() for kind in (builtins, str, list, dict, bytes) for name in dir(kind)
+                    if not name.startswith("_"))
 _CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
 
 
@@ -250,6 +264,13 @@ def _restates_answer(text: str, ctx: GateContext) -> bool:
     return len(answer) >= MIN_ANSWER_CHARS and answer.lower() in text.lower()
 
 
+def _says_more(text: str) -> bool:
+    """Whether a sentence saying what a tool is used for goes on to say something of its own ("...; totals are in
+    cents."): a clause after it of more than a word."""
+    parts = re.split(r"[;:]\s|\.\s", text.strip(), maxsplit=1)
+    return len(parts) == 2 and len(tokens(parts[1])) >= 2
+
+
 def _ungrounded(text: str, ctx: GateContext) -> bool:
     for number in _NUMBER.findall(text):
         digits = sum(ch.isdigit() for ch in number)
@@ -258,7 +279,7 @@ def _ungrounded(text: str, ctx: GateContext) -> bool:
     for match in _CODE_NAME.finditer(text):
         name = next(group for group in match.groups() if group)
         core = re.split(r"[(=\s]", name.strip(), maxsplit=1)[0].lower()
-        if len(core) >= 3 and core not in ctx._haystack:
+        if len(core) >= 3 and core not in ctx._haystack and core.rstrip("()") not in _PYTHON:
             return True
     return False
 
@@ -336,10 +357,11 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("secret", lambda text, ctx: ctx.redactor.has_secret(text)),
     ("nothing_happened", lambda text, ctx: bool(_NOTHING.search(text))),
     ("first_person_plan", lambda text, ctx: bool(_FIRST_PERSON.search(text))),
-    ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))),
+    ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))
+     or (bool(_STORY.search(text)) and not _ADVICE.search(text))),
     ("contentless", _contentless),
     ("vague", _vague),
-    ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text))),
+    ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text)) and not _says_more(text)),
     ("agent_setup", lambda text, ctx: bool(_AGENT_SETUP.search(text))),
     ("uncallable", _uncallable),
     ("restates_task", _restates_task),
