@@ -9,7 +9,8 @@ more) and ``MAX_DEPTH`` levels. Only keys and type names leave the agent, and th
 change what the numbers beside them mean (``described``), each a leaf ``{"~": "str", ...}`` (``~`` is no plain
 name, so no record's key can be taken for it):
 
-- a string that holds a number (``"12,345"``, ``"12,50"``): ``{"~": "str", "number": true}``;
+- a string that holds a number (``"12,345"``, ``"12,50"``): ``{"~": "str", "number": true}``, with ``"like":
+  "9,999"`` when it is written with thousands separators or a decimal comma (``number_form``);
 - a field of a list's records whose values are a few short words repeated across the records (a status, a
   currency, a unit: ``"settled"``/``"void"``): ``{"~": "str", "values": ["settled", "void"]}``, the words only
   when each is a plain word (``WORD``), at most ``MAX_WORDS`` of them;
@@ -50,6 +51,29 @@ _PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((bool, False), (int, 0), (float, 
 def holds_number(text: str) -> bool:
     """Whether a string is a number written as text (``"12,345"``, ``"12,50"``, ``"-3.5"``)."""
     return len(text) <= 40 and bool(NUMBER.fullmatch(text.strip())) and any(ch.isdigit() for ch in text)
+
+
+_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+_EUROPEAN = re.compile(r"-?[0-9]{1,3}(?:\.[0-9]{3})+,[0-9]+")
+
+
+def number_form(texts: list[str]) -> str:
+    """How numbers written as text are written, when it is not Python's own: ``"9,999"`` (thousands separators),
+    ``"9.999,99"`` (thousands dots and a decimal comma) or ``"9,99"`` (a decimal comma); "" otherwise. A fixed
+    example, never a value: the same form gives the same shape."""
+    stripped = [text.strip() for text in texts]
+    if any(_EUROPEAN.fullmatch(text) for text in stripped):
+        return "9.999,99"
+    if any(_THOUSANDS.fullmatch(text) for text in stripped):
+        return "9,999"
+    if any(_DECIMAL_COMMA.fullmatch(text) for text in stripped):
+        return "9,99"
+    return ""
+
+
+def _number(texts: list[str]) -> dict[str, Any]:
+    form = number_form(texts)
+    return {DESCRIBED: "str", "number": True, **({"like": form} if form else {})}
 
 
 def words(values: list[Any]) -> list[str] | None:
@@ -106,7 +130,7 @@ def described(value: str, whole: bool = True) -> Any:
     """A string leaf's placeholder: ``""``, or what it is when that changes its meaning (see the module); its text
     form only for the ``whole`` result (a tool that returns text), not for a string inside a structure."""
     if holds_number(value):
-        return {DESCRIBED: "str", "number": True}
+        return _number([value])
     form = text_form(value) if whole and ("\n" in value[:MAX_TEXT] or value[:1] in "{[<") else None
     return {DESCRIBED: "str", "text": form} if form is not None else ""
 
@@ -159,7 +183,7 @@ def describe_fields(first: dict[str, Any], records: list[Any]) -> None:
         if found is not None:
             first[key] = {DESCRIBED: "str", "values": found}
         elif values and all(holds_number(v) for v in values):
-            first[key] = {DESCRIBED: "str", "number": True}
+            first[key] = _number(values)
 
 
 def _placeholder(value: Any, whole: bool) -> Any:

@@ -111,7 +111,10 @@ def describe(structure: Any) -> str:
             return f"{structure['type']}: {_text_form(structure['text'])}"
         if structure.get("values"):
             return f"{structure['type']} ({' | '.join(repr(v) for v in structure['values'])})"
-        return f"{structure['type']} holding a number" if structure.get("number") else str(structure["type"])
+        if structure.get("number"):
+            like = structure.get("like")
+            return f"{structure['type']} holding a number" + (f' written like "{like}"' if like else "")
+        return str(structure["type"])
     return str(structure)
 
 

@@ -144,6 +144,8 @@ def leaf(described: dict[str, Any]) -> Any:
     out: dict[str, Any] = {"type": "str"}
     if described.get("number") is True:
         out["number"] = True
+        if described.get("like") in ("9,999", "9.999,99", "9,99"):  # one of the fixed forms, never a value
+            out["like"] = described["like"]
     values = described.get("values")
     if isinstance(values, list) and 0 < len(values) <= MAX_WORDS and all(
             isinstance(v, str) and WORD.fullmatch(v) for v in values):

@@ -195,3 +195,18 @@ def test_the_call_that_got_the_records_back_is_named_when_it_passed_only_words_o
 def test_no_call_is_named_unless_it_can_be_given_with_the_next_tasks_values(code: str) -> None:
     (shape,) = extract_shapes([kept(0, code, [("search_catalog", specimen(CATALOG))])], TOOLS, LAMP_TASK)
     assert shape.call == "" and shape.payload.call == "" and "came back" not in shape.text
+
+
+@pytest.mark.parametrize(("values", "described"), [
+    (["12,345", "9,001"], 'str holding a number written like "9,999"'),  # thousands separators
+    (["12,50", "3,10"], 'str holding a number written like "9,99"'),  # decimal commas
+    (["1.234,50", "7,25"], 'str holding a number written like "9.999,99"'),
+    (["12.5", "3"], "str holding a number"),  # as Python reads it: nothing to say
+])
+def test_numbers_written_as_text_say_their_form_by_a_fixed_example_never_a_value(values: list[str],
+                                                                                  described: str) -> None:
+    result = {"site": "web-a", "days": [{"day": f"2024-01-0{i}", "visits": value} for i, value in enumerate(values)]}
+    for shape in (extract(kept(0, "x = 1", [("search_catalog", specimen(result))]))[0],
+                  extract(step(0, 'print(search_catalog("web-a"))', repr(result)))[0]):
+        assert shape.shape == f"{{'site': str, 'days': [{{'day': str, 'visits': {described}}}, ...]}}"
+        assert not any(value in shape.text for value in values)
