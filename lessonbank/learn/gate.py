@@ -17,6 +17,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
+| ``states_one_value``   | only states a value of one of the task's entities ("web-a had 40211 visits")   |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
 | ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
 |                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
@@ -264,6 +265,23 @@ def _restates_answer(text: str, ctx: GateContext) -> bool:
     return len(answer) >= MIN_ANSWER_CHARS and answer.lower() in text.lower()
 
 
+_ENTITY = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b|\b[A-Za-z]+[0-9][A-Za-z0-9]*\b")
+
+
+def _states_one_value(text: str, ctx: GateContext) -> bool:
+    """The lesson only states a value of one of the task's entities (``web-fjord had 40211 visits``): true of this
+    question, nothing about the tool. It names an entity of the task (an id, a hyphenated name), states a number of
+    two or more digits the task does not hold, and names no code and gives no advice."""
+    if "`" in text or "(" in text or _ADVICE.search(text):
+        return False
+    entities = {m.group(0).lower() for m in _ENTITY.finditer(ctx.task)}
+    if not entities or not any(m.group(0).lower() in entities for m in _ENTITY.finditer(text)):
+        return False
+    task_numbers = _numbers(ctx.task)
+    return any(sum(ch.isdigit() for ch in number) >= 2 and not _numbers(number) & task_numbers
+               for number in _NUMBER.findall(text))
+
+
 def _says_more(text: str) -> bool:
     """Whether a sentence saying what a tool is used for goes on to say something of its own ("...; totals are in
     cents."): a clause after it of more than a word."""
@@ -366,6 +384,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("uncallable", _uncallable),
     ("restates_task", _restates_task),
     ("restates_answer", _restates_answer),
+    ("states_one_value", _states_one_value),
     ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
     ("contradicts_observed", _contradicts_observed),
     ("contradicts_observed", _contradicts_a_working_key),

@@ -470,3 +470,13 @@ def test_good_lessons_of_other_domains_pass(task: str, observed: str, answer: st
 def test_a_story_a_purpose_or_an_unseen_number_alone_is_still_dropped(text: str, reason: str) -> None:
     task, observed, answer, _ = GOOD_ELSEWHERE[6]
     assert reason_to_drop(text, GateContext(task=task, final_answer=answer, observed=observed)) == reason
+
+
+def test_one_entitys_value_is_no_lesson_about_the_tool() -> None:
+    ctx = GateContext(task="By how many visits does web-fjord's total exceed web-granite's?", final_answer="11963",
+                      observed="get_daily_stats('web-fjord')\n{'days': [{'visits': '12,345'}]}\n40211\n28248")
+    for junk in ("The total visits of web-fjord are 40211.", "web-granite had 28248 visits in total."):
+        assert reason_to_drop(junk, ctx) == "states_one_value", junk
+    for good in ("`get_daily_stats` writes visits as text with thousands separators ('12,345'); remove the commas "
+                 "before int().", "Site web-fjord reports its visits per day, one record a day."):
+        assert reason_to_drop(good, ctx) is None, good
