@@ -227,7 +227,10 @@ def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
     if shape.records is None:
         return shapes.text(shape, with_call=False)
     loop = f"for record in result{shapes.path(shape.records)}:"
-    return f"{shapes.text(shape, with_call=False)[:-1]}: use all of them (`{loop}`)."
+    fields = ", ".join(f"`{key}`" for key in shapes.beside(shape))
+    read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
+        if fields else ""
+    return f"{shapes.text(shape, with_call=False)[:-1]}: use all of them (`{loop}`).{read}"
 
 
 def _call_for_task(lesson: Lesson, task: str) -> str:

@@ -426,8 +426,8 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     assert ('- For this task: write `products = search_catalog(query="chair")`, then use its records: `for record in '
             "products['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
             "{'items': [{'name': str, 'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
-            "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). (seen in 1 "
-            "run)") in block
+            "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). The fields beside "
+            "them (`total`) say about them (how many, whether there are more): read them. (seen in 1 run)") in block
     assert "mug" not in block and "Records came back" not in block
     # the shape alone, never the other task's word: a task of other words, no task kept, a recipe in the block
     # (its code makes the call), a fix's line to write that calls the same tool

@@ -47,6 +47,7 @@ from lessonbank.learn.view import Returned, RunView, Step
 MAX_SHAPE = 400
 MAX_SHAPES = 3
 MAX_CALL = 200
+MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
 _BUILTINS = frozenset(dir(builtins))
@@ -134,6 +135,22 @@ def fields(structure: Any, depth: int = 0) -> dict[str, Any]:
         found.setdefault(key, value)
         found.update({k: v for k, v in fields(value, depth + 1).items() if k not in found})
     return found
+
+
+def beside(payload: ShapePayload) -> list[str]:
+    """The scalar fields next to a result's records (``returned``, ``truncated``, ``page``, a unit's words; not a
+    plain string such as a name): what they say
+    about the records, such as that they are only part of them, is what a run that only loops over them misses."""
+    if not payload.records:
+        return []
+    node = payload.structure
+    for key in payload.records[:-1]:
+        node = dict(node.get("fields", [])).get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return []
+    return [key for key, leaf in node.get("fields", []) if key != payload.records[-1]
+            and ((isinstance(leaf, str) and leaf not in ("str", "NoneType", MORE_LEAF))
+                 or (isinstance(leaf, dict) and "type" in leaf))][:4]
 
 
 def described_keys(payload: ShapePayload) -> set[str]:

@@ -210,3 +210,16 @@ def test_numbers_written_as_text_say_their_form_by_a_fixed_example_never_a_value
                   extract(step(0, 'print(search_catalog("web-a"))', repr(result)))[0]):
         assert shape.shape == f"{{'site': str, 'days': [{{'day': str, 'visits': {described}}}, ...]}}"
         assert not any(value in shape.text for value in values)
+
+
+def test_the_fields_beside_the_records_are_named_and_given_to_read() -> None:
+    from lessonbank.instructions import format_lessons
+
+    result = {"project": "P", "tickets": [{"id": "T-1"}, {"id": "T-2"}], "returned": 10, "truncated": True}
+    (shape,) = extract(kept(0, "x = 1", [("search_catalog", specimen(result))]))
+    assert shapes.beside(shape.payload) == ["returned", "truncated"]  # a plain string (a name) says nothing of them
+    lesson = Lesson.new("b", "fact", shape.text, tags=["shape"], origin="observed", shape=shape.payload)
+    block, _ = format_lessons([lesson], task="How many tickets does project Q have?")
+    assert "The fields beside them (`returned`, `truncated`) say about them" in block
+    (flat,) = extract(kept(0, "x = 1", [("search_catalog", specimen([{"id": "T-1"}, {"id": "T-2"}]))]))
+    assert shapes.beside(flat.payload) == []  # records alone: nothing beside them
