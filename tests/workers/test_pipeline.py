@@ -991,7 +991,7 @@ def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_s
                                    "b")
     # given with the loop over every record: told only where they are, 1.5B runs summed the first one alone
     assert ("its records are `result['data']['items']`: use all of them (`for record in "
-            "result['data']['items']:`). (seen in 1 run)") in text
+            "result['data']['items']:`). The fields beside them (`total`) say about them") in text
 
     applied = catalog_run(deps.settings, "mug", ['items = search_catalog("mug")["data"]["items"]\n'
                                                  'final_answer(sum(1 for p in items if p["price"] < 20))'],
