@@ -363,7 +363,7 @@ def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments_and_never_it
     assert "north" not in text and "2024-03-05" not in text
     other, _ = format_lessons([lesson], task="How many orders did the east shop get?")
     assert "shop='get'" not in other  # a word of the sentence is no value
-    assert "shop=<shop>" in other and "north" not in other
+    assert 'shop="east"' in other and "date=<date>" in other and "north" not in other  # "east shop": the other side
 
 
 WEATHER_SHAPE = ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its "

@@ -145,23 +145,27 @@ def _tokens(task: str) -> list[str]:
 
 
 def _by_context(source: str, solved: list[str], tokens: list[str]) -> str | None:
-    """The word of ``tokens`` after (or before) the same word ``source`` follows (or precedes) in ``solved``."""
+    """The word of ``tokens`` after (or before) the same word ``source`` follows (or precedes) in ``solved``; else on
+    the other side of that word; None unless one word fits."""
     lowered = [token.lower() for token in solved]
     mine = [token.lower() for token in tokens]
     if source.lower() not in lowered:
         return None
     at = lowered.index(source.lower())
-    found: list[str] = []
-    for offset in (-1, 1):
-        if not 0 <= at + offset < len(lowered) or lowered[at + offset] in _STOPWORDS:
-            continue
-        neighbour = lowered[at + offset]
-        found += [tokens[i - offset] for i, token in enumerate(mine)
-                  if token == neighbour and 0 <= i - offset < len(tokens) and not _longer_name(tokens, i - offset)]
-    fits = list(dict.fromkeys(word for word in found if word.lower() not in _STOPWORDS
-                              and fixtext.shape(word) == fixtext.shape(source)
-                              and word[:1].isupper() == source[:1].isupper() and word.lower() not in lowered))
-    return fits[0] if len(fits) == 1 else None
+    for side in (1, -1):  # the same side of the word first, then the other ("region North", "North region")
+        found: list[str] = []
+        for offset in (-1, 1):
+            if not 0 <= at + offset < len(lowered) or lowered[at + offset] in _STOPWORDS:
+                continue
+            neighbour, step = lowered[at + offset], offset * side
+            found += [tokens[i - step] for i, token in enumerate(mine)
+                      if token == neighbour and 0 <= i - step < len(tokens) and not _longer_name(tokens, i - step)]
+        fits = list(dict.fromkeys(word for word in found if word.lower() not in _STOPWORDS
+                                  and fixtext.shape(word) == fixtext.shape(source)
+                                  and word[:1].isupper() == source[:1].isupper() and word.lower() not in lowered))
+        if fits:
+            return fits[0] if len(fits) == 1 else None
+    return None
 
 
 def _longer_name(tokens: list[str], at: int) -> bool:

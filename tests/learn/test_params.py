@@ -38,6 +38,7 @@ def test_a_value_is_a_parameter_by_where_it_flows_not_by_how_it_looks() -> None:
     ("Revenue of region West, from sales.csv, please.", {"North": "West", "sales.csv": "sales.csv"}),
     ("What is the revenue of region New York in sales.csv?", {"sales.csv": "sales.csv"}),  # not "New" alone
     ("How much did the north-east sell?", {}),
+    ("Revenue for the South region, file sales.csv?", {"North": "South", "sales.csv": "sales.csv"}),  # other side
 ])
 def test_a_parameter_is_placed_by_the_word_before_it_and_its_form_or_left_out(task: str,
                                                                               placed: dict[str, str]) -> None:
