@@ -21,6 +21,7 @@ from lessonbank.learn.view import Argument, Call, Source
 _BUILTINS = frozenset(dir(builtins))
 MAX_OCCURRENCES = 64  # of a value in a text looked at for one standing alone
 MAX_LINE = 400
+MAX_CODE = 200_000  # characters of a step's code read for its calls
 
 
 class _Definitions(ast.NodeVisitor):
@@ -120,6 +121,8 @@ def code_calls(code: str, tools: Sequence[str] | None, defined: set[str], source
                failed_line: str = "") -> list[Call]:
     """The tool call sites of ``code`` (see the module); adds the names it defines to ``defined``. A call made in
     the line the step failed at (``failed_line``) is marked failed."""
+    if len(code) > MAX_CODE:
+        return []  # no agent writes a step this long; reading its calls would cost more than they tell
     visitor = _Definitions()
     try:
         tree = ast.parse(code)
