@@ -316,7 +316,10 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     assert user.startswith(opening.group(0)) and user.endswith(closing) and user.count(closing) == 1
     assert user.index(opening.group(0)) < user.index(POISON) < user.rindex(closing)
 
-    lessons = {lesson.text: lesson for lesson in svc.lessons(bank, include_inactive=True) if lesson.recipe is None}
+    every = svc.lessons(bank, include_inactive=True)
+    assert all(POISON not in lesson.text and "attacker.example" not in lesson.text for lesson in every
+               if lesson.shape is not None)  # the page's shape ("HTML as text") holds nothing of the page
+    lessons = {lesson.text: lesson for lesson in every if lesson.recipe is None and lesson.shape is None}
     assert set(lessons) == {HONEST, BAITED}
     assert all(lesson.source_run_ids == [run_id] and lesson.origin == "distilled" and lesson.evidence == 1
                for lesson in lessons.values())
@@ -334,7 +337,8 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     forgot = CliRunner().invoke(cli, ["lessons", "forget", "--bank", bank, lessons[BAITED].id, "--yes"],
                                 env=svc.cli_env())
     assert forgot.exit_code == 0, forgot.output
-    kept = [lesson for lesson in svc.lessons(bank, include_inactive=True) if lesson.recipe is None]
+    kept = [lesson for lesson in svc.lessons(bank, include_inactive=True) if lesson.recipe is None
+            and lesson.shape is None]
     assert {(lesson.text, lesson.status) for lesson in kept} == {(HONEST, "active"), (BAITED, "forgotten")}
     report("a poisoned observation (prompt injection in a tool result)", faults=1, runs=1,
            deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - 1,
