@@ -206,6 +206,8 @@ class AgentHook:
         handed = Handout(versions=self.versions()) if self.arm == "control" else self.lessons_for(query)
         block, given = handed.block, handed.given
         fields = {"arm": self.arm, **handed.fields(self.settings.max_field_chars)}
+        if self.parent is not None and self.parent.last_run_id:
+            fields["parent_run"] = self.parent.last_run_id  # a managed agent's run inherits its manager's verdict
         if self.check is not None:
             fields["check"] = "pending"
         parent = trace.traceparent()

@@ -221,7 +221,7 @@ def test_the_first_call_probe_gives_each_form_the_builders_line_to_write() -> No
         "                  for form in f.FORMATS}))\n")
     blocks = snippet_json(script)
     # seed 1's second variant (Porto, 2024-09-06); the fix was left by the first one, for another city and day
-    line = '- For this task: Write `weather_data = get_weather("Porto", "06.09.2024")` (as the error asked'
+    line = '- For this task: Write `weather_data = get_weather("Porto", "06.09.2024")` (not tried yet)'
     assert all(line in blocks[form] for form in ("only", "task-only", "task-alone", "task-logs", "task-then"))
     assert "Write that line alone as your first step, without print" in blocks["task-alone"]
     assert "Last output from code snippet: None" in blocks["task-logs"]

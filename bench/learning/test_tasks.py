@@ -56,8 +56,6 @@ def test_reworded_variants_ask_the_same_question_in_other_words_than_the_run_bef
         assert set(fixtext.WORD.findall(plain.prompt)) & set(plain.key.replace("<", " ").split()) <= set(
             fixtext.WORD.findall(after.prompt))
         assert after.prompt.endswith("Answer with the number only.")
-        # asked in other words, a recipe of the run before cannot come with this run's values put in
-        assert fixtext.task_values([before.key.split()[0].split("<")[0]], before.prompt, after.prompt) is None
     with pytest.raises(ValueError, match="no other wordings"):
         ALL_TASKS["paged_orders"].variants(reworded=True)
 

@@ -58,6 +58,6 @@ def full_run_id(cli: CliContext, wanted: str) -> str:
         known = {key.decode()[len(RUN_HASH_PREFIX):] for key in cli.redis().scan_iter(match=pattern, count=1000)}
     except redis.RedisError as e:
         raise not_recorded(wanted, e) from e
-    known = {run for run in known if run and not run.endswith(":steps")}
+    known = {run for run in known if run and ":" not in run}  # its steps and managed runs are keys below it
     unknown = "no run {id} in Redis (never recorded, or its data expired)"
     return resolve_ids([wanted], known, "run", "in Redis", unknown)[0]

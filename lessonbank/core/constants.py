@@ -7,6 +7,8 @@ Run state (written by ``lessonbank.core.runs`` only)
                                            verdict_source, verdict_note, enqueued, distill_attempts, lessons,
                                            credited, forgotten (when a user forgot it), ...
     ``lessonbank:run:{run_id}:steps``      hash: step sequence number -> step record JSON (HSETNX: replay-safe)
+    ``lessonbank:run:{run_id}:managed``    set: ids of the runs of its managed agents (whose hashes name it
+                                           ``parent_run``): they inherit its verdict
     ``lessonbank:runs:open``               sorted set: run id -> last activity (unix seconds), for the sweeper
     ``lessonbank:runs:waiting``            sorted set: run id -> when its distillation (or follow-up) was queued, until
                                            it is distilled or dead: the sweeper sends again one whose task is lost
@@ -67,6 +69,7 @@ PREFIX = "lessonbank"
 
 RUN_KEY = PREFIX + ":run:{run_id}"
 RUN_STEPS_KEY = PREFIX + ":run:{run_id}:steps"
+RUN_MANAGED_KEY = PREFIX + ":run:{run_id}:managed"
 OPEN_RUNS_KEY = PREFIX + ":runs:open"
 WAITING_RUNS_KEY = PREFIX + ":runs:waiting"
 STEP_TTL = 7 * 24 * 3600  # default seconds a finished run's data is kept (``Settings.step_ttl``)
@@ -115,6 +118,10 @@ def run_key(run_id: str) -> str:
 
 def run_steps_key(run_id: str) -> str:
     return RUN_STEPS_KEY.format(run_id=run_id)
+
+
+def run_managed_key(run_id: str) -> str:
+    return RUN_MANAGED_KEY.format(run_id=run_id)
 
 
 def store_reply_key(request_id: str) -> str:

@@ -196,9 +196,11 @@ class Recipe(BaseModel):
 
 
 class Change(BaseModel):
-    """One string argument a fix's correction changed: its keyword (``callee#N`` for the N-th passed by
-    position), the value that failed and the value that worked."""
+    """One thing a fix's correction changed: an argument's value (``argument``: its keyword, ``callee#N`` for the
+    N-th passed by position), a key (``argument``: what it indexes) or a conversion it added (``argument``: the
+    function, ``after``: the call); the value that failed and the value that worked."""
 
+    kind: Literal["argument", "key", "conversion"] = "argument"
     argument: str
     before: str
     after: str
@@ -210,10 +212,10 @@ class FixPayload(BaseModel):
     failed: str
     error: str
     fixed: str = Field(description="The corrected line that worked (or, not tried, the line the error asked for).")
-    changed: list[Change] | None = Field(None, description="The string arguments the correction changed (None: "
-                                                           "not worked out yet, as of a fix read from schema 1).")
-    form: str = Field("", description="The date form the error named (DD.MM.YYYY), when the fix wrote its date so.")
-    tried: bool = Field(True, description="False for a fix the error asked for, which no step ran.")
+    changed: list[Change] | None = Field(None, description="What the correction changed (None: not worked out yet, "
+                                                           "as of a fix read from schema 1).")
+    tried: bool = Field(True, description="False for a fix an earlier release wrote from an error alone, which no "
+                                          "step ran (none is written now).")
 
 
 class ShapePayload(BaseModel):
@@ -221,12 +223,17 @@ class ShapePayload(BaseModel):
 
     ``structure`` is a JSON tree, in order: a dict is ``{"fields": [[key, tree], ...], "more": bool}`` (``more``:
     it had more keys than shown), a list is ``{"items": tree}`` (the tree of its first element), a leaf is a
-    type name (``str``, ``int``, ``float``, ``bool``, ``NoneType``) or ``...`` (deeper than shown)."""
+    type name (``str``, ``int``, ``float``, ``bool``, ``NoneType``), ``...`` (deeper than shown), or a string
+    described (``core.specimen``): ``{"type": "str", "number": true}`` (a number written as text), ``{"type":
+    "str", "values": [words]}`` (a few words the records share), ``{"type": "str", "text": {form}}`` (a text's
+    form: lines, separator, header, byte-order mark, decimal commas; or that it holds HTML or JSON)."""
 
     tool: str
     structure: Any
-    records: list[str] = Field(description="The keys from the result to its list of records.")
-    call: str = Field("", description="The line that got the records back, passing only words of the task.")
+    records: list[str] | None = Field(None, description="The keys from the result to its list of records ([]: the "
+                                                        "result is one; None: it holds none).")
+    call: str = Field("", description="The line that got the result, passing only values of the task.")
+
 
 
 class ToolFingerprint(BaseModel):

@@ -46,6 +46,7 @@ from lessonbank.core.constants import (
     bank_summaries_key,
     bank_tools_key,
     run_key,
+    run_managed_key,
     run_steps_key,
 )
 from lessonbank.core.exceptions import ServiceUnavailable
@@ -54,7 +55,6 @@ logger = logging.getLogger(__name__)
 
 SCAN_COUNT = 1000
 RUN_PREFIX = PREFIX + ":run:"
-STEPS_SUFFIX = ":steps"
 
 
 def _text(value: bytes | str) -> str:
@@ -103,7 +103,7 @@ def _scanned_run_ids(client: redis.Redis) -> set[str]:
     ids: set[str] = set()
     for raw in client.scan_iter(match=RUN_PREFIX + "*", count=SCAN_COUNT):
         name = _text(raw)[len(RUN_PREFIX) :]
-        ids.add(name[: -len(STEPS_SUFFIX)] if name.endswith(STEPS_SUFFIX) else name)
+        ids.add(name.split(":", 1)[0])  # a run id holds no ":"; its steps and managed runs are keys below it
     return ids
 
 
@@ -203,7 +203,8 @@ def delete_bank_data(client: redis.Redis, bank: str, queue: str, keep_deleted: i
     ordered = sorted(run_ids)
     for start in range(0, len(ordered), SCAN_COUNT):
         batch = ordered[start : start + SCAN_COUNT]
-        pipe.delete(*[run_key(run_id) for run_id in batch], *[run_steps_key(run_id) for run_id in batch])
+        pipe.delete(*[run_key(run_id) for run_id in batch], *[run_steps_key(run_id) for run_id in batch],
+                    *[run_managed_key(run_id) for run_id in batch])
         pipe.zrem(OPEN_RUNS_KEY, *batch)
         pipe.zrem(WAITING_RUNS_KEY, *batch)
     if letters:

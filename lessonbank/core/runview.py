@@ -73,6 +73,11 @@ class Run:
         return "control" if self.meta.get("arm") == "control" else "lessons"
 
     @property
+    def parent_run(self) -> str:
+        """The run of the manager that called this managed agent's run ("" for a run of its own)."""
+        return self.meta.get("parent_run", "")
+
+    @property
     def given(self) -> list[str]:
         """Ids of the lessons the run was handed (empty for a control run or unknown)."""
         return json_list(self.meta.get("given"))

@@ -5,7 +5,17 @@ without ever printing the result; the next run needs to know where the records a
 per step and tool, a *specimen* of the first result that fits: the value with every leaf replaced by a
 placeholder of its type (``""``, ``0``, ``0.0``, ``False``, ``None``), every list cut to its first
 element, at most ``MAX_KEYS + 1`` keys per dict (one more than a shape shows, so a reader knows there were
-more) and ``MAX_DEPTH`` levels. Only keys and type names leave the agent, never a value it read.
+more) and ``MAX_DEPTH`` levels. Only keys and type names leave the agent, and three things about strings that
+change what the numbers beside them mean (``described``), each a leaf ``{"~": "str", ...}`` (``~`` is no plain
+name, so no record's key can be taken for it):
+
+- a string that holds a number (``"12,345"``, ``"12,50"``): ``{"~": "str", "number": true}``, with ``"like":
+  "9,999"`` when it is written with thousands separators or a decimal comma (``number_form``);
+- a field of a list's records whose values are a few short words repeated across the records (a status, a
+  currency, a unit: ``"settled"``/``"void"``): ``{"~": "str", "values": ["settled", "void"]}``, the words only
+  when each is a plain word (``WORD``), at most ``MAX_WORDS`` of them;
+- a text result's form (``text_form``): its lines, the separator between its fields, its header's names when
+  they are plain names, a byte-order mark, decimal commas, or that it is HTML or JSON.
 
 A result does not fit (nothing is kept) when a key is not a plain name (letters, digits, ``_``, at most
 40 characters: a page cannot pass a sentence off as a key), a list or dict is empty (it says nothing of
@@ -17,6 +27,7 @@ The worker keeps a tool's result shape from a specimen (``lessonbank.learn.shape
 
 from __future__ import annotations
 
+import json
 import re
 from itertools import islice
 from typing import Any
@@ -24,8 +35,104 @@ from typing import Any
 MAX_KEYS = 12
 MAX_DEPTH = 4
 MAX_NODES = 200
+MAX_WORDS = 5  # distinct words of a field kept as its values
+MAX_RECORDS = 50  # records of a list looked at for the words of a field
+MAX_TEXT = 65_536  # characters of a text result read for its form
+MAX_TEXT_LINES = 50
 PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\- ]{0,19}")
+DESCRIBED = "~"
+NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:[,. '][0-9]{3})+|[0-9]+)(?:[.,][0-9]+)?")
+_DECIMAL_COMMA = re.compile(r"-?[0-9]+,[0-9]{1,4}")
+_SEPARATORS = (";", "\t", "|", ",")
 _PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((bool, False), (int, 0), (float, 0.0), (str, ""))
+
+
+def holds_number(text: str) -> bool:
+    """Whether a string is a number written as text (``"12,345"``, ``"12,50"``, ``"-3.5"``)."""
+    return len(text) <= 40 and bool(NUMBER.fullmatch(text.strip())) and any(ch.isdigit() for ch in text)
+
+
+_THOUSANDS = re.compile(r"-?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+_EUROPEAN = re.compile(r"-?[0-9]{1,3}(?:\.[0-9]{3})+,[0-9]+")
+
+
+def number_form(texts: list[str]) -> str:
+    """How numbers written as text are written, when it is not Python's own: ``"9,999"`` (thousands separators),
+    ``"9.999,99"`` (thousands dots and a decimal comma) or ``"9,99"`` (a decimal comma); "" otherwise. A fixed
+    example, never a value: the same form gives the same shape."""
+    stripped = [text.strip() for text in texts]
+    if any(_EUROPEAN.fullmatch(text) for text in stripped):
+        return "9.999,99"
+    if any(_THOUSANDS.fullmatch(text) for text in stripped):
+        return "9,999"
+    if any(_DECIMAL_COMMA.fullmatch(text) for text in stripped):
+        return "9,99"
+    return ""
+
+
+def _number(texts: list[str]) -> dict[str, Any]:
+    form = number_form(texts)
+    return {DESCRIBED: "str", "number": True, **({"like": form} if form else {})}
+
+
+def words(values: list[Any]) -> list[str] | None:
+    """The distinct words of a field across records, when they are a few plain words some records share (a
+    status, a currency, a unit); None otherwise (ids, names, numbers, anything else)."""
+    if len(values) < 2 or not all(isinstance(v, str) and WORD.fullmatch(v) and not holds_number(v)
+                                  for v in values):
+        return None
+    distinct = sorted(set(values))
+    return distinct if len(distinct) <= MAX_WORDS and len(distinct) < len(values) else None
+
+
+def _separator(lines: list[str]) -> str:
+    for separator in _SEPARATORS:
+        count = lines[0].count(separator)
+        if count and sum(line.count(separator) == count for line in lines[1:]) >= 0.8 * (len(lines) - 1):
+            return separator
+    return ""
+
+
+def text_form(text: str) -> dict[str, Any] | None:
+    """A text's form without its content: ``{"lines": 9, "separator": ";", "header": ["Amount", ...], "bom":
+    true, "decimal_comma": true}`` for a table, ``{"holds": "html"}``, ``{"holds": "json"}``; None for a text that
+    is none of these (prose, a number, an empty string)."""
+    head = text[:MAX_TEXT]
+    stripped = head.lstrip("\ufeff").strip()
+    if not stripped:
+        return None
+    if stripped[0] in "{[" and stripped[-1] in "}]" and len(text) <= MAX_TEXT:
+        try:
+            json.loads(stripped)
+            return {"holds": "json"}
+        except (ValueError, RecursionError):
+            pass
+    if stripped[0] == "<" and "</" in stripped:
+        return {"holds": "html"}
+    lines = [line for line in stripped.splitlines()[:MAX_TEXT_LINES] if line.strip()]
+    separator = _separator(lines) if len(lines) >= 2 else ""
+    if not separator:
+        return None
+    form: dict[str, Any] = {"lines": len(stripped.splitlines()), "separator": separator}
+    header = [cell.strip() for cell in lines[0].split(separator)]
+    if all(WORD.fullmatch(cell) for cell in header) and len(header) <= MAX_KEYS:
+        form["header"] = header
+    if head.startswith("\ufeff"):
+        form["bom"] = True
+    if separator != "," and any(_DECIMAL_COMMA.fullmatch(cell.strip()) for line in lines[1:]
+                                for cell in line.split(separator)):
+        form["decimal_comma"] = True
+    return form
+
+
+def described(value: str, whole: bool = True) -> Any:
+    """A string leaf's placeholder: ``""``, or what it is when that changes its meaning (see the module); its text
+    form only for the ``whole`` result (a tool that returns text), not for a string inside a structure."""
+    if holds_number(value):
+        return _number([value])
+    form = text_form(value) if whole and ("\n" in value[:MAX_TEXT] or value[:1] in "{[<") else None
+    return {DESCRIBED: "str", "text": form} if form is not None else ""
 
 
 class Unfit(Exception):
@@ -58,13 +165,32 @@ def _walk(value: Any, depth: int, budget: list[int]) -> Any:
     if isinstance(value, list | tuple):
         if not value:
             raise Unfit("an empty list")
-        return [_walk(value[0], depth + 1, budget)]
-    return _placeholder(value)
+        first = _walk(value[0], depth + 1, budget)
+        if isinstance(first, dict) and isinstance(value[0], dict):
+            describe_fields(first, list(islice(value, MAX_RECORDS)))
+        return [first]
+    return _placeholder(value, depth == 0)
 
 
-def _placeholder(value: Any) -> Any:
+def describe_fields(first: dict[str, Any], records: list[Any]) -> None:
+    """Mark the fields of a list's records whose values are a few shared words, or numbers written as text."""
+    for key in first:
+        raw = [record.get(key) for record in records if isinstance(record, dict)]
+        if not all(isinstance(v, str) for v in raw):
+            continue
+        values = [str(v) for v in raw]
+        found = words(values)
+        if found is not None:
+            first[key] = {DESCRIBED: "str", "values": found}
+        elif values and all(holds_number(v) for v in values):
+            first[key] = _number(values)
+
+
+def _placeholder(value: Any, whole: bool) -> Any:
     if value is None:
         return None
+    if isinstance(value, str):
+        return described(value, whole)
     for kind, placeholder in _PLACEHOLDERS:
         if isinstance(value, kind):
             return placeholder

@@ -2,8 +2,9 @@
 
 An adapter reads an agent type's recorded steps into the view (``adapters``, ``view``). From the view come the
 evidence the distiller is shown (``evidence``, ``transcript``) and the facts kept without an LLM: observed fixes
-(``fixes``, with ``asked`` and ``fixtext``), the shapes of tool results (``shapes``), the code of a run that ended
-well (``recipes``, with ``trim`` and ``answers``). Then the distill prompt and the reading of its reply
+(``fixes``, with ``fixtext``), the shapes of tool results (``shapes``), the code of a run that ended well
+(``recipes``, with ``trim`` and ``answers``), its parameters found by where the task's values flow (``params``)
+and what a lesson of one task means for another (``adapt``). Then the distill prompt and the reading of its reply
 (``distill``, ``decide``), the quality gate and quarantine (``gate``), consolidation decisions (``consolidate``),
 credit and verdict rules (``credit``, ``verdicts``), the tools a lesson needs (``needs``) and a run's tool
 statistics (``usage``). ``render`` is the one renderer of lesson payloads to text, ``walk`` the one walker of

@@ -29,12 +29,14 @@ idle: the user vouched for them.
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 from dataclasses import dataclass, field
 
 from lessonbank.core.models import USER_ORIGINS, Lesson, Recipe, StatusCause
-from lessonbank.learn import code, evidence, fixes, fixtext
+from lessonbank.learn import code, evidence, fixes, fixtext, shapes
+from lessonbank.learn.adapters.calls import as_line
 from lessonbank.learn.view import RunView
 
 RETIRE_BELOW = 0.10
@@ -120,7 +122,8 @@ def run_atoms(run: RunView) -> Atoms:
     """Atoms of what a run did: its code and its tool calls."""
     atoms = Atoms()
     for step in run.actions:
-        for part in [code_atoms(step.code)] + [text_atoms(f"{c.name}({c.arguments})") for c in step.requests]:
+        lines = [code_atoms(call.line) for call in step.calls if call.line and not step.code.strip()]
+        for part in [code_atoms(step.code), *lines] + [text_atoms(f"{c.name}({c.arguments})") for c in step.requests]:
             atoms.kwargs |= part.kwargs
             atoms.literals |= part.literals
             atoms.names |= part.names
@@ -143,7 +146,8 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
     if lesson.recipe is not None:
         return _recipe_applied(lesson.recipe, run, task)
     if lesson.origin == "observed" and lesson.shape is not None:
-        return {_norm(key) for key in lesson.shape.records} <= run.literals
+        path, described = _shape_keys(lesson)
+        return (path <= run.literals and bool(path)) or bool(described & run.literals)
     if lesson.origin == "observed" and (pieces := _fix_pieces(lesson, task)) is not None:
         exact, shaped = pieces
         return bool(exact & run.all() or exact & run.kwarg_values() or shaped & _shapes(run))
@@ -161,12 +165,24 @@ def applied(lesson: Lesson, run: Atoms, task: str) -> bool:
 def _recipe_applied(recipe: Recipe, run: Atoms, task: str) -> bool:
     """Most of the recipe's own calls, keywords and literals are in the run (its parameters may differ)."""
     params = {_norm(p) for p in recipe.params}
-    mine = _distinctive(code_atoms(recipe.code) if recipe.language == "python" else text_atoms(recipe.code), task)
+    mine = _distinctive(code_atoms(recipe.code if recipe.language == "python" else _call_lines(recipe.code)), task)
     kwargs = {k if k.split("=", 1)[1] not in params else k.split("=", 1)[0] + "=" for k in mine.kwargs}
     kwargs = {k for k in kwargs if not k.endswith("=") or not any(other.startswith(k) and other != k
                                                                   for other in kwargs)}
     pieces = kwargs | (mine.literals - params) | mine.names
     return bool(pieces) and len(pieces & run.all()) >= math.ceil(RECIPE_SHARE * len(pieces))
+
+
+def _call_lines(calls: str) -> str:
+    """A ToolCallingAgent recipe's calls (JSON) as the lines of Python that make them, read like code."""
+    try:
+        parsed = json.loads(calls)
+    except (ValueError, RecursionError):
+        return calls
+    if not isinstance(parsed, list):
+        return calls
+    return "\n".join(as_line(str(call.get("name", "")), call.get("arguments") or {}) for call in parsed
+                     if isinstance(call, dict) and isinstance(call.get("arguments") or {}, dict))
 
 
 _WORDS_ONLY = re.compile(r"[a ]*")
@@ -199,18 +215,25 @@ def _fix_pieces(lesson: Lesson, task: str) -> tuple[set[str], set[str]] | None:
     return exact.kwargs | exact.literals, shaped
 
 
+def _shape_keys(lesson: Lesson) -> tuple[set[str], set[str]]:
+    """(the keys of a shape's records path, its described keys: ``shapes.described_keys``)."""
+    shape = lesson.shape
+    if shape is None:
+        return set(), set()
+    return {_norm(key) for key in shape.records or ()}, {_norm(key) for key in shapes.described_keys(shape)}
+
+
 def blameless(lesson: Lesson, run: RunView) -> bool:
     """An observed fix or shape that no failing line of the run used, and (a fix) whose corrected line, as the
     run wrote it, did not compute the run's answer: a failed run does not blame it."""
     if lesson.origin != "observed":
         return False
-    path = lesson.shape.records if lesson.shape is not None else None
-    pieces = _fix_pieces(lesson, run.task) if path is None else None
-    if path is None and pieces is None:
+    pieces = _fix_pieces(lesson, run.task) if lesson.shape is None else None
+    if lesson.shape is None and pieces is None:
         return False
     if pieces is not None and _answered_by_fixed_line(lesson, run):
         return False
-    keys = {_norm(key) for key in path or ()}
+    path, described = _shape_keys(lesson)
     for step in run.actions:
         if not step.failed:
             continue
@@ -218,7 +241,7 @@ def blameless(lesson: Lesson, run: RunView) -> bool:
         atoms = code_atoms(line) if line else Atoms()
         if pieces is not None and (pieces[0] & atoms.all() or pieces[1] & _shapes(atoms)):
             return False
-        if keys and keys <= atoms.literals:
+        if (path and path <= atoms.literals) or described & atoms.literals:
             return False
     return True
 

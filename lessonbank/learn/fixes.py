@@ -1,58 +1,39 @@
-"""Observed fixes: a line a step failed at, and the corrected line a later step got past it with, kept
-as a fact without an LLM.
+"""Observed fixes: a call or line that failed, and the later call of the same tool, or operation on the same value,
+that worked, with what changed; kept as a fact without an LLM.
 
-A small agent that ran ``get_weather(city="Graz", date="2024-03-17")``, got a ValueError and then ran
-``get_weather(city="Graz", date="17.03.2024")`` has found out how the tool wants its dates. The distiller's
-account of it is often wrong ("the field name is 'high_temperature'") and worded anew by every run, so it
-never gathers the two runs of evidence a lesson needs before runs get it; and a run that fails for another
-reason afterwards leaves no recipe. The two lines themselves are what the next run needs (the text is
-``learn.render``'s, from the fix's payload)::
+A run that ran ``rows = get_sales(region="north")``, got a ValueError, printed something else, and later ran
+``rows = get_sales(region="North")`` has found out how the tool wants its value; one whose ``df["Revenue"].sum()``
+raised KeyError and whose later ``df["revenue"].sum()`` worked has found the column's name; one whose
+``sum(int(d["visits"]) for d in days)`` failed and whose ``sum(int(d["visits"].replace(",", "")) for d in days)``
+worked has found the conversion the data needs. The two lines are what the next run needs (the text is
+``learn.render``'s, from the fix's payload; ``fixtext.changes`` says what changed: an argument's value or its form,
+a key, a conversion).
 
-    Pass `date` like "17.03.2024", not like "2024-03-17": `result = get_weather(city="Graz",
-    date="2024-03-17")` failed with ValueError; the corrected line `result = get_weather(city="Graz",
-    date="17.03.2024")` worked.
+The failing line is the one the view names (the executor's line, a traceback's, a failed tool call written as a
+line: ``learn.adapters``). Its correction is looked for in every later step that got past it (one that did not
+fail, and did not get an empty result back; in a step that failed, the statements it ran before its error): a
+line that calls the same tool, or operates on the same value (reads the same name), and is the most like the
+failing one. Only a correction of values is kept, so that what the run read cannot write the next run's code:
 
-Only a fix that corrects values is kept, so that what the run read cannot write the next run's code:
+- it calls no tool the failing line did not call and does not answer (``final_answer``); if the failing line
+  called a tool, it still does; any call it adds is a conversion (``CONVERSIONS``: Python's own and the
+  standard library's data functions and methods);
+- it reads no name the failing line did not read (but the ones it binds itself), and still does every operation
+  the failing line did: otherwise the fix is in another line;
+- a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not copied
+  from what the run had observed before (tool output, error messages); values from the task are the user's, and
+  subscript keys are the data's names;
+- it is not just the task's own value put in place of another of the same form (``invoice_id='INV-4356'``, the
+  task's id, after a wrong one copied from a lesson): that says nothing another task can reuse;
+- both lines parse, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no error message, only
+  the exception's name.
 
-- the corrected line calls nothing the failing line did not call, and does not answer (``final_answer``);
-  if the failing line called something, the corrected one still does (a line that drops the call, such as
-  ``temp = weather_data["Graz"][date]`` over a dict the agent typed in itself, is no correction); it reads
-  no name the failing line did not read (``print(total / 100)`` for ``print(inv['total'] / 100)`` only
-  works with the line that computed ``total``, and handing it on names the wrong key to the next run), and
-  still does every operation the failing line did (``invoice_lines = invoice['lines']`` is no correction of
-  ``total = invoice['total_amount'] * 0.85``: it is another line of the step, and the next run copies the
-  failing line it is shown);
-- a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not
-  copied from what the run had observed before (tool output, error messages): a page or an error message
-  cannot hand the next runs a URL, a recipient or an account. Values from the task are the user's.
-  Subscript keys may come from what it observed: ``result['data']['items']`` is the shape of the data;
-- the correction is not just the task's own value put in place of another of the same form
-  (``invoice_id='INV-4356'``, the task's id, after a wrong one copied from a lesson): that says nothing
-  another task can reuse (the task's date in place of the run's own ``05/03/2024`` is a fix of the form);
-- both lines parse on their own, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no
-  error message, only the exception's name (and, rebuilt from ``learn.asked``'s closed vocabulary, the
-  date form the error named, if the corrected line wrote its date in it);
-- the corrected step did not get an empty result back (``{'records': []}``): a tool that accepts a wrong
-  value without an error (a date with its day and month swapped) would otherwise make it a "fix"; the
-  next step that got data (or printed nothing) is compared instead.
+In a run judged wrong (by a user or the check), a fix whose corrected line computed the run's answer is not kept
+(``gave_the_answer``): the line ran, but its value was the wrong answer.
 
-In a run judged wrong (by a user or the check), a fix whose corrected line computed the run's answer
-is not kept (``gave_the_answer``): the line ran, but its value was the wrong answer.
-
-A step whose error names the date form the tool wants (``expected DD.MM.YYYY``) and that no later step
-corrected gives a fix of another kind (``learn.asked``): its failing line with the task's date, passed
-to a call by keyword or position, written in that form. Its text says that no step ran it ("(not tried
-yet)"); the error decides only the order and separators of the date the run passed, never a value. A later
-step that passed the rewritten date (or whose output shows it, as a tool echoing a date the run computed)
-leaves no such fix: it worked (and was kept as observed, or as a recipe) or it did not. A later run that was
-given such a fix and ran its line (with its own task's values, as the instructions gave it) and got data back
-confirms it (``confirmed``): the fix is kept as seen to work, its lines with that run's values; the run is no
-evidence of its own for it (it was told the line), so it is not counted as a source.
-
-Such a fact (origin ``observed``) is given to runs from the run that observed it: the tool rejecting one
-line and the next step running the corrected one is its evidence. The fingerprint keeps the shape of the
-correction (``'9-9-9'`` -> ``'9.9.9'`` for a date, the keys for a subscript) and drops what the task
-changes (the city, local names), so the same fix seen by several runs is one lesson with more evidence.
+The fingerprint keeps the shape of the correction (``'9-9-9'`` -> ``'9.9.9'`` for a date, the keys for a
+subscript) and drops what the task changes (the city, local names), so the same fix seen by several runs is one
+lesson with more evidence.
 """
 
 from __future__ import annotations
@@ -64,17 +45,25 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from lessonbank.core.models import FixPayload, Lesson
+from lessonbank.core.models import FixPayload
 from lessonbank.core.redact import Redactor
-from lessonbank.learn import answers, asked, code, evidence, fixtext, render
+from lessonbank.learn import answers, code, evidence, fixtext, render, trim
 from lessonbank.learn.view import RunView, Step
 
 MAX_LINE = 200
-MAX_LINES = 400  # lines of the later step compared with the failing one
+MAX_LINES = 400  # lines of a later step compared with the failing one
 MIN_RATIO = 0.5
 MAX_FIXES = 3
 LOOSE_NUMBER = 10_000  # smaller numbers are not worth copying from a page (a limit, a page number)
 ANSWERERS = frozenset({"final_answer"})
+# What a correction may add: conversions of values, never a tool, the network or the file system.
+CONVERSIONS = code.PURE_CALLS | code.PURE_METHODS | frozenset({
+    "replace", "lstrip", "rstrip", "split", "rsplit", "splitlines", "title", "join", "startswith", "endswith",
+    "removeprefix", "removesuffix", "isdigit", "casefold", "count", "find", "index", "format", "decode", "encode",
+    "loads", "StringIO", "reader", "DictReader", "strptime", "strftime", "fromisoformat", "isoformat", "date",
+    "timedelta", "Decimal", "fsum", "mean", "median", "sub", "findall", "search", "match", "fullmatch", "group",
+    "append", "extend", "pop",
+})
 _EXCEPTION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]{0,60})(?::|$)")
 
 
@@ -87,8 +76,7 @@ class Fix:
     error: str
     steps: tuple[int, int]
     fingerprint: str
-    form: str = ""  # the date form the error named, when the corrected line wrote its date that way
-    tried: bool = True  # False for a fix the error asked for, which no step ran (``learn.asked``)
+    tried: bool = True
 
     @property
     def text(self) -> str:
@@ -96,7 +84,8 @@ class Fix:
 
     @property
     def payload(self) -> FixPayload:
-        return fixtext.payload(self.failed, self.error, self.fixed, self.form, self.tried)
+        payload = fixtext.payload(self.failed, self.error, self.fixed)
+        return payload if self.tried else payload.model_copy(update={"tried": False})
 
 
 def _key_constants(tree: ast.AST) -> set[int]:
@@ -110,8 +99,15 @@ def _constants(tree: ast.AST) -> list[tuple[ast.Constant, bool]]:
     return [(n, id(n) in keys) for n in ast.walk(tree) if isinstance(n, ast.Constant)]
 
 
-def _calls(tree: ast.AST) -> set[str]:
-    return {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+def _called(tree: ast.AST) -> set[str]:
+    """The names a line calls: a plain name (``get_sales``, ``int``) or a method's (``replace``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            found.add(func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute)
+                      else ast.unparse(func))
+    return found
 
 
 def _operations(tree: ast.AST) -> Counter[str]:
@@ -125,11 +121,22 @@ def _operations(tree: ast.AST) -> Counter[str]:
     return found
 
 
+def _bound(tree: ast.AST) -> set[str]:
+    """Names a line binds for itself: comprehension and lambda variables."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.comprehension):
+            found |= code.names(node.target, ast.Store)
+        elif isinstance(node, ast.Lambda):
+            found |= {arg.arg for arg in node.args.args}
+    return found
+
+
 def _read(tree: ast.AST) -> set[str]:
-    """The names a line reads (not the functions it calls)."""
+    """The names a line reads (not the functions it calls, nor the names it binds itself)."""
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-            and id(n) not in called}
+            and id(n) not in called} - _bound(tree)
 
 
 def _given(value: object, task: str) -> bool:
@@ -139,8 +146,8 @@ def _given(value: object, task: str) -> bool:
 
 
 def _copied(value: object, seen: str, task: str) -> bool:
-    """Whether a value the corrected line passes could have been copied from what the run observed
-    (``seen``, lower-cased)."""
+    """Whether a value the corrected line passes could have been copied from what the run observed (``seen``,
+    lower-cased)."""
     if isinstance(value, bool) or value is None:
         return False
     if isinstance(value, int | float) and abs(value) < LOOSE_NUMBER:
@@ -152,7 +159,7 @@ def _copied(value: object, seen: str, task: str) -> bool:
 def _skeleton(tree: ast.Module, shared: set[str]) -> str:
     """The correction's line with local names as ``v``, the values both lines share as ``_`` and the values it
     changed as their shape (subscript keys kept): what the same fix from several runs has in common."""
-    calls, keys = {name for name in _calls(tree) if "." not in name}, _key_constants(tree)
+    calls, keys = {name for name in _called(tree)}, _key_constants(tree)
 
     def name(node: ast.Name) -> ast.AST:
         return node if node.id in calls else ast.Name(id="v", ctx=node.ctx)
@@ -176,144 +183,92 @@ def _exception(step: Step) -> str:
     return step.error_type if step.error_type.isidentifier() else "an error"
 
 
-def _best_match(failed: str, code: str) -> str | None:
-    """The line of ``code`` most like ``failed`` (None if none is close enough or it is the same line)."""
+def _lines(step: Step) -> list[str]:
+    """The lines a later step ran: its statements (one line each, compound ones by their header), those before
+    its error when it failed, and its tool calls written as lines."""
+    lines = [call.line for call in step.calls if call.line and not call.failed and not step.code]
+    if not step.code.strip():
+        return lines
+    statements = trim.ran_before_failure(step) if step.failed else code.parse(step.code) or []
+    source = step.code.splitlines()
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.stmt) and len(lines) < MAX_LINES and 0 < node.lineno <= len(source):
+                first = source[node.lineno - 1]  # a statement's first line (get_source_segment splits the code)
+                end = node.end_col_offset if node.end_lineno == node.lineno else None
+                lines.append(first.encode()[node.col_offset:end].decode(errors="replace").strip())  # byte offsets
+    return [line for line in dict.fromkeys(lines) if line and len(line) <= MAX_LINE and not line.startswith("#")]
+
+
+def _related(before: ast.Module, after: ast.Module, tools: set[str]) -> bool:
+    """The later line calls a tool the failing one called, or operates on a value it did (reads the same name)."""
+    called = _called(before) & tools
+    return bool(called & _called(after)) or bool(_read(before) & _read(after))
+
+
+def _corrects(before: ast.Module, after: ast.Module) -> bool:
+    """The later line is a correction of values of the failing one (see the module's first three rules)."""
+    calls, called = _called(after), _called(before)
+    if calls & ANSWERERS or not (calls - called) <= CONVERSIONS | trim.PRINTERS:
+        return False
+    if (called - CONVERSIONS - trim.PRINTERS) - calls:  # the call was dropped, not corrected (data made up)
+        return False
+    if _read(after) - _read(before):  # it reads a value another line computed: the fix is in that line
+        return False
+    return not (_operations(before) - _operations(after))  # nor dropped what the failing line computed
+
+
+def _candidate(failed: str, before: ast.Module, later: Step, tools: set[str]) -> tuple[str, ast.Module] | None:
+    """The line of ``later`` most like ``failed`` that is related to it and corrects it (None when none is)."""
     best, best_ratio = None, MIN_RATIO
-    for line in code.splitlines()[:MAX_LINES]:
-        line = line.strip()
-        if not line or len(line) > MAX_LINE or line.startswith("#"):
+    wanted = " ".join(failed.split())
+    for line in _lines(later)[:MAX_LINES]:
+        if " ".join(line.split()) == wanted or "`" in line:
             continue
         matcher = difflib.SequenceMatcher(None, failed, line, autojunk=False)
-        if matcher.real_quick_ratio() > best_ratio and matcher.quick_ratio() > best_ratio:
-            ratio = matcher.ratio()
-            if ratio > best_ratio:
-                best, best_ratio = line, ratio
-    if best is None or " ".join(best.split()) == " ".join(failed.split()):
-        return None
+        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+            continue
+        ratio = matcher.ratio()
+        after = code.parse_line(line) if ratio > best_ratio else None
+        if after is not None and _related(before, after, tools) and _corrects(before, after):
+            best, best_ratio = (line, after), ratio
     return best
 
 
-def _fix(failed_step: Step, later: Step, seen: str, task: str, redactor: Redactor) -> Fix | None:
+def _fix(failed_step: Step, later: Step, seen: str, task: str, tools: set[str], redactor: Redactor) -> Fix | None:
     failed = evidence.named_failing_line(failed_step)  # none named: the fix cannot be pinned to a line
-    if not failed or len(failed) > MAX_LINE or "`" in failed:
+    before = code.parse_line(failed) if failed and len(failed) <= MAX_LINE and "`" not in failed else None
+    found = _candidate(failed, before, later, tools) if before is not None else None
+    if before is None or found is None:
         return None
-    fixed = _best_match(failed, later.code)
-    if fixed is None or "`" in fixed:
-        return None
-    before, after = code.parse_line(failed), code.parse_line(fixed)
-    if before is None or after is None:
-        return None
-    calls, called = _calls(after), _calls(before)
-    if not calls <= called or calls & ANSWERERS:
-        return None
-    if called and not calls:  # the call was dropped, not corrected (a run that made its own data up)
-        return None
-    if _read(after) - _read(before):  # it reads a value another line computed: the fix is in that line
-        return None
-    if _operations(before) - _operations(after):  # it dropped what the failing line computed: another line
-        return None
-    constants_before, constants_after = _constants(before), _constants(after)
-    old = {repr(node.value) for node, _ in constants_before}
-    new = [node.value for node, is_key in constants_after if repr(node.value) not in old and not is_key]
+    fixed, after = found
+    old = {repr(node.value) for node, _ in _constants(before)}
+    new = [node.value for node, is_key in _constants(after) if repr(node.value) not in old and not is_key]
     if any(_copied(value, seen, task) for value in new):
         return None
-    kept = {repr(node.value) for node, _ in constants_after}
-    replaced = [node.value for node, is_key in constants_before if repr(node.value) not in kept and not is_key]
-    if new and all(_given(value, task) for value in new) and (
-            sorted(map(fixtext.shape, new)) == sorted(map(fixtext.shape, replaced))):
+    kept = {repr(node.value) for node, _ in _constants(after)}
+    replaced = [node.value for node, is_key in _constants(before) if repr(node.value) not in kept and not is_key]
+    recased = {str(v).casefold() for v in new} == {str(v).casefold() for v in replaced}  # the same value, re-cased
+    if new and not recased and all(_given(value, task) for value in new) and (
+            sorted(map(fixtext.shape, new)) == sorted(map(fixtext.shape, replaced))
+            and not fixtext.changed_keys(failed, fixed) and not fixtext.added_conversions(failed, fixed)):
         return None  # the task's own value in place of another of the same form: nothing another task can reuse
     if redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
         return None
     error = _exception(failed_step)
-    form = _form_named(failed_step, failed, fixed)
-    return Fix(failed, fixed, error, (failed_step.seq, later.seq), _fingerprint(error, before, after), form)
-
-
-def _form_named(step: Step, failed: str, fixed: str) -> str:
-    """The date form the step's error named (``DD.MM.YYYY``), if the correction changed one value, a date
-    whose order is certain, into that form ("" otherwise): with it, the fix carries over to a next task's date
-    even when the example's parts cannot say which is the day (``fixtext.carry_over``)."""
-    changed = fixtext.changed_keywords(failed, fixed)
-    if len(changed) != 1:
-        return ""
-    _, old, new = changed[0]
-    form = asked.asked_form(step.error)
-    day = asked.read_date(old)
-    return form.name if form is not None and day is not None and form.write(day) == new else ""
+    return Fix(failed, fixed, error, (failed_step.seq, later.seq), _fingerprint(error, before, after))
 
 
 def _fingerprint(error: str, before: ast.Module, after: ast.Module) -> str:
-    """The correction's shape: the same fix seen by several runs (or asked for, then observed) is one."""
+    """The correction's shape: the same fix seen by several runs is one."""
     shared = {repr(node.value) for node, _ in _constants(before)} & {repr(node.value) for node, _ in _constants(after)}
     print_ = f"{error}|{_skeleton(before, shared)}|{_skeleton(after, shared)}"
     return hashlib.sha256(print_.encode()).hexdigest()[:32]
 
 
-def _asked_fix(step: Step, later: list[Step], task: str, redactor: Redactor) -> Fix | None:
-    """The failing line with the task's date written in the form the step's error names (see the module's
-    text); None unless the line passes exactly one date, that the task gave, to a call (by keyword or
-    position)."""
-    failed = evidence.named_failing_line(step)
-    if not failed or len(failed) > MAX_LINE or "`" in failed:
-        return None
-    before = code.parse_line(failed)
-    calls = _calls(before) if before is not None else set()
-    if before is None or not calls or calls & ANSWERERS:
-        return None
-    dates = [node for node, _ in _constants(before) if isinstance(node.value, str)
-             and asked.read_date(node.value) is not None]
-    passed = {id(k.value) for k in ast.walk(before) if isinstance(k, ast.keyword)} | {
-        id(arg) for call in ast.walk(before) if isinstance(call, ast.Call) for arg in call.args}
-    if len(dates) != 1 or id(dates[0]) not in passed or not _given(dates[0].value, task):
-        return None
-    value = str(dates[0].value)
-    found = asked.rewrite(value, step.error)
-    if found is None:
-        return None
-    written, form = found
-    quoted = [q + value + q for q in ('"', "'") if q + value + q in failed]
-    if len(quoted) != 1 or failed.count(quoted[0]) != 1:
-        return None
-    fixed = failed.replace(quoted[0], quoted[0][0] + written + quoted[0][0])
-    # tried, as typed or computed (the tool echoes its date): it worked (an observed fix, a recipe) or it did not
-    if any(written in other.code or written in other.observation for other in later):
-        return None
-    after = code.parse_line(fixed)
-    if after is None or redactor.redact(failed) != failed or redactor.redact(fixed) != fixed:
-        return None
-    error = _exception(step)
-    return Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after), form.name,
-               tried=False)
-
-
-def confirmed(given: list[Lesson], run: RunView) -> list[Fix]:
-    """The fixes an error asked for (``(not tried yet)``) that this run was given and ran: a step that did not
-    fail and did not get an empty result back holds the corrected line, with this task's values as the
-    instructions gave it (``fixtext.in_task``). Each comes back as observed (tried), its lines with this task's
-    values, with the fingerprint of the asked fix, which ``Consolidator.add_observed`` then rewrites as seen to
-    work (a run given the fix wrote its line first and the tool answered: no step failed, so ``extract`` finds
-    nothing, and the fix would say "not tried yet" to every later run)."""
-    task = run.task
-    actions = [step for step in run.actions
-               if not step.failed and step.code.strip() and evidence.result(step.printed) != "empty"]
-    found: list[Fix] = []
-    for lesson in given:
-        if lesson.kind != "fact" or "fix" not in lesson.tags or lesson.fix is None or lesson.fix.tried:
-            continue
-        placed = fixtext.in_task(lesson.fix, task, lesson.task) or lesson.fix
-        failed, fixed = placed.failed, placed.fixed
-        before, after = code.parse_line(failed), code.parse_line(fixed)
-        wanted = " ".join(fixed.split())
-        step = next((s for s in actions if any(" ".join(line.split()) == wanted
-                                               for line in s.code.splitlines()[:MAX_LINES])), None)
-        if before is None or after is None or step is None:
-            continue
-        error, form = placed.error, fixtext.form_of(placed)
-        fix = Fix(failed, fixed, error, (step.seq, step.seq), _fingerprint(error, before, after),
-                  form.name if form is not None else "")
-        if all(fix.fingerprint != other.fingerprint for other in found):
-            found.append(fix)
-    return found
+def _tools(run: RunView) -> set[str]:
+    """The tools of the run: its agent's, else every name its steps called as one."""
+    return set(run.tools) if run.tools is not None else {call.tool for step in run.actions for call in step.calls}
 
 
 def gave_the_answer(fix: Fix, run: RunView) -> bool:
@@ -321,12 +276,10 @@ def gave_the_answer(fix: Fix, run: RunView) -> bool:
     (``final_answer(total)``) or printed it as the answer the run then gave (``print(total)``, ``71.33``,
     then ``final_answer(71.33)`` or smolagents' forced answer at the step limit).
 
-    In a run judged wrong, such a line did not work: it computed the wrong answer. The corrected line of
-    ``total = sum(line['amount_cents'] / 100 ...)`` that raised KeyError, ``total = sum(line['unit_price_cents']
-    / 100 ...)``, ran, but without the quantities; kept as "worked", the next runs copied it and gave its wrong
-    total where the plain agent, given nothing, answered right. A line whose value only holds the answer (a
-    record with several fields, from which the run took the wrong one) is not this: the fix got the data."""
-    return fix.tried and line_gave_the_answer(fix.fixed, fix.steps[1], run)  # an asked fix's line never ran
+    In a run judged wrong, such a line did not work: it computed the wrong answer; kept as "worked", the next runs
+    would copy it and give its wrong total. A line whose value only holds the answer (a record with several
+    fields, from which the run took the wrong one) is not this: the fix got the data."""
+    return fix.tried and line_gave_the_answer(fix.fixed, fix.steps[1], run)
 
 
 def line_gave_the_answer(line: str, seq: int, run: RunView) -> bool:
@@ -377,32 +330,21 @@ def _value_of(expr: ast.expr | None) -> str | None:
 
 
 def extract(run: RunView, redactor: Redactor) -> list[Fix]:
-    """The fixes a run observed: for each failed step, its failing line and the corrected line of the
-    next step that did not fail and did not get an empty result back; then, for failed steps no later
-    step corrected, the date fix their error asked for (at most ``MAX_FIXES`` in all, each fingerprint
-    once, observed ones first)."""
-    task, actions = run.task, run.actions
+    """The fixes a run observed: for each failed step, its failing line and its correction in the first later
+    step that holds one (see the module), at most ``MAX_FIXES``, each fingerprint once."""
+    task, actions, tools = run.task, run.actions, _tools(run)
     found: list[Fix] = []
-    uncorrected: list[int] = []
     for index, step in enumerate(actions):
-        if not step.failed:
+        if not step.failed or len(found) >= MAX_FIXES:
             continue
-        # A step that ran but got nothing back may have passed a wrong value the tool accepts: not the fix.
-        later = next((s for s in actions[index + 1:] if not s.failed and s.code.strip()
-                      and evidence.result(s.printed) != "empty"), None)
-        fix = None
-        if later is not None and len(found) < MAX_FIXES:
+        for later in actions[index + 1:]:
+            if not (later.code.strip() or later.calls) or evidence.result(later.printed) == "empty":
+                continue  # a step that got nothing back may have passed a wrong value the tool accepts
             seen = "\n".join(part for s in actions if s.seq < later.seq
                              for part in (s.observation, s.error_message)).lower()
-            fix = _fix(step, later, seen, task, redactor)
-        if fix is None:
-            uncorrected.append(index)
-        elif all(fix.fingerprint != other.fingerprint for other in found):
-            found.append(fix)
-    for index in uncorrected:
-        if len(found) >= MAX_FIXES:
-            break
-        fix = _asked_fix(actions[index], actions[index + 1:], task, redactor)
-        if fix is not None and all(fix.fingerprint != other.fingerprint for other in found):
-            found.append(fix)
+            fix = _fix(step, later, seen, task, tools, redactor)
+            if fix is not None:
+                if all(fix.fingerprint != other.fingerprint for other in found):
+                    found.append(fix)
+                break
     return found

@@ -17,6 +17,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
+| ``states_one_value``   | only states a value of one of the task's entities ("web-a had 40211 visits")   |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
 | ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
 |                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
@@ -31,6 +32,7 @@ Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -136,12 +138,14 @@ _TRANSCRIPT = re.compile(
     # the run's own work told in the passive: "The total ... was calculated by summing ..., then dividing by 100"
     # (given next to the recipe that does it, it made a run divide by 100 twice)
     r"|\b(?:was|were) (?:calculated|computed|obtained|determined|derived) by\b"
+)
+_STORY = re.compile(
     # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
     # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
     # lessons the learning benchmark's distiller wrote that passed every other context-free rule, 77 read so; none of
     # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
     # two runs back to the rejected date.
-    r"|(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
+    r"(?i)(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
     r"|the (?:\w+ )?approach (?:then |later |next )?(?:switched|changed|shifted|moved|turned)\b"
     r"|the (?:failure|error|problem|issue|mistake)s? (?:was|were|occurred|happened|arose)\b"
     r"|(?:the|this) (?:run|agent|code|script)(?: (?:also|still|then|first|again|itself|provided|correctly|"
@@ -152,6 +156,14 @@ _TRANSCRIPT = re.compile(
     r"show(?:s|ed)|said|meant|was)\b"
     r"|to (?:fix|avoid|solve|resolve|correct|handle|prevent) (?:this|that|the (?:issue|problem|error|failure))\b)"
     r"|\b(?:approach|solution) (?:should|would) have been\b"
+)
+# A clause that tells the next run what to do, or when: a story with one is a lesson ("The script failed when the
+# input file had a BOM; open it with encoding='utf-8-sig'."), a story alone is not.
+_ADVICE = re.compile(
+    r"(?i)(?:[;:]|\.\s)\s*(?:then\s+|so\s+)?(?:open|pass|use|read|call|convert|add|remove|skip|divide|multiply|"
+    r"replace|strip|split|set|write|follow|raise|leave|subtract|decode|encode|parse|filter|sort|round|request|"
+    r"give|put|cast|check that|always|never|do not|don't)\b"
+    r"|\b(?:when|whenever|if|unless) (?:the |a |an |its )?(?:input|file|result|response|value|field|tool|call)\b"
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?!\w|\.\d)")
 # "did not return any records", "returned no results", "no data was found", "came back empty"
@@ -174,6 +186,9 @@ _QUALIFIED = re.compile(r"[`\[=]|(?i:\b(?:instead|use|using|rather|but|unless|on
                         r"since|after|before|under|inside|nested)\b)")
 # The values a lesson pins its claim to: a quoted string, or a number, date or id of 3 characters or more.
 _VALUE = re.compile(r"[\"']([^\"'`\n]{3,60})[\"']|(?<![\w.])(\d[\d./:-]{1,30}\d)(?!\w)")
+# Python's own names (builtins, methods of its basic types): what everyone knows, no value the run must have seen.
+_PYTHON = frozenset(name.lower() for kind in (builtins, str, list, dict, bytes) for name in dir(kind)
+                    if not name.startswith("_"))
 _CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
 
 
@@ -243,6 +258,30 @@ def _restates_answer(text: str, ctx: GateContext) -> bool:
     return len(answer) >= MIN_ANSWER_CHARS and answer.lower() in text.lower()
 
 
+_ENTITY = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b|\b[A-Za-z]+[0-9][A-Za-z0-9]*\b")
+
+
+def _states_one_value(text: str, ctx: GateContext) -> bool:
+    """The lesson only states a value of one of the task's entities (``web-fjord had 40211 visits``): true of this
+    question, nothing about the tool. It names an entity of the task (an id, a hyphenated name), states a number of
+    two or more digits the task does not hold, and names no code and gives no advice."""
+    if "`" in text or "(" in text or _ADVICE.search(text):
+        return False
+    entities = {m.group(0).lower() for m in _ENTITY.finditer(ctx.task)}
+    if not entities or not any(m.group(0).lower() in entities for m in _ENTITY.finditer(text)):
+        return False
+    task_numbers = _numbers(ctx.task)
+    return any(sum(ch.isdigit() for ch in number) >= 2 and not _numbers(number) & task_numbers
+               for number in _NUMBER.findall(text))
+
+
+def _says_more(text: str) -> bool:
+    """Whether a sentence saying what a tool is used for goes on to say something of its own ("...; totals are in
+    cents."): a clause after it of more than a word."""
+    parts = re.split(r"[;:]\s|\.\s", text.strip(), maxsplit=1)
+    return len(parts) == 2 and len(tokens(parts[1])) >= 2
+
+
 def _ungrounded(text: str, ctx: GateContext) -> bool:
     for number in _NUMBER.findall(text):
         digits = sum(ch.isdigit() for ch in number)
@@ -251,7 +290,7 @@ def _ungrounded(text: str, ctx: GateContext) -> bool:
     for match in _CODE_NAME.finditer(text):
         name = next(group for group in match.groups() if group)
         core = re.split(r"[(=\s]", name.strip(), maxsplit=1)[0].lower()
-        if len(core) >= 3 and core not in ctx._haystack:
+        if len(core) >= 3 and core not in ctx._haystack and core.rstrip("()") not in _PYTHON:
             return True
     return False
 
@@ -329,14 +368,16 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("secret", lambda text, ctx: ctx.redactor.has_secret(text)),
     ("nothing_happened", lambda text, ctx: bool(_NOTHING.search(text))),
     ("first_person_plan", lambda text, ctx: bool(_FIRST_PERSON.search(text))),
-    ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))),
+    ("refers_to_transcript", lambda text, ctx: bool(_TRANSCRIPT.search(text))
+     or (bool(_STORY.search(text)) and not _ADVICE.search(text))),
     ("contentless", _contentless),
     ("vague", _vague),
-    ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text))),
+    ("describes_tool", lambda text, ctx: bool(_TOOL_PURPOSE.search(text)) and not _says_more(text)),
     ("agent_setup", lambda text, ctx: bool(_AGENT_SETUP.search(text))),
     ("uncallable", _uncallable),
     ("restates_task", _restates_task),
     ("restates_answer", _restates_answer),
+    ("states_one_value", _states_one_value),
     ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
     ("contradicts_observed", _contradicts_observed),
     ("contradicts_observed", _contradicts_a_working_key),

@@ -5,10 +5,12 @@ For a CodeAgent run, the code of the steps that did not fail, in order, trimmed 
 a ToolCallingAgent run, the sequence of tool calls with their arguments. Secrets are redacted, the size capped,
 the code must parse.
 
-Literals that come from the task (a date, an id, a file name) are the recipe's parameters: the next run must
-adapt them. The code must hold every value the task gives (``ignored_values``): a right answer without one is
-chance. The fingerprint hashes the code with its local names renamed in order of first use and its parameters
-replaced (``code.Normaliser``), so the same code from several runs of similar tasks is one recipe.
+The values that came from the task (found by where they flow into the code: ``params``; an account, a region, a
+date, a threshold) are the recipe's parameters: the next run must adapt them. The code must hold every value the
+task gives (``ignored_values``): a right answer without one is chance. The fingerprint hashes the code with its
+local names renamed in order of first use and its parameters replaced (``code.Normaliser``), so the same code
+from several runs of similar tasks is one recipe. A ToolCallingAgent's recipe keeps its calls, not the answer it
+gave (its ``final_answer`` call's arguments are left out: they are this run's answer).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from collections.abc import Iterable
 from lessonbank.core.models import Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.learn import code as pycode
-from lessonbank.learn import fixtext
+from lessonbank.learn import fixtext, params
+from lessonbank.learn.adapters.calls import as_line
 from lessonbank.learn.answers import (
     answer_from_variables,
     answer_where_printed,
@@ -38,7 +41,6 @@ from lessonbank.learn.trim import (
     MAX_TASK_CHARS,
     answering_path,
     calls_final_answer,
-    fold_dates,
     prune,
     ran_before_failure,
 )
@@ -52,33 +54,9 @@ def kept_task(task: str, redactor: Redactor) -> str:
     return redactor.redact(task[:MAX_TASK_CHARS])
 
 
-def _call_words(tree: Iterable[ast.AST], task: str) -> set[str]:
-    """Strings passed to a call that the task names as a whole word (``get_weather(city='Graz')`` for
-    "... in Graz on ..."): the next task names another."""
-    words: set[str] = set()
-    for node in tree:
-        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            for arg in [*call.args, *(k.value for k in call.keywords)]:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and 3 <= len(arg.value) <= 40 and (
-                        re.search(rf"(?<!\w){re.escape(arg.value)}(?!\w)", task)):
-                    words.add(arg.value)
-    return words
-
-
 def params_of(tree: Iterable[ast.AST], task: str) -> list[str]:
-    """Literals of the code that the task supplied: what the next run must adapt. A task's value the code
-    wrote another way (the task's "2024-03-17" as "17.03.2024") is one too."""
-    tree = list(tree)
-    words = _call_words(tree, task)
-    found: list[str] = []
-    for node in tree:
-        for n in ast.walk(node):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str | int | float) and not isinstance(n.value, bool):
-                text = str(n.value)
-                if (is_param(text, task) or text in words or (
-                        isinstance(n.value, str) and fixtext.rewritten_from(text, task))) and text not in found:
-                    found.append(text)
-    return found[:8]
+    """The values of the code that came from the task (``params.flows``): what the next run must adapt."""
+    return [param.value for param in params.flows(list(tree), task)]
 
 
 def fingerprint(statements: list[ast.stmt], tools: Iterable[str], params: Iterable[str]) -> str:
@@ -127,13 +105,9 @@ def _constants(code: str) -> set[str]:
 
 def ignored_values(code: str, params: list[str], task: str) -> list[str]:
     """The task's values (ids, numbers, dates, quoted words: ``is_param``) that ``code`` neither holds nor
-    wrote another way. Code that gave the right answer without using them got it by chance: seen in the
-    learning benchmark, ``len(result)`` counted the keys of the search result, 3, for "how many 'chair'
-    products cost less than 25 euros?", whose answer was 3, and the next run given it answered 13.
-
-    A number counts only as a constant of its own: code that computes with "less than 21" holds ``21``,
-    while ``search_catalog(query='mug price < 21 euro')`` only asked a tool that ignores the limit (seed 4:
-    it counted every mug, 7, which was the answer, and the next run given it answered 6 for 3)."""
+    wrote another way: code that gave the right answer without using them got it by chance (``len(result)``
+    counting a dict's keys), and handed on it answers the next task wrongly. A number counts only as a constant of
+    its own: a limit written into a tool's query text (``query='mug price < 21 euro'``) is no computation with it."""
     rewritten = {fixtext.rewritten_from(param, task) for param in params}
     constants = _constants(code)
     held = [word for word in dict.fromkeys(fixtext.WORD.findall(task[:MAX_TASK_CHARS])) if is_param(word, task)]
@@ -168,8 +142,6 @@ def _code_recipe(run: RunView, tools: list[str], redactor: Redactor, verified_by
         parsed_steps = answered
         checks.append("answer:printed")
     kept = prune([stmt for statements, _ in parsed_steps for stmt in statements], frozenset(optional))
-    if (folded := fold_dates(kept)) is not kept:
-        kept = prune(folded)  # the import a folded date needed goes
     if not computes_answer(kept, task):
         return None
     code = redactor.redact("\n".join(ast.unparse(s) for s in kept))
@@ -189,7 +161,7 @@ def _code_recipe(run: RunView, tools: list[str], redactor: Redactor, verified_by
 
 def _tool_call_recipe(run: RunView, redactor: Redactor) -> Recipe | None:
     task = run.task
-    calls = []
+    calls: list[dict[str, object]] = []
     for step in run.actions:
         if step.failed:
             continue
@@ -201,22 +173,16 @@ def _tool_call_recipe(run: RunView, redactor: Redactor) -> Recipe | None:
             calls.append({"name": call.name, "arguments": arguments})
     if not calls or calls[-1]["name"] != "final_answer":
         return None
+    calls[-1] = {"name": "final_answer", "arguments": {}}  # the answer is this run's, not the recipe's
     code = redactor.redact(json.dumps(calls, ensure_ascii=False))
     if len(code) > MAX_CODE_CHARS:
         return None
-    params = list(dict.fromkeys(p for p in _json_literals(calls) if is_param(p, task)))[:8]
+    lines = [as_line(str(c["name"]), c["arguments"]) for c in calls if isinstance(c["arguments"], dict)]
+    trees = [tree for line in lines if (tree := pycode.parse_line(line)) is not None]
     shape = json.dumps([(c["name"], sorted(c["arguments"]) if isinstance(c["arguments"], dict) else "")
                         for c in calls])
-    return Recipe(language="tool_calls", code=code, task=kept_task(task, redactor), params=params,
+    return Recipe(language="tool_calls", code=code, task=kept_task(task, redactor), params=params_of(trees, task),
                   checks=["json"], fingerprint=hashlib.sha256(shape.encode()).hexdigest()[:32])
-
-
-def _json_literals(value: object) -> list[str]:
-    if isinstance(value, dict):
-        return [item for v in value.values() for item in _json_literals(v)]
-    if isinstance(value, list):
-        return [item for v in value for item in _json_literals(v)]
-    return [str(value)] if isinstance(value, str | int | float) and not isinstance(value, bool) else []
 
 
 def extract(run: RunView, redactor: Redactor, verified_by: str) -> Recipe | None:

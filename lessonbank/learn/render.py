@@ -6,51 +6,47 @@ builder, the CLI and the report render it here again. Nothing reads a lesson's t
 
 A fix reads::
 
-    Pass `date` like "17.03.2024", not like "2024-03-17": `w = get_weather(city="Graz", date="2024-03-17")`
-    failed with ValueError asking for DD.MM.YYYY; the corrected line `w = get_weather(city="Graz",
-    date="17.03.2024")` worked.
+    Pass `region` like "North", not like "north": `rows = get_sales(region="north")` failed with ValueError; the
+    corrected line `rows = get_sales(region="North")` worked.
 
-(the lead when the correction changed one string argument; ``asking for`` the date form the error named; an
-asked fix: ``...; written as asked: `<line>` (not tried yet).``). A shape reads::
-
-    `search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str}, ...], 'total': int}}: its
-    records are `result['data']['items']`. Records came back from `r = search_catalog(query="mug")`.
+(the lead says what changed when the correction changed one thing: an argument, a key, a conversion). A shape
+reads as ``shapes.describe`` writes it (``learn.shapes``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from lessonbank.core.models import FixPayload, Lesson, Recipe, ShapePayload
+from lessonbank.core.models import Change, FixPayload, Lesson, Recipe, ShapePayload
 from lessonbank.learn import fixtext, walk
 
 WORKED = " worked"
 CORRECTED = "; the corrected line "
-# A fix the error asked for (``asked``): the failing line with its date in the form the error names, which no step
-# ran yet.
+UNTRIED = " (not tried yet)"  # a fix an earlier release wrote from an error alone
 ASKED = "; written as asked: "
-UNTRIED = " (not tried yet)"
-ASKING = " asking for "  # the date form an error named, which the corrected line wrote its date in
-CALL_LEAD = " Records came back from "  # what follows a shape's text when it names the call that got its records
 MORE = walk.MORE
 
 
+def lead_of(change: Change) -> str:
+    """What a fix's text starts with for the one thing its correction changed."""
+    if change.kind == "key":
+        return f"Read `{change.argument}[{json.dumps(change.after)}]`, not `[{json.dumps(change.before)}]`: "
+    if change.kind == "conversion":
+        return f"Convert the value first (`{change.after}`): "
+    after, before = json.dumps(change.after), json.dumps(change.before)
+    return f"Pass {fixtext.named(change.argument)} like {after}, not like {before}: "
+
+
 def lead(payload: FixPayload) -> str:
-    """What a fix's text starts with when its correction changed one string argument: ``Pass `date` like
-    "17.03.2024", not like "2024-03-17": `` ("" otherwise)."""
-    changed = fixtext.changes(payload)
-    if len(changed) != 1:
-        return ""
-    change = changed[0]
-    named = fixtext.named(change.argument)
-    return f"Pass {named} like {json.dumps(change.after)}, not like {json.dumps(change.before)}: "
+    """What a fix's text starts with when its correction changed one thing ("" otherwise)."""
+    one = fixtext.one_change(payload)
+    return lead_of(one) if one is not None else ""
 
 
 def failure(payload: FixPayload) -> str:
-    """How a fix's failing line failed: ``failed with ValueError asking for DD.MM.YYYY``."""
-    return f"failed with {payload.error}" + (f"{ASKING}{payload.form}" if payload.form else "")
+    """How a fix's failing line failed: ``failed with ValueError``."""
+    return f"failed with {payload.error}"
 
 
 def fix(payload: FixPayload) -> str:
@@ -63,38 +59,38 @@ def fix(payload: FixPayload) -> str:
 
 def to_write(payload: FixPayload) -> str:
     """A fix as the line to write, without the failing line or value: ``Write `w = get_weather(city="Porto",
-    date="15.09.2024")`: pass `date` like "15.09.2024" (DD.MM.YYYY); written any other way it failed with
-    ValueError.`` A small model given the failing line next to the corrected one copies the failing one."""
-    head = f"Write `{payload.fixed}`" + (" (as the error asked; not tried yet)" if not payload.tried else "")
-    changed = fixtext.changes(payload)
-    if len(changed) != 1:
+    date="15.09.2024")`: pass `date` like "15.09.2024"; written any other way it failed with ValueError.`` A small
+    model given the failing line next to the corrected one copies the failing one."""
+    head = f"Write `{payload.fixed}`" + (" (not tried yet)" if not payload.tried else "")
+    one = fixtext.one_change(payload)
+    if one is None:
         return f"{head}; written otherwise, the line failed with {payload.error}."
-    form = fixtext.form_of(payload)
-    like = f"like {json.dumps(changed[0].after)}" + (f" ({form.name})" if form is not None else "")
-    return (f"{head}: pass {fixtext.named(changed[0].argument)} {like}; written any other way it failed with "
-            f"{payload.error}.")
+    if one.kind == "key":
+        what = f"the key is {json.dumps(one.after)}"
+    elif one.kind == "conversion":
+        what = f"convert the value first (`{one.after}`)"
+    else:
+        what = f"pass {fixtext.named(one.argument)} like {json.dumps(one.after)}"
+    return f"{head}: {what}; written any other way it failed with {payload.error}."
 
 
-def describe(structure: Any) -> str:
+def describe(structure: object) -> str:
     """A result's structure as it reads: ``{'data': {'items': [{'name': str}, ...], ...}}``."""
     if isinstance(structure, dict) and "fields" in structure:
         inner = ", ".join(f"'{key}': {describe(value)}" for key, value in structure["fields"])
         return "{" + inner + (f", {MORE}" if structure.get("more") else "") + "}"
     if isinstance(structure, dict) and "items" in structure:
         return f"[{describe(structure['items'])}, {MORE}]"
+    if isinstance(structure, dict) and "type" in structure:
+        values = structure.get("values") or []
+        shown = f" ({' | '.join(json.dumps(v) for v in values)})" if values else ""
+        return f"{structure['type']}{shown}"
     return str(structure)
 
 
 def path(keys: Sequence[str]) -> str:
     """``('data', 'items')`` -> ``['data']['items']``."""
     return "".join(f"['{key}']" for key in keys)
-
-
-def shape(payload: ShapePayload, with_call: bool = True) -> str:
-    """The text of a shape (without the line that got its records back unless ``with_call``)."""
-    came = f"{CALL_LEAD}`{payload.call}`." if payload.call and with_call else ""
-    return (f"`{payload.tool}(...)` returns {describe(payload.structure)}: its records are "
-            f"`result{path(payload.records)}`.{came}")
 
 
 def recipe(payload: Recipe) -> str:
@@ -112,3 +108,10 @@ def text(lesson: Lesson) -> str:
     if lesson.origin == "recipe" and lesson.recipe is not None:
         return recipe(lesson.recipe)
     return lesson.text
+
+
+def shape(payload: ShapePayload, with_call: bool = True) -> str:
+    """The text of a shape (``shapes.text``)."""
+    from lessonbank.learn import shapes
+
+    return shapes.text(payload, with_call)

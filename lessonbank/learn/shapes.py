@@ -1,40 +1,33 @@
-"""Observed shapes: what a tool's result looks like, kept as a fact without an LLM.
+"""Observed shapes: the structure and types of what a tool returned, kept as a fact without an LLM.
 
-A small agent that calls ``search_catalog("lamp")`` and loops over the result gets the dict's keys, not
-the products: the items sit under ``data.items``. A run that printed the result has seen where they are,
-and the next run needs exactly that, in a form it can use::
+A small agent that calls ``search_catalog("lamp")`` and loops over the result gets the dict's keys, not the
+products; one that adds up ``day["visits"]`` gets text, not numbers; one that sums every transaction's
+``amount`` misses the ``status`` beside it. A run that saw the result has seen what the next run needs::
 
-    `search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}, ...],
-    'total': int}, 'took_ms': int}: its records are `result['data']['items']`.
+    `list_transactions(...)` returns [{'id': str, 'amount': float, 'status': str ('settled' | 'void')}, ...]: its
+    records are `result`.
 
-What is kept, so that what the run read cannot write the next run's instructions:
+Any result is described: a record and its keys, a list of records or of scalars (with their element type), nesting,
+what a string is when that changes the numbers beside it (a number written as text, a few words shared by the
+records such as a status, a unit or a currency, a text's form: a table's separator and header, a byte-order mark,
+decimal commas; ``core.specimen``), and where its records are. What is kept, so that what the run read cannot
+write the next run's instructions:
 
-- only the result's structure: its keys and the type names of its values, never a value. Every key must
-  be a plain name (letters, digits, ``_``, at most 40 characters), else nothing is kept: a page cannot
-  smuggle a sentence in as a key;
-- from what the recorder kept of a tool call's result (``StepRecord.tool_results``: keys and placeholders
-  of the types, ``lessonbank.core.specimen``), in any action step, failed or not: a run that looped over
-  the result without printing it failed on exactly what the next run needs to know;
-- or from a step that did not fail, printed one tool call's result and nothing else (``r = tool(...)``
-  and ``print(r)``, or ``print(tool(...))``), and whose printed output reads whole as one Python or JSON
-  literal (at most ``walk.MAX_PRINTED`` characters);
-- only a dict with exactly one list of records (a list of dicts) inside it, and no empty list anywhere (an
-  empty result says nothing of the records' fields);
-- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels (``walk.structure``), at most
-  ``MAX_SHAPE`` characters.
+- only the structure: keys, type names, and a string field's words when they are a few plain words; every key
+  must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
+- from the recorder's specimen of a tool call's result (``StepRecord.tool_results``), in any action step, failed
+  or not: a run that looped over the result without printing it failed on exactly what the next run needs;
+- or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``print(f"got {r}")``, or
+  ``print(tool(...))``; the first literal of the output, or the whole output for a tool that returns text);
+- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
 
-Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint
-is the tool and the shape, so every run that prints the same tool's same shape adds evidence to one fact.
-A run applied it when its code subscripts the records' path (``['data']['items']``); a failed run blames
-it only when one of its failing lines does, since that is where a wrong shape would fail.
+Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint is the tool
+and the shape, so every run that sees the same tool's same shape adds evidence to one fact. A run applied it when
+its code subscripts the records' path or reads a field it names; a failed run blames it only when one of its
+failing lines does.
 
-The fact also names the line that got the records back (`` Records came back from `result =
-search_catalog(query="mug")`.``, or the call alone when the step assigned its result to no name) when the step
-made that one call of the tool and passed it only string constants, each a word of the run's task
-(``call_line``): the instructions builder puts the next task's values in and gives it as the line to write,
-with the loop over its records. Told only where the records are, 1.5B runs asked the tool for words of their
-own ("price < 27", "product:chair") and got none back. Nothing of the line comes from what the run read: its
-code, its task's words.
+The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
+every value it passed came from the run's task (``params``): the builder gives it with the next task's values.
 """
 
 from __future__ import annotations
@@ -42,82 +35,188 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from lessonbank.core.models import ShapePayload
-from lessonbank.learn import fixtext, render, walk
+from lessonbank.learn import params, walk
 from lessonbank.learn.view import Returned, RunView, Step
 
-MAX_SHAPE = 300
+MAX_SHAPE = 400
 MAX_SHAPES = 3
 MAX_CALL = 200
+MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
 _BUILTINS = frozenset(dir(builtins))
+_SKIPPED = frozenset({"final_answer"})
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One tool's result structure as a run printed it (``structure``: ``ShapePayload``'s tree); ``steps`` is the
-    ``seq`` of the step that printed it, ``call`` the line of that step that got the records back ("" when none
-    can be given: ``call_line``)."""
+    """One tool's result structure as a run saw it (``structure``: ``ShapePayload``'s tree); ``path`` leads to its
+    records (None: it holds none), ``steps`` is the ``seq`` of the step that saw it, ``call`` the line that got it
+    ("" when none can be given: ``call_line``)."""
 
     tool: str
     structure: Any
-    path: tuple[str, ...]
+    path: tuple[str, ...] | None
     steps: tuple[int, ...]
     call: str = ""
 
     @property
     def shape(self) -> str:
         """The structure as it reads."""
-        return render.describe(self.structure)
+        return describe(self.structure)
 
     @property
     def payload(self) -> ShapePayload:
-        return ShapePayload(tool=self.tool, structure=self.structure, records=list(self.path), call=self.call)
+        return ShapePayload(tool=self.tool, structure=self.structure,
+                            records=list(self.path) if self.path is not None else None, call=self.call)
 
     @property
     def text(self) -> str:
-        return render.shape(self.payload)
+        return text(self.payload)
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(f"{TAG}|{self.tool}|{self.shape}".encode()).hexdigest()[:32]
+        return hashlib.sha256(f"{TAG}|{self.tool}|{self.shape}|{self.path}".encode()).hexdigest()[:32]
 
 
-def _printed_call(code: str, tools: set[str]) -> str | None:
-    """The tool whose result the code prints, and nothing else: ``r = tool(...); print(r)`` or ``print(tool(...))``."""
+def _text_form(form: dict[str, Any]) -> str:
+    if form.get("holds"):
+        return f"{form['holds'].upper()} as text"
+    parts = [f"a table of {form['lines']} lines" if form.get("lines") else "a table",
+             f"{json.dumps(form['separator'])} between fields"]
+    if form.get("header"):
+        parts.append(f"header {json.dumps(form['separator'].join(form['header']))}")
+    if form.get("bom"):
+        parts.append("starting with a byte-order mark ('\\ufeff')")
+    if form.get("decimal_comma"):
+        parts.append('decimal commas ("12,50")')
+    return ", ".join(parts)
+
+
+def describe(structure: Any) -> str:
+    """A result's structure as it reads: ``{'data': {'items': [{'name': str, 'price': str holding a number},
+    ...], ...}}``."""
+    if isinstance(structure, dict) and "fields" in structure:
+        inner = ", ".join(f"'{key}': {describe(value)}" for key, value in structure["fields"])
+        return "{" + inner + (f", {walk.MORE}" if structure.get("more") else "") + "}"
+    if isinstance(structure, dict) and "items" in structure:
+        return f"[{describe(structure['items'])}, {walk.MORE}]"
+    if isinstance(structure, dict) and "type" in structure:
+        if structure.get("text"):
+            return f"{structure['type']}: {_text_form(structure['text'])}"
+        if structure.get("values"):
+            return f"{structure['type']} ({' | '.join(repr(v) for v in structure['values'])})"
+        if structure.get("number"):
+            like = structure.get("like")
+            return f"{structure['type']} holding a number" + (f' written like "{like}"' if like else "")
+        return str(structure["type"])
+    return str(structure)
+
+
+def path(keys: list[str] | tuple[str, ...]) -> str:
+    """``('data', 'items')`` -> ``['data']['items']``."""
+    return "".join(f"['{key}']" for key in keys)
+
+
+def fields(structure: Any, depth: int = 0) -> dict[str, Any]:
+    """{key: its leaf or subtree} of every field of a structure, nested ones and records' included."""
+    found: dict[str, Any] = {}
+    if depth > walk.MAX_PATH or not isinstance(structure, dict):
+        return found
+    if "items" in structure:
+        return fields(structure["items"], depth + 1)
+    for key, value in structure.get("fields", []):
+        found.setdefault(key, value)
+        found.update({k: v for k, v in fields(value, depth + 1).items() if k not in found})
+    return found
+
+
+def beside(payload: ShapePayload) -> list[str]:
+    """The scalar fields next to a result's records (``returned``, ``truncated``, ``page``, a unit's words; not a
+    plain string such as a name): what they say
+    about the records, such as that they are only part of them, is what a run that only loops over them misses."""
+    if not payload.records:
+        return []
+    node = payload.structure
+    for key in payload.records[:-1]:
+        node = dict(node.get("fields", [])).get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return []
+    return [key for key, leaf in node.get("fields", []) if key != payload.records[-1]
+            and ((isinstance(leaf, str) and leaf not in ("str", "NoneType", MORE_LEAF))
+                 or (isinstance(leaf, dict) and "type" in leaf))][:4]
+
+
+def described_keys(payload: ShapePayload) -> set[str]:
+    """The keys of a shape whose strings are described (a number as text, shared words, a text's form): what the
+    shape teaches beyond the keys themselves."""
+    return {key for key, leaf in fields(payload.structure).items() if isinstance(leaf, dict) and "type" in leaf}
+
+
+def text(payload: ShapePayload, with_call: bool = True) -> str:
+    """The text of a shape (without the line that got its result unless ``with_call``)."""
+    records = f": its records are `result{path(payload.records)}`" if payload.records is not None else ""
+    came = f" It came back from `{payload.call}`." if payload.call and with_call else ""
+    return f"`{payload.tool}(...)` returns {describe(payload.structure)}{records}.{came}"
+
+
+def _assigned(tree: ast.Module, tools: set[str]) -> dict[str, str]:
+    """{name: tool} of the names the code assigns a tool call's result to (``r = search(...)``)."""
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                and _is_tool(node.value.func.id, tools):
+            found[node.targets[0].id] = node.value.func.id
+    return found
+
+
+def _is_tool(name: str, tools: set[str]) -> bool:
+    return name not in _SKIPPED and (name in tools if tools else name not in _BUILTINS)
+
+
+def _shown(expr: ast.expr, names: dict[str, str], tools: set[str]) -> str | None:
+    """The tool whose result ``expr`` shows: the result's name, the call itself, or an f-string holding one."""
+    if isinstance(expr, ast.Name):
+        return names.get(expr.id)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and _is_tool(expr.func.id, tools):
+        return expr.func.id
+    if isinstance(expr, ast.JoinedStr):
+        shown = [tool for part in expr.values if isinstance(part, ast.FormattedValue)
+                 and (tool := _shown(part.value, names, tools)) is not None]
+        return shown[0] if len(shown) == 1 else None
+    return None
+
+
+def printed_tool(code: str, tools: set[str]) -> tuple[str, bool] | None:
+    """(the tool whose result the step printed, whether the print showed it alone), when exactly one print of the
+    step shows one tool's result (see the module); None otherwise."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
+    names = _assigned(tree, tools)
     prints = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id == "print"]
-    if len(prints) != 1 or len(prints[0].args) != 1 or prints[0].keywords:
+              and node.func.id == "print" and not node.keywords]
+    shown = [(tool, len(node.args) == 1 and not isinstance(node.args[0], ast.JoinedStr))
+             for node in prints for arg in node.args if (tool := _shown(arg, names, tools)) is not None]
+    if len(shown) != 1:
         return None
-    shown = prints[0].args[0]
-    if isinstance(shown, ast.Name):
-        assigned = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == shown.id for t in node.targets)]
-        if len(assigned) != 1:
-            return None
-        shown = assigned[0]
-    if not (isinstance(shown, ast.Call) and isinstance(shown.func, ast.Name)):
-        return None
-    name = shown.func.id
-    known = name in tools if tools else name not in _BUILTINS
-    return name if known and name != "final_answer" else None
+    tool, alone = shown[0]
+    return tool, alone and len(prints) == 1
 
 
 def call_line(code: str, tool: str, task: str) -> str:
-    """The line of ``code`` that assigned ``tool``'s result to a name (``result = search_catalog(query="mug")``), or
-    the call alone when it assigned it to none (``print(search_catalog("mug"))``: ``search_catalog("mug")``), when
-    it is the code's only call of ``tool`` and passes only string constants, at least one, each a word of
-    ``task``: the next task's values can be put in. "" otherwise (a query of the run's own words, a value it
-    computed, several calls: which one got the records?)."""
+    """The line of ``code`` that assigned ``tool``'s result to a name (``rows = get_sales(region="North")``), or
+    the call alone when it assigned it to none, when it is the code's only call of ``tool`` and every value it
+    passes is a constant that came from ``task`` (``params``): the next task's values can be put in. ""
+    otherwise (a value of the run's own, a value it computed, several calls: which one got the result?)."""
     if not task:
         return ""
     try:
@@ -130,54 +229,57 @@ def call_line(code: str, tool: str, task: str) -> str:
         return ""
     values = [*calls[0].args, *(keyword.value for keyword in calls[0].keywords)]
     if not values or any(keyword.arg is None for keyword in calls[0].keywords) or not all(
-            isinstance(value, ast.Constant) and isinstance(value.value, str) for value in values):
+            isinstance(value, ast.Constant) for value in values):
         return ""
     line = next((node for node in tree.body if isinstance(node, ast.Assign) and node.value is calls[0]
                  and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)), None)
-    text = ast.get_source_segment(code, line or calls[0]) or ""
-    if not text or "\n" in text or "`" in text or len(text) > MAX_CALL:
+    found = ast.get_source_segment(code, line or calls[0]) or ""
+    if not found or "\n" in found or "`" in found or len(found) > MAX_CALL:
         return ""
-    return text if len(fixtext.task_constants(text, task) or []) == len(values) else ""
+    return found if len(params.flows([calls[0]], task)) == len(values) else ""
 
 
 def _printed_shape(step: Step, tools: set[str]) -> Shape | None:
-    tool = _printed_call(step.code, tools)
-    if tool is None:
+    found = printed_tool(step.code, tools)
+    if found is None:
         return None
-    return _shape(tool, walk.read_literal(step.printed), step.seq)
+    tool, alone = found
+    printed = step.logs.strip()
+    value = walk.read_literal(printed) if alone else None
+    if value is None:
+        value = walk.first_literal(printed) if not alone else None
+    if value is None and alone:
+        value = printed  # a tool that returns text: the text printed whole
+    return _shape(tool, value, step.seq) if value is not None else None
 
 
 def _kept_shape(step: Step, result: Returned, tools: set[str]) -> Shape | None:
     name = result.tool
-    if not _TOOL.fullmatch(name) or name == "final_answer" or (tools and name not in tools):
+    if not _TOOL.fullmatch(name) or name in _SKIPPED or (tools and name not in tools):
         return None
     return _shape(name, result.structure, step.seq)
 
 
 def _shape(tool: str, value: Any, seq: int) -> Shape | None:
-    if not isinstance(value, dict):
-        return None
-    paths = walk.record_paths(value)
-    if len(paths) != 1:
-        return None
     try:
         structure = walk.structure(value)
     except (walk.Unfit, RecursionError):
         return None
-    if len(render.describe(structure)) > MAX_SHAPE:
-        return None
-    return Shape(tool, structure, paths[0], (seq,))
+    if structure in ("str", "NoneType") or len(describe(structure)) > MAX_SHAPE:
+        return None  # a bare string or nothing says nothing of what the next run should do with it
+    paths = walk.record_paths(value) if not isinstance(value, str) else []
+    return Shape(tool, structure, paths[0] if len(paths) == 1 else None, (seq,))
 
 
 def extract(run: RunView, task: str) -> list[Shape]:
     """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once: the
-    first that names the line that got its records back, else the first); ``task``: the run's as a lesson keeps
-    it, whose words that line may pass (``call_line``)."""
+    first that names the line that got its result, else the first); ``task``: the run's as a lesson keeps it,
+    whose values that line may pass (``call_line``)."""
     known = set(run.tools or ())
     found: list[Shape] = []
     for step in run.actions:
         shapes = [_kept_shape(step, result, known) for result in step.returned]
-        if not step.failed and step.code.strip():
+        if step.code.strip():
             shapes.append(_printed_shape(step, known))
         calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
         for shape in shapes:

@@ -4,20 +4,16 @@ Dropped: ``print``/``display`` calls and bare inspection expressions, assignment
 computed without a call, with pure builtins only (``len(...)``) or repeats the same call later, and imports
 nothing uses (``prune``). What a failed step ran before its error is kept where later code needs it
 (``ran_before_failure``). The step that gave the answer is kept as it ran: a ``try`` that reached
-``final_answer`` loses its print-only handlers, and nothing after the answer is kept (``answering_path``). A date
-converted from constants is kept as the text it gave (``fold_dates``).
+``final_answer`` loses its print-only handlers, and nothing after the answer is kept (``answering_path``).
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import datetime
-import re
 from typing import TypeGuard
 
 from lessonbank.learn import code as pycode
-from lessonbank.learn import fixtext
 from lessonbank.learn.view import Step
 
 MAX_CODE_CHARS = 3000
@@ -128,76 +124,6 @@ def _imported_once(statements: list[ast.stmt]) -> list[ast.stmt]:
 
 def _import_used(stmt: ast.Import | ast.ImportFrom, used: set[str]) -> bool:
     return any((alias.asname or alias.name.split(".")[0]) in used for alias in stmt.names)
-
-
-MAX_FOLDED_CHARS = 64
-
-
-def _datetime_names(statements: list[ast.stmt]) -> tuple[set[str], set[str]]:
-    """Names the code binds to the ``datetime`` class (``from datetime import datetime``) and to the module
-    (``import datetime``), leaving out any name the code also assigns."""
-    classes: set[str] = set()
-    modules: set[str] = set()
-    for stmt in statements:
-        if isinstance(stmt, ast.ImportFrom) and stmt.module == "datetime" and not stmt.level:
-            classes.update(alias.asname or alias.name for alias in stmt.names if alias.name == "datetime")
-        elif isinstance(stmt, ast.Import):
-            modules.update(alias.asname or alias.name for alias in stmt.names if alias.name == "datetime")
-    assigned = set().union(*(pycode.names(s, ast.Store) for s in statements)) if statements else set()
-    return classes - assigned, modules - assigned
-
-
-class _DateFolder(ast.NodeTransformer):
-    """``datetime.strptime('2024-01-28', '%Y-%m-%d').strftime('%d.%m.%Y')`` -> ``'28.01.2024'``, when the text
-    it gives is the constant's parts in another order or with other separators."""
-
-    def __init__(self, classes: set[str], modules: set[str]) -> None:
-        self.classes, self.modules = classes, modules
-        self.folded = 0
-
-    def _is_class(self, node: ast.expr) -> bool:
-        return (isinstance(node, ast.Name) and node.id in self.classes) or (
-            isinstance(node, ast.Attribute) and node.attr == "datetime" and isinstance(node.value, ast.Name)
-            and node.value.id in self.modules)
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's naming)
-        self.generic_visit(node)
-        inner = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "strftime" else None
-        if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "strptime"
-                and self._is_class(inner.func.value) and not node.keywords and not inner.keywords):
-            return node
-        texts = [arg.value for arg in (*inner.args, *node.args)
-                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and len(arg.value) <= MAX_FOLDED_CHARS]
-        if len(inner.args) != 2 or len(node.args) != 1 or len(texts) != 3:
-            return node
-        try:
-            folded = datetime.datetime.strptime(texts[0], texts[1]).strftime(texts[2])
-        except (ValueError, OverflowError, re.error):  # re.error: a format repeating a directive
-            return node
-        # only the same date written another way (its parts reordered, other separators), as a task's date
-        # rewritten by the code would be; '%Y' alone would leave a recipe that ignores the task's date
-        if len(folded) > MAX_FOLDED_CHARS or fixtext.rewritten_from(folded, texts[0]) != texts[0]:
-            return node
-        self.folded += 1
-        return ast.copy_location(ast.Constant(folded), node)
-
-
-def fold_dates(statements: list[ast.stmt]) -> list[ast.stmt]:
-    """The recipe with each date the code converted from constants (``strptime(...).strftime(...)``) written as
-    the text it gave (``statements`` itself when there is none); the import it needed for that goes with
-    ``prune``. Seen in the learning benchmark: a
-    1.5B model copied such a recipe line for line but for ``from datetime import datetime``, twice, and
-    failed on the undefined name; a recipe passing the date as text is copied whole, and its value is put
-    in for the next task like any value the task gives written another way."""
-    classes, modules = _datetime_names(statements)
-    if not classes and not modules:
-        return statements
-    folder = _DateFolder(classes, modules)
-    try:
-        folded = [folder.visit(copy.deepcopy(stmt)) for stmt in statements]
-    except RecursionError:  # code nested deeper than the copy can go: kept as it ran
-        return statements
-    return folded if folder.folded else statements
 
 
 def ran_before_failure(step: Step) -> list[ast.stmt]:

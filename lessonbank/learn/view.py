@@ -29,10 +29,17 @@ class Argument:
 
 @dataclass(frozen=True)
 class Call:
-    """A tool the step called, with its arguments (for code, one call site: a call in a loop counts once)."""
+    """A tool the step called, with its arguments (for code, one call site: a call in a loop counts once), the one
+    line of code it was made in (a tool call written as the line that makes it), and whether that line failed."""
 
     tool: str
     arguments: tuple[Argument, ...] = ()
+    line: str = ""
+    failed: bool = False
+
+    def value(self, name: str) -> str | None:
+        """The constant value passed as ``name`` (a keyword, or ``#N`` by position), None when none."""
+        return next((argument.value for argument in self.arguments if argument.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,8 @@ class Step:
     error_type: str = ""
     error: str = ""  # the exception ("ValueError: ...") without the executor's wrapper
     error_message: str = ""  # the error as the agent saw it
-    failed_line: str = ""  # the statement the executor says the step failed at ("" when it names none)
-    failed_tool: str | None = None  # the tool the error says failed, when it names one
+    failed_line: str = ""  # the line the step failed at: a statement of its code, or the failed tool call as a line
+    failed_tool: str | None = None  # the tool the error says failed, when it names one (a tool call's failure)
     observation: str = ""  # what the agent saw after the step, as it saw it
     output: str = ""  # the observation without the executor's empty framing
     logs: str = ""  # what the step printed
@@ -91,13 +98,15 @@ class Step:
 
 @dataclass(frozen=True)
 class RunView:
-    """A run: its task, its steps in order, how it ended, and the tools its agent had (None: not known)."""
+    """A run: its task, its steps in order, how it ended, the tools its agent had (None: not known), and for a
+    managed agent's run the id of its manager's run."""
 
     task: str
     steps: tuple[Step, ...]
     outcome: str = "unknown"
     tools: tuple[str, ...] | None = None
     run_id: str = ""
+    parent_run: str = ""
 
     @property
     def actions(self) -> list[Step]:
@@ -116,4 +125,4 @@ class RunView:
 
     def only(self, steps: list[Step]) -> RunView:
         """The same run with only ``steps`` (the late steps of a follow-up distillation)."""
-        return RunView(self.task, tuple(steps), self.outcome, self.tools, self.run_id)
+        return RunView(self.task, tuple(steps), self.outcome, self.tools, self.run_id, self.parent_run)

@@ -18,7 +18,8 @@ import ast
 import json
 from typing import Any
 
-from lessonbank.core.specimen import MAX_DEPTH, MAX_KEYS, PLAIN_KEY
+from lessonbank.core import specimen
+from lessonbank.core.specimen import DESCRIBED, MAX_DEPTH, MAX_KEYS, MAX_RECORDS, MAX_WORDS, PLAIN_KEY, WORD
 
 MAX_PRINTED = 20_000  # characters of printed output read back into a value
 MORE = "..."  # a structure deeper than shown; more keys than shown
@@ -45,6 +46,47 @@ def read_literal(text: str) -> Any:
         return None
 
 
+MAX_STARTS = 20  # brackets of a printed output tried as the start of a literal
+
+
+def _span(text: str, start: int) -> int:
+    """Where the bracket at ``start`` closes (quotes followed), or -1."""
+    depth, quote, escaped = 0, "", False
+    for at in range(start, min(len(text), start + MAX_PRINTED)):
+        ch = text[at]
+        if quote:
+            escaped = not escaped and ch == "\\"
+            if ch == quote and not escaped:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+            if depth == 0:
+                return at
+    return -1
+
+
+def first_literal(text: str) -> Any:
+    """The first dict or list literal (JSON or Python) in ``text``, around other printed words (None when there
+    is none)."""
+    starts = sorted(i for i in (text.find("{"), text.find("[")) if i >= 0)
+    at, tried = (starts[0] if starts else -1), 0
+    while at >= 0 and tried < MAX_STARTS:
+        end = _span(text, at)
+        if end > at:
+            value = read_literal(text[at:end + 1])
+            if isinstance(value, dict | list):
+                return value
+        tried += 1
+        nexts = [i for i in (text.find("{", at + 1), text.find("[", at + 1)) if i >= 0]
+        at = min(nexts) if nexts else -1
+    return None
+
+
 def first_json(text: str) -> Any:
     """The first JSON object or array in ``text`` (None when there is none)."""
     start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
@@ -57,11 +99,15 @@ def first_json(text: str) -> Any:
 
 
 def structure(value: Any, depth: int = 0) -> Any:
-    """``value``'s structure and types as ``ShapePayload.structure`` holds them (its keys, no value); raises
-    ``Unfit`` for a value whose structure is not kept (a key that is not a plain name, an empty list)."""
+    """``value``'s structure and types as ``ShapePayload.structure`` holds them (its keys, no value, but what a
+    string is when that changes its meaning: ``core.specimen``); raises ``Unfit`` for a value whose structure is
+    not kept (a key that is not a plain name, an empty list). ``value`` is a tool's result as printed, or the
+    recorder's specimen of it."""
     if depth > MAX_DEPTH:
         return MORE
     if isinstance(value, dict):
+        if DESCRIBED in value:
+            return leaf(value)
         if not value:
             raise Unfit("an empty dict")
         fields = []
@@ -73,17 +119,64 @@ def structure(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         if not value:
             raise Unfit("an empty list")
-        return {"items": structure(value[0], depth + 1)}
-    if value is None or isinstance(value, bool | int | float | str):
+        first = value[0]
+        if isinstance(first, dict) and DESCRIBED not in first and len(value) > 1:
+            first = dict(list(first.items())[:MAX_KEYS + 1])
+            specimen.describe_fields(first, list(value[:MAX_RECORDS]))
+        return {"items": structure(first, depth + 1)}
+    if isinstance(value, str):
+        found = specimen.described(value, whole=depth == 0)
+        return leaf(found) if isinstance(found, dict) else "str"
+    if value is None or isinstance(value, bool | int | float):
         return type(value).__name__
     raise Unfit(f"a {type(value).__name__}")
 
 
+_TEXT_FLAGS = ("bom", "decimal_comma")
+
+
+def leaf(described: dict[str, Any]) -> Any:
+    """A described string leaf (``core.specimen``) as a shape keeps it: ``{"type": "str", "number": true}``, with
+    ``values`` (a few plain words) or ``text`` (a text's form); checked again, since a specimen crossed Redis from
+    the agent's process. Raises ``Unfit`` for anything else."""
+    if described.get(DESCRIBED) != "str":
+        raise Unfit("a described leaf of another type")
+    out: dict[str, Any] = {"type": "str"}
+    if described.get("number") is True:
+        out["number"] = True
+        if described.get("like") in ("9,999", "9.999,99", "9,99"):  # one of the fixed forms, never a value
+            out["like"] = described["like"]
+    values = described.get("values")
+    if isinstance(values, list) and 0 < len(values) <= MAX_WORDS and all(
+            isinstance(v, str) and WORD.fullmatch(v) for v in values):
+        out["values"] = sorted(values)
+    text = described.get("text")
+    if isinstance(text, dict) and (form := _text(text)):
+        out["text"] = form
+    return out if len(out) > 1 else "str"
+
+
+def _text(form: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if form.get("holds") in ("html", "json"):
+        return {"holds": form["holds"]}
+    if isinstance(form.get("lines"), int) and not isinstance(form.get("lines"), bool):
+        out["lines"] = form["lines"]
+    if form.get("separator") in (";", "\t", "|", ","):
+        out["separator"] = form["separator"]
+    header = form.get("header")
+    if isinstance(header, list) and 0 < len(header) <= MAX_KEYS and all(
+            isinstance(cell, str) and WORD.fullmatch(cell) for cell in header):
+        out["header"] = header
+    out.update({flag: True for flag in _TEXT_FLAGS if form.get(flag) is True})
+    return out if "separator" in out else {}
+
+
 def record_paths(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """The paths of the lists of dicts under ``value`` (not inside another such list)."""
-    if isinstance(value, dict) and len(path) < MAX_DEPTH:
+    """The paths of the lists of dicts under ``value`` (not inside another such list; ``()``: ``value`` is one)."""
+    if isinstance(value, dict) and DESCRIBED not in value and len(path) < MAX_DEPTH:
         return [found for key, inner in list(value.items())[:MAX_KEYS] for found in record_paths(inner, (*path, key))]
-    if isinstance(value, list) and path and value and isinstance(value[0], dict):
+    if isinstance(value, list | tuple) and value and isinstance(value[0], dict) and DESCRIBED not in value[0]:
         return [path]
     return []
 

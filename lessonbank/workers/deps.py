@@ -64,7 +64,7 @@ def bank_lock(client: redis.Redis, bank: str, timeout: int) -> Iterator[None]:
 
 def view_of(run: runs.Run) -> RunView:
     """The normalised view of a run read from Redis (its records through their agent type's adapter)."""
-    return read_run(run.steps, run.task, run.outcome, json_names(run.meta.get("tools")), run.run_id)
+    return read_run(run.steps, run.task, run.outcome, json_names(run.meta.get("tools")), run.run_id, run.parent_run)
 
 
 def best_effort(run: runs.Run, what: str, work: Callable[[], T], default: T) -> T:

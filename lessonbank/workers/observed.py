@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from lessonbank.core import purge, runs
 from lessonbank.core.constants import run_key
-from lessonbank.core.models import Lesson, Recipe, Taint
+from lessonbank.core.models import Recipe, Taint
 from lessonbank.learn import evidence, fixes, quarantine, recipes, shapes, taint
 from lessonbank.learn.consolidate import Observed
 from lessonbank.learn.distill import DraftLesson
@@ -53,13 +53,13 @@ def recipe_held(run: runs.Run, view: RunView, recipe: Recipe | None,
     return best_effort(run, "a recipe's taint", work, Held(reason="its taint could not be worked out"))
 
 
-def observed(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson], failed: bool = False) -> list[Observed]:
+def observed(deps: Deps, run: runs.Run, view: RunView, failed: bool = False) -> list[Observed]:
     """The fixes and shapes the run observed that may be kept (none with recipes off, none that need a
     user's eye or carry what looks like a secret; in a run judged wrong, no fix whose corrected line gave
-    the wrong answer); ``given``: the lessons the run was given, read from the store."""
+    the wrong answer)."""
     if not deps.settings.keep_observed:
         return []
-    found_fixes = found(deps, run, view, given)
+    found_fixes = found(deps, run, view)
     if failed:
         wrong = [fix for fix in found_fixes if gave_the_answer(run, view, fix)]
         for fix in wrong:
@@ -102,19 +102,9 @@ def keepable(deps: Deps, run: runs.Run, facts: list[Observed], view: RunView | N
     return facts
 
 
-def found(deps: Deps, run: runs.Run, view: RunView, given: list[Lesson] | None = None) -> list[fixes.Fix]:
-    """The fixes the run observed (``fixes.extract``), then the asked fixes it was given and ran
-    (``fixes.confirmed``); none when extracting them fails. ``given``: the lessons the run was given, when the
-    caller has read them already (else read here; the store away is retried, as elsewhere)."""
-    if given is None:
-        given = deps.store.get(run.bank, run.given) if run.given else []
-
-    def extract() -> list[fixes.Fix]:
-        seen = fixes.extract(view, deps.scrubber)
-        known = {fix.fingerprint for fix in seen}
-        return seen + [fix for fix in fixes.confirmed(given, view) if fix.fingerprint not in known]
-
-    return best_effort(run, "observed fixes", extract, [])
+def found(deps: Deps, run: runs.Run, view: RunView) -> list[fixes.Fix]:
+    """The fixes the run observed (``fixes.extract``); none when extracting them fails."""
+    return best_effort(run, "observed fixes", lambda: fixes.extract(view, deps.scrubber), [])
 
 
 def answer_fixes(deps: Deps, run: runs.Run) -> list[fixes.Fix]:

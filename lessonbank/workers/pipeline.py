@@ -31,7 +31,7 @@ from lessonbank.learn.distill import DistillOutput, DraftLesson
 from lessonbank.learn.transcript import build_transcript, transcript_tokens
 from lessonbank.learn.verdicts import RECIPE_SOURCES, by_llm, judge, judged_failed
 from lessonbank.learn.view import RunView
-from lessonbank.workers import observe
+from lessonbank.workers import managed, observe
 from lessonbank.workers.asking import distill, llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.deps import Deps, bank_lock, best_effort, refreshed, taught, view_of
@@ -154,7 +154,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if not attempt:
         logger.info("bank %s run %s: the run is gone (its bank deleted?); nothing to do", bank, run_id)
         return None
-    run = wait_for_check(deps.redis, run)
+    run = managed.inherit(deps, wait_for_check(deps.redis, run))
     view = view_of(run)
     verdict, source = _judged(run, view)
     logger.info("bank %s run %s: attempt %d, %d step records (%d malformed skipped), outcome %s, verdict %s (%s)",
@@ -169,7 +169,7 @@ def distill_one(deps: Deps, bank: str, run_id: str) -> ConsolidationStats | None
     if verdict == "success" and source in RECIPE_SOURCES and deps.settings.keep_observed:
         recipe = recipe_of(deps, run, view, source)
     failed = judged_failed(verdict, source)
-    facts = observed(deps, run, view, given, failed)
+    facts = observed(deps, run, view, failed)
     said = trust.testimony(run.task, view.final_answer, run.outcome, verdict, source)
     stats, recipe_id = consolidate(deps, run, drafts, recipe, verified=said.vouched, facts=facts, failed=failed,
                                    said=said, held=recipe_held(run, view, recipe, calls))

@@ -22,7 +22,7 @@ from lessonbank.learn import credit as rules
 from lessonbank.learn import evidence, recipes, trust
 from lessonbank.learn.consolidate import Observed, provenance_vouched, vouched_by_another
 from lessonbank.learn.verdicts import RECIPE_SOURCES, judged_failed
-from lessonbank.workers import credit, observe
+from lessonbank.workers import credit, managed, observe
 from lessonbank.workers.causal import measure_run
 from lessonbank.workers.consolidate import ConsolidationStats
 from lessonbank.workers.deps import Deps, NotYetDistilled, bank_lock, refreshed, taught, view_of
@@ -86,6 +86,7 @@ def credit_run(deps: Deps, bank: str, run: runs.Run) -> credit.CreditReport | No
         runs.save_credit(deps.redis, run_id, report.record(verdict))
     _summarize(deps, run, sorted(applied), verdict, source, sorted(altered))
     measure_run(deps, bank, run.meta, run_id)
+    managed.pass_down(deps, run)
     if given:
         logger.info("bank %s run %s: credited %d given lesson(s), %d applied, verdict %s (%s), %d retired",
                     bank, run_id, len(given), len(applied), verdict, source, len(report.retired))

@@ -15,7 +15,7 @@ def test_lessonbank_migrate_rewrites_every_bank(tmp_path: Path, env: dict[str, s
     env = {**env, "LESSONBANK_QDRANT_PATH": str(extract_stores(tmp_path / "old") / "edge")}
     result = CliRunner().invoke(cli, ["migrate"], env=env)
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == (f"bank 'old': {len(EXPECTED)} lesson(s) rewritten, 8 of them completed "
+    assert result.output.strip() == (f"bank 'old': {len(EXPECTED)} lesson(s) rewritten, 9 of them completed "
                                      "(what a fix changed, the tools a recipe calls)")
     again = CliRunner().invoke(cli, ["migrate", "--bank", BANK, "--json"], env=env)
     assert again.exit_code == 0 and json.loads(again.output) == {BANK: {"lessons": len(EXPECTED), "completed": 0}}

@@ -83,10 +83,13 @@ def test_an_agent_records_gets_lessons_and_gives_feedback_but_cannot_delete_read
             time.sleep(0.3)
         assert int(admin.hget(RECORDER_STATS_KEY, "spooled") or 0) == 0  # delivered, not left in the spool
 
-        # the lessons lookup through the store's owner, and the user's verdict
-        assert "divide by 100" in lessonbank.build_instructions("the report's total", BANK, settings=agent_settings)
+        # the user's verdict (one run's own word vouches for nothing), then the lessons through the store's owner
         assert lessonbank.feedback(run_id, True, settings=agent_settings)
         assert admin.hget(run_key(run_id), "verdict_source") == b"user"
+        deadline = time.monotonic() + 180
+        while "divide by 100" not in lessonbank.lessons_block("the report's total", BANK, settings=agent_settings).text:
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
 
         # what the agent's user cannot do
         store = connect_store(agent_settings)

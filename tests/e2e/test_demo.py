@@ -54,7 +54,7 @@ def test_demo_runs_twice_and_run_two_starts_with_the_lesson(
     # run 2 was given the lesson: repeating it is no evidence, but applying it and ending well is helpful credit
     assert "[fact] evidence 1, helpful 1, harmful 0" in after
     assert "[recipe] evidence 1" in after and "delimiter=';'" in after  # run 1's working code
-    assert re.search(r"lessons at start\s+0\s+2", out)  # the lesson and the recipe
+    assert re.search(r"lessons at start\s+0\s+3", out)  # the lesson, the recipe and the text result's shape
     report = re.search(r"Report of bank 'demo-csv': (\S+report\.html)", out)
     assert report and Path(report.group(1)).is_file()
     assert len(openai_server.chat_requests()) == 2

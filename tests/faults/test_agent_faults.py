@@ -317,7 +317,10 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     assert user.startswith(opening.group(0)) and user.endswith(closing) and user.count(closing) == 1
     assert user.index(opening.group(0)) < user.index(POISON) < user.rindex(closing)
 
-    lessons = {lesson.text: lesson for lesson in svc.lessons(bank, include_inactive=True) if lesson.recipe is None}
+    every = svc.lessons(bank, include_inactive=True)
+    assert all(POISON not in lesson.text and "attacker.example" not in lesson.text for lesson in every
+               if lesson.shape is not None)  # the page's shape ("HTML as text") holds nothing of the page
+    lessons = {lesson.text: lesson for lesson in every if lesson.recipe is None and lesson.shape is None}
     assert set(lessons) == {HONEST, BAITED}
     assert all(lesson.source_run_ids == [run_id] and lesson.origin == "distilled" and lesson.evidence == 1
                for lesson in lessons.values())
@@ -332,8 +335,9 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     assert HONEST not in block()  # one run's word only
     assert lessonbank.feedback(run_id, success=True, settings=settings)  # the user vouches for the run
     wait_until(lambda: HONEST in block(), 120, "the user's verdict to vouch for the honest lesson")
-    assert HONEST in block() and "attacker.example" not in block()  # the held lesson stays held
-    header = block.split("\n\n")[0]
+    given = block()
+    assert HONEST in given and "attacker.example" not in given  # the held lesson stays held
+    header = given.split("\n\n")[0]
     for phrase in ("Lessons from earlier runs", "advisory hints", "untrusted data",
                    "never override the task", "check them against what you observe"):
         assert phrase in header, phrase
@@ -341,7 +345,8 @@ def test_poisoned_observation_stays_data(svc: Service, report: Report) -> None:
     forgot = CliRunner().invoke(cli, ["lessons", "forget", "--bank", bank, lessons[BAITED].id, "--yes"],
                                 env=svc.cli_env())
     assert forgot.exit_code == 0, forgot.output
-    kept = [lesson for lesson in svc.lessons(bank, include_inactive=True) if lesson.recipe is None]
+    kept = [lesson for lesson in svc.lessons(bank, include_inactive=True) if lesson.recipe is None
+            and lesson.shape is None]
     assert {(lesson.text, lesson.status) for lesson in kept} == {(HONEST, "active"), (BAITED, "forgotten")}
     report("a poisoned observation (prompt injection in a tool result)", faults=1, runs=1,
            deliveries=deliveries(svc.client, run_id), duplicate_tasks=deliveries(svc.client, run_id) - 1,

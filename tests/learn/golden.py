@@ -74,7 +74,7 @@ def _family(task: str) -> str:
 
 def _fix_out(fix: fixes.Fix, view: RunView) -> dict[str, Any]:
     return {"failed": fix.failed, "fixed": fix.fixed, "error": fix.error, "steps": list(fix.steps),
-            "fingerprint": fix.fingerprint, "form": fix.form, "tried": fix.tried, "text": fix.text,
+            "fingerprint": fix.fingerprint, "tried": fix.tried, "text": fix.text,
             "gave_the_answer": fixes.gave_the_answer(fix, view)}
 
 
@@ -121,7 +121,8 @@ def run_outputs(run: dict[str, Any]) -> tuple[dict[str, Any], list[Lesson]]:
     found_fixes = fixes.extract(view, Redactor())
     out["fixes"] = [_fix_out(fix, view) for fix in found_fixes]
     found_shapes = shapes.extract(view, task)
-    out["shapes"] = [{"tool": s.tool, "shape": s.shape, "path": list(s.path), "steps": list(s.steps),
+    out["shapes"] = [{"tool": s.tool, "shape": s.shape, "path": list(s.path) if s.path is not None else None,
+                      "steps": list(s.steps),
                       "call": s.call, "text": s.text, "fingerprint": s.fingerprint} for s in found_shapes]
     recipe = None
     out["recipes"] = {}
@@ -169,7 +170,6 @@ def outputs(corpus: dict[str, Any]) -> dict[str, Any]:
             "block": _block(lessons, run["task"]),
             "small_block": _block(lessons, run["task"], max_chars=700),
             "credit": [_credit(lesson, view) for lesson in lessons],
-            "confirmed": [fix.text for fix in fixes.confirmed(lessons, view)],
         })
     result: dict[str, Any] = {"runs": per_run}
     result["gate"] = [
@@ -182,9 +182,6 @@ def outputs(corpus: dict[str, Any]) -> dict[str, Any]:
                         for case in corpus["credit"]]
     result["blocks"] = [_block([Lesson.model_validate(lesson) for lesson in case["lessons"]], case["task"],
                                case["max_chars"]) for case in corpus["block"]]
-    result["confirmed"] = [[fix.text for fix in fixes.confirmed([Lesson.model_validate(g) for g in case["given"]],
-                                                                _view(case["steps"], case["task"]))]
-                           for case in corpus["confirmed"]]
     return result
 
 

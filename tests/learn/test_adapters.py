@@ -7,7 +7,8 @@ import json
 
 from lessonbank.core.models import StepRecord, ToolCallRecord, ToolResultRecord
 from lessonbank.learn.adapters import read_run
-from lessonbank.learn.adapters.codeagent import error_text, failed_tool, failing_line, thought, unframed
+from lessonbank.learn.adapters.codeagent import error_text, failing_line, thought, unframed
+from lessonbank.learn.adapters.toolcalling import failed_tool
 from lessonbank.learn.view import Argument, Call, Request
 
 TASK = "What was the highest temperature in Graz on 2024-03-17?"
@@ -34,10 +35,11 @@ def test_a_failed_code_step_is_read_into_its_line_its_exception_and_its_calls() 
     assert failed.failed and failed.failed_line == line and failed.error == "ValueError: invalid date '2024-03-17'"
     assert failed.error_message == message and failed.thought == "I will ask the weather tool." and failed.number == 1
     assert failed.calls == (Call("get_weather", (Argument("city", "Graz", "task"),
-                                                 Argument("date", "2024-03-17", "task"))),)
+                                                 Argument("date", "2024-03-17", "task")), line, failed=True),)
     # the corrected value came from the error message the run read: tool output, not the task, not its own
     assert fixed.calls == (Call("get_weather", (Argument("city", "Graz", "task"),
-                                                Argument("date", "17.03.2024", "literal"))),)
+                                                Argument("date", "17.03.2024", "literal")),
+                                'w = get_weather(city="Graz", date="17.03.2024")'),)
     assert (fixed.logs, fixed.last_output, fixed.printed) == (
         "{'records': [{'max_c': 15.0}]}", "[{'max_c': 15.0}]", "{'records': [{'max_c': 15.0}]}\n[{'max_c': 15.0}]")
     assert not fixed.failed and final.kind == "final" and final.is_final
@@ -76,7 +78,11 @@ def test_a_tool_calling_step_is_read_from_its_tool_calls() -> None:
     ])
     failing, calling, coding = run.steps
     assert failing.failed_tool == "web_search" and failing.error == "HTTPError: 503 Server Error"
-    assert calling.calls == (Call("lookup", (Argument("key", "Graz", "task"), Argument("n", "3", "literal"))),)
+    assert calling.calls == (Call("lookup", (Argument("key", "Graz", "task"), Argument("n", "3", "literal")),
+                                  'lookup(key="Graz", n=3)'),)
+    assert failing.calls == (Call("web_search", (Argument("query", "q 7", "literal"),), 'web_search(query="q 7")',
+                                  failed=True),)
+    assert failing.failed_line == 'web_search(query="q 7")'
     assert calling.requests == (Request("lookup", '{"key": "Graz", "n": 3}'),)
     assert calling.returned[0].tool == "lookup" and calling.returned[0].structure == {"rows": [{"t": 0.0}]}
     assert [call.tool for call in coding.calls] == ["visit"]  # the code interpreter's own call: its code counts

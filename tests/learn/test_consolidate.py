@@ -81,7 +81,7 @@ def test_what_was_taken_out_stays_out() -> None:
 
 def test_an_observed_fix_is_a_lesson_by_fingerprint_and_an_ask_seen_to_work_takes_the_new_text() -> None:
     asked = payload('w = get_weather(city="Lyon", date="2024-08-02")', "ValueError",
-                    'w = get_weather(city="Lyon", date="02.08.2024")', form="DD.MM.YYYY", tried=False)
+                    'w = get_weather(city="Lyon", date="02.08.2024")').model_copy(update={"tried": False})
     seen = asked.model_copy(update={"tried": True})
     stored = decisions.observed_lesson("b", Observed("fix", "f" * 32, (0,), fix=asked, task="Lyon?"), "r1", False)
     assert stored.id == recipe_id("b", "f" * 32, kind="fix") and stored.text == render.fix(asked)

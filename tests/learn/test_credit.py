@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from lessonbank.core.models import Lesson, Recipe, StepRecord
-from lessonbank.learn.credit import applied, chance_good, run_atoms, should_retire, unfollowed
+from lessonbank.core.models import Lesson, Recipe, StepRecord, ToolCallRecord
+from lessonbank.learn.credit import Atoms, applied, chance_good, run_atoms, should_retire, unfollowed
 from tests.learn.runs import view
 
 TASK = "What is the total of the 'amount' column in /data/sales.csv?"
@@ -128,3 +130,20 @@ def test_only_a_python_recipe_is_compared() -> None:
     calls = Lesson.new("b", "approach", "Tool calls that worked", recipe=Recipe(
         code="get_invoice(invoice_id='A-1')", language="tool_calls", fingerprint="t"))
     assert not unfollowed(prose, view(run_of("x = 1"))) and not unfollowed(calls, view(run_of("x = 1")))
+
+
+def test_a_tool_calling_run_applies_a_tool_call_recipe_with_its_own_values() -> None:
+    calls = [{"name": "get_sales", "arguments": {"region": "North", "file": "sales.csv", "unit": "eur"}},
+             {"name": "final_answer", "arguments": {}}]
+    recipe = Recipe(language="tool_calls", code=json.dumps(calls), task="Revenue of region North in sales.csv?",
+                    params=["North"], checks=["json"], fingerprint="t")
+    lesson = Lesson.new("b", "approach", "Working code for a task like: revenue", origin="recipe", recipe=recipe)
+
+    def run(arguments: dict[str, str]) -> Atoms:
+        step = StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, observations="[{'revenue': 1}]",
+                          tool_calls=[ToolCallRecord(name="get_sales", arguments=json.dumps(arguments))])
+        return run_atoms(view([step], "Revenue of region South in sales.csv?", tools=["get_sales"]))
+
+    task = "Revenue of region South in sales.csv?"
+    assert applied(lesson, run({"region": "South", "file": "sales.csv", "unit": "eur"}), task)
+    assert not applied(lesson, run({"area": "South"}), task)

@@ -4,12 +4,13 @@ the run read cannot have written the correction."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pytest
 
 from lessonbank.core import migrate
-from lessonbank.core.models import Lesson, StepRecord
+from lessonbank.core.models import Lesson, StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.learn import credit, fixes, render
 from tests.learn import runs as made
@@ -43,8 +44,8 @@ def extract(steps: list[StepRecord], task: str = GRAZ) -> list[fixes.Fix]:
 def test_a_rejected_argument_and_the_corrected_call_are_one_fact() -> None:
     (fix,) = extract(date_run("Graz", "2024-03-17", "17.03.2024"))
     assert fix.text == ('Pass `date` like "17.03.2024", not like "2024-03-17": '
-                        '`result = get_weather(city="Graz", date="2024-03-17")` failed with ValueError asking for '
-                        'DD.MM.YYYY; the corrected line `result = get_weather(city="Graz", date="17.03.2024")` worked.')
+                        '`result = get_weather(city="Graz", date="2024-03-17")` failed with ValueError; '
+                        'the corrected line `result = get_weather(city="Graz", date="17.03.2024")` worked.')
     assert fix.steps == (0, 1)
     assert "expected DD.MM.YYYY" not in fix.text  # the error message is what the run read: never quoted
 
@@ -71,7 +72,7 @@ def test_a_key_fix_keeps_keys_the_run_read_in_the_data() -> None:
     assert fix.steps == (1, 2)
 
 
-def test_the_fix_of_a_later_step_is_the_next_step_that_did_not_fail() -> None:
+def test_the_fix_of_a_failing_line_is_in_the_first_later_step_that_ran_a_correction() -> None:
     wrong = 'result = get_weather(city="Graz", date="2024-03-17")'
     keyed = "print(result['high_temperature'])"
     steps = [
@@ -82,7 +83,8 @@ def test_the_fix_of_a_later_step_is_the_next_step_that_did_not_fail() -> None:
              observations="15.0"),
     ]
     found = extract(steps)
-    assert [(f.steps, f.error) for f in found] == [((0, 2), "ValueError"), ((1, 2), "KeyError")]
+    # the date's correction ran in step 1, before that step failed on another line
+    assert [(f.steps, f.error) for f in found] == [((0, 1), "ValueError"), ((1, 2), "KeyError")]
     assert found[1].fixed == "print(result['records'][0]['max_c'])"
 
 
@@ -186,16 +188,18 @@ def test_a_fix_holds_its_lines_and_its_text_is_rendered_from_them() -> None:
     (fix,) = extract(date_run("Graz", "2024-03-17", "17.03.2024"))
     payload = fix.payload
     assert (payload.failed, payload.fixed, payload.error, payload.tried) == (fix.failed, fix.fixed, "ValueError", True)
-    assert [(c.argument, c.before, c.after) for c in payload.changed or []] == [("date", "2024-03-17", "17.03.2024")]
+    assert [(c.kind, c.argument, c.before, c.after) for c in payload.changed or []] == [
+        ("argument", "date", "2024-03-17", "17.03.2024")]
     assert render.fix(payload) == fix.text
     wrong = "print(r['high'])"
     (keyed,) = extract([step(0, wrong, failed_at=wrong, error="KeyError: 'high'"), step(1, "print(r['max_c'])")])
-    assert keyed.text.startswith("`print(r['high'])` failed with KeyError")  # no keyword changed: no lead
-    assert keyed.payload.changed == []
+    assert keyed.text.startswith('Read `r["max_c"]`, not `["high"]`: `print(r[\'high\'])` failed with KeyError')
+    assert [(c.kind, c.argument, c.before, c.after) for c in keyed.payload.changed or []] == [
+        ("key", "r", "high", "max_c")]
     # only a lesson of schema 1 is read back from its text, once (core.migrate)
-    assert migrate.read_fix(keyed.text) == {"failed": wrong, "error": "KeyError", "fixed": "print(r['max_c'])",
-                                            "changed": None, "form": "", "tried": True}
-    assert migrate.read_fix(fix.text) == {**payload.model_dump(), "changed": None}
+    old = "`print(r['high'])` failed with KeyError; the corrected line `print(r['max_c'])` worked."
+    assert migrate.read_fix(old) == {"failed": wrong, "error": "KeyError", "fixed": "print(r['max_c'])",
+                                     "changed": None, "form": "", "tried": True}
     assert migrate.read_fix("Use `sep=';'` for the sales files.") is None
     assert migrate.read_fix("`a` and `b` worked.") is None
 
@@ -237,8 +241,8 @@ def test_a_corrected_call_that_got_nothing_back_is_not_a_fix() -> None:
 
 
 def test_putting_the_task_own_value_in_is_not_a_fix() -> None:
-    """Seen in the learning benchmark: a run copied the id of the recipe it was given ('INV-1471'), the tool
-    refused it, and the next step passed the task's own id. "Pass invoice_id like INV-4356" helps no other task."""
+    """A run that passed an id of another task (copied from a lesson), was refused, and then passed its task's own
+    id found nothing another task can reuse."""
     wrong = "result = get_invoice(invoice_id='INV-1471')"
     steps = [step(0, f"{wrong}\nprint(result)", failed_at=wrong, error="ValueError: no invoice INV-1471"),
              step(1, "result = get_invoice(invoice_id='INV-4356')\nprint(result)",
@@ -249,7 +253,7 @@ def test_putting_the_task_own_value_in_is_not_a_fix() -> None:
 
 
 def test_a_corrected_line_holding_an_f_string_is_a_fix() -> None:
-    # found live: the fingerprint's skeleton put a name inside the f-string, and unparsing it raised
+    # the fingerprint's skeleton must keep an f-string's text as text
     wrong = "print(f\"Total: {result['total_cents']} cents\")"
     right = "print(f\"Total: {result['amount_cents']} cents\")"
     (fix,) = extract([step(0, wrong, failed_at=wrong, error="KeyError: 'total_cents'"),
@@ -263,24 +267,18 @@ def test_a_corrected_line_holding_an_f_string_is_a_fix() -> None:
 
 
 def test_a_line_that_drops_the_failing_call_is_no_fix() -> None:
-    # found live (learning benchmark, seed 2): after the date error the agent typed a dict of made-up
-    # temperatures, and "the corrected line `... = weather_data["Graz"][date]` worked" was handed to the next run
+    # after the error the agent typed a dict of made-up temperatures: that line is no correction of the call
     wrong = 'highest_temp_in_graz = get_weather(city="Graz", date="2024-03-26")'
     made_up = ('weather_data = {"Graz": {"2024-03-26": 15.5}}\ndate = "2024-03-26"\n'
                'highest_temp_in_graz = weather_data["Graz"][date]\nprint(highest_temp_in_graz)')
     steps = [step(0, f"{wrong}\nprint(highest_temp_in_graz)", failed_at=wrong,
                   error="ValueError: invalid date '2024-03-26': expected DD.MM.YYYY, e.g. 31.12.2023"),
              step(1, made_up, observations="Execution logs:\n15.5")]
-    found = extract(steps, "What was the highest temperature in Graz on 2024-03-26?")
-    assert all("weather_data[" not in fix.text for fix in found)  # the made-up line is no correction
-    # only the date the error asked for (core/asked.py)
-    assert [(fix.form, fix.tried, fix.fixed) for fix in found] == [
-        ("DD.MM.YYYY", False, 'highest_temp_in_graz = get_weather(city="Graz", date="26.03.2024")')]
+    assert extract(steps, "What was the highest temperature in Graz on 2024-03-26?") == []  # made up: no fix
 
 
 def test_a_line_that_reads_a_value_computed_elsewhere_is_no_fix() -> None:
-    # found live (seed 2, once the f-string no longer broke the extractor): the "fix" below was handed to
-    # runs 3 and 4, and both wrote result['total_price_cents'], a key that exists only in the failing line
+    # handed on, such a "fix" names a key that exists only in the failing line
     wrong = "print(f\"Total price of invoice {invoice['invoice']} in euros:\", invoice['total_price_cents'] / 100)"
     right = "print(f\"Total price of invoice {invoice['invoice']} in euros:\", total_price_cents / 100)"
     steps = [step(0, f"invoice = get_invoice(invoice_id='INV-5102')\n{wrong}", failed_at=wrong,
@@ -292,9 +290,7 @@ def test_a_line_that_reads_a_value_computed_elsewhere_is_no_fix() -> None:
 
 
 def test_a_line_that_drops_what_the_failing_line_computed_is_no_fix() -> None:
-    # found live (learning benchmark, seed 10): "`total_amount_euros = invoice['total_amount'] * 0.85` failed
-    # with InterpreterError; the corrected line `invoice_lines = invoice['lines']` worked." was handed to the
-    # next two runs with the recipe that solved the task, and both wrote the failing line first and failed
+    # another line of the step is no correction: handed on, the next run copies the failing line it is shown
     wrong = "total_amount_euros = invoice['total_amount'] * 0.85"
     steps = [step(0, f"invoice = get_invoice(invoice_id='INV-7514')\n{wrong}\nfinal_answer(total_amount_euros)",
                   failed_at=wrong, error="InterpreterError: Could not index {'invoice': 'INV-7514'} with "
@@ -312,7 +308,7 @@ def test_a_line_that_drops_what_the_failing_line_computed_is_no_fix() -> None:
 
 
 def invoice_run(answer: str, printing: str = 'print(f"Total: {total}")') -> list[StepRecord]:
-    """Seed 11 of the learning benchmark: the key fixed, the quantities still left out, the total printed."""
+    """A run whose key was fixed, the quantities still left out, the total printed."""
     wrong = "total = sum(line['amount_cents'] / 100 for line in inv['lines'])"
     right = "total = sum(line['unit_price_cents'] / 100 for line in inv['lines'])"
     return [
@@ -335,7 +331,7 @@ def test_a_corrected_line_whose_value_was_the_answer_gave_it(printing: str) -> N
     assert not fixes.gave_the_answer(fix, view(steps[:3] + [steps[3].model_copy(update={"action_output": "50.0"})]))
     assert not fixes.gave_the_answer(fix, view(steps[:3]))  # no answer at all
     untried = dataclasses.replace(fix, tried=False)
-    assert not fixes.gave_the_answer(untried, view(steps))  # an asked fix's line never ran
+    assert not fixes.gave_the_answer(untried, view(steps))  # a fix whose line never ran gave nothing
     typed_back = [*steps[:2], steps[2].model_copy(update={"observations": "Total: 30.000000000000004"}), steps[3]]
     assert fixes.gave_the_answer(fix, view(typed_back))  # the model types the float it read back rounded
     other = steps[3].model_copy(update={"action_output": "30.01"})
@@ -360,7 +356,7 @@ def test_a_corrected_call_whose_record_held_the_answer_did_not_give_it() -> None
 
 
 def test_a_failed_run_whose_answer_was_the_fix_line_value_blames_the_fix() -> None:
-    """Seed 11: the fix's corrected line, copied with the run's own names, computed the run's wrong answer."""
+    """The fix's corrected line, copied with the run's own names, computed the run's wrong answer."""
     task = "What is the total of invoice INV-2 in euros?"
     lesson = fix_lesson(invoice_run("30.0"), "What is the total of invoice INV-1 in euros?")
     copied = [step(0, "result = get_invoice('INV-2')\nprint(result)", observations="{'lines': []}"),
@@ -381,3 +377,63 @@ def test_a_deeply_nested_step_neither_blames_nor_breaks_the_credit() -> None:
     steps = [step(0, f"{deep}\nprint(t)", observations="1000"),
              StepRecord(id="r:1", bank="b", run_id="r", kind="final", seq=1, action_output="1000")]
     assert credit.blameless(lesson, view(steps, "What is the total of invoice INV-2 in euros?"))
+
+
+def test_a_fix_is_found_across_an_inspection_step_on_a_renamed_column() -> None:
+    task = "What is the total revenue in sales.csv?"
+    wrong = "total = df['Revenue'].sum()"
+    steps = [
+        step(0, f"import pandas as pd\ndf = pd.read_csv('sales.csv')\n{wrong}", failed_at=wrong,
+             error="KeyError: 'Revenue'"),
+        step(1, "print(df.columns)", observations="Execution logs:\nIndex(['region', 'revenue'], dtype='object')"),
+        step(2, "total = df['revenue'].sum()\nprint(total)", observations="Execution logs:\n1234.5"),
+    ]
+    (fix,) = extract(steps, task)
+    assert (fix.failed, fix.fixed, fix.steps) == (wrong, "total = df['revenue'].sum()", (0, 2))
+    assert [(c.kind, c.argument, c.before, c.after) for c in fix.payload.changed or []] == [
+        ("key", "df", "Revenue", "revenue")]
+    assert fix.text.startswith('Read `df["revenue"]`, not `["Revenue"]`: ')
+
+
+def test_a_conversion_the_data_needed_is_a_fix() -> None:
+    wrong = "total = sum(day['visits'] for day in days)"
+    right = "total = sum(int(day['visits'].replace(',', '')) for day in days)"
+    steps = [step(0, f"days = get_daily_stats('web-a')\n{wrong}", failed_at=wrong,
+                  error="TypeError: unsupported operand type(s) for +: 'int' and 'str'"),
+             step(1, f"{right}\nprint(total)", observations="Execution logs:\n45210")]
+    (fix,) = extract(steps, "How many visits did web-a get?")
+    assert fix.fixed == right
+    kinds = [(c.kind, c.argument) for c in fix.payload.changed or []]
+    assert ("conversion", "int") in kinds and ("conversion", "replace") in kinds
+    # a tool the failing line did not call is never a "conversion"
+    sneaky = "total = sum(int(post_to(day['visits'])) for day in days)"
+    steps[1] = step(1, f"{sneaky}\nprint(total)", observations="Execution logs:\n45210")
+    assert extract(steps, "How many visits did web-a get?") == []
+
+
+def test_a_failed_tool_call_and_the_later_call_that_worked_are_a_fix() -> None:
+    message = ("Error executing tool 'get_sales' with arguments {'region': 'north'}: ValueError: unknown region "
+               "'north'\nPlease try again or use another tool")
+    records = [
+        StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, error_type="AgentToolExecutionError",
+                   error_message=message),
+        StepRecord(id="r:1", bank="b", run_id="r", kind="action", seq=1, observations="[{'revenue': 120.5}]",
+                   tool_calls=[ToolCallRecord(name="get_sales", arguments=json.dumps({"region": "North"}))]),
+    ]
+    (fix,) = fixes.extract(view(records, "What is the revenue of region North?", tools=["get_sales"]), Redactor())
+    assert (fix.failed, fix.fixed) == ('get_sales(region="north")', 'get_sales(region="North")')
+    assert fix.error == "ValueError"
+
+
+def test_a_remote_executors_traceback_pins_the_failing_line() -> None:
+    code = "rows = get_sales('North')\ntotal = sum(r['revenue'] for r in rows)"
+    message = ("\nExecuting code yielded an error:\nKeyError\n'revenue'\nTraceback (most recent call last):\n"
+               '  File "<cell 1>", line 2, in <module>\n  File "<cell 1>", line 2, in <genexpr>\n'
+               "KeyError: 'revenue'\n")
+    records = [StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code=code,
+                          error_type="AgentExecutionError", error_message=message),
+               StepRecord(id="r:1", bank="b", run_id="r", kind="action", seq=1,
+                          code="total = sum(r['Revenue'] for r in rows)\nprint(total)", observations="120.5")]
+    (fix,) = fixes.extract(view(records, "What is the revenue of region North?"), Redactor())
+    assert fix.failed == "total = sum(r['revenue'] for r in rows)" and fix.error == "KeyError"
+    assert fix.fixed == "total = sum(r['Revenue'] for r in rows)"

@@ -383,3 +383,100 @@ def test_vague_is_fast_on_hostile_text() -> None:
     for _ in range(20):
         reason_to_drop(hostile[:1200], GateContext(task="t", observed=hostile * 10))
     assert time.process_time() - started < 1.0
+
+
+# Good lessons of other domains, each with what its run observed (task, observed, final answer, lesson): the gate
+# judges content, so none of them may be dropped for how a model phrased it.
+GOOD_ELSEWHERE = [
+    ("Count the lines of /data/in.csv.", "open('/data/in.csv')\nUnicodeDecodeError\n\\ufeffid,name", "12",
+     "The script failed when the input file had a BOM; open it with encoding='utf-8-sig'."),
+    ("What is the total of invoice INV-3?", "get_invoice('INV-3')\n{'total_cents': 4550}", "45.5",
+     "The tool was used to retrieve invoices; totals are in cents."),
+    ("How many open issues does repo acme/web have?", "list_issues(repo='acme/web')\n{'items': [...], 'next_page': 2}",
+     "57", "`list_issues` returns 30 items a page; follow `next_page` until it is null."),
+    ("Average latency of service api-gw?", "get_metrics('api-gw')\n{'latency_us': [1200, 900]}", "1.05",
+     "`get_metrics` reports latency in microseconds (`latency_us`), not milliseconds."),
+    ("Which user signed up last?", "list_users()\n[{'created': '1701820800'}]", "u42",
+     "User `created` values are Unix timestamps written as strings; convert them with int() before comparing."),
+    ("Sum the order amounts for shop s-1.", "export_orders('s-1')\n\\ufeffAmount;Order\n12,50;A1", "80.1",
+     "The order export uses ';' between fields and decimal commas: replace ',' with '.' before float()."),
+    ("Temperature in Oslo now?", "get_current(city='Oslo')\nKeyError: 'temp'\n{'main': {'temp_k': 271.3}}\n"
+     "r['main']['temp_k'] - 273.15", "-1.85",
+     "`get_current` nests the temperature under `main` as `temp_k`, in kelvin; subtract 273.15 for Celsius."),
+    ("Revenue of region North?", "get_sales(region='north')\nValueError\nget_sales(region='North')", "120.5",
+     "`get_sales` matches the region name case-sensitively: pass 'North', not 'north'."),
+    ("How many tickets in project P?", "search_tickets(project='P')\n{'returned': 10, 'truncated': True}\n"
+     "search_tickets(project='P', limit=100)", "37",
+     "`search_tickets` stops at 10 results unless `limit` is raised; `truncated` says more exist."),
+    ("Total spend in EUR?", "list_expenses()\n[{'amount': 1200, 'currency': 'JPY', 'rate_to_eur': 0.0062}]", "7.44",
+     "Expenses come in several currencies; multiply `amount` by `rate_to_eur` before adding them up."),
+    ("When does the Tokyo meetup start locally?", "list_events()\n{'start_utc': '2024-05-01T09:00Z', 'utc_offset': "
+     "'+09:00'}", "18:00", "Event times are in UTC (`start_utc`); add the venue's `utc_offset` for local time."),
+    ("Count the voided payments of ACC-1.", "list_transactions('ACC-1')\n[{'amount': 20.0, 'status': 'void'}]", "3",
+     "Transactions with status 'void' were never paid; leave them out of totals."),
+    ("Fetch the report page.", "fetch(url='http://r.example/x')\n301 Moved\nfetch(url='https://r.example/x')", "ok",
+     "The report server only answers over https; an http URL gets a 301 and no body."),
+    ("Parse the config.", "yaml.safe_load(text)\nScannerError: tabs\ntext.replace('\\t', '  ')", "done",
+     "The config files indent with tabs, which yaml.safe_load rejects; replace tabs with spaces first."),
+    ("Read sheet Q3 of the workbook.", "read_excel(sheet='Q3')\nValueError: Worksheet named 'Q3' not found\n"
+     "sheets: ['q3_2024']", "ok", "The workbook's sheets are named like 'q3_2024', not 'Q3'."),
+    ("Top product by sales?", "query(sql='SELECT ...')\nOperationalError: no such column: sales\ncolumns: "
+     "['units_sold']", "p7", "The products table has no `sales` column; the count is in `units_sold`."),
+    ("Download the dataset.", "download(name='ds')\nTimeoutError\ndownload(name='ds', timeout=120)", "ok",
+     "`download` times out at its default of 30 seconds on large datasets; pass timeout=120."),
+    ("Word count of the page.", "get_page('about')\n'<html><body><p>...'", "340",
+     "`get_page` returns raw HTML, not text; strip the tags before counting words."),
+    ("How many rows are in the log?", "read_log()\n'2024-01-01 a\\n2024-01-02 b\\n'", "2",
+     "`read_log` returns one string; split it on newlines to get the rows."),
+    ("Mean score of class B?", "get_scores('B')\n['81', '77', 'absent']", "79",
+     "`get_scores` returns scores as strings, and 'absent' for missing pupils; skip those before int()."),
+    ("Distance from A to B?", "route('A', 'B')\n{'distance': 12400, 'unit': 'm'}", "12.4",
+     "`route` gives `distance` in the unit named by `unit` (metres here), not kilometres."),
+    ("Stock of SKU-9?", "get_stock('SKU-9')\n{'qty': 4, 'pack_size': 12}", "48",
+     "`get_stock` counts packs in `qty`; multiply by `pack_size` for units."),
+    ("Price of AAPL?", "quote('AAPL')\nKeyError: 'price'\n{'last': 189.2, 'currency': 'USD'}", "189.2",
+     "Quotes carry the price in `last`, with its `currency` beside it."),
+    ("Number of commits this week?", "git_log(since='7 days')\n[]\ngit_log(since='2024-05-01')", "14",
+     "`git_log` takes `since` as an ISO date; a phrase like '7 days' returns an empty list."),
+    ("Send the weekly digest.", "send_mail(to='team')\nValueError: invalid address\nsend_mail(to='team@corp.example')",
+     "sent", "`send_mail` needs a full address in `to`, not a group name."),
+    ("Convert 3 miles to km.", "convert(3, 'mi', 'km')\nValueError: unknown unit 'mi'\nconvert(3, 'mile', 'km')",
+     "4.83", "`convert` names units in full ('mile'), not by abbreviation ('mi')."),
+    ("Latest release of lib x?", "releases('x')\n[{'tag': 'v2.0.0-rc1', 'prerelease': True}, {'tag': 'v1.9.3'}]",
+     "v1.9.3", "`releases` lists pre-releases first; skip entries with prerelease set to True."),
+    ("Population of Lisbon?", "lookup('Lisbon')\n{'population': '545,796'}", "545796",
+     "`lookup` writes numbers with thousands separators as text; remove the commas before int()."),
+    ("Sum of column B in data.xlsx?", "read_sheet('data.xlsx')\n[['B'], [None], ['4.5']]", "12.0",
+     "Empty cells come back as None in `read_sheet`; skip them before summing."),
+    ("How many hotels in Rome?", "search_hotels(city='Rome')\n{'count': 120, 'results': [...], 'page': 1, "
+     "'pages': 6}", "120", "`search_hotels` already returns the total in `count`; the results are one page of six."),
+    ("Duration of track 3?", "track(3)\n{'duration': 215000}\ntrack(3)['duration'] / 1000", "3:35",
+     "Track `duration` is in milliseconds; divide by 1000 for seconds."),
+    ("Balance of ACC-7?", "get_account('ACC-7')\n{'balance': -1250, 'scale': 2}", "-12.5",
+     "`get_account` gives `balance` as an integer with `scale` decimal places; divide by 10**scale."),
+]
+
+
+@pytest.mark.parametrize(("task", "observed", "answer", "text"), GOOD_ELSEWHERE)
+def test_good_lessons_of_other_domains_pass(task: str, observed: str, answer: str, text: str) -> None:
+    assert reason_to_drop(text, GateContext(task=task, final_answer=answer, observed=observed)) is None
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("The script failed when it was run the second time.", "refers_to_transcript"),  # a story, no advice
+    ("The tool was used to retrieve invoices.", "describes_tool"),  # what it is for, nothing more
+    ("`get_current` gives the temperature in kelvin; subtract 272.5 for Celsius.", "ungrounded"),  # never seen
+])
+def test_a_story_a_purpose_or_an_unseen_number_alone_is_still_dropped(text: str, reason: str) -> None:
+    task, observed, answer, _ = GOOD_ELSEWHERE[6]
+    assert reason_to_drop(text, GateContext(task=task, final_answer=answer, observed=observed)) == reason
+
+
+def test_one_entitys_value_is_no_lesson_about_the_tool() -> None:
+    ctx = GateContext(task="By how many visits does web-fjord's total exceed web-granite's?", final_answer="11963",
+                      observed="get_daily_stats('web-fjord')\n{'days': [{'visits': '12,345'}]}\n40211\n28248")
+    for junk in ("The total visits of web-fjord are 40211.", "web-granite had 28248 visits in total."):
+        assert reason_to_drop(junk, ctx) == "states_one_value", junk
+    for good in ("`get_daily_stats` writes visits as text with thousands separators ('12,345'); remove the commas "
+                 "before int().", "Site web-fjord reports its visits per day, one record a day."):
+        assert reason_to_drop(good, ctx) is None, good

@@ -6,8 +6,8 @@ import ast
 
 from lessonbank.core.models import Recipe, StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
-from lessonbank.learn import fixtext, recipes
-from lessonbank.learn.recipes import fingerprint, fold_dates, ignored_values, prune
+from lessonbank.learn import adapt, fixtext, recipes
+from lessonbank.learn.recipes import fingerprint, ignored_values, prune
 from lessonbank.learn.render import recipe as recipe_text
 from tests.learn.runs import view
 
@@ -523,10 +523,9 @@ LYON_TASK = "Using get_weather, what was the highest temperature in Lyon on 2024
 LYON = "{'city': 'Lyon', 'date': '28.01.2024', 'records': [{'station': 'Lyon-1', 'max_c': 25.1, 'min_c': 17.3}]}"
 
 
-def test_a_date_the_code_converted_from_constants_is_kept_as_the_text_it_gave_without_the_import() -> None:
-    """Seed 5 of the learning benchmark, run 1's lines: the recipe kept `from datetime import datetime` and the
-    conversion; runs 2 and 3, given it with their date put in, copied every line but the import and failed on
-    the undefined name. Kept as the date's text, the recipe is the one a run passing '28.01.2024' leaves."""
+def test_a_value_the_code_converted_from_the_task_stays_a_parameter_with_its_conversion() -> None:
+    """The run converted the task's date itself (``strptime`` then ``strftime``): the recipe keeps the import and the
+    conversion, and the date is a parameter found by where it flows, so the next task's date is put in its place."""
     steps = [step(0, 'result = get_weather(city="Lyon", date="2024-01-28")\nprint(result)',
                   error="ValueError: invalid date '2024-01-28': expected DD.MM.YYYY, e.g. 31.12.2023"),
              step(1, 'from datetime import datetime\n\ndate = datetime.strptime("2024-01-28", "%Y-%m-%d")'
@@ -534,33 +533,11 @@ def test_a_date_the_code_converted_from_constants_is_kept_as_the_text_it_gave_wi
                   observations=LYON),
              step(2, "final_answer(25.1)")]
     recipe = extract(steps, LYON_TASK, ["get_weather"], Redactor(), "check")
-    assert recipe is not None
-    assert recipe.code == ("date = '28.01.2024'\nresult = get_weather(city='Lyon', date=date)\n"
-                           "final_answer(result['records'][0]['max_c'])")
-    assert recipe.params == ["28.01.2024", "Lyon"] or recipe.params == ["Lyon", "28.01.2024"]
-    passed_as_text = extract([step(0, "date = '28.01.2024'\nresult = get_weather(city='Lyon', date=date)\n"
-                                      "final_answer(result['records'][0]['max_c'])")],
-                             LYON_TASK, ["get_weather"], Redactor(), "check")
-    assert passed_as_text is not None and passed_as_text.fingerprint == recipe.fingerprint
-    # the module's own name, a conversion of a variable, and a format that does not parse stay as they ran
-    kept = extract([step(0, "import datetime\nd = datetime.datetime.strptime('2024-01-28', '%Y-%m-%d')"
-                            ".strftime('%d.%m.%Y')\nday = '2024-01-28'\n"
-                            "other = datetime.datetime.strptime(day, '%Y-%m-%d').strftime('%d.%m.%Y')\n"
-                            "bad = datetime.datetime.strptime('2024-01-28', '%d.%m.%Y').strftime('%Y')\n"
-                            "final_answer(get_weather(city='Lyon', date=d, other=other, bad=bad))")],
-                   LYON_TASK, ["get_weather"], Redactor(), "check")
-    assert kept is not None
-    assert "d = '28.01.2024'" in kept.code and "strptime(day, '%Y-%m-%d')" in kept.code
-    assert "strptime('2024-01-28', '%d.%m.%Y')" in kept.code and kept.code.startswith("import datetime\n")
-    # a conversion that is not the same date written another way, or hostile formats, stay as they ran
-    for to, fmt in (("%Y", "%Y-%m-%d"), ("%d.%m.%Y", "%Y-%Y-%m"), ("\\ud800", "%Y-%m-%d"), ("%d.%m.%Y", "%"),
-                    ("%d.%m.%Y", "%" * 64)):
-        code = (f"from datetime import datetime\nd = datetime.strptime('2024-01-28', '{fmt}').strftime('{to}')\n"
-                "final_answer(get_weather(city='Lyon', date=d, day='2024-01-28'))")
-        left = extract([step(0, code)], LYON_TASK, ["get_weather"], Redactor(), "check")
-        assert left is not None and "strptime(" in left.code, (to, fmt)
-    deep = ast.parse("from datetime import datetime\nx = " + "[" * 190 + "1" + "]" * 190).body
-    assert fold_dates(deep) is deep  # nested deeper than a copy can go: kept as it ran, no RecursionError
+    assert recipe is not None and recipe.code.startswith("from datetime import datetime\n")
+    assert set(recipe.params) == {"2024-01-28", "Lyon"}
+    example = adapt.recipe_example(recipe, LYON_TASK.replace("Lyon", "Porto").replace("2024-01-28", "2024-09-15"))
+    assert example is not None and example.placed
+    assert "strptime('2024-09-15', '%Y-%m-%d')" in example.code and "city='Porto'" in example.code
 
 
 def test_an_answer_copied_from_the_value_a_step_ended_with_becomes_that_value() -> None:

@@ -9,7 +9,7 @@ from lessonbank.learn.upgrade import changed, complete
 from tests.learn.runs import fix_lesson, written_observed
 
 FIX = payload('w = get_weather(city="Graz", date="2024-03-17")', "ValueError",
-              'w = get_weather(city="Graz", date="17.03.2024")', form="DD.MM.YYYY")
+              'w = get_weather(city="Graz", date="17.03.2024")')
 SHAPE = ShapePayload(tool="search", structure={"fields": [["data", {"fields": [["items", {"items": {
     "fields": [["name", "str"]], "more": True}}]], "more": False}], ["took", "..."]], "more": False},
     records=["data", "items"], call='r = search(query="mug")')
@@ -17,10 +17,10 @@ SHAPE = ShapePayload(tool="search", structure={"fields": [["data", {"fields": [[
 
 def test_a_lesson_reads_as_its_payload_renders_it() -> None:
     assert render.fix(FIX) == ('Pass `date` like "17.03.2024", not like "2024-03-17": `w = get_weather(city="Graz", '
-                               'date="2024-03-17")` failed with ValueError asking for DD.MM.YYYY; the corrected line '
+                               'date="2024-03-17")` failed with ValueError; the corrected line '
                                '`w = get_weather(city="Graz", date="17.03.2024")` worked.')
     assert render.shape(SHAPE) == ("`search(...)` returns {'data': {'items': [{'name': str, ...}, ...]}, 'took': ...}: "
-                                   "its records are `result['data']['items']`. Records came back from "
+                                   "its records are `result['data']['items']`. It came back from "
                                    '`r = search(query="mug")`.')
     assert render.shape(SHAPE, with_call=False).endswith("`result['data']['items']`.")
     lesson = fix_lesson(FIX)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,6 @@ from lessonbank.workers.consolidate import Consolidator, Thresholds
 from lessonbank.workers.llm import ChatLLM
 from tests.fixtures.openai_server import FakeOpenAI, Reply
 from tests.learn.runs import view
-from tests.learn.test_asked import LYON, never_corrected
 from tests.learn.test_fixes import date_run
 
 SEMI = "The sales.csv file is semicolon-delimited; read it with pandas.read_csv(path, sep=';')."
@@ -38,6 +38,9 @@ def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
     s.ensure_collection()
     yield s
     s.close()
+
+
+LYON = "What was the highest temperature in Lyon on 2024-08-02?"
 
 
 def draft(text: str, kind: str = "fact") -> DraftLesson:
@@ -409,9 +412,9 @@ def test_a_retired_observed_fix_is_not_revived_by_a_run_observing_it_again(store
 
 
 def test_an_asked_fix_seen_to_work_later_says_so_and_an_ask_adds_nothing_to_a_seen_fix(store: LessonStore) -> None:
-    # a date fix an error asked for (core/asked.py), then the same correction observed by another run
-    (fix,) = fixes.extract(view(never_corrected(), LYON), Redactor())
+    # a fix an earlier release wrote from an error alone (not tried), then the same correction observed by a run
     (seen,) = fixes.extract(view(date_run("Lyon", "2024-08-02", "02.08.2024"), LYON), Redactor())
+    fix = dataclasses.replace(seen, tried=False)
 
     def consolidator(run_id: str) -> Consolidator:
         return Consolidator(store, "b", run_id, Thresholds(0.9, 0.6))

@@ -648,6 +648,11 @@ def recorded_run(settings: Settings, tool_: Any, task: str, codes: list[str], ve
     return run_id
 
 
+def fixed_line(lesson: Lesson) -> str:
+    """The corrected line of an observed fix."""
+    return lesson.fix.fixed if lesson.fix is not None else ""
+
+
 def weather_run(settings: Settings, city: str, codes: list[str], verdict: bool, given: list[str] = ()) -> str:
     return recorded_run(settings, get_weather, f"What was the highest temperature in {city} on 2024-01-02?", codes,
                         verdict, given)
@@ -673,7 +678,7 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert 'For this task: Write `w = get_weather(city="Rome", date="06.05.2024")`: pass `date` like' in text
     assert "Graz" not in text and '"2024-05-06")' not in text  # no failing line to copy
     other, _ = compose_instructions(store, "Highest temperature in Rome on 2024-05-06?", "b")  # other words
-    assert 'For this task: Write `w = get_weather(city="Graz", date="06.05.2024")`' in other
+    assert 'For this task: Write `w = get_weather(city="Rome", date="06.05.2024")`' in other and "Graz" not in other
 
     second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
                          verdict=False)
@@ -694,47 +699,13 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert (fix.given, fix.applied, fix.harmful) == (2, 2, 1)
 
 
-def test_an_asked_fix_a_later_run_was_given_and_ran_is_kept_as_seen_to_work(deps: Deps, openai_server: FakeOpenAI,
-                                                                              store: LessonStore) -> None:
-    """Held-out seeds 14, 17 and 18 of the learning benchmark: runs given the fix an error asked for wrote its line
-    first, the tool answered, and the fix still said "not tried yet" to every run after."""
+def test_a_refused_call_never_corrected_leaves_no_fix(deps: Deps, openai_server: FakeOpenAI,
+                                                     store: LessonStore) -> None:
+    """A fix is a correction some step ran; an error message alone (what the run read) writes none."""
     openai_server.default = Reply(content=lessons_json())
     wrong = 'w = get_weather(city="Graz", date="2024-01-02")\nprint(w)'
-    first = weather_run(deps.settings, "Graz", [wrong], verdict=False)  # refused, never corrected: asked
-    distill_one(deps, "b", first)
-    (asked,) = fixes_in(store)
-    assert asked.text.endswith("(not tried yet).")
-    text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
-    assert 'Write `w = get_weather(city="Rome", date="06.05.2024")` (as the error asked; not tried yet)' in text
-
-    rome = "What was the highest temperature in Rome on 2024-05-06?"
-    # given it, a run wrote its line and the tool took it but answered no records: nothing is confirmed
-    empty = recorded_run(deps.settings, get_weather, rome.replace("2024-05-06", "2024-02-01"),
-                         ['w = get_weather(city="Rome", date="01.02.2024")\nprint(w)'], verdict=False,
-                         given=[asked.id])
-    distill_one(deps, "b", empty)
-    assert fixes_in(store)[0].text == asked.text
-    # given it, a run wrote another line that worked: nothing is confirmed either
-    other = recorded_run(deps.settings, get_weather, rome, ['w = get_weather(city="Roma", date="06.05.2024")'],
-                         verdict=False, given=[asked.id])
-    distill_one(deps, "b", other)
-    assert fixes_in(store)[0].text == asked.text
-    # given it, a run wrote its line and the tool answered; the run still failed (it never answered right)
-    ran = recorded_run(deps.settings, get_weather, rome, ['w = get_weather(city="Rome", date="06.05.2024")\nprint(w)',
-                                                         "print(w)"], verdict=False, given=[asked.id])
-    distill_one(deps, "b", ran)
-    (fix,) = fixes_in(store)
-    assert fix.id == asked.id and fix.status == "active"
-    assert fix.text == ('Pass `date` like "06.05.2024", not like "2024-05-06": `w = get_weather(city="Rome", '
-                        'date="2024-05-06")` failed with ValueError asking for DD.MM.YYYY; the corrected line '
-                        '`w = get_weather(city="Rome", date="06.05.2024")` worked.')
-    assert fix.task == rome  # the values its lines took now
-    # a run that was given the fix is no evidence of its own for it (``Consolidator._reinforce``): its line ran
-    assert fix.source_run_ids == [first] and fix.evidence == 1
-    assert (fix.given, fix.applied, fix.harmful) == (3, 3, 0)  # each passed a date so; none failed at that line
-    text, _ = compose_instructions(store, "What was the highest temperature in Oslo on 2024-07-08?", "b")
-    assert 'Write `w = get_weather(city="Oslo", date="08.07.2024")`: pass `date` like "08.07.2024"' in text
-    assert "not tried yet" not in text
+    distill_one(deps, "b", weather_run(deps.settings, "Graz", [wrong], verdict=False))
+    assert fixes_in(store) == []
 
 
 @pytest.mark.parametrize("judged", ["before distillation", "after distillation"])
@@ -809,7 +780,7 @@ def test_a_failed_run_keeps_no_fix_whose_corrected_line_gave_its_wrong_answer(
     openai_server.default = Reply(content=lessons_json())
     run_id = unit_prices_run(deps.settings, answer, verdict=False)
     distill_one(deps, "b", run_id)
-    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([UNIT_PRICES] if kept else [])
+    assert [fixed_line(lesson) for lesson in fixes_in(store)] == ([UNIT_PRICES] if kept else [])
     dropped = f"run {run_id}: not keeping the fix whose corrected line `{UNIT_PRICES}` gave the run's wrong answer"
     assert any(dropped in r.message for r in caplog.records) != kept  # the log names the line it did not keep
     assert [lesson.tags for lesson in store.list("b")].count(["shape"]) == 1  # what the run saw of the data stays
@@ -829,14 +800,14 @@ def test_a_failure_judged_after_distillation_retires_the_fix_whose_corrected_lin
     openai_server.default = Reply(content=lessons_json())
     run_id = unit_prices_run(deps.settings, answer, verdict=None)
     distill_one(deps, "b", run_id)
-    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == [UNIT_PRICES]
+    assert [fixed_line(lesson) for lesson in fixes_in(store)] == [UNIT_PRICES]
     (fix,) = fixes_in(store)
     fix_id = fix.id
     if observed_elsewhere:
         store.upsert([fix.model_copy(update={"source_run_ids": [run_id, "another-run"], "evidence": 2})])
     assert runs.set_verdict(deps.redis, "b", run_id, False, "user", "wrong total", "q") == 2  # a credit task
     credit_one(deps, "b", run_id)
-    assert [lesson.text.split("`")[3] for lesson in fixes_in(store)] == ([] if retired else [UNIT_PRICES])
+    assert [fixed_line(lesson) for lesson in fixes_in(store)] == ([] if retired else [UNIT_PRICES])
     (stored,) = store.get("b", [fix_id])
     assert stored.status == ("retired" if retired else "active")
     assert ("judged a failure by user" in stored.status_reason) == retired
@@ -862,7 +833,7 @@ def test_a_success_judged_after_distillation_keeps_what_a_success_keeps(
 
     def kept() -> tuple[list[str], list[str]]:
         recipes = [lesson for lesson in store.list("b") if lesson.recipe is not None]
-        return [r.recipe.code for r in recipes if r.recipe is not None], [f.text.split("`")[3] for f in fixes_in(store)]
+        return [r.recipe.code for r in recipes if r.recipe is not None], [fixed_line(f) for f in fixes_in(store)]
 
     def judge(success: bool) -> None:
         assert runs.set_verdict(deps.redis, "b", run_id, success, "user", "", "q") == 2  # a credit task
@@ -988,7 +959,7 @@ def test_a_result_the_run_never_printed_leaves_its_shape_for_the_next_run(deps: 
     distill_one(deps, "b", first)
     (shape,) = store.list("b")
     assert shape.origin == "observed" and shape.tags == ["shape"] and eligible(shape)
-    assert shape.text.endswith("its records are `result['data']['items']`. Records came back from "
+    assert shape.text.endswith("its records are `result['data']['items']`. It came back from "
                                '`r = search_catalog("lamp")`.') and "small" not in shape.text
     assert shape.task == "Using search_catalog, how many 'lamp' products cost less than 20 euros?"
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
@@ -1024,12 +995,12 @@ def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_s
     assert shape.origin == "observed" and shape.tags == ["shape"] and eligible(shape)
     assert shape.text == ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, "
                           "'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
-                          "`result['data']['items']`. Records came back from `r = search_catalog(\"lamp\")`.")
+                          "`result['data']['items']`. It came back from `r = search_catalog(\"lamp\")`.")
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
                                    "b")
     # given with the loop over every record: told only where they are, 1.5B runs summed the first one alone
     assert ("its records are `result['data']['items']`: use all of them (`for record in "
-            "result['data']['items']:`). (seen in 1 run)") in text
+            "result['data']['items']:`). The fields beside them (`total`) say about them") in text
 
     applied = catalog_run(deps.settings, "mug", ['items = search_catalog("mug")["data"]["items"]\n'
                                                  'final_answer(sum(1 for p in items if p["price"] < 20))'],
@@ -1133,3 +1104,32 @@ def test_a_bank_lock_released_is_taken_within_milliseconds_by_whoever_waits(redi
             waits.append(time.monotonic() - started)
         releaser.join()
     assert sorted(waits)[2] < 0.02 + 0.03, waits  # 0.1 s and more with redis-py's default
+
+
+def test_a_managed_agents_run_takes_its_managers_verdict_before_or_after_its_distillation(
+        deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:
+    openai_server.default = Reply(content=lessons_json())
+    manager = write_run(deps.redis, "b", task="Report the sales of every region")
+    # the manager was judged before its managed run was distilled: the run is distilled with that verdict
+    judged_first = write_run(deps.redis, "b", task="Sum the sales of region North")
+    deps.redis.hset(run_key(judged_first), "parent_run", manager)
+    runs.set_verdict(deps.redis, "b", manager, False, "check", "", deps.settings.queue)
+    distill_one(deps, "b", judged_first)
+    assert runs.load_run(deps.redis, judged_first).judged["verdict"] == "failure"
+    assert runs.load_run(deps.redis, judged_first).judged["source"] == "check"
+    # a managed run distilled before its manager is judged gets the verdict when the manager's run is credited
+    other_manager = write_run(deps.redis, "b", task="Report the sales of every region")
+    judged_later = write_run(deps.redis, "b", task="Sum the sales of region South")
+    deps.redis.hset(run_key(judged_later), "parent_run", other_manager)
+    distill_one(deps, "b", judged_later)
+    assert runs.load_run(deps.redis, judged_later).verdict == ("unknown", "none")
+    distill_one(deps, "b", other_manager)
+    runs.set_verdict(deps.redis, "b", other_manager, True, "user", "", deps.settings.queue)
+    credit_one(deps, "b", other_manager)
+    child = runs.load_run(deps.redis, judged_later)
+    assert child.verdict == ("success", "user") and other_manager in child.meta["verdict_note"]
+    assert (CREDIT_TASK, ["b", judged_later]) in queued_tasks(deps.redis, deps.settings.queue)  # its credit is due
+    # a run of its own (no manager) is left as it is
+    alone = write_run(deps.redis, "b", task="Sum the sales of region East")
+    distill_one(deps, "b", alone)
+    assert runs.load_run(deps.redis, alone).judged["source"] == "signals"
