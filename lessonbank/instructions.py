@@ -177,7 +177,8 @@ def _one_line(text: str) -> str:
 def _seen(lesson: Lesson) -> str:
     runs = "run" if lesson.evidence == 1 else "runs"
     helped = f", helped {lesson.helpful}" if lesson.helpful else ""
-    warning = f"; {fingerprint.warning(lesson)}" if lesson.tool_versions else ""
+    changed = fingerprint.warning(lesson) if lesson.tool_versions else ""
+    warning = f"; {changed}" if changed else ""
     return f"(seen in {lesson.evidence} {runs}{helped}{warning})"
 
 

@@ -469,3 +469,16 @@ def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
     assert f"- {text} (seen in 1 run)" in format_lessons([said])[0]
     odd = make("b", "fact", text.replace("its records are", "the records are"), origin="observed")
     assert "use all of them" not in format_lessons([odd])[0]
+
+
+def test_a_lesson_learnt_on_a_tool_reads_as_any_other_until_the_tool_changes() -> None:
+    from lessonbank.core.models import ToolFingerprint
+    from lessonbank.instructions import _seen
+
+    learnt = ToolFingerprint(name="get_invoice", signature="get_invoice(invoice_id: string) -> object", shape="a")
+    lesson = Lesson.new("b", "fact", "Amounts are in cents.", run_id="r1")
+    lesson.tool_versions = [learnt]
+    assert _seen(lesson) == "(seen in 1 run)"  # the same words as a lesson that knows no tool: no empty warning
+    lesson.tool_versions = [learnt.model_copy(update={"later_shape": "b"})]
+    assert _seen(lesson) == ("(seen in 1 run; get_invoice returned a result of another structure in a later run: "
+                             "check it)")
