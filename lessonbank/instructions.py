@@ -144,8 +144,8 @@ def _one_fix_per_subject(ranked: Sequence[Lesson]) -> list[Lesson]:
 
 def _restates_recipe(lesson: Lesson) -> bool:
     """A "what worked" sentence next to the code that worked: at best it repeats the recipe, at worst it
-    misdescribes it (a 1.5B distiller wrote "sum up the total amount in cents" of code that summed euros,
-    and the next run divided by 100 again). Kept only when runs showed it helps, or a user added it."""
+    misdescribes it (a summary of the code in the wrong unit sends the next run to convert the result
+    twice). Kept only when runs showed it helps, or a user added it."""
     return lesson.kind == "approach" and lesson.helpful == 0 and lesson.origin not in USER_ORIGINS
 
 

@@ -12,8 +12,8 @@ corrected line (with its own names) and answered with the value it computed: the
 works, not how the whole run ends, unless its line computed the answer. An observed shape is applied
 when the run subscripts its records' path (``['data']['items']``), and blamed by a failed run only when a
 failing line does. A recipe is
-blamed by a failed run only when a step reproduced it (``unfollowed``): in the learning benchmark every
-failed run given a right recipe had changed it (a dropped loop, a ``round()``, another date format).
+blamed by a failed run only when a step reproduced it (``unfollowed``): a run that changed the recipe (dropped a
+loop, added a ``round()``, wrote a value another way) failed with its own code, not the recipe's.
 
 The counts move atomically per run (the caller holds the bank's lock) and idempotently: the credit a
 run gave is kept with the run, so a later verdict (a user's feedback after distillation) replaces it
@@ -261,8 +261,8 @@ def _skeleton_of(tree: ast.AST) -> str | None:
 
 def _answered_by_fixed_line(lesson: Lesson, run: RunView) -> bool:
     """The run wrote the fix's corrected line (its own names) in a step that did not fail, and the value it
-    assigned is the run's answer: a run judged wrong then shows the line computes a wrong answer (seed 11 of the
-    learning benchmark: the fix's total without the quantities, copied by the next runs, was their answer)."""
+    assigned is the run's answer: a run judged wrong then shows the line computes a wrong answer (a fix whose
+    corrected line computes a total without a factor it needs is copied by later runs as their answer)."""
     try:
         wanted = _skeleton_of(ast.parse(lesson.fix.fixed).body[0]) if lesson.fix is not None else None
     except (SyntaxError, ValueError, RecursionError, IndexError):

@@ -63,7 +63,7 @@ _NOTHING = re.compile(
     r"completed successfully|finished successfully)"
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
     r"|\b(?:was|were|is|are) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
-    # "The invoice with ID 'INV-1002' is retrieved successfully." (the 1.5B distiller's, handed to a run)
+    # "The invoice with ID 'INV-1002' is retrieved successfully.": a report of the run, nothing for the next one
     r"|\b(?:was|were|is|are) (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated) successfully\b"
     r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
     # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
@@ -120,7 +120,7 @@ _FIRST_PERSON = re.compile(
 _TRANSCRIPT = re.compile(
     r"(?i)\bsteps? \d+\b|\bE\d+\b|\b(?:the )?above\b|\bthis (?:run|transcript|conversation|session|attempt)\b"
     r"|\bthe (?:transcript|previous step|last step|next step|observation above)\b|\bin this task\b"
-    # "The previous run failed because of an invalid date format." (the learning benchmark's distiller)
+    # "The previous run failed because of an invalid date format.": it points at a run the next one never saw
     # "The initial approach failed due to an incorrect date format, but the subsequent approach ..."
     r"|\b(?:the|a|an) (?:previous|prior|earlier|last|first|initial|original|subsequent) "
     r"(?:run|attempt|try|approach)(?:e?s)?\b"
@@ -141,10 +141,9 @@ _TRANSCRIPT = re.compile(
 )
 _STORY = re.compile(
     # the run's story told as a sentence about it: "The approach was to ...", "The agent used ...", "The
-    # failure occurred because ...", "The error message indicates ...", "To fix this, ...". Of 92 distilled
-    # lessons the learning benchmark's distiller wrote that passed every other context-free rule, 77 read so; none of
-    # those handed to a run was ever applied, and "The agent used `get_weather` with ... '2024-09-15'" led
-    # two runs back to the rejected date.
+    # failure occurred because ...", "The error message indicates ...", "To fix this, ...". A story says what one
+    # run did, not how the tools behave, and it carries that run's values (a rejected argument among them) to the
+    # next run; a story with advice in it is kept (``_ADVICE``).
     r"(?i)(?:^|[.!?;]\s)\W{0,3}(?:the (?:\w+ )?approach (?:\w+ )?(?:was|were) (?:to|that)\b"
     r"|the (?:\w+ )?approach (?:then |later |next )?(?:switched|changed|shifted|moved|turned)\b"
     r"|the (?:failure|error|problem|issue|mistake)s? (?:was|were|occurred|happened|arose)\b"
