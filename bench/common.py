@@ -36,23 +36,26 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A redis-server on a free loopback port (no persistence) for the duration of the block; yields its URL."""
+def redis_server(workdir: Path, persistent: bool = False) -> Iterator[str]:
+    """A redis-server on a free loopback port for the duration of the block; yields its URL. ``persistent``: its
+    append-only file lives in ``workdir``, so a server started again there has the data back (it may load it a
+    while: up to a minute is waited for)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server is not installed")
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--appendonly", "yes" if persistent else "no"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (60 if persistent else 10)
         while True:
             try:
                 redis.Redis.from_url(url, socket_timeout=0.5).ping()
                 break
-            except redis.ConnectionError:
+            except (redis.ConnectionError, redis.BusyLoadingError):
                 if time.monotonic() > deadline:
                     raise SystemExit("redis-server did not start") from None
                 time.sleep(0.05)

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -36,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import redis  # noqa: E402
-from common import free_port, machine  # noqa: E402
+from common import free_port, machine, redis_server  # noqa: E402
 from families import HELD_OUT_SEED, TUNING_SEEDS, Family, all_families  # noqa: E402
 from family_agents import ARMS, Endpoints, FamilyArm, after_run, run_once  # noqa: E402
 from family_report import format_tables, summarize  # noqa: E402
@@ -110,33 +108,6 @@ def bank_name(family: Family, arm: FamilyArm) -> str:
 
 
 @contextmanager
-def persistent_redis(workdir: Path) -> Iterator[str]:
-    """A redis-server on a free loopback port whose append-only file lives in ``workdir`` (it survives a restart)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed")
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", "",
-                             "--appendonly", "yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                redis.Redis.from_url(url, socket_timeout=0.5).ping()
-                break
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                if time.monotonic() > deadline:
-                    raise SystemExit("redis-server did not start") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
-@contextmanager
 def services(args: argparse.Namespace, workdir: Path, memory: bool, tool_calling: bool) -> Iterator[
         tuple[Endpoints, Settings | None]]:
     """The agents' llama.cpp server, the tool-calling one when a ``tca`` arm runs, Redis and a worker with memory."""
@@ -153,7 +124,7 @@ def services(args: argparse.Namespace, workdir: Path, memory: bool, tool_calling
         if not memory:
             yield endpoints, None
             return
-        redis_url = stack.enter_context(persistent_redis(workdir / "redis"))
+        redis_url = stack.enter_context(redis_server(workdir / "redis", persistent=True))
         data_dir, qdrant = workdir / "data", workdir / "qdrant"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LESSONBANK_", "OPENAI_"))}
         env.update(WORKER_ENV)
