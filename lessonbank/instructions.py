@@ -5,7 +5,8 @@ Selection
        for — a user (added, imported, released), a run a user or a check judged a success, helpful credit,
        or a second run that agreed (one run's own signals are not enough: it may have read a poisoned page)
        — and observed fixes (``learn.fixes``: a failing line and the corrected line that worked, values not
-       copied from what the run read); nothing held for a user; a lesson that is code about tools, only for
+       copied from what the run read) and failures (``learn.failures``: a call that raised, its values as roles,
+       the error quoted); nothing held for a user; a lesson that is code about tools, only for
        an agent that has them (``needs.usable``), and none calling a tool that changed since it was learnt
        (``learn.fingerprint``).
     2. Relevance: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine

@@ -2,9 +2,9 @@
 
 One bank may serve an agent doing several jobs, or several agents with other tools. A lesson that is code
 about a tool only helps a run that can call that tool: an observed shape ("`get_invoice(...)` returns
-{...}") describes one tool's result, an observed fix is a failing and a corrected call, a recipe is code
-that calls tools. Given to an agent without them, such a lesson is noise at best, and a 1.5B model copies
-it.
+{...}") describes one tool's result, an observed fix is a failing and a corrected call, an observed failure a
+call of one tool and what it raised, a recipe is code that calls tools. Given to an agent without them, such a
+lesson is noise at best, and a 1.5B model copies it.
 
 ``needed_tools`` names the tools a lesson calls: for code, the names it calls without defining them that
 are not Python's builtins; ``usable`` says whether an agent with ``tools`` can use the lesson (prose, and
@@ -46,6 +46,8 @@ def needed_tools(lesson: Lesson) -> set[str] | None:
         return None
     if lesson.shape is not None:
         return {lesson.shape.tool}
+    if lesson.failure is not None:
+        return {lesson.failure.tool}
     if lesson.fix is None:
         return None
     needed: set[str] = set()
