@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lessonbank.core.models import Lesson
+from lessonbank.core.models import USER_ORIGINS, Lesson
 from lessonbank.learn.gate import _CODE_NAME, _GOT_NOTHING, _MISSING, _PYTHON, _VALUE
 
 Results = Sequence[tuple[str, str]]  # (code, what it got back or "failed") per step: evidence.call_results
@@ -187,4 +187,7 @@ def settle(new: Lesson, old: Lesson, results: Results) -> Verdict:
                 why = mine if new_ok else theirs
     if len(winners) != 1:
         return Verdict(None)
-    return Verdict(winners.pop(), why)
+    winner = winners.pop()
+    if (old if winner == "new" else new).origin in USER_ORIGINS:  # a user's word is not overruled by a run
+        return Verdict(None)
+    return Verdict(winner, why)

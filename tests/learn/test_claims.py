@@ -94,6 +94,8 @@ CASES = [
     (shape, fix, FAILED_MAX_TEMP, None),
     # lessons about different tools do not contradict each other
     (lambda: distilled("The `get_invoice` tool returned no results."), shape, [], None),
+    # a lesson a user wrote is not overruled by what a run observed
+    (shape, lambda: Lesson.new("b", "fact", NOTHING, origin="added"), [], None),
 ]
 
 
