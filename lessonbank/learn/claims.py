@@ -34,6 +34,7 @@ _PRESENT = re.compile(r"(?i)\b(?:fields?|keys?|columns?|attributes?|propert(?:y|
 # what a clause names as not to use, or as the other form ("instead of 'amount'"): no claim on it
 _INSTEAD = re.compile(r"(?i)\binstead of\s+[\"']([^\"'`\n]{1,60})[\"']|\brather than\s+[\"']([^\"'`\n]{1,60})[\"']")
 _NAME = re.compile(r"[A-Za-z_][\w -]{0,59}$")  # a field's name, not a value
+_CONDITION = re.compile(r"(?i)\b(?:when|whenever|if|unless|only|until|nested|inside|under|top[- ]level|sometimes)\b")
 _CLAUSE = re.compile(r"[;:.](?:\s|$)|,\s+(?:but|while|whereas|and)\s|\s(?:but|whereas)\s")
 
 
@@ -75,6 +76,8 @@ def _text_claims(text: str) -> list[Claim]:
     tools = _named_tools(text, quoted_all) or {""}
     claims: list[Claim] = []
     for clause in _CLAUSE.split(text):
+        if _CONDITION.search(clause):
+            continue  # true under a condition: not a claim about every call
         other = {group for m in _INSTEAD.finditer(clause) for group in m.groups() if group}
         quoted = {m.group(1) for m in _VALUE.finditer(clause) if m.group(1) and _NAME.match(m.group(1))} - other
         nothing = bool(_GOT_NOTHING.search(clause))
@@ -169,6 +172,12 @@ class Verdict:
             return f"{subject} returned data" if self.claim.holds else f"{subject} came back empty"
         said = "is there" if self.claim.holds else "is not there"
         return f"the field '{self.claim.field}' of {subject} {said}"
+
+
+def contradict(new: Lesson, old: Lesson) -> bool:
+    """Whether ``new`` and ``old`` claim opposite things about one field of one tool (before any observation)."""
+    theirs = claims_of(old)
+    return any(conflict(mine, other) for mine in claims_of(new) for other in theirs)
 
 
 def settle(new: Lesson, old: Lesson, results: Results) -> Verdict:

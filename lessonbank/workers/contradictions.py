@@ -66,6 +66,8 @@ def settle(store: LessonStoreProtocol, bank: str, run_id: str, written: Collecti
             if other.id in gone or len(pair) == 1 or pair in seen:
                 continue
             seen.add(pair)
+            if not claims.contradict(lesson, other):
+                continue
             observations = [*results, *_cited(lesson, run_id, cited), *_cited(other, run_id, cited)]
             verdict = claims.settle(lesson, other, observations)
             if verdict.winner is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lessonbank.core.models import Change, FixPayload, Lesson, ShapePayload
-from lessonbank.learn.claims import Claim, claims_of, conflict, observed, settle
+from lessonbank.learn.claims import Claim, claims_of, conflict, contradict, observed, settle
 
 WEATHER_SHAPE = ShapePayload(tool="get_weather", records=["records"], structure={
     "fields": [["city", "str"], ["records", {"items": {"fields": [["date", "str"], ["max_c", "float"]],
@@ -47,6 +47,7 @@ def test_claims_read_from_payloads_and_texts() -> None:
     assert claims_of(distilled(NO_AMOUNT)) == [Claim("get_invoice", "amount", False),
                                                Claim("get_invoice", "amount_cents", True)]
     assert claims_of(distilled("Pass timeout=10 to requests.get: the billing API hangs without one.")) == []
+    assert claims_of(distilled("The 'amount' field is missing when the file is split on ','.")) == []  # a condition
 
 
 def test_what_the_steps_observed() -> None:
@@ -66,6 +67,8 @@ def test_conflicts_are_about_one_field_of_one_tool() -> None:
     assert not conflict(Claim("t", "a", True), Claim("t", "b", False))
     assert not conflict(Claim("t", "", True), Claim("t", "", True))
     assert not conflict(Claim("", "", True), Claim("", "", False))
+    assert contradict(shape(), distilled(NOTHING)) and contradict(distilled(NO_MAX_C), shape())
+    assert not contradict(shape(), distilled(HAS_MAX_TEMP)) and not contradict(shape(), fix())
 
 
 # (new lesson, old lesson, observations, which stays): the decision table
