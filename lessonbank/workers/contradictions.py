@@ -55,10 +55,13 @@ def settle(store: LessonStoreProtocol, bank: str, run_id: str, written: Collecti
     new = [lesson for lesson in store.get(bank, written_ids) if lesson.status == "active" and claims.claims_of(lesson)]
     if not new:
         return 0
-    bank_lessons = [lesson for lesson in store.list(bank, limit=BANK_LIMIT) if claims.claims_of(lesson)]
+    said = {lesson.id: (lesson, found) for lesson in store.list(bank, limit=BANK_LIMIT)
+            if (found := claims.claims_of(lesson))}
+    bank_lessons = [lesson for lesson, _ in said.values()]
     gone: set[str] = set()
     seen: set[frozenset[str]] = set()
     for lesson in new:
+        mine = claims.claims_of(lesson)
         for other in bank_lessons:
             pair = frozenset((lesson.id, other.id))
             if lesson.id in gone:
@@ -66,7 +69,7 @@ def settle(store: LessonStoreProtocol, bank: str, run_id: str, written: Collecti
             if other.id in gone or len(pair) == 1 or pair in seen:
                 continue
             seen.add(pair)
-            if not claims.contradict(lesson, other):
+            if not any(claims.conflict(a, b) for a in mine for b in said[other.id][1]):
                 continue
             observations = [*results, *_cited(lesson, run_id, cited), *_cited(other, run_id, cited)]
             verdict = claims.settle(lesson, other, observations)
