@@ -73,11 +73,12 @@ def _named_tools(text: str, fields: set[str]) -> set[str]:
 
 def _text_claims(text: str) -> list[Claim]:
     quoted_all = {m.group(1) for m in _VALUE.finditer(text) if m.group(1)}
-    tools = _named_tools(text, quoted_all) or {""}
+    named = _named_tools(text, quoted_all) or {""}
     claims: list[Claim] = []
     for clause in _CLAUSE.split(text):
         if _CONDITION.search(clause):
             continue  # true under a condition: not a claim about every call
+        tools = _named_tools(clause, quoted_all) or named  # the tool the clause names, else the lesson's
         other = {group for m in _INSTEAD.finditer(clause) for group in m.groups() if group}
         quoted = {m.group(1) for m in _VALUE.finditer(clause) if m.group(1) and _NAME.match(m.group(1))} - other
         nothing = bool(_GOT_NOTHING.search(clause))

@@ -46,6 +46,8 @@ def test_claims_read_from_payloads_and_texts() -> None:
     assert claims_of(distilled(NOTHING_PINNED)) == [Claim("get_weather", "", False, frozenset({"01.02.2024"}))]
     assert claims_of(distilled(NO_AMOUNT)) == [Claim("get_invoice", "amount", False),
                                                Claim("get_invoice", "amount_cents", True)]
+    assert claims_of(distilled("`list_orders` returns 'orders'; `get_order` has no 'items' field.")) == [
+        Claim("get_order", "items", False)]  # each clause about the tool it names
     assert claims_of(distilled("Pass timeout=10 to requests.get: the billing API hangs without one.")) == []
     assert claims_of(distilled("The 'amount' field is missing when the file is split on ','.")) == []  # a condition
 
