@@ -16,7 +16,7 @@ from lessonbank.learn.consolidate import Observed
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.learn.trust import Testimony
 from lessonbank.learn.view import RunView
-from lessonbank.workers import observe, versions
+from lessonbank.workers import contradictions, observe, versions
 from lessonbank.workers.asking import llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.deps import Deps, bank_lock, best_effort, view_of
@@ -189,4 +189,9 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
             held = held or Held()
             recipe_id = consolidator.add_recipe(recipe, steps, held.taint, held.reason)
         versions.stamp(deps, run, view, stats.lesson_ids)
+        settled = best_effort(run, "contradictions", lambda: contradictions.settle(
+            deps.store, run.bank, run.run_id, stats.lesson_ids, evidence.call_results(view),
+            contradictions.cited_results(deps.redis)), 0)
+        contradictions.count(deps.redis, settled)
+        stats.replaced += settled
     return stats, recipe_id
