@@ -72,7 +72,8 @@ def _unreachable(error: Exception) -> bool:
 def _hub_failure(file: HubFile, error: Exception) -> ConfigurationError:
     from huggingface_hub import constants
 
-    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    reason = error.__cause__ if isinstance(error.__cause__, Exception) else error  # e.g. the connection's error
+    cause = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
     where = constants.ENDPOINT
     if _unreachable(error):
         return HubUnreachable(f"cannot fetch {file} from {where} ({cause}); "

