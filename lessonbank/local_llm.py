@@ -307,6 +307,33 @@ def _run_logged(cmd: list[str], log: IO[str], env: dict[str, str], heartbeat: Ca
         raise
 
 
+def _build_wheel(run: Callable[[list[str]], int], pip: list[str], wheels: Path, log_path: Path) -> Path:
+    """Build the portable wheel from source into ``wheels``; its path."""
+    logger.info("building llama-cpp-python into %s (log: %s)", wheels, log_path)
+    requirement = LLAMA_CPP_REQUIREMENT.replace("[server]", "")
+    if run([*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(wheels),
+            requirement]) != 0:
+        raise ConfigurationError(f"building llama-cpp-python failed; see {log_path}")
+    wheel = cached_llama_wheel(wheels)
+    if wheel is None:
+        raise ConfigurationError(f"building llama-cpp-python left no wheel in {wheels}; see {log_path}")
+    return wheel
+
+
+def _prebuilt_wheel(run: Callable[[list[str]], int], pip: list[str], wheels: Path) -> Path | None:
+    """A prebuilt CPU wheel for this platform from ``LLAMA_CPP_CPU_INDEX``, downloaded into ``wheels``; else None."""
+    requirement = LLAMA_CPP_REQUIREMENT.replace("[server]", "")
+    if run([*pip, "download", "--no-deps", "--only-binary", ":all:", "--index-url", LLAMA_CPP_CPU_INDEX,
+            "--retries", "1", "--timeout", "20", "-d", str(wheels), requirement]) != 0:
+        logger.info("no prebuilt llama-cpp-python wheel fits this platform, or %s cannot be reached",
+                    LLAMA_CPP_CPU_INDEX)
+        return None
+    wheel = cached_llama_wheel(wheels)
+    if wheel is not None:
+        logger.info("using the prebuilt llama-cpp-python wheel %s from %s", wheel.name, LLAMA_CPP_CPU_INDEX)
+    return wheel
+
+
 def install_llama_cpp(
     log_path: Path,
     data_dir: Path,
@@ -317,16 +344,15 @@ def install_llama_cpp(
 
     The wheel comes from ``DATA_DIR/wheels`` when an earlier set-up left one there; else it is
     downloaded from the project's index of prebuilt CPU wheels (``LLAMA_CPP_CPU_INDEX``) when one fits
-    this platform; else it is built from source, portable (no native CPU flags, ``--no-binary``, no
-    pip cache). The wheel stays in ``DATA_DIR/wheels`` for every later virtual environment. pip's output
-    goes to ``log_path``; ``heartbeat(elapsed_seconds)`` is called every ``interval`` seconds while pip
-    runs. Returns the installed version.
+    this platform; else (and when the prebuilt one does not import here) it is built from source,
+    portable (no native CPU flags, ``--no-binary``, no pip cache). The wheel stays in ``DATA_DIR/wheels``
+    for every later virtual environment. pip's output goes to ``log_path``; ``heartbeat(elapsed_seconds)``
+    is called every ``interval`` seconds while pip runs. Returns the installed version.
     """
     wheels = wheel_dir(data_dir)
     wheels.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CMAKE_ARGS=LLAMA_CPP_CMAKE_ARGS)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    requirement = LLAMA_CPP_REQUIREMENT.replace("[server]", "")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log_path.open("w") as log:
@@ -334,25 +360,22 @@ def install_llama_cpp(
         def run(cmd: list[str]) -> int:
             return _run_logged(cmd, log, env, heartbeat, interval, started)
 
+        def install(wheel: Path) -> str | None:
+            if run([*pip, "install", f"{wheel}[server]"]) != 0:
+                raise ConfigurationError(f"installing {wheel.name} failed; see {log_path}")
+            return llama_cpp_version()
+
         wheel = cached_llama_wheel(wheels)
         if wheel is not None:
             logger.info("installing llama-cpp-python from the wheel kept earlier: %s", wheel)
-        elif run([*pip, "download", "--no-deps", "--only-binary", ":all:", "--index-url", LLAMA_CPP_CPU_INDEX,
-                  "--retries", "1", "--timeout", "20", "-d", str(wheels), requirement]) == 0 and (
-                wheel := cached_llama_wheel(wheels)) is not None:
-            logger.info("installing the prebuilt llama-cpp-python wheel %s from %s", wheel.name, LLAMA_CPP_CPU_INDEX)
+            version = install(wheel)
+        elif (wheel := _prebuilt_wheel(run, pip, wheels)) is not None and (version := install(wheel)) is not None:
+            pass
         else:
-            logger.info("no prebuilt llama-cpp-python wheel fits this platform or %s cannot be reached: "
-                        "building it into %s (log: %s)", LLAMA_CPP_CPU_INDEX, wheels, log_path)
-            if run([*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w",
-                    str(wheels), requirement]) != 0:
-                raise ConfigurationError(f"building llama-cpp-python failed; see {log_path}")
-            wheel = cached_llama_wheel(wheels)
-            if wheel is None:
-                raise ConfigurationError(f"building llama-cpp-python left no wheel in {wheels}; see {log_path}")
-        if run([*pip, "install", f"{wheel}[server]"]) != 0:
-            raise ConfigurationError(f"installing {wheel.name} failed; see {log_path}")
-    version = llama_cpp_version()
+            if wheel is not None:  # prebuilt, but its server does not import here: not kept
+                logger.warning("the prebuilt wheel %s does not import here; building from source", wheel.name)
+                wheel.unlink()
+            version = install(_build_wheel(run, pip, wheels, log_path))
     if version is None:
         raise ConfigurationError(f"llama-cpp-python installed but its server does not import; see {log_path}")
     logger.info("llama-cpp-python %s installed in %.0f s", version, time.monotonic() - started)

@@ -316,6 +316,33 @@ def test_a_prebuilt_wheel_that_fits_is_installed_without_a_build(tmp_path: Path,
     assert commands[1][-1] == f"{tmp_path / 'data' / 'wheels' / fits}[server]"
 
 
+def test_a_prebuilt_wheel_that_does_not_import_here_is_dropped_for_a_build(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from packaging.tags import sys_tags
+
+    tag = next(iter(sys_tags()))
+    prebuilt = f"llama_cpp_python-0.3.16-{tag.interpreter}-{tag.abi}-{tag.platform}.whl"
+    built = "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    commands: list[str] = []
+
+    def run(cmd: list[str], log, env, heartbeat, interval, started) -> int:  # type: ignore[no-untyped-def]
+        step = cmd[cmd.index("--disable-pip-version-check") + 1]
+        commands.append(f"{step} {Path(cmd[-1]).name}")
+        if step == "download":
+            (Path(cmd[cmd.index("-d") + 1]) / prebuilt).write_bytes(b"prebuilt for another CPU")
+        if step == "wheel":
+            (Path(cmd[cmd.index("-w") + 1]) / built).write_bytes(b"built here")
+        return 0
+
+    imports = iter([None, "0.3.36"])  # the prebuilt wheel's server does not import here; the built one's does
+    monkeypatch.setattr(local_llm, "_run_logged", run)
+    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: next(imports))
+    assert local_llm.install_llama_cpp(tmp_path / "install.log", tmp_path / "data") == "0.3.36"
+    assert commands == ["download llama-cpp-python>=0.3,<0.4", f"install {prebuilt}[server]",
+                        "wheel llama-cpp-python>=0.3,<0.4", f"install {built}[server]"]
+    assert [p.name for p in (tmp_path / "data" / "wheels").iterdir()] == [built]  # the prebuilt one is not kept
+
+
 @pytest.mark.slow
 def test_an_unreachable_wheel_index_falls_back_to_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real ``pip download`` against an index nobody listens on fails fast, and the build runs."""
