@@ -94,13 +94,13 @@ def path(keys: Sequence[str]) -> str:
 
 
 def failed_call(payload: FailurePayload) -> str:
-    """The text of an observed failure (``learn.failures``): which call of the tool failed, written how, and the
-    error it raised, quoted as data: ``` `get_sales` failed with ValueError when called as `rows =
-    get_sales(region=<region>)` (`region` written like "a"); its error said: "unknown region '<region>'".```"""
-    forms = ", ".join(f"`{role}` written like {json.dumps(shown)}" for role, shown in payload.forms.items())
+    """The text of an observed failure (``learn.failures``): which tool failed, passed what written how, and the
+    error it raised, quoted as data: ``` `get_sales` raised ValueError when passed `region` written like "a"; its
+    error said: "unknown region '<region>'".``` The failing line itself is kept on the payload but not shown: a
+    model handed a line copies it, the very call that failed."""
+    forms = " and ".join(f"`{role}` written like {json.dumps(shown)}" for role, shown in payload.forms.items())
     said = f'; its error said: "{payload.error}"' if payload.error else ""
-    return (f"`{payload.tool}` failed with {payload.error_type} when called as `{payload.line}`"
-            f"{f' ({forms})' if forms else ''}{said}.")
+    return f"`{payload.tool}` raised {payload.error_type}{f' when passed {forms}' if forms else ''}{said}."
 
 
 def recipe(payload: Recipe) -> str:

@@ -55,8 +55,8 @@ def recorded(client: redis.Redis, recorder: StepRecorder, agent: Any, task: str 
                     run_id=run_id)
 
 
-EXPECTED = ('`get_sales` failed with ValueError when called as `rows = get_sales(region=<region>)` (`region` written '
-            'like "a"); its error said: "unknown region \'<region>\': regions are written capitalised".')
+EXPECTED = ('`get_sales` raised ValueError when passed `region` written like "a"; its error said: "unknown region '
+            '\'<region>\': regions are written capitalised".')
 
 
 def test_a_local_code_agent_failing_call_is_kept_with_its_values_as_roles(recorder: StepRecorder,

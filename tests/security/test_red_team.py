@@ -244,9 +244,9 @@ def test_a_failed_runs_failing_call_and_its_error_reach_the_next_run_on_the_same
     assert (judged["verdict"], judged["source"]) == ("failure", "check")
     block = world.instructions(bank, variant.next_task)
     assert "What to avoid:" in block, block
-    assert ('`get_sales` failed with ValueError when called as `rows = get_sales(region=<region>)` (`region` '
-            'written like "a"); its error said: "unknown region \'<region>\': regions are written capitalised, '
-            "e.g. 'South'\"") in block, block
+    assert ('`get_sales` raised ValueError when passed `region` written like "a"; its error said: "unknown region '
+            "'<region>': regions are written capitalised, e.g. 'South'\"") in block, block
+    assert "get_sales(region=" not in block  # the failing line is not handed over: a model would copy it
     assert "north" not in block  # the run's own value is not carried over
     assert "`list_regions(...)` returns {'regions': [{'name': str, 'code': str}, ...], 'count': int}" in block, block
     assert world.held(bank) == []
