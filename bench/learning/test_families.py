@@ -74,6 +74,19 @@ def test_answer_number(answer: Any, number: float | None) -> None:
     assert answer_number(answer) == number
 
 
+def test_an_hour_may_be_stated_as_a_clock_time_where_the_answer_is_an_hour() -> None:
+    events = FAMILIES["events"]
+    hours = [v for v in events.variants(6, 1) if v.kind in ("maximum", "lookup")]
+    counts = [v for v in events.variants(6, 1) if v.kind == "count_above"]
+    assert len(hours) == 2 and counts
+    for variant in hours:
+        hour = int(variant.answer)
+        assert check(variant, f"{hour}:00") and check(variant, f" {hour:02d}:30:00 ") and check(variant, str(hour))
+        assert not check(variant, f"{(hour + 1) % 24}:00") and not check(variant, f"{hour}:00 or {hour + 1}:00")
+    for variant in counts:  # elsewhere "4:00" is not a number
+        assert not check(variant, f"{int(variant.answer)}:00")
+
+
 def test_the_data_hints_at_each_trap() -> None:
     list_transactions, ledger = tool(FAMILIES["ledger"], 1, "list_transactions")
     assert {"settled", "void"} <= {t["status"] for t in list_transactions(ledger.fields["a"])}
@@ -136,6 +149,22 @@ def test_tools_refuse_what_they_do_not_know_with_a_clear_error() -> None:
     for bad in ("ten", 0):
         with pytest.raises(ValueError, match="limit must be"):
             search_tickets(tickets.fields["a"], limit=bad)
+
+
+def test_every_wording_names_the_tools_its_question_needs() -> None:
+    for family in FAMILIES.values():
+        for question in family.questions:
+            for wording in question.wordings:
+                assert all(name in wording for name in question.tools), (family.name, question.kind, wording)
+
+
+def test_tool_docstrings_say_what_form_the_result_takes() -> None:
+    forms = {"list": "a list with one dict per", "dict": "a dict", "str": "one str"}
+    for family in FAMILIES.values():
+        for function in family.tools(family.variant(0, 1).world):
+            returns = function.__annotations__["return"]
+            assert forms[returns if isinstance(returns, str) else returns.__name__] in function.__doc__, (
+                family.name, function.__name__)
 
 
 def test_questions_that_mix_tools_need_the_second_tool() -> None:
