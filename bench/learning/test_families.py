@@ -8,6 +8,7 @@ Part of the default ``pytest`` run (``testpaths``); alone:
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +326,121 @@ def test_figures_count_runs_after_the_first_success_paired_with_the_baseline() -
     low, high = wilson(3, 3)
     assert 0.43 < low < 0.44 and high == 1.0 and wilson(0, 0) == (0.0, 0.0)
     assert sign_test(3, 0) == 0.25 and sign_test(0, 0) == 1.0
+
+
+# -- regimes: what lessonbank hears about a run, by arm ---------------------------------------------------------
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Any:
+    from common import redis_server
+
+    with redis_server(tmp_path / "redis") as url:
+        yield url
+
+
+def _settings(redis_url: str, tmp_path: Path) -> Any:
+    from lessonbank.core.settings import Settings
+
+    return Settings(redis_url=redis_url, queue="families-test", data_dir=tmp_path / "data", store_timeout=0.5,
+                    redis_timeout=2.0, lesson_holdout=0.0)
+
+
+@pytest.mark.parametrize(("arm_name", "right", "verdict"), [
+    ("memory", True, (b"success", b"check")), ("memory", False, (b"failure", b"check")),
+    ("memory-nocheck", True, (None, None)), ("memory-late", True, (None, None)),
+])
+def test_only_the_checked_arm_hands_lessonbank_a_verdict_with_the_run(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Path, arm_name: str, right: bool,
+        verdict: tuple[bytes | None, bytes | None]) -> None:
+    import family_agents
+    import redis
+    from family_agents import ARMS, Endpoints, run_once
+    from smolagents import CodeAgent
+
+    from lessonbank.core.constants import run_key
+    from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+    family = FAMILIES["tickets"]
+    variant = family.variant(0, 1)
+    answer = variant.answer if right else family.trapped_answer(variant)
+
+    def scripted(endpoints: Any, arm: Any, family: Family, variant: Any, seed: int) -> CodeAgent:
+        return CodeAgent(tools=tools_for(family, variant), model=ScriptedModel([final_code(answer)]), max_steps=2,
+                         verbosity_level=-1)
+
+    monkeypatch.setattr(family_agents, "make_agent", scripted)
+    monkeypatch.setattr(family_agents, "evict_prompt_cache", lambda url, endpoints: None)
+    settings = _settings(redis_url, tmp_path)
+    row = run_once(Endpoints("http://127.0.0.1:9/v1", "", "m"), ARMS[arm_name], family, variant, "families-t",
+                   settings)
+    assert row["correct"] is right and row["run_id"]
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 60
+    while not client.exists(run_key(row["run_id"])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.hmget(run_key(row["run_id"]), ["verdict", "verdict_source"]) == list(verdict)
+
+
+def test_the_late_arm_gives_its_verdict_through_the_cli_after_the_run(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Path) -> None:
+    import family_agents
+    import redis
+
+    from lessonbank.core.constants import run_key
+
+    settings = _settings(redis_url, tmp_path)
+    client = redis.Redis.from_url(redis_url)
+    client.hset(run_key("run-late-1"), mapping={"bank": "families-memory-late-tickets", "state": "distilled"})
+    monkeypatch.setattr(family_agents, "CREDIT_TIMEOUT", 1.0)  # no worker here to credit it
+    said = family_agents.late_feedback(client, "run-late-1", False, settings)
+    assert said == "failure, credit not seen within 1 s"
+    assert client.hmget(run_key("run-late-1"), ["verdict", "verdict_source"]) == [b"failure", b"user"]
+    assert client.llen(settings.queue) == 1  # the credit task the verdict queued for the distilled run
+    assert family_agents.late_feedback(client, "no-such-run", True, settings).startswith("feedback failed (1)")
+
+
+def test_the_held_out_seed_never_carries_on_a_tuning_seeds_results_or_banks(tmp_path: Path) -> None:
+    import families_run as fr
+
+    workdir = tmp_path / "families-x.work"
+    fr.claim_workdir(workdir, 2)
+    fr.claim_workdir(workdir, 2)  # the same seed carries on
+    with pytest.raises(SystemExit, match="holds the banks of seed 2, not 4711"):
+        fr.claim_workdir(workdir, HELD_OUT_SEED)
+    legacy = tmp_path / "families-old.work"
+    (legacy / "redis").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="unknown seed"):
+        fr.claim_workdir(legacy, HELD_OUT_SEED)
+    fr.claim_workdir(tmp_path / "families-new.work", HELD_OUT_SEED)
+    results = tmp_path / "families-x.json"
+    results.write_text('{"args": {"seed": 2, "runs": 4, "lesson_holdout": 0.0}, "runs": []}')
+    args = fr.parse_args(["--seed", str(HELD_OUT_SEED), "--runs", "4"])
+    args.lesson_holdout = 0.0
+    with pytest.raises(SystemExit, match="other seed"):
+        fr.load_previous(results, args)
+    args = fr.parse_args(["--seed", "2", "--runs", "4"])
+    args.lesson_holdout = 0.1
+    with pytest.raises(SystemExit, match="other lesson_holdout"):
+        fr.load_previous(results, args)
+
+
+def test_the_report_never_writes_into_the_results_file_it_reads(tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    from family_report import main
+
+    results = tmp_path / "families-r.json"
+    runs = [_row("f", "none", i, ok) for i, ok in enumerate([False, True])]
+    runs += [_row("f", "memory", i, ok, 400) for i, ok in enumerate([True, True])]
+    results.write_text(json.dumps({"args": {"seed": 3}, "runs": runs}))
+    before = results.read_bytes()
+    assert main([str(results)]) == 0 and "Targets:" in capsys.readouterr().out
+    summary = tmp_path / "summary.json"
+    assert main([str(results), "--summary", str(summary)]) == 0
+    assert results.read_bytes() == before
+    written = json.loads(summary.read_text())
+    assert written["runs"] == 4 and written["summary"]["families"]["f"]["memory"]["marks"] == "++"
+    with pytest.raises(SystemExit):
+        main([str(results), "--summary", str(results)])
+    assert results.read_bytes() == before
