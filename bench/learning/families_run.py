@@ -6,8 +6,9 @@
 Six tool families (``families_records.py``, ``families_text.py``), one bank per family and arm, a
 different question at every run index (``families.py``). Arms (``family_agents.py``): ``none``,
 ``memory``, ``memory-nocheck`` on every family; ``memory-late``, ``tca-*`` and ``tb-*`` on the families
-:data:`PLAN` gives them (``--everywhere``: on every family). Runs go family by family, run index by run
-index, every arm of a run index in a row (same variant, seeds, temperature).
+:data:`PLAN` gives them (``--everywhere``: on every family). Runs go run index by run index, family by
+family within one, every arm of a (family, run index) in a row (same variant, seeds, temperature): a run cut
+short has measured every family and arm up to the same run index.
 
 Resumable: every finished run is appended to ``results/<name>.json`` at once, and a run of the same
 name starts with the runs it holds (same seed, temperature, step limit and model, or it refuses).
@@ -100,7 +101,7 @@ def planned(args: argparse.Namespace) -> list[tuple[Family, FamilyArm]]:
 
 
 def run_order(pairs: list[tuple[Family, FamilyArm]], runs: int) -> list[tuple[Family, int, FamilyArm]]:
-    return [(family, index, arm) for family in dict.fromkeys(f for f, _ in pairs) for index in range(runs)
+    return [(family, index, arm) for index in range(runs) for family in dict.fromkeys(f for f, _ in pairs)
             for f, arm in pairs if f is family]
 
 

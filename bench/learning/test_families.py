@@ -247,6 +247,8 @@ def test_the_plan_runs_core_arms_everywhere_and_pairs_every_arm_of_a_run_index()
     assert len(order) == 2 * len(pairs) and order[0][:2] == order[1][:2] == (next(iter(FAMILIES)), 0)
     assert order.index(("ledger", 1, "none")) > max(order.index(("ledger", 0, a.name)) for _, a in pairs
                                                     if ("ledger", 0, a.name) in order)
+    # run index by run index: every family's first run comes before any family's second
+    assert max(i for i, (_, index, _) in enumerate(order) if index == 0) < order.index(("ledger", 1, "none"))
     assert len({fr.bank_name(f, a) for f, a in pairs}) == len(pairs)
     with pytest.raises(SystemExit):
         fr.parse_args(["--families", "nope"])
