@@ -242,7 +242,7 @@ def _tickets_tools(world: World) -> list[Any]:
             raise _unknown("project", project, projects)
         return found
 
-    def search_tickets(project: str, limit: int = DEFAULT_LIMIT) -> dict:
+    def search_tickets(project: str, limit: int | None = DEFAULT_LIMIT) -> dict:
         """Return the open tickets of a project, newest first: a dict whose "tickets" is a list with one dict
         per ticket.
 
@@ -250,6 +250,8 @@ def _tickets_tools(world: World) -> list[Any]:
             project: Project code, e.g. "ORIO".
             limit: Maximum number of tickets.
         """
+        if limit is None:  # the schema marks an argument with a default as nullable: None means the default
+            limit = DEFAULT_LIMIT
         try:
             limit = int(limit)
         except (TypeError, ValueError):

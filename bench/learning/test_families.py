@@ -150,6 +150,10 @@ def test_tools_refuse_what_they_do_not_know_with_a_clear_error() -> None:
     for bad in ("ten", 0):
         with pytest.raises(ValueError, match="limit must be"):
             search_tickets(tickets.fields["a"], limit=bad)
+    # an argument with a default is nullable in the tool's schema: None is the default, not an error
+    assert search_tickets(tickets.fields["a"], limit=None) == search_tickets(tickets.fields["a"])
+    agent_tool = next(t for t in tools_for(FAMILIES["tickets"], tickets) if t.name == "search_tickets")
+    assert agent_tool.inputs["limit"].get("nullable") is True
 
 
 def test_every_wording_names_the_tools_its_question_needs() -> None:
