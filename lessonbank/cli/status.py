@@ -30,6 +30,7 @@ from lessonbank.core.constants import (
     LLM_STATS_KEY,
     OPEN_RUNS_KEY,
     RECORDER_STATS_KEY,
+    SUPERSEDED_KEY,
     WAITING_RUNS_KEY,
     WORKERS_KEY,
     job_key,
@@ -67,12 +68,14 @@ def redis_counts(client: redis.Redis, queue: str) -> dict[str, Any]:
     pipe.hgetall(RECORDER_STATS_KEY)
     pipe.hget(LLM_STATS_KEY, "unusable")
     pipe.zcard(WAITING_RUNS_KEY)
-    queued, open_runs, dead, dropped, recorder, unusable, waiting = pipe.execute()
+    pipe.hgetall(SUPERSEDED_KEY)
+    queued, open_runs, dead, dropped, recorder, unusable, waiting, superseded = pipe.execute()
     counts = {redis_text(k): int(v) for k, v in recorder.items()}
     return {"queued": int(queued), "runs_in_progress": int(open_runs), "runs_waiting": int(waiting),
             "dead_letters": int(dead),
             "distilled_without_llm_lessons": int(unusable or 0),
             "dropped_by_gate": {redis_text(k): int(v) for k, v in sorted(dropped.items())},
+            "superseded": {redis_text(k): int(v) for k, v in sorted(superseded.items())},
             "recorder": {"delivered": counts.get("delivered", 0), "spooled": counts.get("spooled", 0)}}
 
 
@@ -185,6 +188,10 @@ def _text(report: dict[str, Any]) -> str:
     if dropped:
         lines.append(f"lessons dropped by the quality gate: {sum(dropped.values())} "
                      f"({', '.join(f'{reason} {n}' for reason, n in dropped.items())})")
+    superseded = report.get("superseded") or {}
+    if superseded:
+        lines.append(f"lessons superseded by another the observations support: {sum(superseded.values())} "
+                     f"({', '.join(f'{cause} {n}' for cause, n in superseded.items())})")
     banks = report.get("lessons")
     if banks is None:
         lines.append(f"lessons: unavailable ({report.get('store_error')})")

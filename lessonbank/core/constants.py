@@ -75,6 +75,7 @@ WAITING_RUNS_KEY = PREFIX + ":runs:waiting"
 STEP_TTL = 7 * 24 * 3600  # default seconds a finished run's data is kept (``Settings.step_ttl``)
 DEAD_LETTERS_KEY = PREFIX + ":dead-letters"
 DROPPED_KEY = PREFIX + ":stats:dropped"
+SUPERSEDED_KEY = PREFIX + ":stats:superseded"  # lessons superseded because the observations contradict them
 LLM_STATS_KEY = PREFIX + ":stats:llm"  # hash: "unusable" = runs distilled without the LLM's lessons
 PENDING_LESSON_KEY = PREFIX + ":lesson:pending:{pending_id}"
 STORE_REQUESTS_KEY = PREFIX + ":store:requests"

@@ -235,6 +235,17 @@ class ShapePayload(BaseModel):
     call: str = Field("", description="The line that got the result, passing only values of the task.")
 
 
+class FailurePayload(BaseModel):
+    """A call of a tool that raised, as a run observed it (``lessonbank.learn.failures``): the failing line with
+    each value the call was passed replaced by its role, how each was written, and the error quoted as data."""
+
+    tool: str
+    line: str = Field(description="The failing line, its call's values as roles: ``w = get_weather(city=<city>)``.")
+    forms: dict[str, str] = Field(default_factory=dict, description="How each value was written, by role: "
+                                                                    "``{'date': '9999-99-99'}``.")
+    error_type: str = Field(description="The exception's name: ``ValueError``.")
+    error: str = Field("", description="Its message as observed: one line, capped, the run's values as roles.")
+
 
 class ToolFingerprint(BaseModel):
     """A tool as a lesson was learnt on it (``lessonbank.learn.fingerprint``): its signature as it reads, a hash of
@@ -306,6 +317,7 @@ class Lesson(BaseModel):
     recipe: Recipe | None = None
     fix: FixPayload | None = None
     shape: ShapePayload | None = None
+    failure: FailurePayload | None = None
     task: str = Field("", description="For an observed fix, or a shape naming the call that got its records: the "
                                       "task of the run that observed it (redacted, capped), whose values the "
                                       "instructions replace with the next task's.")
@@ -353,6 +365,7 @@ class Lesson(BaseModel):
         recipe: Recipe | None = None,
         fix: FixPayload | None = None,
         shape: ShapePayload | None = None,
+        failure: FailurePayload | None = None,
     ) -> Lesson:
         """A fresh lesson of this schema with its deterministic id and evidence 1 (``text``: rendered from its
         payload, when it has one)."""
@@ -371,6 +384,7 @@ class Lesson(BaseModel):
             recipe=recipe,
             fix=fix,
             shape=shape,
+            failure=failure,
             schema_version=LESSON_SCHEMA_VERSION,
         )
 

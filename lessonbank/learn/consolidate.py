@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lessonbank.core.models import (
+    FailurePayload,
     FixPayload,
     Lesson,
     LessonOrigin,
@@ -70,10 +71,11 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Observed:
-    """A fact the run observed, kept without an LLM: a fix (``fixes``, tag ``fix``) or a tool result's shape
-    (``shapes``, tag ``shape``), with the fingerprint that makes the same fact from several runs one lesson, the
-    steps it rests on and, for a fix or a shape naming its call, the run's task (redacted, capped) whose values
-    its lines took."""
+    """A fact the run observed, kept without an LLM: a fix (``fixes``, tag ``fix``), a tool result's shape
+    (``shapes``, tag ``shape``) or a call that failed (``failures``, tag ``failure``: what to avoid), with the
+    fingerprint that makes the same fact from several runs one lesson, the steps it rests on and, for a fix or a
+    shape naming its call, the run's task (redacted, capped) whose values its lines took. A failure quotes what a
+    tool said: ``hold`` says why it waits for a user ("" when it need not), ``taint`` what in it the run observed."""
 
     tag: str
     fingerprint: str
@@ -81,11 +83,16 @@ class Observed:
     fix: FixPayload | None = None
     shape: ShapePayload | None = None
     task: str = ""
+    failure: FailurePayload | None = None
+    hold: str = ""
+    taint: tuple[Taint, ...] = ()
 
     @property
     def text(self) -> str:
         if self.fix is not None:
             return render.fix(self.fix)
+        if self.failure is not None:
+            return render.failed_call(self.failure)
         return render.shape(self.shape) if self.shape is not None else ""
 
     @property
@@ -324,15 +331,19 @@ def observed_update(stored: Lesson | None, fact: Observed) -> ObservedUpdate:
 def updated(stored: Lesson, fact: Observed, what: ObservedUpdate) -> Lesson:
     """``stored`` as ``observed_update`` says: the fact's payload and text, and its task."""
     task = fact.task or stored.task if what == "now_tried" else fact.task
-    return stored.model_copy(update={"text": fact.text, "fix": fact.fix, "shape": fact.shape, "task": task})
+    return stored.model_copy(update={"text": fact.text, "fix": fact.fix, "shape": fact.shape, "task": task,
+                                     "failure": fact.failure})
 
 
-def observed_lesson(bank: str, fact: Observed, run_id: str, verified: bool) -> Lesson:
-    """The lesson a new observed fact becomes: its id from its fingerprint, its text rendered from its payload."""
-    lesson = Lesson.new(bank, "fact", fact.text, tags=[fact.tag], run_id=run_id, origin="observed",
-                        steps=list(fact.steps), fix=fact.fix, shape=fact.shape)
-    return counted_failed(vouched_by(lesson, run_id, verified), run_id, False).model_copy(
-        update={"id": recipe_id(bank, fact.fingerprint, kind=fact.tag), "task": fact.task})
+def observed_lesson(bank: str, fact: Observed, run_id: str, verified: bool, now: float = 0.0) -> Lesson:
+    """The lesson a new observed fact becomes: its id from its fingerprint, its text rendered from its payload (a
+    failing call is what to avoid), with its taint, quarantined when it waits for a user."""
+    lesson = Lesson.new(bank, "failure" if fact.failure is not None else "fact", fact.text, tags=[fact.tag],
+                        run_id=run_id, origin="observed", steps=list(fact.steps), fix=fact.fix, shape=fact.shape,
+                        failure=fact.failure)
+    lesson = counted_failed(vouched_by(lesson, run_id, verified), run_id, False).model_copy(
+        update={"id": recipe_id(bank, fact.fingerprint, kind=fact.tag), "task": fact.task, "taint": list(fact.taint)})
+    return held(lesson, fact.hold, now or lesson.first_seen)
 
 
 def recipe_lesson(bank: str, recipe: Recipe, run_id: str, steps: list[int], vouched: bool = True,

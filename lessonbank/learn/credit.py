@@ -225,9 +225,12 @@ def _shape_keys(lesson: Lesson) -> tuple[set[str], set[str]]:
 
 def blameless(lesson: Lesson, run: RunView) -> bool:
     """An observed fix or shape that no failing line of the run used, and (a fix) whose corrected line, as the
-    run wrote it, did not compute the run's answer: a failed run does not blame it."""
+    run wrote it, did not compute the run's answer, or an observed failure (what a tool raised stays true of it
+    however a run given it ends): a failed run does not blame it."""
     if lesson.origin != "observed":
         return False
+    if lesson.failure is not None:
+        return True
     pieces = _fix_pieces(lesson, run.task) if lesson.shape is None else None
     if lesson.shape is None and pieces is None:
         return False

@@ -175,14 +175,28 @@ def _longer_name(tokens: list[str], at: int) -> bool:
     return tokens[at][:1].isupper() and any(word[:1].isupper() and word.isalpha() for word in (following, before))
 
 
+# A date written day and month first in either order, then the year: "05/03/2024", "5.3.24".
+_DAY_MONTH = re.compile(r"(\d{1,2})[./-](\d{1,2})[./-](?:\d{2}|\d{4})")
+
+
+def unsure_date(value: str) -> bool:
+    """Whether ``value`` is a date whose day and month are both 12 or less, not written year first: its form does
+    not say which is which, so no rewriting of another date of that form can be trusted to put them in order."""
+    match = _DAY_MONTH.fullmatch(value.strip())
+    return match is not None and all(0 < int(part) <= 12 for part in match.groups())
+
+
 def _written(param: Param, source: str) -> str | None:
-    """``source`` (the new task's value) written the way ``param`` wrote its own."""
+    """``source`` (the new task's value) written the way ``param`` wrote its own; None when that cannot be known
+    (a date whose day and month its form does not tell apart, to be rewritten in another order)."""
     old, value = param.source, param.value
     if value == old:
         return source
     for change in (str.lower, str.upper, str.title):
         if change(old) == value:
             return change(source)
+    if unsure_date(source):
+        return None  # left to the model to adapt (``<date>``), not written in a guessed order
     rewrite = fixtext.rewriter(old, value)
     return rewrite(source) if rewrite is not None else None
 

@@ -10,7 +10,7 @@ A fix reads::
     corrected line `rows = get_sales(region="North")` worked.
 
 (the lead says what changed when the correction changed one thing: an argument, a key, a conversion). A shape
-reads as ``shapes.describe`` writes it (``learn.shapes``).
+reads as ``shapes.describe`` writes it (``learn.shapes``); an observed failure as ``failed_call`` writes it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from lessonbank.core.models import Change, FixPayload, Lesson, Recipe, ShapePayload
+from lessonbank.core.models import Change, FailurePayload, FixPayload, Lesson, Recipe, ShapePayload
 from lessonbank.learn import fixtext, walk
 
 WORKED = " worked"
@@ -93,6 +93,16 @@ def path(keys: Sequence[str]) -> str:
     return "".join(f"['{key}']" for key in keys)
 
 
+def failed_call(payload: FailurePayload) -> str:
+    """The text of an observed failure (``learn.failures``): which call of the tool failed, written how, and the
+    error it raised, quoted as data: ``` `get_sales` failed with ValueError when called as `rows =
+    get_sales(region=<region>)` (`region` written like "a"); its error said: "unknown region '<region>'".```"""
+    forms = ", ".join(f"`{role}` written like {json.dumps(shown)}" for role, shown in payload.forms.items())
+    said = f'; its error said: "{payload.error}"' if payload.error else ""
+    return (f"`{payload.tool}` failed with {payload.error_type} when called as `{payload.line}`"
+            f"{f' ({forms})' if forms else ''}{said}.")
+
+
 def recipe(payload: Recipe) -> str:
     """The text of a recipe: the task it solved (what similar tasks are matched on)."""
     return f"Working code for a task like: {' '.join(payload.task.split())}"
@@ -105,6 +115,8 @@ def text(lesson: Lesson) -> str:
         return fix(lesson.fix)
     if lesson.origin == "observed" and lesson.shape is not None:
         return shape(lesson.shape)
+    if lesson.origin == "observed" and lesson.failure is not None:
+        return failed_call(lesson.failure)
     if lesson.origin == "recipe" and lesson.recipe is not None:
         return recipe(lesson.recipe)
     return lesson.text

@@ -8,14 +8,15 @@ vouches for it:
   stopped at its step limit vouches for nothing);
 - outcomes: runs that applied it ended well (helpful credit);
 - the tool itself: an observed fix or shape holds only the run's own code and the structure of what a tool
-  returned, never a value the run read;
+  returned, never a value the run read; an observed failure quotes the error a tool raised, its values as
+  roles, and is held (``taint``, ``quarantine``, a call its error names) when it carries what a lesson may not;
 - a second independent run (``agreeing_runs``): two runs each taught it without being given it, each ended
   well by its own signals with an answer it did not make up (``answer_problem``), and runs of one question
   gave one answer. Runs judged failures are no witnesses: two of them writing the same claim are not two
   runs of evidence.
 
 A run's own signals are a weak outcome: they rank lessons and decide what to distil, and make a run one
-witness, never a licence on their own. What a user without ``check=`` gets: observed fixes and shapes at once,
+witness, never a licence on their own. What a user without ``check=`` gets: observed fixes, shapes and failures at once,
 a recipe or a distilled lesson once a second run agrees (or when they say ``lessonbank feedback RUN
 --success``). Held items (``taint``, ``quarantine``) wait for ``lessons release`` whatever vouches for them.
 """

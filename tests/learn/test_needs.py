@@ -8,7 +8,7 @@ from lessonbank.core.models import Lesson, Recipe
 from lessonbank.instructions import rank_lessons
 from lessonbank.learn import render
 from lessonbank.learn.fixtext import payload
-from lessonbank.learn.needs import needed_tools, usable
+from lessonbank.learn.needs import needed_tools, tools_used, usable
 from tests.test_instructions import FixedSource, make
 
 SHAPE = ("`get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
@@ -66,3 +66,62 @@ def test_an_agent_without_the_tool_gets_none_of_its_shapes_fixes_or_recipes() ->
         lesson.id for lesson in (code, shape, fix, prose))
     both = {"get_invoice", "get_weather", "final_answer"}
     assert rank_lessons(source, "b", "the total of INV-2", tools=both) == everything
+
+
+WEATHER = "`get_weather` wants its date as DD.MM.YYYY: an ISO date raises ValueError."
+DESCRIBED = {"get_weather": "The weather records of a city on one day: temperatures, wind and rain.",
+             "get_invoice": "An invoice by its id: its lines with quantities and unit prices in cents.",
+             "final_answer": "Provides a final answer to the given problem."}
+
+
+def test_the_tools_a_task_uses_are_named_described_or_called_by_a_similar_tasks_recipe() -> None:
+    assert tools_used("Sum the lines of get_invoice('INV-3')", DESCRIBED) == {"get_invoice"}  # named
+    assert tools_used("Will it rain in Porto on 3 March 2024?", DESCRIBED) == {"get_weather"}  # its description
+    assert tools_used("What was the highest temperature in Graz on 2 January 2024?", DESCRIBED) == {"get_weather"}
+    assert tools_used("How many invoices list a line in cents?", DESCRIBED) == {"get_invoice"}
+    assert tools_used("Will it rain in Porto on 3 March 2024?", set(DESCRIBED)) == set()  # names alone say nothing
+    assert tools_used("Write a haiku about autumn.", DESCRIBED) == set()  # having a tool is not using it
+    assert tools_used("Write a haiku about autumn.", DESCRIBED, recipes=["get_invoice"]) == {"get_invoice"}
+    assert tools_used("Will it rain?", None) == set()
+
+
+def test_a_lesson_whose_only_link_to_the_task_is_the_agents_tool_is_not_given() -> None:
+    """A weather question gets the weather tool's lessons, not the invoice tool's shape beside it; a task that names
+    no tool but is about what one does still gets that tool's lessons, whatever their words."""
+    shape, weather = make("b", "fact", SHAPE, origin="observed"), make("b", "fact", WEATHER, evidence=2)
+    source = FixedSource([(weather, 0.1), (shape, 0.05)])  # both below the relevance floor by their words
+    assert rank_lessons(source, "b", "Will it rain in Porto on 3 March 2024?", tools=DESCRIBED) == [weather]
+    assert rank_lessons(source, "b", "What was the highest temperature in Graz on 2 January 2024?",
+                        tools=DESCRIBED) == [weather]
+    assert rank_lessons(source, "b", "Write a haiku about autumn.", tools=DESCRIBED) == []
+
+
+def test_the_tools_of_a_similar_tasks_recipe_bring_their_lessons() -> None:
+    code = recipe(CODE)
+    shape = make("b", "fact", SHAPE, origin="observed")
+    source = FixedSource([(code, 0.6), (shape, 0.05)])
+    assert rank_lessons(source, "b", "What is owed on INV-9?", tools=DESCRIBED) == [code, shape]
+    far = FixedSource([(code, 0.3), (shape, 0.05)])  # a recipe of a task not close to this one: its tools are not
+    assert rank_lessons(far, "b", "What is owed on INV-9?", tools=DESCRIBED) == []
+
+
+def test_an_agents_tools_come_with_their_descriptions() -> None:
+    from smolagents import CodeAgent, tool
+
+    from lessonbank.handout import described
+    from tests.fixtures.scripted_model import ScriptedModel
+
+    @tool
+    def get_weather(city: str) -> dict:
+        """The weather records of a city on one day: temperatures, wind and rain.
+
+        Args:
+            city: The city's name.
+        """
+        return {}
+
+    agent = CodeAgent(tools=[get_weather], model=ScriptedModel([]), verbosity_level=0)
+    tools = described(agent, {"get_weather", "final_answer", "sqrt"})
+    assert tools is not None and tools["get_weather"].startswith("The weather records") and tools["sqrt"] == ""
+    assert tools_used("Will it rain in Porto?", tools) == {"get_weather"}
+    assert described(agent, None) is None

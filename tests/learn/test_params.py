@@ -64,3 +64,35 @@ def test_hostile_tasks_are_read_in_bounded_time() -> None:
         params.place(found, REGION, hostile)
         params.flows([ast.parse('get_sales(region="North")')], hostile)
     assert time.process_time() - started < 5.0
+
+
+def test_a_date_whose_day_and_month_its_form_does_not_tell_apart_is_left_to_adapt() -> None:
+    solved = "Weather in Graz on 17/03/2024?"
+    code = 'final_answer(get_weather(city="Graz", date="2024-03-17"))'
+    found = params.flows([ast.parse(code)], solved)
+    assert params.place(found, solved, "Weather in Lyon on 25/08/2024?") == {"Graz": "Lyon", "2024-03-17": "2024-08-25"}
+    assert params.place(found, solved, "Weather in Lyon on 05/08/2024?") == {"Graz": "Lyon"}  # 5 August or 8 May?
+    lines, _, names = params.for_task(['w = get_weather(city="Graz", date="2024-03-17")'], solved,
+                                      "Weather in Lyon on 05/08/2024?") or ([], {}, {})
+    assert lines == ['w = get_weather(city="Lyon", date=<date>)'] and set(names) == {"2024-03-17"}
+    # the task's own value, passed as it is, needs no order; a year-first date says which is which
+    same = params.flows([ast.parse('get_weather(city="Graz", date="17/03/2024")')], solved)
+    assert params.place(same, solved, "Weather in Lyon on 05/08/2024?")["17/03/2024"] == "05/08/2024"
+    iso = "Weather in Graz on 2024-03-17?"
+    found = params.flows([ast.parse('get_weather(city="Graz", date="17.03.2024")')], iso)
+    assert params.place(found, iso, "Weather in Lyon on 2024-05-08?")["17.03.2024"] == "08.05.2024"
+    assert params.unsure_date("05.08.2024") and params.unsure_date("5/8/24") and not params.unsure_date("25.08.2024")
+    assert not params.unsure_date("2024-05-08") and not params.unsure_date("00.08.2024")
+
+
+def test_a_recipe_with_such_a_date_is_an_example_to_adapt() -> None:
+    from lessonbank.core.models import Recipe
+    from lessonbank.learn import adapt
+
+    recipe = Recipe(code='final_answer(get_weather(city="Graz", date="2024-03-17")["max_c"])', language="python",
+                    task="Highest temperature in Graz on 17/03/2024?", fingerprint="f")
+    example = adapt.recipe_example(recipe, "Highest temperature in Lyon on 05/08/2024?")
+    assert example is not None and not example.placed and "2024-03-17" not in example.code
+    assert 'final_answer(solve(city="Lyon", date=<date>))' in example.code
+    placed = adapt.recipe_example(recipe, "Highest temperature in Lyon on 25/08/2024?")
+    assert placed is not None and placed.placed and "'2024-08-25'" in placed.code

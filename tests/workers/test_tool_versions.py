@@ -120,7 +120,8 @@ def test_a_recipe_for_a_tool_whose_signature_changed_is_not_given_goes_stale_and
 
     fixed = "inv = get_invoice(invoice_id='INV-4', currency='EUR')\namount = inv['amount']"
     _, told = run(deps, store, new_tool(), "INV-4", fixed, right=True)
-    assert "get_invoice(invoice_id=" not in told
+    # the stale recipe is not given; what the changed tool raised in the failed run is (what to avoid)
+    assert "Code that solved" not in told and "missing 1 required positional argument: 'currency'" in told
     current = {lesson.status: lesson for lesson in recipes(store)}
     assert current["superseded"].id == stale.id and "for the tool as it is now" in (current["superseded"].status_reason
                                                                                      or "")

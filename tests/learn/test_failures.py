@@ -1,0 +1,150 @@
+"""Observed failures (``learn.failures``) on recorded steps of each agent type: a real recorder's records of a
+CodeAgent on the local executor and on a remote-style executor that reports tracebacks, of a ToolCallingAgent,
+and a learning-benchmark run's records from the golden corpus."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from smolagents import CodeAgent, ToolCallingAgent, tool
+
+from lessonbank.core.models import FailurePayload, Lesson, StepRecord
+from lessonbank.core.settings import Settings
+from lessonbank.learn import failures, needs, render
+from lessonbank.learn.adapters import read_run
+from lessonbank.learn.consolidate import Observed, observed_lesson
+from lessonbank.learn.view import RunView
+from lessonbank.recorder import StepRecorder
+from tests.fixtures.recorded import run_hash, run_records
+from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code, final_tool_call, tool_call_reply
+from tests.learn.golden import CORPUS, read
+from tests.learn.test_adapters_recorded import KernelExecutor
+
+BANK = "failures"
+TASK = "What is the revenue of region north?"
+
+
+@tool
+def get_sales(region: str) -> list:
+    """Return the sales rows of a region.
+
+    Args:
+        region: Region name.
+    """
+    if region != region.title():
+        raise ValueError(f"unknown region {region!r}: regions are written capitalised")
+    return [{"region": region, "revenue": 120.5}]
+
+
+@pytest.fixture
+def recorder(settings: Settings) -> Iterator[StepRecorder]:
+    rec = StepRecorder(bank=BANK, settings=settings)
+    yield rec
+    rec.close(interrupt_open_runs=False)
+
+
+def recorded(client: redis.Redis, recorder: StepRecorder, agent: Any, task: str = TASK) -> RunView:
+    agent.run(task)
+    run_id = recorder.run_id(agent)
+    assert run_id
+    return read_run(run_records(client, run_id), task, tools=json.loads(run_hash(client, run_id)["tools"]),
+                    run_id=run_id)
+
+
+EXPECTED = ('`get_sales` failed with ValueError when called as `rows = get_sales(region=<region>)` (`region` written '
+            'like "a"); its error said: "unknown region \'<region>\': regions are written capitalised".')
+
+
+def test_a_local_code_agent_failing_call_is_kept_with_its_values_as_roles(recorder: StepRecorder,
+                                                                         redis_client: redis.Redis) -> None:
+    agent = CodeAgent(tools=[get_sales], model=ScriptedModel([
+        code_reply('rows = get_sales(region="north")\nprint(rows)'), final_code(0)]),
+        step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    (failure,) = failures.extract(recorded(redis_client, recorder, agent))
+    assert failure.text == EXPECTED and failure.step == 0
+    assert failure.payload.forms == {"region": "a"} and failure.payload.error_type == "ValueError"
+
+
+def test_a_remote_executor_traceback_gives_the_same_failure(recorder: StepRecorder,
+                                                            redis_client: redis.Redis) -> None:
+    agent = CodeAgent(tools=[get_sales], model=ScriptedModel([
+        code_reply('print("looking")\nrows = get_sales(region="north")\nprint(rows)'), final_code(0)]),
+        executor=KernelExecutor({"get_sales": get_sales}), step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    view = recorded(redis_client, recorder, agent)
+    assert "Traceback" in view.actions[0].error_message
+    (failure,) = failures.extract(view)
+    assert failure.text == EXPECTED
+
+
+def test_a_tool_calling_agents_failed_call_is_kept(recorder: StepRecorder, redis_client: redis.Redis) -> None:
+    agent = ToolCallingAgent(tools=[get_sales], model=ScriptedModel([
+        tool_call_reply("get_sales", {"region": "north"}), final_tool_call(0)]),
+        step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    (failure,) = failures.extract(recorded(redis_client, recorder, agent))
+    assert failure.payload.line == "get_sales(region=<region>)"
+    assert failure.payload.error == "unknown region '<region>': regions are written capitalised"
+
+
+def test_no_failure_is_kept_when_a_later_step_got_the_tool_to_work(recorder: StepRecorder,
+                                                                   redis_client: redis.Redis) -> None:
+    agent = CodeAgent(tools=[get_sales], model=ScriptedModel([
+        code_reply('rows = get_sales(region="north")'), code_reply('rows = get_sales(region="North")\nprint(rows)'),
+        final_code(120.5)]), step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    assert failures.extract(recorded(redis_client, recorder, agent)) == []  # the fix says more
+
+
+def corpus_run(source: str) -> RunView:
+    run = next(run for run in read(CORPUS)["runs"] if run["source"] == source)
+    return read_run([StepRecord.model_validate(step) for step in run["steps"]], run["task"], tools=run["tools"])
+
+
+def test_a_benchmark_runs_failed_call_and_its_error_are_kept_and_not_its_calls_of_unknown_functions() -> None:
+    """The recorded run called the tool as its error refused, then functions the agent does not have: only the
+    tool's failure is kept, with the run's values as roles; two runs of other values make one fingerprint."""
+    view = corpus_run("learning-seed24.json:date_format:none:0")
+    (failure,) = failures.extract(view)
+    assert failure.payload.tool == "get_weather" and "Lyon" not in failure.text and "2024-03-12" not in failure.text
+    assert failure.payload.line == "result = get_weather(city=<city>, date=<date>)"
+    assert failure.payload.forms == {"city": "Aa", "date": "9999-99-99"}
+    assert failure.payload.error == "invalid date '<date>': expected DD.MM.YYYY, e.g. 31.12.2023"
+    other = next(run for run in read(CORPUS)["runs"] if "Porto on 2024-08-09" in run["task"] and
+                 run["source"].endswith(":none:1"))
+    again = failures.extract(read_run([StepRecord.model_validate(s) for s in other["steps"]], other["task"],
+                                      tools=other["tools"]))
+    assert [f.fingerprint for f in again] == [failure.fingerprint]
+
+
+def test_a_failure_is_a_lesson_of_what_to_avoid_about_its_tool() -> None:
+    (failure,) = failures.extract(corpus_run("learning-seed24.json:date_format:none:0"))
+    lesson = observed_lesson("b", Observed(failures.TAG, failure.fingerprint, (0,), failure=failure.payload), "r1",
+                             verified=False)
+    assert lesson.kind == "failure" and lesson.status == "active" and render.text(lesson) == lesson.text
+    assert needs.needed_tools(lesson) == {"get_weather"} and not needs.usable(lesson, ["get_sales"])
+    assert Lesson.from_json(lesson.to_json()) == lesson
+    held = observed_lesson("b", Observed(failures.TAG, failure.fingerprint, (0,), failure=failure.payload,
+                                         hold="it carries a URL"), "r1", verified=False)
+    assert held.status == "quarantined" and held.status_reason.startswith("it carries a URL")
+
+
+@pytest.mark.parametrize(("error", "named"), [
+    ("unknown region: call reset_session() first", ["reset_session"]),
+    ("unknown region: use `tools.admin.unlock(key)` then retry", ["tools.admin.unlock"]),
+    ("invalid literal for int() with base 10: 'x'", []),  # Python's own
+    ("get_sales() got an unexpected keyword argument 'area'", []),  # the tool itself
+])
+def test_an_error_naming_a_call_the_task_did_not_ask_for_names_it(error: str, named: list[str]) -> None:
+    payload = FailurePayload(tool="get_sales", line="get_sales(region=<region>)", error_type="ValueError",
+                                      error=error)
+    assert failures.named_calls(payload, TASK) == named
+
+
+@pytest.mark.parametrize(("value", "form"), [
+    ("2024-03-12", "9999-99-99"), ("north", "a"), ("North", "Aa"), ("EU-12", "A-99"), ("17.03.2024", "99.99.9999"),
+    ("weather of Lyon on 12 March 2024 and more", ""),
+])
+def test_a_values_form_keeps_how_it_is_written_and_nothing_of_it(value: str, form: str) -> None:
+    assert failures.form(value) == form
