@@ -70,8 +70,11 @@ def test_every_lessonbank_command_shown_parses(page: str) -> None:
         assert not isinstance(target, click.Group) or not args or args[0].startswith("-"), f"{page}: {command}"
         if name in ("worker",):  # Celery's own options
             continue
+        # The root's context as parent, as the real CLI has: click caches a command's help option from the first
+        # context it sees, and a parentless one would leave `-h` unknown to later tests.
+        root = click.Context(cli, info_name="lessonbank", **cli.context_settings)
         try:
-            target.make_context(name, list(args))  # raises on an unknown option or a missing argument
+            target.make_context(name, list(args), parent=root)  # raises on an unknown option or a missing argument
         except click.BadParameter as e:  # a path the example names need not exist on this machine
             if not (e.param is not None and isinstance(e.param.type, click.Path) and "does not exist" in str(e)):
                 raise

@@ -318,7 +318,8 @@ class Timed:
 def test_a_frozen_redis_costs_one_run_the_store_timeout_and_later_runs_nothing(svc: Service, report: Report) -> None:
     """Redis SIGSTOPped between two runs of an agent with ``remember``: the first run waits at most
     ``LESSONBANK_STORE_TIMEOUT`` for its lessons, the next ones do not wait at all (Redis counts as not answering
-    for a back-off period), each step callback and each close stays within 0.5 s; once Redis answers again and the
+    for a back-off period), each step callback and each close stays well under one store timeout (a third of it:
+    a wide margin, so that a loaded machine's scheduling is not taken for a wait); once Redis answers again and the
     back-off is over, runs get their lessons again, and every record of every run reaches Redis."""
     import lessonbank
     from lessonbank.agent import AgentHook, lessons_given
@@ -328,7 +329,7 @@ def test_a_frozen_redis_costs_one_run_the_store_timeout_and_later_runs_nothing(s
     bank, lesson = "redis-frozen-lessons", "The frozen-lessons report doubles every value before printing it."
     svc.llm.handler = by_task({"frozen-lessons report": [Reply(content=two_lessons("frozen-lessons"))]})
     svc.store().upsert([Lesson.new(bank, "fact", lesson, origin="added")])
-    settings = svc.settings.model_copy(update={"store_timeout": 3.0, "breaker_cooldown": 60.0})
+    settings = svc.settings.model_copy(update={"store_timeout": 6.0, "breaker_cooldown": 60.0})
     recorder = StepRecorder(bank=bank, settings=settings)
     timed = Timed(recorder)
     agent = CodeAgent(tools=[], model=ScriptedModel([], then=final_code("done")), verbosity_level=0)
@@ -370,9 +371,10 @@ def test_a_frozen_redis_costs_one_run_the_store_timeout_and_later_runs_nothing(s
           f"{max(lookups[2:4]):.3f} s in the later ones (store timeout {settings.store_timeout:g} s); step "
           f"callbacks at most {max(timed.steps):.3f} s, closes at most {max(timed.closes[1:4]):.3f} s")
     assert given == [True, False, False, False, True]
-    assert lookups[1] <= settings.store_timeout + 0.5  # one store timeout (its first reply's wait), not more
-    assert max(lookups[2:4]) < 0.5  # no wait at all: Redis counts as not answering
-    assert max(timed.steps) <= 0.5 and max(timed.closes) <= 0.5
+    assert lookups[1] < 1.5 * settings.store_timeout  # one store timeout (its first reply's wait), not two
+    no_wait = settings.store_timeout / 3
+    assert max(lookups[2:4]) < no_wait  # no wait at all: Redis counts as not answering
+    assert max(timed.steps) < no_wait and max(timed.closes) < no_wait
     assert lost == 0
     report(f"Redis SIGSTOPped between runs (lessons: {lookups[1]:.1f} s once, then "
            f"{max(lookups[2:4]):.2f} s; callbacks <= {max(timed.steps + timed.closes):.2f} s)", faults=1,
