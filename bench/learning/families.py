@@ -30,6 +30,7 @@ TUNING_SEEDS = (1, 2, 3)
 HELD_OUT_SEED = 4711  # run once, on finished code; never tuned on
 ANSWER_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 GROUPED = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+CLOCK = re.compile(r"\s*([01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d)?\s*")  # "15:00", "9:30:00"
 MAX_ATTEMPTS = 200
 # The order a full run meets the families in: those the extra arms also run on first, so that a run cut short
 # has measured every regime.
@@ -47,7 +48,8 @@ class Question:
 
     ``fields(rng, world, view)`` picks the entities and thresholds (the wording's format fields);
     ``answer(view, fields)`` computes the answer from a reading of the world. ``tools`` are the tools
-    the question needs (two for a question that mixes tools).
+    the question needs (two for a question that mixes tools). ``hour``: the answer is an hour of the day, which
+    an answer may also state as a clock time ("15:00").
     """
 
     kind: str
@@ -56,6 +58,7 @@ class Question:
     answer: Callable[[View, dict[str, Any]], float]
     tools: tuple[str, ...]
     tolerance: float = 0.01
+    hour: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class FamilyVariant:
     tools: tuple[str, ...]
     world: World = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)  # the entities and thresholds the prompt names
+    hour: bool = False  # the answer is an hour of the day: a clock time ("15:00") states it too
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ class Family:
         wording = rng.randrange(len(question.wordings))
         prompt = question.wordings[wording].format(**fields) + " Answer with the number only."
         return FamilyVariant(self.name, index, question.kind, wording, prompt, round(answer, 6),
-                             question.tolerance, question.tools, world, fields)
+                             question.tolerance, question.tools, world, fields, question.hour)
 
     def variants(self, runs: int, seed: int) -> list[FamilyVariant]:
         return [self.variant(index, seed) for index in range(runs)]
@@ -157,8 +161,9 @@ def answer_number(answer: Any) -> float | None:
 
 
 def check(variant: FamilyVariant, answer: Any) -> bool:
-    """True when ``answer`` states the variant's answer, within its tolerance."""
-    value = answer_number(answer)
+    """True when ``answer`` states the variant's answer, within its tolerance (an hour also as a clock time)."""
+    clock = CLOCK.fullmatch(answer) if variant.hour and isinstance(answer, str) else None
+    value = float(clock.group(1)) if clock else answer_number(answer)
     return value is not None and abs(value - variant.answer) <= variant.tolerance + 1e-9
 
 

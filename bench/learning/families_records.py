@@ -61,7 +61,7 @@ def _ledger_tools(world: World) -> list[Any]:
         return found
 
     def list_transactions(account: str) -> list:
-        """Return the transactions of an account.
+        """Return the transactions of an account: a list with one dict per transaction.
 
         Args:
             account: Account id, e.g. "ACC-1234".
@@ -69,7 +69,7 @@ def _ledger_tools(world: World) -> list[Any]:
         return [dict(t) for t in account_of(account)["transactions"]]
 
     def get_account(account: str) -> dict:
-        """Return the details of an account.
+        """Return the details of an account: a dict with its owner and opening_balance.
 
         Args:
             account: Account id, e.g. "ACC-1234".
@@ -91,19 +91,21 @@ LEDGER = Family(
     standard_questions({
         "total": ("Using list_transactions, how much has account {a} paid in total?",
                   "What is the total amount account {a} has paid? Use list_transactions.",
-                  "Account {a}: how much money has it paid out altogether?"),
+                  "Account {a}: how much money has it paid out altogether, going by list_transactions?"),
         "maximum": ("Using list_transactions, what is the largest payment account {a} has made?",
-                    "What was the biggest amount account {a} paid in a single payment?"),
+                    "What was the biggest amount account {a} paid in a single payment? list_transactions has "
+                    "its payments."),
         "count_above": ("Using list_transactions, how many payments of more than {t} euros has account {a} made?",
-                        "How many times did account {a} pay more than {t} euros?"),
+                        "How many times did account {a} pay more than {t} euros, according to list_transactions?"),
         "difference": ("Using list_transactions, how much more has account {a} paid in total than account {b}?",
-                       "Accounts {a} and {b}: by how much does what {a} paid exceed what {b} paid?"),
+                       "Accounts {a} and {b}: by how much does what {a} paid exceed what {b} paid? Use "
+                       "list_transactions."),
         "average": ("Using list_transactions, what is the average payment of account {a}? Round to 2 decimals.",
-                    "On average, how much did account {a} pay per payment? Round to 2 decimals."),
+                    "On average, how much did account {a} pay per payment (list_transactions)? Round to 2 decimals."),
     }, ("list_transactions",), step=10.0) + (
         Question("mixed", (
-            "Using get_account and list_transactions, what is account {a}'s opening balance minus everything it "
-            "has paid?",
+            "Using get_account and list_transactions, what is account {a}'s opening balance minus the total "
+            "of all its payments?",
             "How much is left of account {a}'s opening balance (get_account) after all the payments it made "
             "(list_transactions)?"),
             lambda rng, world, view: {"a": rng.choice(sorted(view["values"]))}, _left_after,
@@ -155,7 +157,7 @@ def _expenses_tools(world: World) -> list[Any]:
         return found
 
     def list_expenses(team: str) -> list:
-        """Return the expenses of a team.
+        """Return the expenses of a team: a list with one dict per expense.
 
         Args:
             team: Team name, e.g. "team-orion".
@@ -163,7 +165,7 @@ def _expenses_tools(world: World) -> list[Any]:
         return [dict(e) for e in team_of(team)["expenses"]]
 
     def get_budget(team: str) -> dict:
-        """Return the yearly budget of a team.
+        """Return the yearly budget of a team: a dict whose "budget" is the amount.
 
         Args:
             team: Team name, e.g. "team-orion".
@@ -180,15 +182,17 @@ EXPENSES = Family(
     standard_questions({
         "total": ("Using list_expenses, how much has {a} spent in total, in euros?",
                   "What are the total expenses of {a} in euros? Use list_expenses.",
-                  "{a}: what does its spending add up to, in euros?"),
+                  "{a}: what does its spending in list_expenses add up to, in euros?"),
         "maximum": ("Using list_expenses, what is the most expensive single expense of {a}, in euros?",
-                    "What was the largest expense of {a}, in euros?"),
+                    "What was the largest expense of {a} in list_expenses, in euros?"),
         "count_above": ("Using list_expenses, how many expenses of {a} cost more than {t} euros?",
-                        "How many of {a}'s expenses are above {t} euros?"),
+                        "How many of {a}'s expenses (list_expenses) are above {t} euros?"),
         "difference": ("Using list_expenses, how many euros more than {b} has {a} spent?",
-                       "{a} and {b}: by how many euros does the spending of {a} exceed that of {b}?"),
+                       "{a} and {b}: by how many euros does the spending of {a} exceed that of {b}? Use "
+                       "list_expenses."),
         "average": ("Using list_expenses, what is the average expense of {a} in euros? Round to 2 decimals.",
-                    "On average, how many euros did one expense of {a} cost? Round to 2 decimals."),
+                    "On average, how many euros did one expense of {a} cost, going by list_expenses? Round to 2 "
+                    "decimals."),
     }, ("list_expenses",), step=10.0, tolerance=0.05) + (
         Question("mixed", (
             "Using get_budget and list_expenses, how many euros of its budget does {a} have left?",
@@ -238,13 +242,16 @@ def _tickets_tools(world: World) -> list[Any]:
             raise _unknown("project", project, projects)
         return found
 
-    def search_tickets(project: str, limit: int = DEFAULT_LIMIT) -> dict:
-        """Return the open tickets of a project, newest first.
+    def search_tickets(project: str, limit: int | None = DEFAULT_LIMIT) -> dict:
+        """Return the open tickets of a project, newest first: a dict whose "tickets" is a list with one dict
+        per ticket.
 
         Args:
             project: Project code, e.g. "ORIO".
             limit: Maximum number of tickets.
         """
+        if limit is None:  # the schema marks an argument with a default as nullable: None means the default
+            limit = DEFAULT_LIMIT
         try:
             limit = int(limit)
         except (TypeError, ValueError):
@@ -256,7 +263,7 @@ def _tickets_tools(world: World) -> list[Any]:
                 "returned": min(limit, len(tickets)), "truncated": len(tickets) > limit}
 
     def get_project(project: str) -> dict:
-        """Return the details of a project.
+        """Return the details of a project: a dict with its name and team_size.
 
         Args:
             project: Project code, e.g. "ORIO".
@@ -277,25 +284,29 @@ TICKETS = Family(
     standard_questions({
         "total": ("Using search_tickets, how many story points do the open tickets of project {a} add up to?",
                   "What is the total of the story points of project {a}'s open tickets? Use search_tickets.",
-                  "Project {a}: how many story points are still open?"),
+                  "Project {a}: how many story points are still open, according to search_tickets?"),
         "maximum": ("Using search_tickets, what is the largest story-point estimate among project {a}'s open "
                     "tickets?",
-                    "What is the highest number of story points of any open ticket of project {a}?"),
+                    "What is the highest number of story points of any open ticket of project {a}? "
+                    "search_tickets finds them."),
         "count_above": ("Using search_tickets, how many open tickets of project {a} are estimated at more than {t} "
                         "points?",
-                        "How many of project {a}'s open tickets have more than {t} story points?"),
+                        "How many of project {a}'s open tickets (search_tickets) have more than {t} story points?"),
         "difference": ("Using search_tickets, how many more open story points does project {a} have than project "
                        "{b}?",
-                       "Projects {a} and {b}: by how many story points does {a}'s open work exceed {b}'s?"),
+                       "Projects {a} and {b}: by how many story points does {a}'s open work exceed {b}'s? Use "
+                       "search_tickets."),
         "average": ("Using search_tickets, what is the average story-point estimate of project {a}'s open tickets? "
                     "Round to 2 decimals.",
-                    "On average, how many story points does an open ticket of project {a} have? Round to 2 decimals."),
+                    "On average, how many story points does an open ticket of project {a} have "
+                    "(search_tickets)? Round to "
+                    "2 decimals."),
     }, ("search_tickets",), step=1.0) + (
         Question("mixed", (
-            "Using get_project and search_tickets, how many open story points per team member does project {a} "
-            "have? Round to 2 decimals.",
-            "Divide the open story points of project {a} (search_tickets) by its team size (get_project). Round "
-            "to 2 decimals."),
+            "Using get_project and search_tickets, what are the story points of all the open tickets of project "
+            "{a} added up, per member of its team? Round to 2 decimals.",
+            "Add up the story points of all of project {a}'s open tickets (search_tickets) and divide the sum by its "
+            "team size (get_project). Round to 2 decimals."),
             lambda rng, world, view: {"a": rng.choice(sorted(view["values"]))}, _per_member,
             ("get_project", "search_tickets")),
     ),

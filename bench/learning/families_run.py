@@ -6,8 +6,9 @@
 Six tool families (``families_records.py``, ``families_text.py``), one bank per family and arm, a
 different question at every run index (``families.py``). Arms (``family_agents.py``): ``none``,
 ``memory``, ``memory-nocheck`` on every family; ``memory-late``, ``tca-*`` and ``tb-*`` on the families
-:data:`PLAN` gives them (``--everywhere``: on every family). Runs go family by family, run index by run
-index, every arm of a run index in a row (same variant, seeds, temperature).
+:data:`PLAN` gives them (``--everywhere``: on every family). Runs go run index by run index, family by
+family within one, every arm of a (family, run index) in a row (same variant, seeds, temperature): a run cut
+short has measured every family and arm up to the same run index.
 
 Resumable: every finished run is appended to ``results/<name>.json`` at once, and a run of the same
 name starts with the runs it holds (same seed, temperature, step limit and model, or it refuses).
@@ -56,7 +57,8 @@ PLAN: dict[str, tuple[str, ...]] = {
     "tca-none": ("tickets", "ledger"), "tca-memory": ("tickets", "ledger"),
     "tb-none": ("exports", "traffic"), "tb-memory": ("exports", "traffic"),
 }
-SAME_ARGS = ("seed", "temperature", "max_steps", "model", "runs")
+SAME_ARGS = ("seed", "temperature", "max_steps", "model", "runs", "lesson_holdout")
+SEED_MARK = "seed"  # the work directory's seed: its banks are never carried over to another seed
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -99,7 +101,7 @@ def planned(args: argparse.Namespace) -> list[tuple[Family, FamilyArm]]:
 
 
 def run_order(pairs: list[tuple[Family, FamilyArm]], runs: int) -> list[tuple[Family, int, FamilyArm]]:
-    return [(family, index, arm) for family in dict.fromkeys(f for f, _ in pairs) for index in range(runs)
+    return [(family, index, arm) for index in range(runs) for family in dict.fromkeys(f for f, _ in pairs)
             for f, arm in pairs if f is family]
 
 
@@ -152,6 +154,22 @@ def load_previous(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     return payload
 
 
+def claim_workdir(workdir: Path, seed: int) -> None:
+    """Mark ``workdir`` as ``seed``'s, or refuse it: the banks of one seed never carry over to another, and the
+    held-out seed starts from a work directory of its own (empty, or marked with it)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    mark = workdir / SEED_MARK
+    if mark.exists():
+        found = mark.read_text().strip()
+        if found != str(seed):
+            raise SystemExit(f"{workdir} holds the banks of seed {found}, not {seed}; use another --name")
+        return
+    if seed == HELD_OUT_SEED and any(workdir.iterdir()):
+        raise SystemExit(f"{workdir} holds banks of an unknown seed; the held-out seed {seed} needs a work directory "
+                         "of its own: use another --name")
+    mark.write_text(f"{seed}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging()
@@ -162,16 +180,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("nothing to run: no chosen arm runs on the chosen families (see --everywhere)")
     path = args.out / f"{args.name}.json"
     workdir = args.out / f"{args.name}.work"
-    workdir.mkdir(parents=True, exist_ok=True)
-    payload = load_previous(path, args) or {"benchmark": "families", "runs": [], "banks": {}}
+    args.lesson_holdout = Settings().lesson_holdout  # LESSONBANK_LESSON_HOLDOUT: lessons withheld from memory arms
+    payload = load_previous(path, args)
+    claim_workdir(workdir, args.seed)
+    payload = payload or {"benchmark": "families", "runs": [], "banks": {}}
     payload.update({"args": {k: getattr(args, k) for k in ("seed", "temperature", "max_steps", "model", "runs",
-                                                          "n_ctx", "threads")},
+                                                          "n_ctx", "threads", "lesson_holdout")},
                     "machine": machine(), "held_out_seed": HELD_OUT_SEED, "tuning_seeds": list(TUNING_SEEDS),
                     "families": {f.name: {"trap": f.trap, "hint": f.hint} for f in all_families().values()},
                     "arms": {a.name: a.description for a in ARMS.values()}})
     done = {(r["family"], r["arm"], r["run_index"]) for r in payload["runs"]}
     todo = [(f, i, a) for f, i, a in run_order(pairs, args.runs) if (f.name, a.name, i) not in done]
-    logger.info("%d runs to do (%d already in %s); work directory %s", len(todo), len(done), path, workdir)
+    logger.info("%d runs to do (%d already in %s); work directory %s; lessons withheld from memory arms: %.0f %%",
+                len(todo), len(done), path, workdir, 100 * args.lesson_holdout)
     started = time.time()
     with services(args, workdir, any(a.memory for _, a in pairs), any(a.agent == "tca" for _, a in pairs)) as (
             endpoints, settings):

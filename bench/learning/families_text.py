@@ -58,7 +58,7 @@ def _traffic_tools(world: World) -> list[Any]:
         return found
 
     def get_daily_stats(site: str) -> list:
-        """Return a website's statistics for each of the last seven days.
+        """Return a website's statistics for each of the last seven days: a list with one dict per day.
 
         Args:
             site: Site id, e.g. "web-orion".
@@ -66,7 +66,7 @@ def _traffic_tools(world: World) -> list[Any]:
         return [dict(d) for d in site_of(site)["days"]]
 
     def get_site(site: str) -> dict:
-        """Return the details of a website.
+        """Return the details of a website: a dict with its team and weekly_goal.
 
         Args:
             site: Site id, e.g. "web-orion".
@@ -87,16 +87,16 @@ TRAFFIC = Family(
     standard_questions({
         "total": ("Using get_daily_stats, how many visits did site {a} get in total over the days it lists?",
                   "What is the total number of visits of {a} across the days get_daily_stats returns?",
-                  "{a}: how many visits over the last seven days altogether?"),
+                  "{a}: how many visits over the last seven days altogether, going by get_daily_stats?"),
         "maximum": ("Using get_daily_stats, what was the highest number of visits site {a} got in one day?",
-                    "What is the best day of {a} in visits? Give the number of visits."),
+                    "What is the best day of {a} in visits (get_daily_stats)? Give the number of visits."),
         "count_above": ("Using get_daily_stats, on how many days did site {a} get more than {t} visits?",
-                        "How many days did {a} have more than {t} visits?"),
+                        "How many days did {a} have more than {t} visits, according to get_daily_stats?"),
         "difference": ("Using get_daily_stats, how many more visits did {a} get in total than {b}?",
-                       "Sites {a} and {b}: by how many visits does {a}'s total exceed {b}'s?"),
+                       "Sites {a} and {b}: by how many visits does {a}'s total in get_daily_stats exceed {b}'s?"),
         "average": ("Using get_daily_stats, what is the average number of daily visits of {a}? Round to 2 "
                     "decimals.",
-                    "How many visits did {a} get per day on average? Round to 2 decimals."),
+                    "How many visits did {a} get per day on average, going by get_daily_stats? Round to 2 decimals."),
     }, ("get_daily_stats",), step=100.0) + (
         Question("mixed", (
             "Using get_site and get_daily_stats, by how many visits did {a}'s total over the listed days beat its "
@@ -150,7 +150,7 @@ def _exports_tools(world: World) -> list[Any]:
         return found
 
     def export_orders(shop: str) -> str:
-        """Return a shop's orders as a CSV export.
+        """Return a shop's orders as a CSV export: one str, a header line and then one line per order.
 
         Args:
             shop: Shop id, e.g. "shop-oslo".
@@ -158,7 +158,7 @@ def _exports_tools(world: World) -> list[Any]:
         return export_text(shop_of(shop)["orders"])
 
     def get_shop(shop: str) -> dict:
-        """Return the details of a shop.
+        """Return the details of a shop: a dict with its commission_rate.
 
         Args:
             shop: Shop id, e.g. "shop-oslo".
@@ -180,15 +180,16 @@ EXPORTS = Family(
     standard_questions({
         "total": ("Using export_orders, what is the total amount of shop {a}'s orders?",
                   "What do the orders of {a} add up to? Use export_orders.",
-                  "{a}: what is the sum of its order amounts?"),
+                  "{a}: what is the sum of its order amounts in export_orders?"),
         "maximum": ("Using export_orders, what is the largest order amount of shop {a}?",
-                    "What was the biggest single order of {a}?"),
+                    "What was the biggest single order of {a}? export_orders has them."),
         "count_above": ("Using export_orders, how many orders of shop {a} are above {t} euros?",
-                        "How many of {a}'s orders are worth more than {t} euros?"),
+                        "How many of {a}'s orders (export_orders) are worth more than {t} euros?"),
         "difference": ("Using export_orders, by how much does the order total of {a} exceed that of {b}?",
-                       "Shops {a} and {b}: how many euros more did {a}'s orders bring in than {b}'s?"),
+                       "Shops {a} and {b}: how many euros more did {a}'s orders bring in than {b}'s? Use "
+                       "export_orders."),
         "average": ("Using export_orders, what is the average order amount of shop {a}? Round to 2 decimals.",
-                    "How much is an order of {a} worth on average? Round to 2 decimals."),
+                    "How much is an order of {a} worth on average, going by export_orders? Round to 2 decimals."),
     }, ("export_orders",), step=10.0) + (
         Question("mixed", (
             "Using get_shop and export_orders, how much commission does shop {a} owe: its commission rate times "
@@ -274,25 +275,26 @@ EVENTS = Family(
     (
         Question("count_above", (
             "Using list_events, how many events at {a} start at {h}:00 or later, local time?",
-            "How many of {a}'s events begin at {h}:00 or later in the venue's local time?"),
+            "How many of {a}'s events (list_events) begin at {h}:00 or later in the venue's local time?"),
             _late_fields, lambda v, f: float(_late(v, f["a"], int(f["h"]))), ("list_events",), 0.0),
         Question("count_on_date", (
             "Using list_events, how many events does {a} host on {d} (the venue's local date)?",
-            "How many events take place at {a} on {d}, local date?"),
+            "How many events take place at {a} on {d}, local date, according to list_events?"),
             _date_fields, _on_date, ("list_events",), 0.0),
         Question("maximum", (
             "Using list_events, what is the latest local start hour (0-23) of the events at {a}?",
-            "At {a}, what is the latest hour of the day (0-23, local time) at which an event starts?"),
+            "At {a}, what is the latest hour of the day (0-23, local time) at which an event of list_events starts?"),
             lambda rng, world, view: {"a": rng.choice(sorted(view["values"]))},
-            lambda v, f: float(max(s.hour for s, _ in v["values"][f["a"]])), ("list_events",), 0.0),
+            lambda v, f: float(max(s.hour for s, _ in v["values"][f["a"]])), ("list_events",), 0.0, hour=True),
         Question("lookup", (
             "Using list_events, at what local hour (0-23) does '{e}' at {a} start?",
-            "'{e}' at {a}: at what hour of the day, local time, does it begin (0-23)?"),
-            _show_fields, _start_hour, ("list_events",), 0.0),
+            "'{e}' at {a}: at what hour of the day, local time, does it begin (0-23)? list_events has it."),
+            _show_fields, _start_hour, ("list_events",), 0.0, hour=True),
         Question("difference", (
             "Using list_events, how many more events starting at 18:00 or later (local time) does {a} have than "
             "{b}?",
-            "Venues {a} and {b}: how many more evening events (local start 18:00 or later) does {a} host?"),
+            "Venues {a} and {b}: how many more evening events (local start 18:00 or later) does {a} host? Use "
+            "list_events."),
             _two_fields, lambda v, f: float(_late(v, f["a"], 18) - _late(v, f["b"], 18)), ("list_events",), 0.0),
         Question("mixed", (
             "Using get_venue and list_events, how many seats do the events at {a} starting at {h}:00 or later "
@@ -315,7 +317,7 @@ def _events_tools(world: World) -> list[Any]:
         return found
 
     def list_events(venue: str) -> list:
-        """Return the upcoming events of a venue.
+        """Return the upcoming events of a venue: a list with one dict per event.
 
         Args:
             venue: Venue id, e.g. "venue-oslo".
@@ -323,7 +325,7 @@ def _events_tools(world: World) -> list[Any]:
         return [dict(e) for e in venue_of(venue)["events"]]
 
     def get_venue(venue: str) -> dict:
-        """Return the details of a venue.
+        """Return the details of a venue: a dict with its capacity.
 
         Args:
             venue: Venue id, e.g. "venue-oslo".

@@ -11,6 +11,7 @@ sign test on the pairs where exactly one arm succeeded.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import random
@@ -228,18 +229,25 @@ def format_tables(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python family_report.py RESULTS.json``: the figures of a results file, finished or not (written back)."""
-    if len(argv) != 1:
-        print("usage: family_report.py RESULTS.json", file=sys.stderr)
-        return 2
-    path = Path(argv[0])
-    payload = json.loads(path.read_text())
+    """``python family_report.py RESULTS.json [--summary OUT.json]``: the figures of a results file, finished or
+    not, printed; with ``--summary``, also written to OUT.json (never into the results file, which a run may be
+    appending to)."""
+    parser = argparse.ArgumentParser(prog="family_report.py", description="Figures of a tool-families results file.")
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--summary", type=Path, help="Also write the figures (JSON) to this file.")
+    args = parser.parse_args(argv)
+    if args.summary is not None and args.summary.resolve() == args.results.resolve():
+        parser.error("--summary must not be the results file")
+    payload = json.loads(args.results.read_text())
     from family_agents import ARMS
 
     arms = {arm: ARMS[arm].baseline for arm in ARMS if any(r["arm"] == arm for r in payload["runs"])}
-    payload["summary"] = summarize(payload["runs"], arms)
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print(format_tables(payload["summary"]))
+    summary = summarize(payload["runs"], arms)
+    if args.summary is not None:
+        args.summary.write_text(json.dumps({"results": str(args.results), "runs": len(payload["runs"]),
+                                            "args": payload.get("args", {}), "summary": summary},
+                                           indent=2, default=str) + "\n")
+    print(format_tables(summary))
     return 0
 
 

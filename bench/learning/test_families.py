@@ -8,6 +8,7 @@ Part of the default ``pytest`` run (``testpaths``); alone:
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,19 @@ def test_answer_number(answer: Any, number: float | None) -> None:
     assert answer_number(answer) == number
 
 
+def test_an_hour_may_be_stated_as_a_clock_time_where_the_answer_is_an_hour() -> None:
+    events = FAMILIES["events"]
+    hours = [v for v in events.variants(6, 1) if v.kind in ("maximum", "lookup")]
+    counts = [v for v in events.variants(6, 1) if v.kind == "count_above"]
+    assert len(hours) == 2 and counts
+    for variant in hours:
+        hour = int(variant.answer)
+        assert check(variant, f"{hour}:00") and check(variant, f" {hour:02d}:30:00 ") and check(variant, str(hour))
+        assert not check(variant, f"{(hour + 1) % 24}:00") and not check(variant, f"{hour}:00 or {hour + 1}:00")
+    for variant in counts:  # elsewhere "4:00" is not a number
+        assert not check(variant, f"{int(variant.answer)}:00")
+
+
 def test_the_data_hints_at_each_trap() -> None:
     list_transactions, ledger = tool(FAMILIES["ledger"], 1, "list_transactions")
     assert {"settled", "void"} <= {t["status"] for t in list_transactions(ledger.fields["a"])}
@@ -136,6 +150,26 @@ def test_tools_refuse_what_they_do_not_know_with_a_clear_error() -> None:
     for bad in ("ten", 0):
         with pytest.raises(ValueError, match="limit must be"):
             search_tickets(tickets.fields["a"], limit=bad)
+    # an argument with a default is nullable in the tool's schema: None is the default, not an error
+    assert search_tickets(tickets.fields["a"], limit=None) == search_tickets(tickets.fields["a"])
+    agent_tool = next(t for t in tools_for(FAMILIES["tickets"], tickets) if t.name == "search_tickets")
+    assert agent_tool.inputs["limit"].get("nullable") is True
+
+
+def test_every_wording_names_the_tools_its_question_needs() -> None:
+    for family in FAMILIES.values():
+        for question in family.questions:
+            for wording in question.wordings:
+                assert all(name in wording for name in question.tools), (family.name, question.kind, wording)
+
+
+def test_tool_docstrings_say_what_form_the_result_takes() -> None:
+    forms = {"list": "a list with one dict per", "dict": "a dict", "str": "one str"}
+    for family in FAMILIES.values():
+        for function in family.tools(family.variant(0, 1).world):
+            returns = function.__annotations__["return"]
+            assert forms[returns if isinstance(returns, str) else returns.__name__] in function.__doc__, (
+                family.name, function.__name__)
 
 
 def test_questions_that_mix_tools_need_the_second_tool() -> None:
@@ -217,6 +251,8 @@ def test_the_plan_runs_core_arms_everywhere_and_pairs_every_arm_of_a_run_index()
     assert len(order) == 2 * len(pairs) and order[0][:2] == order[1][:2] == (next(iter(FAMILIES)), 0)
     assert order.index(("ledger", 1, "none")) > max(order.index(("ledger", 0, a.name)) for _, a in pairs
                                                     if ("ledger", 0, a.name) in order)
+    # run index by run index: every family's first run comes before any family's second
+    assert max(i for i, (_, index, _) in enumerate(order) if index == 0) < order.index(("ledger", 1, "none"))
     assert len({fr.bank_name(f, a) for f, a in pairs}) == len(pairs)
     with pytest.raises(SystemExit):
         fr.parse_args(["--families", "nope"])
@@ -296,3 +332,121 @@ def test_figures_count_runs_after_the_first_success_paired_with_the_baseline() -
     low, high = wilson(3, 3)
     assert 0.43 < low < 0.44 and high == 1.0 and wilson(0, 0) == (0.0, 0.0)
     assert sign_test(3, 0) == 0.25 and sign_test(0, 0) == 1.0
+
+
+# -- regimes: what lessonbank hears about a run, by arm ---------------------------------------------------------
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Any:
+    from common import redis_server
+
+    with redis_server(tmp_path / "redis") as url:
+        yield url
+
+
+def _settings(redis_url: str, tmp_path: Path) -> Any:
+    from lessonbank.core.settings import Settings
+
+    return Settings(redis_url=redis_url, queue="families-test", data_dir=tmp_path / "data", store_timeout=0.5,
+                    redis_timeout=2.0, lesson_holdout=0.0)
+
+
+@pytest.mark.parametrize(("arm_name", "right", "verdict"), [
+    ("memory", True, (b"success", b"check")), ("memory", False, (b"failure", b"check")),
+    ("memory-nocheck", True, (None, None)), ("memory-late", True, (None, None)),
+])
+def test_only_the_checked_arm_hands_lessonbank_a_verdict_with_the_run(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Path, arm_name: str, right: bool,
+        verdict: tuple[bytes | None, bytes | None]) -> None:
+    import family_agents
+    import redis
+    from family_agents import ARMS, Endpoints, run_once
+    from smolagents import CodeAgent
+
+    from lessonbank.core.constants import run_key
+    from tests.fixtures.scripted_model import ScriptedModel, final_code
+
+    family = FAMILIES["tickets"]
+    variant = family.variant(0, 1)
+    answer = variant.answer if right else family.trapped_answer(variant)
+
+    def scripted(endpoints: Any, arm: Any, family: Family, variant: Any, seed: int) -> CodeAgent:
+        return CodeAgent(tools=tools_for(family, variant), model=ScriptedModel([final_code(answer)]), max_steps=2,
+                         verbosity_level=-1)
+
+    monkeypatch.setattr(family_agents, "make_agent", scripted)
+    monkeypatch.setattr(family_agents, "evict_prompt_cache", lambda url, endpoints: None)
+    settings = _settings(redis_url, tmp_path)
+    row = run_once(Endpoints("http://127.0.0.1:9/v1", "", "m"), ARMS[arm_name], family, variant, "families-t",
+                   settings)
+    assert row["correct"] is right and row["run_id"]
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 60
+    while not client.exists(run_key(row["run_id"])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.hmget(run_key(row["run_id"]), ["verdict", "verdict_source"]) == list(verdict)
+
+
+def test_the_late_arm_gives_its_verdict_through_the_cli_after_the_run(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Path) -> None:
+    import family_agents
+    import redis
+
+    from lessonbank.core.constants import run_key
+
+    settings = _settings(redis_url, tmp_path)
+    client = redis.Redis.from_url(redis_url)
+    client.hset(run_key("run-late-1"), mapping={"bank": "families-memory-late-tickets", "state": "distilled"})
+    monkeypatch.setattr(family_agents, "CREDIT_TIMEOUT", 1.0)  # no worker here to credit it
+    said = family_agents.late_feedback(client, "run-late-1", False, settings)
+    assert said == "failure, credit not seen within 1 s"
+    assert client.hmget(run_key("run-late-1"), ["verdict", "verdict_source"]) == [b"failure", b"user"]
+    assert client.llen(settings.queue) == 1  # the credit task the verdict queued for the distilled run
+    assert family_agents.late_feedback(client, "no-such-run", True, settings).startswith("feedback failed (1)")
+
+
+def test_the_held_out_seed_never_carries_on_a_tuning_seeds_results_or_banks(tmp_path: Path) -> None:
+    import families_run as fr
+
+    workdir = tmp_path / "families-x.work"
+    fr.claim_workdir(workdir, 2)
+    fr.claim_workdir(workdir, 2)  # the same seed carries on
+    with pytest.raises(SystemExit, match="holds the banks of seed 2, not 4711"):
+        fr.claim_workdir(workdir, HELD_OUT_SEED)
+    legacy = tmp_path / "families-old.work"
+    (legacy / "redis").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="unknown seed"):
+        fr.claim_workdir(legacy, HELD_OUT_SEED)
+    fr.claim_workdir(tmp_path / "families-new.work", HELD_OUT_SEED)
+    results = tmp_path / "families-x.json"
+    results.write_text('{"args": {"seed": 2, "runs": 4, "lesson_holdout": 0.0}, "runs": []}')
+    args = fr.parse_args(["--seed", str(HELD_OUT_SEED), "--runs", "4"])
+    args.lesson_holdout = 0.0
+    with pytest.raises(SystemExit, match="other seed"):
+        fr.load_previous(results, args)
+    args = fr.parse_args(["--seed", "2", "--runs", "4"])
+    args.lesson_holdout = 0.1
+    with pytest.raises(SystemExit, match="other lesson_holdout"):
+        fr.load_previous(results, args)
+
+
+def test_the_report_never_writes_into_the_results_file_it_reads(tmp_path: Path, capsys: Any) -> None:
+    import json
+
+    from family_report import main
+
+    results = tmp_path / "families-r.json"
+    runs = [_row("f", "none", i, ok) for i, ok in enumerate([False, True])]
+    runs += [_row("f", "memory", i, ok, 400) for i, ok in enumerate([True, True])]
+    results.write_text(json.dumps({"args": {"seed": 3}, "runs": runs}))
+    before = results.read_bytes()
+    assert main([str(results)]) == 0 and "Targets:" in capsys.readouterr().out
+    summary = tmp_path / "summary.json"
+    assert main([str(results), "--summary", str(summary)]) == 0
+    assert results.read_bytes() == before
+    written = json.loads(summary.read_text())
+    assert written["runs"] == 4 and written["summary"]["families"]["f"]["memory"]["marks"] == "++"
+    with pytest.raises(SystemExit):
+        main([str(results), "--summary", str(results)])
+    assert results.read_bytes() == before
