@@ -20,7 +20,6 @@ bytes from either source). Re-running with a complete, verified folder does noth
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import subprocess
 import sys
@@ -63,12 +62,7 @@ class FetchError(ConfigurationError):
     """The model folder could not be assembled or verified."""
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256 = model_hub.sha256
 
 
 def accepted(name: str) -> set[str]:
