@@ -11,14 +11,11 @@ helpful and harmful counts keep the correlation-based rules from retiring it: on
 from __future__ import annotations
 
 import random
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 import redis
-from qdrant_client import QdrantClient
 from smolagents import CodeAgent
 
 from lessonbank.agent import remember
@@ -58,13 +55,6 @@ class Agent:
         answer = "ok" if self.rng.random() < chance else "wrong"
         options = ", ".join(lesson[2] for lesson in given)
         return code_reply(f"options = dict({options})\nfinal_answer({answer!r})")
-
-
-@pytest.fixture
-def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    yield s
-    s.close()
 
 
 def test_the_holdout_tells_a_helping_an_idle_and_a_hurting_lesson_apart(

@@ -4,22 +4,10 @@ and runs recorded from real CodeAgents."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
-import openai
-import pytest
-import redis
-from qdrant_client import QdrantClient
-
 from lessonbank.core.constants import SUPERSEDED_KEY
-from lessonbank.core.embeddings import FastEmbedEmbedder
-from lessonbank.core.redact import Redactor
-from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.instructions import compose_instructions
 from lessonbank.workers.deps import Deps
-from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import distill_one
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.workers.test_pipeline import weather_run
@@ -27,20 +15,6 @@ from tests.workers.test_pipeline import weather_run
 MISREAD = "The `get_weather` tool returned no results."
 MISSING = "The result of `get_weather` has no 'records' field."
 RIGHT = 'w = get_weather(city="Graz", date="02.01.2024")\nprint(w)'
-
-
-@pytest.fixture
-def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def deps(settings: Settings, redis_client: redis.Redis, store: LessonStore, openai_server: FakeOpenAI) -> Deps:
-    client = openai.OpenAI(base_url=openai_server.url, api_key="k", max_retries=0, timeout=5)
-    settings = settings.model_copy(update={"distill_lock_timeout": 1})
-    return Deps(settings=settings, redis=redis_client, store=store, llm=ChatLLM(client, "fake"), scrubber=Redactor())
 
 
 def test_a_run_that_saw_the_tool_return_data_supersedes_its_own_misreading(deps: Deps, openai_server: FakeOpenAI,

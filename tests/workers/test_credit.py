@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
-import pytest
-from qdrant_client import QdrantClient
-
 from lessonbank.core.models import RELEASED_BY_USER, Lesson, Recipe
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.learn.credit import IDLE_AFTER, altered, applied, run_atoms
 from lessonbank.workers.credit import apply_credit
 from tests.learn.runs import view
 from tests.learn.test_credit import CENTS, PROSE, SEMI, run_of
-
-
-@pytest.fixture
-def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    yield s
-    s.close()
 
 
 def test_credit_moves_only_applied_lessons_and_is_replaced_not_added(store: LessonStore) -> None:

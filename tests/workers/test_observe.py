@@ -9,8 +9,6 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
-from qdrant_client import QdrantClient
 
 from lessonbank.cli.main import cli
 from lessonbank.core.constants import DEAD_LETTERS_KEY, STORE_OWNER_KEY, run_key, worker_key
@@ -44,13 +41,6 @@ from tests.fixtures.runs import run_state, write_run
 CSV = ("fact", "The sales CSV files are separated by ';': read them with pandas.read_csv(path, sep=';').")
 TIMEOUT = ("failure", "The billing API hangs without a timeout: always pass timeout=10 to requests.get.")
 AGENT_SPAN = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-@pytest.fixture
-def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -8,14 +8,10 @@ import logging
 import re
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import openai
 import pytest
 import redis
-from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
 from lessonbank.core import purge, runs, summary
@@ -29,13 +25,11 @@ from lessonbank.core.constants import (
 )
 from lessonbank.core.exceptions import PermanentDistillError, StoreError, TransientDistillError
 from lessonbank.core.models import Lesson, Provenance, StepRecord
-from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.instructions import compose_instructions, eligible, rank_lessons
 from lessonbank.recorder import StepRecorder
 from lessonbank.workers.deps import Deps, bank_lock
-from lessonbank.workers.llm import ChatLLM
 from lessonbank.workers.pipeline import distill_one, remember_one
 from lessonbank.workers.sweeper import sweep
 from lessonbank.workers.verdicts import credit_one, vouched_by_another
@@ -64,20 +58,6 @@ class FlakyStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
-
-
-@pytest.fixture
-def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def deps(settings: Settings, redis_client: redis.Redis, store: LessonStore, openai_server: FakeOpenAI) -> Deps:
-    client = openai.OpenAI(base_url=openai_server.url, api_key="k", max_retries=0, timeout=5)
-    settings = settings.model_copy(update={"distill_lock_timeout": 1})
-    return Deps(settings=settings, redis=redis_client, store=store, llm=ChatLLM(client, "fake"), scrubber=Redactor())
 
 
 def test_a_run_is_distilled_once(deps: Deps, openai_server: FakeOpenAI, store: LessonStore) -> None:

@@ -5,14 +5,11 @@ OpenAI protocol, and the pipeline functions the worker calls."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 import redis
-from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
 from lessonbank.agent import remember
@@ -59,13 +56,6 @@ def new_tool() -> Any:
         return {"id": invoice_id, "amount": 12.5, "currency": currency}
 
     return get_invoice
-
-
-@pytest.fixture
-def store(embedder) -> Iterator[LessonStore]:  # type: ignore[no-untyped-def]
-    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -1,0 +1,35 @@
+"""Fixtures shared by the worker tests: an in-memory store with the real embedder, and the worker's dependencies
+on the test Redis and the scripted OpenAI-protocol server. A module that needs other settings defines its own."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import openai
+import pytest
+import redis
+from qdrant_client import QdrantClient
+
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.redact import Redactor
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.workers.deps import Deps
+from lessonbank.workers.llm import ChatLLM
+from tests.fixtures.openai_server import FakeOpenAI
+
+
+@pytest.fixture
+def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+    s = LessonStore(QdrantClient(":memory:"), embedder, collection=f"c{uuid.uuid4().hex[:6]}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def deps(settings: Settings, redis_client: redis.Redis, store: LessonStore, openai_server: FakeOpenAI) -> Deps:
+    """The worker's dependencies; a run's distill lock is waited for 1 s."""
+    client = openai.OpenAI(base_url=openai_server.url, api_key="k", max_retries=0, timeout=5)
+    settings = settings.model_copy(update={"distill_lock_timeout": 1})
+    return Deps(settings=settings, redis=redis_client, store=store, llm=ChatLLM(client, "fake"), scrubber=Redactor())
