@@ -16,16 +16,14 @@ reads as ``shapes.describe`` writes it (``learn.shapes``); an observed failure a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 from lessonbank.core.models import Change, FailurePayload, FixPayload, Lesson, Recipe, ShapePayload
-from lessonbank.learn import fixtext, walk
+from lessonbank.learn import fixtext
 
 WORKED = " worked"
 CORRECTED = "; the corrected line "
 UNTRIED = " (not tried yet)"  # a fix an earlier release wrote from an error alone
 ASKED = "; written as asked: "
-MORE = walk.MORE
 
 
 def lead_of(change: Change) -> str:
@@ -72,25 +70,6 @@ def to_write(payload: FixPayload) -> str:
     else:
         what = f"pass {fixtext.named(one.argument)} like {json.dumps(one.after)}"
     return f"{head}: {what}; written any other way it failed with {payload.error}."
-
-
-def describe(structure: object) -> str:
-    """A result's structure as it reads: ``{'data': {'items': [{'name': str}, ...], ...}}``."""
-    if isinstance(structure, dict) and "fields" in structure:
-        inner = ", ".join(f"'{key}': {describe(value)}" for key, value in structure["fields"])
-        return "{" + inner + (f", {MORE}" if structure.get("more") else "") + "}"
-    if isinstance(structure, dict) and "items" in structure:
-        return f"[{describe(structure['items'])}, {MORE}]"
-    if isinstance(structure, dict) and "type" in structure:
-        values = structure.get("values") or []
-        shown = f" ({' | '.join(json.dumps(v) for v in values)})" if values else ""
-        return f"{structure['type']}{shown}"
-    return str(structure)
-
-
-def path(keys: Sequence[str]) -> str:
-    """``('data', 'items')`` -> ``['data']['items']``."""
-    return "".join(f"['{key}']" for key in keys)
 
 
 def failed_call(payload: FailurePayload) -> str:
