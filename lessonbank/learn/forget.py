@@ -8,7 +8,8 @@ A user forgets a run that held personal data, or one found poisoned after the fa
   counted there), the run's provenance entries and source run id, its ``verified`` unless another of its runs
   vouches, and the counts the run's credit gave it (given, applied, helpful, harmful), which a lesson it was
   merged into carries too (``through_merges``);
-- a lesson superseded by one that is purged, or retired as harmful by counts that no longer say so, is active
+- a lesson superseded by one that is purged, superseded as contradicted when the forgotten run settled the
+  contradiction (its observations decided), or retired as harmful by counts that no longer say so, is active
   again.
 
 Provenance is kept whole through merges (``lessonbank.learn.consolidate``), so the rules are exact for every lesson
@@ -90,9 +91,12 @@ def fate(lesson: Lesson, run_id: str, credited: Mapping[str, int] | None) -> Fat
 
 def restore_reason(lesson: Lesson, run_id: str, purged: Collection[str]) -> str | None:
     """Why ``lesson`` (as it is once the run is forgotten) is active again, or None: what superseded it is
-    purged, or the counts that retired it as harmful no longer say so."""
+    purged, the forgotten run settled the contradiction that superseded it, or the counts that retired it as
+    harmful no longer say so."""
     if lesson.status == "superseded" and lesson.superseded_by in purged:
         return f"what superseded it rested on the forgotten run {run_id} alone"
+    if lesson.status == "superseded" and lesson.status_cause == "contradicted" and lesson.status_run == run_id:
+        return f"the forgotten run {run_id} settled the contradiction that superseded it"
     if lesson.status == "retired" and lesson.status_cause == "harmful" and not should_retire(lesson):
         return f"without the forgotten run {run_id} its counts no longer show it harmful"
     return None

@@ -53,6 +53,16 @@ def test_what_a_purged_lesson_superseded_is_active_again() -> None:
     assert forget.restore_reason(older, "r1", {"y"}) is None
 
 
+def test_a_lesson_a_forgotten_run_found_contradicted_is_active_again() -> None:
+    """The run's observations decided the contradiction: without the run, nothing says the lesson is wrong."""
+    loser = taught("`list_sites` returns no records.", "r2").model_copy(update={
+        "status": "superseded", "status_cause": "contradicted", "status_run": "r1", "superseded_by": "x"})
+    assert forget.restore_reason(loser, "r1", set()) is not None
+    assert forget.restore_reason(loser, "r3", set()) is None  # another run settled it: it stays superseded
+    merged_away = loser.model_copy(update={"status_cause": "merged"})
+    assert forget.restore_reason(merged_away, "r1", set()) is None  # a merge is about wording, not evidence
+
+
 def test_the_credit_a_run_gave_a_lesson_is_taken_from_the_lessons_it_was_merged_into_too() -> None:
     first = taught("The first wording.", "r2").model_copy(update={"helpful": 3})
     second = taught("The second wording.", "r3").model_copy(update={"helpful": 3})
