@@ -28,14 +28,13 @@ from typing import Any
 import redis
 from smolagents import ActionStep, ChatMessage, CodeAgent, MessageRole, Model, TokenUsage, tool
 
-from lessonbank import llama_server, local_llm
+from lessonbank import llama_server, local_llm, model_files
 from lessonbank.agent import lessons_given, lessons_in_text
 from lessonbank.core.connections import create_redis, masked_url
 from lessonbank.core.constants import RUN_DEAD, RUN_DISTILLED, run_key
-from lessonbank.core.embeddings import default_model_dir
+from lessonbank.core.embeddings import model_folder
 from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable
 from lessonbank.core.settings import Settings
-from lessonbank.model_files import fetch as fetch_embed_model
 
 logger = logging.getLogger(__name__)
 
@@ -297,11 +296,8 @@ def _llm(settings: Settings, model_key: str, workdir: Path, say: Say) -> Iterato
 def _embed_model(settings: Settings, say: Say) -> Path | None:
     if settings.embed_base_url:
         return None
-    if settings.embed_model_path:
-        return settings.embed_model_path
-    dest = default_model_dir(settings)
-    say(f"Embeddings: all-MiniLM-L6-v2 in {dest}")
-    return fetch_embed_model(dest, source=settings.model_source)
+    say(f"Embeddings: {settings.embed_model} in {model_folder(settings)}")
+    return model_files.ensure(settings)
 
 
 @contextmanager
