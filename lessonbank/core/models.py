@@ -2,8 +2,8 @@
 
 Each has one serializer: ``to_json()`` / ``from_json()`` (pydantic's JSON mode). A lesson kept from what a run
 observed holds its content as a structured payload (``fix``, ``shape``, ``recipe``; their types are in
-``payloads``, re-exported here); its ``text`` is rendered from it (``lessonbank.learn.render``). A lesson stored before payloads existed (schema 1) is read into the
-current schema (``lessonbank.core.migrate``).
+``payloads``, re-exported here); its ``text`` is rendered from it (``lessonbank.learn.render``). A lesson stored
+before payloads existed (schema 1) is read into the current schema (``lessonbank.core.migrate``).
 """
 
 from __future__ import annotations
