@@ -38,6 +38,7 @@ from lessonbank.agent_hook import (
     join_instructions,
     sub_task,
 )
+from lessonbank.block import join_task
 from lessonbank.core import runs
 from lessonbank.core.connections import create_redis, redis_trouble
 from lessonbank.core.constants import run_key
@@ -50,7 +51,7 @@ from lessonbank.recorder.callback import StepRecorder
 
 # With the run-time hook and its helpers (``agent_hook``), re-exported where ``remember`` is
 __all__ = ["ATTRIBUTE", "RECALL_TOOL", "AgentHook", "Check", "LessonsIn", "Managed", "callables_of", "count_records",
-           "feedback", "join_instructions", "lessons_given", "lessons_in_text", "remember", "sub_task"]
+           "feedback", "join_instructions", "join_task", "lessons_given", "lessons_in_text", "remember", "sub_task"]
 
 logger = logging.getLogger(__name__)
 
