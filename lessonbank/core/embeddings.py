@@ -2,8 +2,10 @@
 
 Dense vectors come from fastembed (default ``sentence-transformers/all-MiniLM-L6-v2``: mean pooling
 and L2 normalization, 384 dimensions) or from any OpenAI-compatible ``/v1/embeddings`` endpoint.
-Offline, fastembed loads a local folder (``model.onnx``, ``tokenizer.json``, ``tokenizer_config.json``,
-``config.json``, ``special_tokens_map.json``) through ``specific_model_path``.
+fastembed always loads a local folder (``model.onnx``, ``tokenizer.json``, ``tokenizer_config.json``,
+``config.json``, ``special_tokens_map.json``) through ``specific_model_path``: the pinned, sha256-checked
+folder ``lessonbank.model_files`` assembles, or the user's own. Nothing is ever downloaded by model name
+(fastembed's own, unpinned source); a folder that is not there is an error naming the setting.
 
 Every embedder keeps the vectors of the texts it embedded last (``EMBED_CACHE_SIZE`` texts, as float32
 arrays): the store embeds a lesson's text to look for its neighbours and again to write it, and the
@@ -41,6 +43,8 @@ MODEL_FILES: tuple[str, ...] = (
     "special_tokens_map.json",
 )
 
+
+MODEL_PATH_SETTING = "LESSONBANK_EMBED_MODEL_PATH"
 
 EMBED_CACHE_SIZE = 4096
 # onnxruntime threads per embedder: one text takes ~10 ms on one thread, and the processes that embed
@@ -131,16 +135,33 @@ def default_model_dir(settings: Settings) -> Path:
     return settings.data_dir / "models" / settings.embed_model.rsplit("/", 1)[-1]
 
 
+def model_folder(settings: Settings) -> Path:
+    """The folder fastembed loads: ``embed_model_path``, else the default one under DATA_DIR."""
+    return settings.embed_model_path or default_model_dir(settings)
+
+
+def check_model_folder(folder: Path) -> None:
+    """ConfigurationError (one line naming ``LESSONBANK_EMBED_MODEL_PATH``) when ``folder`` lacks a model file."""
+    missing = missing_model_files(folder)
+    if missing:
+        raise ConfigurationError(
+            f"embedding model folder {folder} lacks {', '.join(missing)}: set {MODEL_PATH_SETTING} to a complete "
+            "folder, or assemble the pinned one there (`lessonbank worker` does at start, as does "
+            "scripts/fetch_embed_model.py --dest DIR)"
+        )
+
+
 class FastEmbedEmbedder(CachingEmbedder):
-    """fastembed ``TextEmbedding``; the model loads on the first ``embed`` call, not in ``__init__``.
+    """fastembed ``TextEmbedding`` over the model files in ``model_path``; they load on the first ``embed`` call,
+    not in ``__init__``, and a folder that lacks one is a ConfigurationError, never a download by name.
 
     ``threads`` is onnxruntime's thread count (None: one per core).
     """
 
-    def __init__(self, model_name: str, model_path: Path | str | None = None, cache_dir: Path | str | None = None,
+    def __init__(self, model_name: str, model_path: Path | str, cache_dir: Path | str | None = None,
                  threads: int | None = EMBED_THREADS, cache_size: int = EMBED_CACHE_SIZE):
         self.model_name = model_name
-        self.model_path = Path(model_path) if model_path is not None else None
+        self.model_path = Path(model_path)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.threads = threads
         self.cache = VectorCache(cache_size)
@@ -165,29 +186,22 @@ class FastEmbedEmbedder(CachingEmbedder):
                 return self._model
             from fastembed import TextEmbedding
 
-            kwargs: dict[str, Any] = {}
-            if self.model_path is not None:
-                missing = missing_model_files(self.model_path)
-                if missing:
-                    raise ConfigurationError(
-                        f"embedding model folder {self.model_path} lacks {', '.join(missing)} "
-                        "(run scripts/fetch_embed_model.py --dest DIR to assemble it)"
-                    )
-                kwargs["specific_model_path"] = str(self.model_path)
+            check_model_folder(self.model_path)
+            kwargs: dict[str, Any] = {"specific_model_path": str(self.model_path)}
             if self.cache_dir is not None:
                 self.cache_dir.mkdir(parents=True, exist_ok=True)
                 kwargs["cache_dir"] = str(self.cache_dir)
             if self.threads is not None:
                 kwargs["threads"] = self.threads
-            logger.info("loading embedding model %s from %s", self.model_name, self.model_path or "fastembed's cache")
+            logger.info("loading embedding model %s from %s", self.model_name, self.model_path)
             try:
                 self._model = TextEmbedding(model_name=self.model_name, **kwargs)
             except ValueError as e:
                 raise ConfigurationError(f"cannot load embedding model {self.model_name!r}: {e}") from e
             except Exception as e:  # fastembed/onnxruntime/huggingface_hub raise many types
                 raise ConfigurationError(
-                    f"cannot load embedding model {self.model_name!r} "
-                    f"({type(e).__name__}: {e}); offline, set LESSONBANK_EMBED_MODEL_PATH"
+                    f"cannot load embedding model {self.model_name!r} from {self.model_path} "
+                    f"({type(e).__name__}: {e}); check {MODEL_PATH_SETTING}"
                 ) from e
             return self._model
 
@@ -240,9 +254,9 @@ class OpenAIEmbedder(CachingEmbedder):
 def embedder_from_settings(settings: Settings) -> Embedder:
     """The embedder the settings describe (no I/O until the first ``embed``).
 
-    ``embed_base_url`` set: an OpenAI-compatible endpoint serving ``embed_model``. Otherwise fastembed,
-    from ``embed_model_path``, else from the default assembled folder if it is complete, else by name
-    (fastembed downloads it into DATA_DIR/fastembed).
+    ``embed_base_url`` set: an OpenAI-compatible endpoint serving ``embed_model``. Otherwise fastembed, from
+    ``embed_model_path``, else from the default folder DATA_DIR/models/<name> (never by name from fastembed's
+    own source: an incomplete folder is an error at the first ``embed``).
     """
     if settings.embed_base_url:
         import openai
@@ -250,12 +264,8 @@ def embedder_from_settings(settings: Settings) -> Embedder:
         api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "unused"
         client = openai.OpenAI(base_url=settings.embed_base_url, api_key=api_key, timeout=settings.llm_timeout)
         return OpenAIEmbedder(client, settings.embed_model)
-    model_path = settings.embed_model_path
-    if model_path is None:
-        candidate = default_model_dir(settings)
-        if candidate.is_dir() and not missing_model_files(candidate):
-            model_path = candidate
-    return FastEmbedEmbedder(settings.embed_model, model_path=model_path, cache_dir=settings.data_dir / "fastembed")
+    return FastEmbedEmbedder(settings.embed_model, model_path=model_folder(settings),
+                             cache_dir=settings.data_dir / "fastembed")
 
 
 def token_index(token: str) -> int:

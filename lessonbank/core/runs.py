@@ -19,7 +19,8 @@ queues a run's distillation (or follow-up) also notes it in ``WAITING_RUNS_KEY``
 or dead, so that the sweeper can send again a run whose task was lost (``resend_waiting``).
 
 The recorder batches these writes: ``steps_command`` / ``close_command`` / ``verdict_command`` build the
-commands, sent by SHA.
+commands, sent by SHA. The fields a distillation keeps about its own progress (checkpoint, lessons written,
+attempts, credit) are written by ``run_progress`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -49,19 +50,33 @@ from lessonbank.core.constants import (
     run_steps_key,
 )
 from lessonbank.core.publish import publish, task_message
-from lessonbank.core.runview import Run, json_dict, json_list, load_run
+from lessonbank.core.run_progress import (
+    CHECKPOINT_FIELD,
+    PROGRESS_FIELD,
+    RECOUNT_FIELD,
+    count_attempt,
+    count_delivery,
+    credit_if_changed,
+    load_checkpoint,
+    load_credit,
+    load_progress,
+    save_checkpoint,
+    save_credit,
+    save_progress,
+    save_recount,
+    set_fields,
+)
+from lessonbank.core.runview import Run, json_list, load_run
 
-__all__ = ["Run", "json_list", "load_run"]  # the read side, re-exported for the writers' callers
+# The read side and a distillation's own notes (``run_progress``), re-exported for the writers' callers
+__all__ = ["RECOUNT_FIELD", "Run", "count_attempt", "count_delivery", "credit_if_changed", "json_list",
+           "load_checkpoint", "load_credit", "load_progress", "load_run", "save_checkpoint", "save_credit",
+           "save_progress", "save_recount", "set_fields"]
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FIELD = "distill_output"
-PROGRESS_FIELD = "consolidated"
-CREDIT_FIELD = "credited"
-RECOUNT_FIELD = "recounted"
 FORGOTTEN_FIELD = "forgotten"
 FORGOTTEN_DONE_FIELD = "forgotten_done"  # what the forgotten run taught is out of the bank (its credit taken back)
-
 
 
 # KEYS: run hash, steps hash, open-runs zset, queue, waiting-runs zset. ARGV: run id, run fields (JSON), first
@@ -274,53 +289,9 @@ def set_verdict(client: redis.Redis, bank: str, run_id: str, success: bool, sour
     return int(run_command(client, verdict_command(bank, run_id, success, source, note, when, queue, ttl)))
 
 
-def credit_if_changed(client: redis.Redis, bank: str, run_id: str, queue: str) -> bool:
-    """Queue a credit task for a run just marked distilled whose verdict is not the one it was credited with:
-    a verdict given after its credit read the run, before it was marked distilled, queued none (``set_verdict``
-    queues one for a distilled run only). One given after this read queues its own (a credit twice is
-    harmless: it replaces the run's credit by its difference). Returns whether a task was queued."""
-    verdict, credited = client.hmget(run_key(run_id), ["verdict", CREDIT_FIELD])
-    given = verdict.decode() if isinstance(verdict, bytes) else verdict
-    if given not in ("success", "failure") or json_dict(credited).get("verdict") == given:
-        return False
-    client.lpush(queue, task_message(CREDIT_TASK, [bank, run_id], queue))
-    return True
-
-
 def clear_check(client: redis.Redis, run_id: str) -> None:
     """The check on the final answer will not report (it raised, or the run had no answer)."""
     client.execute_command(*clear_check_command(run_id))
-
-
-def load_credit(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
-    """What an earlier credit of the run gave each lesson (``{"verdict", "lessons": {id: "helpful"}}``)."""
-    return json_dict(client.hget(run_key(run_id), CREDIT_FIELD)) or None
-
-
-# KEYS: run hash. ARGV: field, value, ... Writes only into a run that exists: a run deleted with its bank while a
-# worker held it (its LLM call can take minutes) must not come back as a hash of a few fields and no expiry,
-# which every later "does the run still exist" check would take for the run.
-_SET_IF_EXISTS = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
-return 1
-"""
-
-
-def set_fields(client: redis.Redis, run_id: str, fields: dict[str, str]) -> bool:
-    """Set fields of the run's hash if the run still exists; False (nothing written) if it is gone."""
-    args = [item for pair in fields.items() for item in pair]
-    return bool(client.eval(_SET_IF_EXISTS, 1, run_key(run_id), *args))
-
-
-def save_credit(client: redis.Redis, run_id: str, credit: dict[str, Any]) -> None:
-    set_fields(client, run_id, {CREDIT_FIELD: json.dumps(credit)})
-
-
-def save_recount(client: redis.Redis, run_id: str, counted: dict[str, bool]) -> None:
-    """What the lessons the run taught now hold of it (``{"failed": ..., "vouched": ...}``), after a verdict
-    that came once they were written."""
-    set_fields(client, run_id, {RECOUNT_FIELD: json.dumps(counted)})
 
 
 def _finish(client: redis.Redis, run_id: str, ttl: int, fields: dict[Any, str | float]) -> None:
@@ -419,51 +390,4 @@ def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, al
     pipe.execute()
     return True
 
-
-# KEYS: run hash. ARGV: field. Counts only runs that exist (an unknown or deleted run leaves no key behind).
-_COUNT_IF_EXISTS = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-"""
-
-
-def _count(client: redis.Redis, run_id: str, field: str) -> int:
-    """Add one to the run's counter ``field``; the new total, 0 for a run that does not exist."""
-    return int(client.eval(_COUNT_IF_EXISTS, 1, run_key(run_id), field))
-
-
-def count_attempt(client: redis.Redis, run_id: str) -> int:
-    """Count one distillation attempt of the run; returns the total so far (0: the run is gone)."""
-    return _count(client, run_id, "distill_attempts")
-
-
-def save_checkpoint(client: redis.Redis, run_id: str, payload: str, llm_error: str = "") -> bool:
-    """Keep the LLM's validated output so a redelivered task reuses it instead of asking again (with
-    ``llm_error``, why the output is empty: the reply was unusable). False if the run is gone meanwhile."""
-    fields = {CHECKPOINT_FIELD: payload} | ({"llm_error": llm_error} if llm_error else {})
-    return set_fields(client, run_id, fields)
-
-
-def load_checkpoint(client: redis.Redis, run_id: str) -> str | None:
-    value = client.hget(run_key(run_id), CHECKPOINT_FIELD)
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-def load_progress(client: redis.Redis, run_id: str) -> set[int]:
-    """Indices of the checkpointed lessons already written to the bank."""
-    value = client.hget(run_key(run_id), PROGRESS_FIELD)
-    try:
-        return {int(i) for i in json.loads(value)} if value else set()
-    except (ValueError, TypeError):
-        return set()
-
-
-def save_progress(client: redis.Redis, run_id: str, done: set[int]) -> None:
-    set_fields(client, run_id, {PROGRESS_FIELD: json.dumps(sorted(done))})
-
-
-def count_delivery(client: redis.Redis, run_id: str) -> int:
-    """Count one delivery of the run's distill task to a worker (duplicates included: a delivery dropped because
-    another worker holds the run counts too); returns the total so far, 0 for an unknown run."""
-    return _count(client, run_id, "deliveries")
 

@@ -5,96 +5,30 @@ led to, the nearest lessons, whether a user purged an id), asks the decision, an
 call for related drafts is asked before the bank's lock is taken (``plan``) and reused under it. Every write
 remembers the contributing run id; the caller also keeps which of the run's lessons were written, so
 distilling the same run twice changes nothing. Recipes and observed facts (``lessonbank.learn.fixes``,
-``lessonbank.learn.shapes``) are kept by fingerprint.
+``lessonbank.learn.shapes``) are kept by fingerprint, by the ``bank_writer.BankWriter`` it builds on.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from typing import Literal
 
 from lessonbank.core.exceptions import PermanentDistillError
-from lessonbank.core.models import Lesson, LessonOrigin, Recipe, Taint, lesson_id, recipe_id
-from lessonbank.core.redact import Redactor
-from lessonbank.core.store.protocol import LessonStoreProtocol
+from lessonbank.core.models import Lesson, lesson_id
 from lessonbank.learn import consolidate as decisions
-from lessonbank.learn.consolidate import HELD_BACK, Observed, Thresholds, kept_out
-from lessonbank.learn.decide import Decider, Decision
+from lessonbank.learn.consolidate import HELD_BACK, Thresholds, kept_out
+from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
-from lessonbank.learn.trust import Testimony, attested
+from lessonbank.workers.bank_writer import NEIGHBOURS, BankWriter, ConsolidationStats
 
 logger = logging.getLogger(__name__)
-
-NEIGHBOURS = 5
 
 __all__ = ["ConsolidationStats", "Consolidator", "Thresholds"]
 
 
-@dataclass
-class ConsolidationStats:
-    added: int = 0
-    reinforced: int = 0
-    merged: int = 0
-    skipped: int = 0
-    echoes: int = 0
-    replaced: int = 0
-    dropped_secret: int = 0
-    recipes: int = 0
-    quarantined: int = 0
-    purged: int = 0
-    lesson_ids: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "added": self.added,
-            "reinforced": self.reinforced,
-            "merged": self.merged,
-            "replaced": self.replaced,
-            "skipped": self.skipped,
-            "echoes": self.echoes,
-            "dropped_secret": self.dropped_secret,
-            "recipes": self.recipes,
-            "quarantined": self.quarantined,
-            "purged": self.purged,
-        }
-
-
-class Consolidator:
-    """Writes one run's new lessons into one bank (the caller holds the bank's lock)."""
-
-    def __init__(
-        self,
-        store: LessonStoreProtocol,
-        bank: str,
-        run_id: str,
-        thresholds: Thresholds | None = None,
-        decide: Decider | None = None,
-        scrubber: Redactor | None = None,
-        origin: LessonOrigin = "distilled",
-        given: Collection[str] = (),
-        verified: bool = False,
-        purged: Callable[[list[str]], set[str]] | None = None,
-        failed: bool = False,
-        testimony: Testimony | None = None,
-    ) -> None:
-        self.store = store
-        self.testimony = testimony
-        self.failed = failed
-        self.purged = purged or (lambda ids: set())
-        self.origin = origin
-        self.given = set(given)
-        self.verified = verified
-        self.bank = bank
-        self.run_id = run_id
-        self.thresholds = thresholds or Thresholds()
-        self.decide = decide
-        self.scrubber = scrubber or Redactor()
-        self.stats = ConsolidationStats()
-        self.now = time.time()
-        self._planned: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Decision]] = {}
+class Consolidator(BankWriter):
+    """Writes one run's new lessons into one bank by ``lessonbank.learn.consolidate``'s decisions (the caller holds
+    the bank's lock)."""
 
     def run(self, drafts: list[DraftLesson], done: Collection[int] = (),
             on_done: Callable[[list[int]], None] | None = None) -> ConsolidationStats:
@@ -176,10 +110,6 @@ class Consolidator:
         except PermanentDistillError as e:
             logger.info("bank %s run %s: no decision before the lock (%s); asking under it", self.bank, self.run_id, e)
 
-    def _stored(self, lesson_id_: str) -> Lesson | None:
-        found = self.store.get(self.bank, [lesson_id_])
-        return found[0] if found else None
-
     def _exact(self, text: str) -> Lesson | None:
         """The active lesson with this text's id, following the pointers of merges; None if absent or kept out."""
         return self._follow(self._stored(lesson_id(self.bank, text)))
@@ -187,33 +117,6 @@ class Consolidator:
     def _follow(self, lesson: Lesson | None) -> Lesson | None:
         """``lesson`` if active, else where its merges led; None if kept out."""
         return decisions.follow(lesson, self._stored)
-
-    def _reinforced(self, lesson: Lesson, draft: DraftLesson) -> Lesson:
-        return decisions.reinforced(lesson, self.run_id, draft.tags, self.now, draft.steps, self.verified,
-                                    self.failed)
-
-    def _reinforce(self, lesson: Lesson, draft: DraftLesson) -> None:
-        outcome = decisions.reinforcement(lesson, self.run_id, self.given)
-        if outcome == "echo":  # the run was told this: its repeating it is no evidence
-            self.stats.echoes += 1
-            logger.info("bank %s run %s: lesson %s repeated by a run that was given it; not reinforced",
-                        self.bank, self.run_id, lesson.id)
-            return
-        if outcome == "skip":
-            self.stats.skipped += 1
-            return
-        self.store.upsert([self._attested(self._reinforced(lesson, draft))])
-        self.stats.reinforced += 1
-        self.stats.lesson_ids.append(lesson.id)
-
-    def _tombstoned(self, lesson_id_: str) -> bool:
-        """A user purged this lesson for good: the same text is not learnt again behind their back."""
-        if lesson_id_ in self.purged([lesson_id_]):
-            self.stats.purged += 1
-            logger.info("bank %s run %s: lesson %s was purged by a user; not written again", self.bank, self.run_id,
-                        lesson_id_)
-            return True
-        return False
 
     def _held_back(self, lesson: Lesson | None) -> bool:
         """A user forgot this stored lesson, outcomes retired it or a contradiction replaced it: a run writing
@@ -342,99 +245,6 @@ class Consolidator:
                               cause="contradicted", cause_run=self.run_id)
         self.stats.replaced += 1
         logger.info("bank %s: lesson %s superseded by %s (%s)", self.bank, target.id, new_id, reason)
-
-    # -- recipes --------------------------------------------------------------------------------
-
-    def _fingerprinted(self, rid: str, kind: str, steps: list[int]) -> Literal["new", "kept", "refused"]:
-        """``new`` if the recipe or fix ``rid`` is not stored yet, ``kept`` if it is (and is reinforced),
-        ``refused`` if a user purged it or it is no longer active."""
-        if self._tombstoned(rid):
-            return "refused"
-        found = self.store.get(self.bank, [rid])
-        if found and found[0].status == "stale" and self.verified:  # the same code works with the tool as it is now
-            self.store.set_status(self.bank, [rid], "active", reason=f"verified again by run {self.run_id}",
-                                  cause="reverified", cause_run=self.run_id)
-            logger.info("bank %s: stale %s %s verified again by run %s", self.bank, kind, rid, self.run_id)
-            found = self.store.get(self.bank, [rid])
-        if found and found[0].status != "active":
-            logger.info("bank %s: %s %s is %s; a run's same code does not revive it", self.bank, kind, rid,
-                        found[0].status)
-            return "refused"
-        if found:
-            existing = found[0]
-            draft = DraftLesson(kind=existing.kind, text=existing.text, tags=existing.tags, steps=steps)
-            self._reinforce(existing, draft)  # the first run's code stays the lesson
-            return "kept"
-        return "new"
-
-    def add_observed(self, fact: Observed) -> str | None:
-        """Store an observed fix, shape or failure, or reinforce the same one; returns its id (None if a user
-        purged it or it is held back). One held (``fact.hold``) is stored quarantined, and never reinforces one
-        that runs are given."""
-        fid = recipe_id(self.bank, fact.fingerprint, kind=fact.tag)
-        if fact.hold:
-            if self._tombstoned(fid) or self.store.get(self.bank, [fid]):
-                return None
-            self.store.upsert([self._attested(decisions.observed_lesson(self.bank, fact, self.run_id, self.verified,
-                                                                        self.now))])
-            self.stats.quarantined += 1
-            self.stats.lesson_ids.append(fid)
-            logger.warning("bank %s run %s: observed %s %s quarantined (%s)", self.bank, self.run_id, fact.tag, fid,
-                           fact.hold)
-            return fid
-        stored = self._stored(fid)
-        what = decisions.observed_update(stored, fact)
-        if what == "adds_nothing" and stored is not None:
-            return fid if stored.status == "active" and not self._tombstoned(fid) else None
-        if what in ("now_tried", "now_with_task") and stored is not None:
-            self.store.upsert([decisions.updated(stored, fact, what)])
-            if what == "now_tried":
-                logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
-                            self.run_id, fid)
-            else:
-                logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank, self.run_id,
-                            fact.tag, fid)
-        known = self._fingerprinted(fid, fact.tag, list(fact.steps))
-        if known != "new":
-            return fid if known == "kept" else None
-        self.store.upsert([self._attested(decisions.observed_lesson(self.bank, fact, self.run_id, self.verified))])
-        self.stats.added += 1
-        self.stats.lesson_ids.append(fid)
-        return fid
-
-    def add_recipe(self, recipe: Recipe, steps: list[int], taint: list[Taint] | None = None,
-                   hold: str = "") -> str | None:
-        """Store the recipe (or reinforce the same code's recipe); returns its id (None if refused). A recipe
-        held (``hold``: why) is stored quarantined, and never reinforces one that runs are given."""
-        rid = recipe_id(self.bank, recipe.fingerprint)
-        if hold:  # held code neither reinforces nor revives a stored recipe
-            known = "refused" if self._tombstoned(rid) or self.store.get(self.bank, [rid]) else "new"
-        else:
-            known = self._fingerprinted(rid, "recipe", steps)
-        if known != "new":
-            return rid if known == "kept" else None
-        said = self.testimony.for_recipe() if self.testimony is not None else None
-        lesson = decisions.recipe_lesson(self.bank, recipe, self.run_id, steps, said.vouched if said else self.verified,
-                                         taint, hold, self.now)
-        self.store.upsert([attested(lesson, self.run_id, said)])
-        self.stats.recipes += 1
-        self.stats.lesson_ids.append(rid)
-        if hold:  # it supersedes nothing runs are given
-            self.stats.quarantined += 1
-            logger.warning("bank %s run %s: recipe %s quarantined (%s)", self.bank, self.run_id, rid, hold)
-            return rid
-        text = lesson.text
-        similar = self.store.similar(self.bank, text, limit=NEIGHBOURS, statuses=["active", "stale"])
-        for older in decisions.outdated_recipes(similar, rid, self.thresholds, recipe.tools):
-            reason = decisions.outdated_reason(self.run_id, older)
-            self.store.set_status(self.bank, [older.id], "superseded", superseded_by=rid, reason=reason,
-                                  cause="outdated", cause_run=self.run_id)
-            self.stats.replaced += 1
-        return rid
-
-    def _attested(self, lesson: Lesson) -> Lesson:
-        return attested(lesson, self.run_id, self.testimony)
-
 
 def _existing(pending: list[tuple[DraftLesson, list[Lesson]]]) -> list[Lesson]:
     """The related lessons of the pending drafts, each once, in order of first appearance."""

@@ -1,7 +1,8 @@
 """Worker service lifecycle: a worker refuses to start without an LLM; its main process owns the embedded store.
 
 A worker with no explicit LLM endpoint or key would send every run to api.openai.com with no key
-and dead-letter it; it stops at ``worker_init`` instead, with one line saying which variable to set.
+and dead-letter it; it stops at ``worker_init`` instead, with one line saying which variable to set. So
+does a worker whose embedding model folder is incomplete (the embedder never downloads one by name).
 
 With no Qdrant server configured, the embedded store (a Qdrant Edge shard) allows one process per
 path, so the worker's main process opens it (``StoreOwner``) once the pool is up and serves the store
@@ -48,6 +49,19 @@ def require_llm(sender: Any = None, **_: Any) -> None:
         app.settings.check_llm_endpoint()
     except ConfigurationError as e:
         # SystemExit, not an error: Celery logs and ignores errors raised by signal handlers.
+        raise SystemExit(f"lessonbank: {e}") from None
+
+
+@signals.worker_init.connect
+def require_embed_model(sender: Any = None, **_: Any) -> None:
+    """Stop the worker before it takes any run when the embedding model folder lacks a file."""
+    if not _ours(sender) or app.settings.embed_base_url:
+        return
+    from lessonbank.core.embeddings import check_model_folder, model_folder
+
+    try:
+        check_model_folder(model_folder(app.settings))
+    except ConfigurationError as e:
         raise SystemExit(f"lessonbank: {e}") from None
 
 

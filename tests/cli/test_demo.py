@@ -51,7 +51,7 @@ def test_with_the_users_endpoint_the_demo_builds_and_fetches_nothing(
 
 
 def test_an_api_key_alone_means_openai_and_nothing_local(tmp_path: Path) -> None:
-    from lessonbank import demo
+    from lessonbank import demo_services as demo
     from lessonbank.core.settings import Settings
 
     said: list[str] = []

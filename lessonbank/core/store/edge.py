@@ -16,7 +16,7 @@ Delete means delete: after removing points the live points are copied into a fre
 the old one (whose segments and write-ahead log still hold what was deleted), so no file under the
 path keeps a deleted lesson. That costs a pass over the store (1-2 s per 10k lessons, during which
 the store answers nothing else), and deletes are rare. Writes are durable through the write-ahead
-log; ``maintain()`` flushes segments now and then.
+log; ``maintain()`` flushes segments now and then. The shard's config, indexes and filters are ``edge_layout``'s.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from typing import IO, Any
 import qdrant_edge as qe
 
 from lessonbank.core.embeddings import Embedder, SparseVector
-from lessonbank.core.exceptions import ConfigurationError, ServiceUnavailable, StoreError
+from lessonbank.core.exceptions import ConfigurationError, StoreError
 from lessonbank.core.models import Lesson
+from lessonbank.core.store import edge_layout as layout
 from lessonbank.core.store.base import DENSE, LEXICAL, Hit, LessonStoreBase, Payload, fuse, hybrid_depth
 from lessonbank.core.store.edge_files import (
     COMPLETE,
@@ -60,73 +61,6 @@ _PAGE = 256
 _COPY_PAGE = 4096
 _FACET_LIMIT = 100_000
 _COLLECTION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-# ``live``: the bank's name on an active lesson, null or absent on any other, so that "the active lessons
-# of a bank" (every instructions request) is one tenant-index lookup. A filter on bank and status checks
-# the status of each of the bank's points: 10k lessons, dense scan 3.5 ms against 2.3 ms on ``live``.
-LIVE = "live"
-_INDEXES: dict[str, Any] = {
-    "bank": qe.KeywordIndexParams(is_tenant=True),
-    LIVE: qe.KeywordIndexParams(is_tenant=True),
-    "status": qe.PayloadSchemaType.Keyword,
-    "kind": qe.PayloadSchemaType.Keyword,
-}
-
-
-# One search thread: the owner serves callers from several threads already, and on small machines a
-# hand-off to the engine's search pool costs more than it saves (10k lessons: p50 2.8 ms against 3.3).
-SEARCH_THREADS = 1
-
-
-def _config(dim: int) -> qe.EdgeConfig:
-    # No HNSW graph (indexing threshold 0): scanning a bank's vectors takes 1-2 ms per 10k lessons, and
-    # building a graph for 100k would hold the GIL of the owning process for about a minute.
-    optimizers = qe.EdgeOptimizersConfig(indexing_threshold=0)
-    return qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
-                         sparse_vectors={LEXICAL: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-                         optimizers=optimizers, max_search_threads=SEARCH_THREADS)
-
-
-def _reopen(shard_dir: Path, dim: int) -> Any:
-    """The shard at ``shard_dir`` (its config checked against, and brought up to, ``_config``)."""
-    return qe.EdgeShard.load(str(shard_dir), _config(dim))
-
-
-def _condition(key: str, value: str) -> qe.FieldCondition:
-    return qe.FieldCondition(key, match=qe.MatchValue(value))
-
-
-def _filter(bank: str, active_only: bool, kinds: builtins.list[str] | None = None,
-            statuses: builtins.list[str] | None = None) -> qe.Filter:
-    """Points of ``bank``: whose status is one of ``statuses`` if given, else active ones if ``active_only``."""
-    must: builtins.list[Any]
-    if (active_only and not statuses) or statuses == ["active"]:
-        must = [_condition(LIVE, bank)]
-    else:
-        must = [_condition("bank", bank)]
-        if statuses and len(statuses) > 1:
-            must.append(qe.FieldCondition("status", match=qe.MatchAny(builtins.list(statuses))))
-        elif statuses:
-            must.append(_condition("status", statuses[0]))
-    if kinds:
-        must.append(qe.FieldCondition("kind", match=qe.MatchAny(builtins.list(kinds))))
-    return qe.Filter(must=must)
-
-
-def _sparse(vector: SparseVector) -> qe.SparseVector:
-    return qe.SparseVector(vector.indices, vector.values)
-
-
-@contextlib.contextmanager
-def _engine_errors(action: str) -> Iterator[None]:
-    """The engine raises plain ``Exception``s; a lessonbank error names what failed."""
-    try:
-        yield
-    except (StoreError, ServiceUnavailable, ConfigurationError):
-        raise
-    except Exception as e:  # qdrant-edge reports every failure as Exception
-        raise StoreError(f"the embedded store failed to {action}: {e}") from e
-
-
 class EdgeLessonStore(LessonStoreBase):
     """Lessons of every bank in one embedded Qdrant Edge shard at ``path``; every method names one bank.
 
@@ -196,15 +130,15 @@ class EdgeLessonStore(LessonStoreBase):
                     f"the embedded store at {shard_dir} holds {stored.get('size')}-d vectors but the embedder "
                     f"makes {dim}-d ones; use another LESSONBANK_COLLECTION or the same embedding model"
                 )
-            with _engine_errors("open its shard"):
-                shard = _reopen(shard_dir, dim)
+            with layout.engine_errors("open its shard"):
+                shard = layout.reopen(shard_dir, dim)
         else:
             logger.info("creating the embedded lesson store %s (%d-d dense + lexical)", shard_dir, dim)
-            with _engine_errors("create its shard"):
-                shard = qe.EdgeShard.create(str(shard_dir), _config(dim))
-        with _engine_errors("create its payload indexes"):
+            with layout.engine_errors("create its shard"):
+                shard = qe.EdgeShard.create(str(shard_dir), layout.shard_config(dim))
+        with layout.engine_errors("create its payload indexes"):
             present = set(shard.info().payload_schema)
-            for field, schema in _INDEXES.items():
+            for field, schema in layout.INDEXES.items():
                 if field not in present:
                     shard.update(qe.UpdateOperation.create_field_index(field, schema))
         return shard
@@ -213,16 +147,16 @@ class EdgeLessonStore(LessonStoreBase):
     def _mark_live(shard: Any) -> int:
         """Set ``live`` on the active points that lack it (a shard written before the field, or points moved
         from qdrant-client's local mode); how many. Nothing to do reads one empty page."""
-        flt = qe.Filter(must=[_condition("status", "active"), qe.IsEmptyCondition(LIVE)])
+        flt = qe.Filter(must=[layout.condition("status", "active"), qe.IsEmptyCondition(layout.LIVE)])
         marked = 0
-        with _engine_errors("index the active lessons"):
+        with layout.engine_errors("index the active lessons"):
             while True:  # each pass sets what it read, so the next one starts from the top again
                 records, _ = shard.scroll(qe.ScrollRequest(limit=_COPY_PAGE, filter=flt, with_payload=["bank"]))
                 by_bank: dict[str, builtins.list[Any]] = {}
                 for record in records:
                     by_bank.setdefault(str((record.payload or {}).get("bank", "")), []).append(record.id)
                 for bank, ids in by_bank.items():
-                    shard.update(qe.UpdateOperation.set_payload(ids, {LIVE: bank}))
+                    shard.update(qe.UpdateOperation.set_payload(ids, {layout.LIVE: bank}))
                 marked += len(records)
                 if len(records) < _COPY_PAGE:
                     return marked
@@ -266,7 +200,7 @@ class EdgeLessonStore(LessonStoreBase):
                     and time.monotonic() - self._purge_tried >= PURGE_RETRY_SECONDS):
                 self._purge_again("retrying the purge a delete left undone")
             if self._dirty and self._shard is not None and time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
-                with _engine_errors("flush"):
+                with layout.engine_errors("flush"):
                     self._shard.flush()
                 self._dirty = False
                 self._flushed_at = time.monotonic()
@@ -286,7 +220,7 @@ class EdgeLessonStore(LessonStoreBase):
         with self._engine:
             self._purge_tried = time.monotonic()
             try:
-                with _engine_errors("compact after a delete"):
+                with layout.engine_errors("compact after a delete"):
                     shutil.rmtree(fresh, ignore_errors=True)
                     self._copy_live(fresh)
                     self.shard.close()
@@ -296,14 +230,14 @@ class EdgeLessonStore(LessonStoreBase):
                     fresh.rename(shard_dir)
                     (shard_dir / COMPLETE).unlink()
                     shutil.rmtree(old)
-                    self._shard = _reopen(shard_dir, self.embedder.dim)
+                    self._shard = layout.reopen(shard_dir, self.embedder.dim)
                     self._dirty = False
                     self._flushed_at = time.monotonic()
             finally:
                 if self._shard is None:  # failed with no shard open: reopen the one recover keeps
                     with contextlib.suppress(Exception):  # else the next call's open() tries again
                         recover(shard_dir)
-                        self._shard = _reopen(shard_dir, self.embedder.dim)
+                        self._shard = layout.reopen(shard_dir, self.embedder.dim)
             sibling(shard_dir, PURGE).unlink(missing_ok=True)
             self._purge_pending = False
 
@@ -317,8 +251,8 @@ class EdgeLessonStore(LessonStoreBase):
                              PURGE_RETRY_SECONDS)
 
     def _copy_live(self, fresh: Path) -> None:
-        target = qe.EdgeShard.create(str(fresh), _config(self.embedder.dim))
-        for field, schema in _INDEXES.items():
+        target = qe.EdgeShard.create(str(fresh), layout.shard_config(self.embedder.dim))
+        for field, schema in layout.INDEXES.items():
             target.update(qe.UpdateOperation.create_field_index(field, schema))
         offset: Any = None
         while True:
@@ -335,21 +269,21 @@ class EdgeLessonStore(LessonStoreBase):
     # -- engine primitives ----------------------------------------------------------------------
 
     def _update(self, operation: Any, action: str) -> None:
-        with self._engine, _engine_errors(action):
+        with self._engine, layout.engine_errors(action):
             self.shard.update(operation)
             self._dirty = True
 
     def _retrieve(
         self, ids: builtins.list[str], fields: builtins.list[str] | None
     ) -> builtins.list[tuple[str, Payload]]:
-        with self._engine, _engine_errors("read lessons"):
+        with self._engine, layout.engine_errors("read lessons"):
             records = self.shard.retrieve(ids, with_payload=fields if fields else True, with_vector=False)
         return [(str(r.id), r.payload or {}) for r in records]
 
     def _write(self, lessons: builtins.list[Lesson], dense: builtins.list[builtins.list[float]],
                lexical: builtins.list[SparseVector]) -> None:
         points = [
-            qe.Point(lesson.id, {DENSE: vector, LEXICAL: _sparse(terms)}, exact_payload(
+            qe.Point(lesson.id, {DENSE: vector, LEXICAL: layout.sparse(terms)}, exact_payload(
                 {**lesson.model_dump(mode="json"), **self._status_fields(lesson.bank, lesson.status)}))
             for lesson, vector, terms in zip(lessons, dense, lexical, strict=True)
         ]
@@ -357,7 +291,7 @@ class EdgeLessonStore(LessonStoreBase):
 
     @staticmethod
     def _status_fields(bank: str, status: str) -> Payload:
-        return {LIVE: bank if status == "active" else None}
+        return {layout.LIVE: bank if status == "active" else None}
 
     def _set_payload(self, ids: builtins.list[str], payload: Payload) -> None:
         self._update(qe.UpdateOperation.set_payload(builtins.list(ids), exact_payload(payload)), "update lessons")
@@ -371,12 +305,12 @@ class EdgeLessonStore(LessonStoreBase):
 
     def _remove_bank(self, bank: str) -> int:
         # By ids: a delete by filter can miss points of a segment that a vacuum rewrote (qdrant-edge 0.9).
-        flt = _filter(bank, active_only=False)
+        flt = layout.bank_filter(bank, active_only=False)
         ids: builtins.list[str] = []
         offset: Any = None
         with self._engine:
             while True:
-                with _engine_errors("list a bank"):
+                with layout.engine_errors("list a bank"):
                     records, offset = self.shard.scroll(qe.ScrollRequest(offset=offset, limit=_PAGE * 4, filter=flt,
                                                                          with_payload=False))
                 ids.extend(str(r.id) for r in records)
@@ -387,10 +321,10 @@ class EdgeLessonStore(LessonStoreBase):
         return len(ids)
 
     def _scroll(self, bank: str, active_only: bool) -> Iterator[Payload]:
-        flt = _filter(bank, active_only)
+        flt = layout.bank_filter(bank, active_only)
         offset: Any = None
         while True:
-            with self._engine, _engine_errors("list lessons"):
+            with self._engine, layout.engine_errors("list lessons"):
                 records, offset = self.shard.scroll(
                     qe.ScrollRequest(offset=offset, limit=_PAGE, filter=flt, with_payload=True)
                 )
@@ -407,13 +341,13 @@ class EdgeLessonStore(LessonStoreBase):
 
     @staticmethod
     def _lexical_request(flt: qe.Filter, lexical: SparseVector, limit: int) -> qe.QueryRequest:
-        return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(_sparse(lexical), using=LEXICAL), filter=flt,
+        return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(layout.sparse(lexical), using=LEXICAL), filter=flt,
                                with_payload=False)
 
     def _search(self, requests: builtins.list[qe.QueryRequest]) -> builtins.list[builtins.list[tuple[str, float]]]:
         """(id, score) of each request's hits, in one engine call: best first, equal scores in id order (the
         engine leaves ties in storage order, and the fusion must not depend on it)."""
-        with self._engine, _engine_errors("search lessons"):
+        with self._engine, layout.engine_errors("search lessons"):
             found = self.shard.query_batch(qe.QueryBatchRequest(requests))
         return [sorted(((str(p.id), float(p.score)) for p in points), key=lambda hit: (-hit[1], hit[0]))
                 for points in found]
@@ -427,7 +361,8 @@ class EdgeLessonStore(LessonStoreBase):
 
     def _nearest(self, bank: str, vector: builtins.list[float], limit: int,
                  statuses: builtins.list[str]) -> builtins.list[Hit]:
-        (hits,) = self._search([self._dense_request(_filter(bank, True, statuses=statuses), vector, limit, None)])
+        flt = layout.bank_filter(bank, True, statuses=statuses)
+        (hits,) = self._search([self._dense_request(flt, vector, limit, None)])
         return self._payloads(hits)
 
     def _candidates(self, flt: qe.Filter, dense: builtins.list[float], lexical: SparseVector, depth: int,
@@ -439,12 +374,13 @@ class EdgeLessonStore(LessonStoreBase):
 
     def _hybrid(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
                 kinds: builtins.list[str] | None, min_similarity: float | None) -> builtins.list[Hit]:
-        found = self._candidates(_filter(bank, True, kinds), dense, lexical, hybrid_depth(limit), min_similarity)
+        flt = layout.bank_filter(bank, True, kinds)
+        found = self._candidates(flt, dense, lexical, hybrid_depth(limit), min_similarity)
         return self._payloads(fuse(*([point_id for point_id, _ in hits] for hits in found))[:limit])
 
     def _ranked(self, bank: str, dense: builtins.list[float], lexical: SparseVector, limit: int,
                 min_similarity: float | None) -> tuple[builtins.list[Hit], builtins.list[str]]:
-        found = self._candidates(_filter(bank, True), dense, lexical, hybrid_depth(limit), None)
+        found = self._candidates(layout.bank_filter(bank, True), dense, lexical, hybrid_depth(limit), None)
         floor = -1.0 if min_similarity is None else min_similarity
         similar = self._payloads([hit for hit in found[0][:limit] if hit[1] >= floor])
         if not similar:
@@ -454,7 +390,7 @@ class EdgeLessonStore(LessonStoreBase):
 
     def _bank_counts(self, status: str = "active") -> dict[str, int]:
         request = qe.FacetRequest("bank", limit=_FACET_LIMIT, exact=True, filter=qe.Filter(
-            must=[_condition("status", status)]))
-        with self._engine, _engine_errors("count lessons per bank"):
+            must=[layout.condition("status", status)]))
+        with self._engine, layout.engine_errors("count lessons per bank"):
             response = self.shard.facet(request)
         return {str(hit.value): int(hit.count) for hit in response.hits}
