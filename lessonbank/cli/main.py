@@ -25,6 +25,7 @@ COMMANDS = {
     "dead-letters": "lessonbank.cli.dead_letters:dead_letters",
     "spool": "lessonbank.cli.spool:spool",
     "llm": "lessonbank.cli.llm:llm",
+    "embed": "lessonbank.cli.embed:embed",
     "report": "lessonbank.cli.report:report",
     "runs": "lessonbank.cli.runs:runs",
     "tools": "lessonbank.cli.tools:tools",

@@ -146,8 +146,7 @@ def check_model_folder(folder: Path) -> None:
     if missing:
         raise ConfigurationError(
             f"embedding model folder {folder} lacks {', '.join(missing)}: set {MODEL_PATH_SETTING} to a complete "
-            "folder, or assemble the pinned one there (`lessonbank worker` does at start, as does "
-            "scripts/fetch_embed_model.py --dest DIR)"
+            "folder, or assemble the pinned one there: `lessonbank embed setup` (`lessonbank worker` does it at start)"
         )
 
 
