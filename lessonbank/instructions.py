@@ -45,7 +45,7 @@ import redis
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn import adapt, causal, fingerprint, fixtext, needs, render, shapes, trust
+from lessonbank.learn import adapt, causal, fingerprint, fixtext, handover, needs, render, shapes, trust
 
 logger = logging.getLogger(__name__)
 
@@ -244,23 +244,42 @@ def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
     return f"{shapes.text(shape, with_call=False)[:-1]}: use all of them (`{loop}`).{read}"
 
 
-def _call_for_task(lesson: Lesson, task: str) -> str:
-    """An observed shape fact's call that got the result, as the line to write with ``task``'s values, then the
-    loop over its records on the line's own variable ("" when the fact names no call or a value cannot be placed:
-    the call with another task's value is not given); given only the shape, small models asked the tool for
-    values of their own."""
+def _call_for_task(lesson: Lesson, task: str, using: set[str], universe: Collection[str]) -> str:
+    """An observed shape fact's call that got the result, as the line to write with ``task``'s values and the neutral
+    name ``result``, then the loop over its records ("" when the fact names no call, its tool is not one the task
+    will use (``using``), or a value cannot be placed: the call with another task's value is not given); from a
+    question that used tools this task will not, an example to adapt. Given only the shape, small models asked the
+    tool for values of their own."""
     shape = lesson.shape if lesson.origin == "observed" else None
-    call = shape.call if shape is not None and task and lesson.task else ""
+    call = shape.call if shape is not None and task and lesson.task and shape.tool in using else ""
     line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
-    assigned = _assigned_call(line) if line else None
-    if line and assigned is None:  # the call alone: the run assigned its result to no name
-        line = f"result = {line}"
-        assigned = _assigned_call(line)
-    if not line or shape is None or assigned is None:
+    line = _as_result(line) if line else ""
+    if not line or shape is None:
         return ""
-    then = f", then use its records: `for record in {assigned[0]}{shapes.path(shape.records)}:`" \
+    then = f", then use its records: `for record in {handover.RESULT}{shapes.path(shape.records)}:`" \
         if shape.records is not None else ""
-    return f"For this task: write `{line}`{then}."
+    lead = "For this task" if _own_tools(lesson, using, universe) else render.ADAPT_OTHER
+    return f"{lead}: write `{line}`{then}."
+
+
+def _as_result(line: str) -> str:
+    """A line that calls one tool, as ``result = <the call>`` (its own name for the result was its question's);
+    "" for any other line."""
+    try:
+        body = ast.parse(line).body
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Assign | ast.Expr) else None
+    if not isinstance(value, ast.Call) or (isinstance(body[0], ast.Assign) and (
+            len(body[0].targets) != 1 or not isinstance(body[0].targets[0], ast.Name))):
+        return ""
+    return f"{handover.RESULT} = {ast.get_source_segment(line, value) or ast.unparse(value)}"
+
+
+def _own_tools(lesson: Lesson, using: set[str], universe: Collection[str]) -> bool:
+    """Whether the question ``lesson`` was learnt on, and its code, used only tools this task will use."""
+    question = needs.tools_used(lesson.task, universe) if lesson.task else set()
+    return bool(using) and (question | (needs.needed_tools(lesson) or set())) <= using
 
 
 def _assigned_call(line: str) -> tuple[str, str] | None:
@@ -319,14 +338,21 @@ def _then_loop(fix: FixPayload, shapes_of: dict[str, tuple[str, ...]]) -> str:
 
 
 def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload | None],
-          shapes_of: dict[str, tuple[str, ...]], written: set[str]) -> str:
-    """The block's line for a prose lesson (see ``format_lessons``)."""
+          shapes_of: dict[str, tuple[str, ...]], written: set[str], using: set[str], universe: Collection[str]) -> str:
+    """The block's line for a prose lesson (see ``format_lessons``); "" for a fix that cannot be handed to ``task``."""
     mine, shown = placed
-    if mine is not None:  # the line to write with this task's values, and no failing line to copy
+    if mine is not None and lesson.verified and handover.same_question(lesson.task, task):
+        # the same question with other values, from a run judged right: its line, with this task's values
         return f"- For this task: {_one_line(render.to_write(mine) + _then_loop(mine, shapes_of))} {_seen(lesson)}"
+    fix = lesson.fix if lesson.origin == "observed" else None
+    if fix is not None and task and lesson.task:
+        own = lesson.verified and _own_tools(lesson, using, universe)
+        said = handover.text(fix, lesson.task, task, for_task=own, verified=lesson.verified,
+                             records=shapes_of)
+        return f"- {_one_line(said)} {_seen(lesson)}" if said else ""
     line = f"- {_one_line(_in_use(lesson, shown))} {_seen(lesson)}"
     tool = lesson.shape.tool if lesson.origin == "observed" and lesson.shape is not None else None
-    call = _call_for_task(lesson, task) if shapes_of and tool not in written else ""
+    call = _call_for_task(lesson, task, using, universe) if shapes_of and tool not in written else ""
     return f"- {_one_line(call)} {_seen(lesson)}\n{line}" if call else line
 
 
@@ -336,7 +362,8 @@ HEADER = (f"{LESSONS_HEADER}\n"
           "you were given, and may be out of date, so check them against what you observe.")
 
 
-def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "") -> tuple[str, list[Lesson]]:
+def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "",
+                   tools: Collection[str] | None = None) -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds. It does not
     name the bank: the model has no use for the name, and runs given the same lessons get the same words.
     An observed fix whose values can all be placed is given as the line to write with ``task``'s values and, next
@@ -355,6 +382,8 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     # tools whose call the block gives already: a fix's line to write (the call line of a shape would be another)
     written = {tool for lesson, (mine, _) in zip(lessons, placed, strict=True) if mine is not None
                for tool in needs.needed_tools(lesson) or ()}
+    universe = tools if tools else {tool for lesson in lessons for tool in needs.needed_tools(lesson) or ()}
+    using = needs.tools_used(task, universe) if task else set()
     for lesson, pair in zip(lessons, placed, strict=True):
         if lesson.recipe is not None:
             block = format_recipe(lesson, task)
@@ -364,7 +393,9 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        line = _line(lesson, task, pair, shapes_of, written)
+        line = _line(lesson, task, pair, shapes_of, written, using, universe)
+        if not line:
+            continue
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
         if cost > budget:
             continue
@@ -399,4 +430,4 @@ def compose_instructions(
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
                            max_recipes=max_recipes, tools=tools, versions=versions)
-    return format_lessons(lessons, max_chars=max_chars, task=task)
+    return format_lessons(lessons, max_chars=max_chars, task=task, tools=tools)
