@@ -23,8 +23,10 @@ Selection
        values when every one of its values can be placed, else as an example to adapt (``learn.adapt``); then
        prose lessons, each kind present (facts, what worked, what to avoid) first getting an equal share of
        the rest of ``max_lessons``. Next to a recipe, a "what worked" sentence is left out unless runs
-       showed it helps or a user added it: the code already says what worked. An observed fix is given as the
-       line to write with this task's values when they can all be placed (``render.to_write``).
+       showed it helps or a user added it: the code already says what worked. An observed fix of the same question
+       (other values), from a run judged right, is given as the line to write with this task's values
+       (``render.to_write``); any other as what changed, with neutral names (``learn.handover``), said to be an
+       example to adapt unless its run was judged right and its question used only tools this task will use.
 
 The block says where the lessons come from (earlier runs), how many runs each was
 seen in, and that they are advisory: they were drawn from earlier tool output, which is untrusted, so
@@ -228,7 +230,7 @@ def _fence(code: str) -> str:
 
 def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
     """A lesson's text: an observed fix as ``fix`` (its values this task's, or named); an observed shape with the
-    loop over its records (and without the call that got them, which ``_call_for_task`` gives with this task's
+    loop over its records (and without the call that got them, which ``handover.call_line`` gives with this task's
     values, or not at all): told only where the records are, small models summed the first one alone."""
     if fix is not None:
         return render.fix(fix)
@@ -242,44 +244,6 @@ def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
     read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
         if fields else ""
     return f"{shapes.text(shape, with_call=False)[:-1]}: use all of them (`{loop}`).{read}"
-
-
-def _call_for_task(lesson: Lesson, task: str, using: set[str], universe: Collection[str]) -> str:
-    """An observed shape fact's call that got the result, as the line to write with ``task``'s values and the neutral
-    name ``result``, then the loop over its records ("" when the fact names no call, its tool is not one the task
-    will use (``using``), or a value cannot be placed: the call with another task's value is not given); from a
-    question that used tools this task will not, an example to adapt. Given only the shape, small models asked the
-    tool for values of their own."""
-    shape = lesson.shape if lesson.origin == "observed" else None
-    call = shape.call if shape is not None and task and lesson.task and shape.tool in using else ""
-    line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
-    line = _as_result(line) if line else ""
-    if not line or shape is None:
-        return ""
-    then = f", then use its records: `for record in {handover.RESULT}{shapes.path(shape.records)}:`" \
-        if shape.records is not None else ""
-    lead = "For this task" if _own_tools(lesson, using, universe) else render.ADAPT_OTHER
-    return f"{lead}: write `{line}`{then}."
-
-
-def _as_result(line: str) -> str:
-    """A line that calls one tool, as ``result = <the call>`` (its own name for the result was its question's);
-    "" for any other line."""
-    try:
-        body = ast.parse(line).body
-    except (SyntaxError, ValueError, RecursionError):
-        return ""
-    value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Assign | ast.Expr) else None
-    if not isinstance(value, ast.Call) or (isinstance(body[0], ast.Assign) and (
-            len(body[0].targets) != 1 or not isinstance(body[0].targets[0], ast.Name))):
-        return ""
-    return f"{handover.RESULT} = {ast.get_source_segment(line, value) or ast.unparse(value)}"
-
-
-def _own_tools(lesson: Lesson, using: set[str], universe: Collection[str]) -> bool:
-    """Whether the question ``lesson`` was learnt on, and its code, used only tools this task will use."""
-    question = needs.tools_used(lesson.task, universe) if lesson.task else set()
-    return bool(using) and (question | (needs.needed_tools(lesson) or set())) <= using
 
 
 def _assigned_call(line: str) -> tuple[str, str] | None:
@@ -346,13 +310,13 @@ def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload
         return f"- For this task: {_one_line(render.to_write(mine) + _then_loop(mine, shapes_of))} {_seen(lesson)}"
     fix = lesson.fix if lesson.origin == "observed" else None
     if fix is not None and task and lesson.task:
-        own = lesson.verified and _own_tools(lesson, using, universe)
+        own = lesson.verified and handover.own_tools(lesson, using, universe)
         said = handover.text(fix, lesson.task, task, for_task=own, verified=lesson.verified,
                              records=shapes_of)
         return f"- {_one_line(said)} {_seen(lesson)}" if said else ""
     line = f"- {_one_line(_in_use(lesson, shown))} {_seen(lesson)}"
     tool = lesson.shape.tool if lesson.origin == "observed" and lesson.shape is not None else None
-    call = _call_for_task(lesson, task, using, universe) if shapes_of and tool not in written else ""
+    call = handover.call_line(lesson, task, using, universe) if shapes_of and tool not in written else ""
     return f"- {_one_line(call)} {_seen(lesson)}\n{line}" if call else line
 
 
@@ -369,7 +333,7 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     An observed fix whose values can all be placed is given as the line to write with ``task``'s values and, next
     to the shape of its call's result, how to go on from it (``_then_loop``); otherwise as kept, its own task's
     values named. With no recipe in the block, a shape fact naming the call that got its result gives that call
-    first, with ``task``'s values, unless a fix's line to write calls the same tool (``_call_for_task``).
+    first, with ``task``'s values, unless a fix's line to write calls the same tool (``handover.call_line``).
 
     Lessons that do not fit are left out whole; no lesson fits -> ``("", [])``.
     """

@@ -14,7 +14,11 @@ with neutral names (the tool's result is ``result``; an element the question pic
 of what it was picked from, never that position), and the call's values bound to the next task by where they flow
 (``params.for_task``). What is left of the question's expression (its indexing, aggregation, arithmetic, names) is
 not handed over. ``same_question`` tells the one case where the whole line is this task's own: the same question
-with other values.
+with other values. ``text`` says a fix from a run not judged right is an example to adapt (its line ran; its answer
+was not verified), and so is one of a question that used tools this task will not (``own_tools``).
+
+The call that got a shape's result (``call_line``) follows the same rules: given as ``result = <the call>`` with this
+task's values, only for a tool this task will use, and as an example to adapt when its question used other tools.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import ast
 import copy
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from lessonbank.core.models import FixPayload
-from lessonbank.learn import code, fixtext, params, render, shapes
+from lessonbank.core.models import FixPayload, Lesson
+from lessonbank.learn import adapt, code, fixtext, needs, params, render, shapes
 
 RESULT = "result"
 RECORD = "record"
@@ -286,3 +291,41 @@ def text(fix: FixPayload, solved: str, task: str, *, for_task: bool, verified: b
     path = (records or {}).get(called) if mine.kind == "call" else None
     return f"{said} Then use its records: `for {RECORD} in {RESULT}{shapes.path(path)}:`." if path is not None \
         else said
+
+
+def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[str]) -> str:
+    """An observed shape fact's call that got the result, as the line to write with ``task``'s values and the neutral
+    name ``result``, then the loop over its records ("" when the fact names no call, its tool is not one the task
+    will use (``using``), or a value cannot be placed: the call with another task's value is not given); from a
+    question that used tools this task will not, an example to adapt. Given only the shape, small models asked the
+    tool for values of their own."""
+    shape = lesson.shape if lesson.origin == "observed" else None
+    call = shape.call if shape is not None and task and lesson.task and shape.tool in using else ""
+    line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
+    line = as_result(line) if line else ""
+    if not line or shape is None:
+        return ""
+    then = f", then use its records: `for record in {RESULT}{shapes.path(shape.records)}:`" \
+        if shape.records is not None else ""
+    lead = "For this task" if own_tools(lesson, using, universe) else render.ADAPT_OTHER
+    return f"{lead}: write `{line}`{then}."
+
+
+def as_result(line: str) -> str:
+    """A line that calls one tool, as ``result = <the call>`` (its own name for the result was its question's);
+    "" for any other line."""
+    try:
+        body = ast.parse(line).body
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Assign | ast.Expr) else None
+    if not isinstance(value, ast.Call) or (isinstance(body[0], ast.Assign) and (
+            len(body[0].targets) != 1 or not isinstance(body[0].targets[0], ast.Name))):
+        return ""
+    return f"{RESULT} = {ast.get_source_segment(line, value) or ast.unparse(value)}"
+
+
+def own_tools(lesson: Lesson, using: set[str], universe: Collection[str]) -> bool:
+    """Whether the question ``lesson`` was learnt on, and its code, used only tools this task will use."""
+    question = needs.tools_used(lesson.task, universe) if lesson.task else set()
+    return bool(using) and (question | (needs.needed_tools(lesson) or set())) <= using
