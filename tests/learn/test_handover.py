@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from lessonbank.core.models import Lesson, StepRecord, ToolCallRecord, ToolResultRecord
+from lessonbank.core.models import Lesson, Recipe, StepRecord, ToolCallRecord, ToolResultRecord
 from lessonbank.core.redact import Redactor
 from lessonbank.core.specimen import specimen
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import fixes, handover, render, shapes
+from lessonbank.learn import adapt, fixes, handover, render, shapes
 from lessonbank.learn.consolidate import Observed, counted_failed, observed_lesson
 from lessonbank.learn.fixtext import payload
 from tests.learn.runs import view
@@ -210,3 +210,14 @@ def test_the_same_question_with_other_values_is_told_from_another_question() -> 
     assert handover.same_question(CATALOG.format("lamp", 30), CATALOG.format("mug", 22))
     assert not handover.same_question(DIFFERENCE, TOTAL)
     assert not handover.same_question("", "")
+
+
+def test_a_recipes_names_holding_another_questions_value_get_this_tasks() -> None:
+    """A recipe given with this task's values also names its results with them: ``count_below_22_euros`` beside
+    ``< 25`` told the model two thresholds."""
+    code = ("products_with_lamp = search_catalog(query='lamp')\ncount_below_22_euros = sum((1 for record in "
+            "products_with_lamp['data']['items'] if record['price'] < 22))\nfinal_answer(count_below_22_euros)")
+    example = adapt.recipe_example(Recipe(code=code, task=CATALOG.format("lamp", 22)), CATALOG.format("chair", 25))
+    assert example is not None and example.placed
+    assert "count_below_25_euros" in example.code and "products_with_chair" in example.code
+    assert "22" not in example.code and "lamp" not in example.code
