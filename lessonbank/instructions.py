@@ -20,7 +20,9 @@ Selection
        lesson's utility (the mean of a Beta(1 + helpful, 1 + harmful) belief), the fused rank, the evidence,
        recency (half-life of 30 days) and what the per-lesson holdout measured (``learn.causal``).
     4. The best recipe of a task close enough to this one first, as a fenced code block: with this task's
-       values when every one of its values can be placed, else as an example to adapt (``learn.adapt``); then
+       values when every one of its values can be placed, else as an example to adapt (``learn.adapt``); one of
+       another question says so, and none calling a tool this task will not use is given (it would compute that
+       question's answer: ``handover.foreign_code``); then
        prose lessons, each kind present (facts, what worked, what to avoid) first getting an equal share of
        the rest of ``max_lessons``. Next to a recipe, a "what worked" sentence is left out unless runs
        showed it helps or a user added it: the code already says what worked. An observed fix of the same question
@@ -211,6 +213,8 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
         if example.placed:
             # never the other question's values: the task above names them, the code holds this task's
             note = ", with this task's values put in" if any(old != new for old, new in example.values.items()) else ""
+            note += "; written for that task: an example to adapt" if not handover.same_question(
+                recipe.task, task) and task else ""
         else:
             note = (f"; an example to adapt: its {calls} with this task's values where they are known, "
                     f"{', '.join('<' + name + '>' for name in example.names.values())} where not")
@@ -350,8 +354,8 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     using = needs.tools_used(task, universe) if task else set()
     for lesson, pair in zip(lessons, placed, strict=True):
         if lesson.recipe is not None:
-            block = format_recipe(lesson, task)
-            if len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(HEADER))):
+            block = "" if handover.foreign_code(lesson, task, using) else format_recipe(lesson, task)
+            if not block or len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(HEADER))):
                 continue
             budget -= len(block) + 2
             recipe_blocks.append(block)

@@ -330,7 +330,7 @@ def test_a_recipe_comes_with_this_tasks_values_placed_by_role_and_form_or_as_a_f
     text, given = format_lessons([code], task="How warm did it get in Ghent on 2024-12-09?")  # other words
     assert given == [code]
     assert ("(task: \"What was the highest temperature in {city} on {date}?\"; verified by check; seen in 1 run), "
-            "with this task's values put in:\n```python\n"
+            "with this task's values put in; written for that task: an example to adapt:\n```python\n"
             "result = get_weather(city='Ghent', date='09.12.2024')\n") in text
     assert "2024-12-09" not in text and "Graz" not in text  # nor the other question's values
     plain, _ = format_lessons([code], task="What was the highest temperature in Ghent yesterday?")

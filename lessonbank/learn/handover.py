@@ -243,18 +243,19 @@ def bound(found: Handover, solved: str, task: str) -> tuple[Handover, bool] | No
     return Handover(found.kind, call, loop, failed, fixed), not placed[2]
 
 
-def _masked(task: str) -> list[str]:
-    """The words of ``task`` with its values (numbers, quoted text, capitalised names but the first word) masked."""
-    out = []
-    for at, token in enumerate(_TOKEN.findall(task[:params.MAX_TASK])):
-        value = token[:1] in "'\"" or any(ch.isdigit() for ch in token) or (at and token[:1].isupper())
-        out.append("<v>" if value else token.lower())
-    return out
+def _is_value(token: str, at: int) -> bool:
+    """Whether a word of a task is one of its values: quoted, with a digit, an id (``web-ember``, ``INV-7``) or a
+    capitalised name (but the first word)."""
+    return token[:1] in "'\"" or any(ch.isdigit() for ch in token) or any(ch in "-./:@" for ch in token) \
+        or bool(at and token[:1].isupper())
 
 
 def same_question(solved: str, task: str) -> bool:
     """Whether ``task`` asks what ``solved`` asked, in the same words, but for its values."""
-    return bool(solved.strip()) and _masked(solved) == _masked(task)
+    theirs, mine = (_TOKEN.findall(text[:params.MAX_TASK]) for text in (solved, task))
+    return bool(theirs) and len(theirs) == len(mine) and all(
+        a.lower() == b.lower() or (_is_value(a, at) and _is_value(b, at))
+        for at, (a, b) in enumerate(zip(theirs, mine, strict=True)))
 
 
 def _what(found: Handover, kept: Handover) -> str:
@@ -328,4 +329,13 @@ def as_result(line: str) -> str:
 def own_tools(lesson: Lesson, using: set[str], universe: Collection[str]) -> bool:
     """Whether the question ``lesson`` was learnt on, and its code, used only tools this task will use."""
     question = needs.tools_used(lesson.task, universe) if lesson.task else set()
-    return bool(using) and (question | (needs.needed_tools(lesson) or set())) <= using
+    return bool(using) and (question | (needs.needed_tools(lesson) or set())) - needs.NOT_TOOLS <= using
+
+
+def foreign_code(lesson: Lesson, task: str, using: set[str]) -> bool:
+    """Whether ``lesson`` is a recipe of another question that calls a tool ``task`` will not use (``using``, when
+    known): run with this task's values, it computes that question's answer, not this one's."""
+    recipe = lesson.recipe
+    if recipe is None or not using or not task or same_question(recipe.task, task):
+        return False
+    return not (needs.needed_tools(lesson) or set()) - needs.NOT_TOOLS <= using

@@ -109,9 +109,12 @@ def test_a_fix_of_a_question_that_used_other_tools_is_no_line_for_this_task() ->
     uses_one = "Using get_site, what is the weekly goal of web-ash? Answer with the number only."
     assert f"- {render.ADAPT_OTHER}: `result = get_site(site=\"web-ash\")`, then convert the value first: " \
            "`int(result['weekly_goal'].replace(',', ''))`" in format_lessons([fix], task=uses_one, tools=TOOLS)[0]
-    uses_both = TWO_TOOLS.replace("web-ember", "web-ash")
+    uses_both = "By how much did web-ash beat its weekly goal (get_site) in visits (get_daily_stats)?"
     assert "- For this task: `result = get_site(site=\"web-ash\")`, then convert" in format_lessons(
         [fix], task=uses_both, tools=TOOLS)[0]
+    # the same question, other site: its line whole, with this task's site
+    same = format_lessons([fix], task=TWO_TOOLS.replace("web-ember", "web-ash"), tools=TOOLS)[0]
+    assert "- For this task: Write `goal = int(get_site(site=\"web-ash\")['weekly_goal'].replace(',', ''))`" in same
 
 
 def catalog_code_run(query: str) -> list[StepRecord]:
@@ -221,3 +224,20 @@ def test_a_recipes_names_holding_another_questions_value_get_this_tasks() -> Non
     assert example is not None and example.placed
     assert "count_below_25_euros" in example.code and "products_with_chair" in example.code
     assert "22" not in example.code and "lamp" not in example.code
+
+
+def test_a_recipe_of_a_question_that_used_another_tool_is_not_given() -> None:
+    """Run with this task's values, the two-tool question's code computes that question's answer (the visits minus
+    the weekly goal) for a question about the visits alone."""
+    code = ("result = get_daily_stats(site='web-ember')\nweekly_goal = get_site(site='web-ember')['weekly_goal']\n"
+            "total_visits = sum((int(record['visits'].replace(',', '')) for record in result))\n"
+            "final_answer(total_visits - int(weekly_goal.replace(',', '')))")
+    recipe = Lesson.new("b", "approach", f"Working code for a task like: {TWO_TOOLS}", origin="recipe").model_copy(
+        update={"recipe": Recipe(code=code, task=TWO_TOOLS), "verified": True})
+    assert format_lessons([recipe], task=TOTAL, tools=TOOLS) == ("", [])
+    block, given = format_lessons([recipe], task=TWO_TOOLS.replace("web-ember", "web-ash"), tools=TOOLS)
+    assert given == [recipe] and "get_site(site='web-ash')" in block and "web-ember" not in block
+    assert "written for that task" not in block  # the same question with another site
+    reworded = "Over the last seven days (get_daily_stats), by how much did web-ash beat its weekly goal (get_site)?"
+    block, given = format_lessons([recipe], task=reworded, tools=TOOLS)
+    assert given == [recipe] and "with this task's values put in; written for that task: an example to adapt" in block
