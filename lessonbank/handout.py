@@ -75,10 +75,10 @@ def handout(
     module). Raises the store's errors."""
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=settings.min_relevance,
                            max_recipes=max_recipes, tools=tools, versions=versions)
-    block, given = format_lessons(lessons, max_chars=max_chars, task=task)
+    block, given = format_lessons(lessons, max_chars=max_chars, task=task, tools=tools)
     drawn, withheld = causal.withhold(given, settings.lesson_holdout, rng, settings.lesson_holdout_after,
                                       settings.lesson_holdout_user)
     if withheld:
         block, given = format_lessons([lesson for lesson in lessons if lesson.id not in withheld],
-                                      max_chars=max_chars, task=task)
+                                      max_chars=max_chars, task=task, tools=tools)
     return Handout(block, given, drawn, withheld, dict(versions or {}))

@@ -20,11 +20,15 @@ Selection
        lesson's utility (the mean of a Beta(1 + helpful, 1 + harmful) belief), the fused rank, the evidence,
        recency (half-life of 30 days) and what the per-lesson holdout measured (``learn.causal``).
     4. The best recipe of a task close enough to this one first, as a fenced code block: with this task's
-       values when every one of its values can be placed, else as an example to adapt (``learn.adapt``); then
+       values when every one of its values can be placed, else as an example to adapt (``learn.adapt``); one of
+       another question says so, and none calling a tool this task will not use is given (it would compute that
+       question's answer: ``handover.foreign_code``); then
        prose lessons, each kind present (facts, what worked, what to avoid) first getting an equal share of
        the rest of ``max_lessons``. Next to a recipe, a "what worked" sentence is left out unless runs
-       showed it helps or a user added it: the code already says what worked. An observed fix is given as the
-       line to write with this task's values when they can all be placed (``render.to_write``).
+       showed it helps or a user added it: the code already says what worked. An observed fix of the same question
+       (other values), from a run judged right, is given as the line to write with this task's values
+       (``render.to_write``); any other as what changed, with neutral names (``learn.handover``), said to be an
+       example to adapt unless its run was judged right and its question used only tools this task will use.
 
 The block says where the lessons come from (earlier runs), how many runs each was
 seen in, and that they are advisory: they were drawn from earlier tool output, which is untrusted, so
@@ -45,7 +49,7 @@ import redis
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn import adapt, causal, fingerprint, fixtext, needs, render, shapes, trust
+from lessonbank.learn import adapt, causal, fingerprint, fixtext, handover, needs, render, shapes, trust
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +213,8 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
         if example.placed:
             # never the other question's values: the task above names them, the code holds this task's
             note = ", with this task's values put in" if any(old != new for old, new in example.values.items()) else ""
+            note += "; written for that task: an example to adapt" if not handover.same_question(
+                recipe.task, task) and task else ""
         else:
             note = (f"; an example to adapt: its {calls} with this task's values where they are known, "
                     f"{', '.join('<' + name + '>' for name in example.names.values())} where not")
@@ -228,7 +234,7 @@ def _fence(code: str) -> str:
 
 def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
     """A lesson's text: an observed fix as ``fix`` (its values this task's, or named); an observed shape with the
-    loop over its records (and without the call that got them, which ``_call_for_task`` gives with this task's
+    loop over its records (and without the call that got them, which ``handover.call_line`` gives with this task's
     values, or not at all): told only where the records are, small models summed the first one alone."""
     if fix is not None:
         return render.fix(fix)
@@ -242,25 +248,6 @@ def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
     read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
         if fields else ""
     return f"{shapes.text(shape, with_call=False)[:-1]}: use all of them (`{loop}`).{read}"
-
-
-def _call_for_task(lesson: Lesson, task: str) -> str:
-    """An observed shape fact's call that got the result, as the line to write with ``task``'s values, then the
-    loop over its records on the line's own variable ("" when the fact names no call or a value cannot be placed:
-    the call with another task's value is not given); given only the shape, small models asked the tool for
-    values of their own."""
-    shape = lesson.shape if lesson.origin == "observed" else None
-    call = shape.call if shape is not None and task and lesson.task else ""
-    line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
-    assigned = _assigned_call(line) if line else None
-    if line and assigned is None:  # the call alone: the run assigned its result to no name
-        line = f"result = {line}"
-        assigned = _assigned_call(line)
-    if not line or shape is None or assigned is None:
-        return ""
-    then = f", then use its records: `for record in {assigned[0]}{shapes.path(shape.records)}:`" \
-        if shape.records is not None else ""
-    return f"For this task: write `{line}`{then}."
 
 
 def _assigned_call(line: str) -> tuple[str, str] | None:
@@ -319,14 +306,21 @@ def _then_loop(fix: FixPayload, shapes_of: dict[str, tuple[str, ...]]) -> str:
 
 
 def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload | None],
-          shapes_of: dict[str, tuple[str, ...]], written: set[str]) -> str:
-    """The block's line for a prose lesson (see ``format_lessons``)."""
+          shapes_of: dict[str, tuple[str, ...]], written: set[str], using: set[str], universe: Collection[str]) -> str:
+    """The block's line for a prose lesson (see ``format_lessons``); "" for a fix that cannot be handed to ``task``."""
     mine, shown = placed
-    if mine is not None:  # the line to write with this task's values, and no failing line to copy
+    if mine is not None and lesson.verified and handover.same_question(lesson.task, task):
+        # the same question with other values, from a run judged right: its line, with this task's values
         return f"- For this task: {_one_line(render.to_write(mine) + _then_loop(mine, shapes_of))} {_seen(lesson)}"
+    fix = lesson.fix if lesson.origin == "observed" else None
+    if fix is not None and task and lesson.task:
+        own = lesson.verified and handover.own_tools(lesson, using, universe)
+        said = handover.text(fix, lesson.task, task, for_task=own, verified=lesson.verified,
+                             records=shapes_of)
+        return f"- {_one_line(said)} {_seen(lesson)}" if said else ""
     line = f"- {_one_line(_in_use(lesson, shown))} {_seen(lesson)}"
     tool = lesson.shape.tool if lesson.origin == "observed" and lesson.shape is not None else None
-    call = _call_for_task(lesson, task) if shapes_of and tool not in written else ""
+    call = handover.call_line(lesson, task, using, universe) if shapes_of and tool not in written else ""
     return f"- {_one_line(call)} {_seen(lesson)}\n{line}" if call else line
 
 
@@ -336,13 +330,14 @@ HEADER = (f"{LESSONS_HEADER}\n"
           "you were given, and may be out of date, so check them against what you observe.")
 
 
-def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "") -> tuple[str, list[Lesson]]:
+def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "",
+                   tools: Collection[str] | None = None) -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds. It does not
     name the bank: the model has no use for the name, and runs given the same lessons get the same words.
     An observed fix whose values can all be placed is given as the line to write with ``task``'s values and, next
     to the shape of its call's result, how to go on from it (``_then_loop``); otherwise as kept, its own task's
     values named. With no recipe in the block, a shape fact naming the call that got its result gives that call
-    first, with ``task``'s values, unless a fix's line to write calls the same tool (``_call_for_task``).
+    first, with ``task``'s values, unless a fix's line to write calls the same tool (``handover.call_line``).
 
     Lessons that do not fit are left out whole; no lesson fits -> ``("", [])``.
     """
@@ -355,16 +350,20 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     # tools whose call the block gives already: a fix's line to write (the call line of a shape would be another)
     written = {tool for lesson, (mine, _) in zip(lessons, placed, strict=True) if mine is not None
                for tool in needs.needed_tools(lesson) or ()}
+    universe = tools if tools else {tool for lesson in lessons for tool in needs.needed_tools(lesson) or ()}
+    using = needs.tools_used(task, universe) if task else set()
     for lesson, pair in zip(lessons, placed, strict=True):
         if lesson.recipe is not None:
-            block = format_recipe(lesson, task)
-            if len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(HEADER))):
+            block = "" if handover.foreign_code(lesson, task, using) else format_recipe(lesson, task)
+            if not block or len(block) + 2 > min(budget, RECIPE_SHARE * (max_chars - len(HEADER))):
                 continue
             budget -= len(block) + 2
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        line = _line(lesson, task, pair, shapes_of, written)
+        line = _line(lesson, task, pair, shapes_of, written, using, universe)
+        if not line:
+            continue
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
         if cost > budget:
             continue
@@ -399,4 +398,4 @@ def compose_instructions(
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
                            max_recipes=max_recipes, tools=tools, versions=versions)
-    return format_lessons(lessons, max_chars=max_chars, task=task)
+    return format_lessons(lessons, max_chars=max_chars, task=task, tools=tools)

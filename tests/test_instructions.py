@@ -330,7 +330,7 @@ def test_a_recipe_comes_with_this_tasks_values_placed_by_role_and_form_or_as_a_f
     text, given = format_lessons([code], task="How warm did it get in Ghent on 2024-12-09?")  # other words
     assert given == [code]
     assert ("(task: \"What was the highest temperature in {city} on {date}?\"; verified by check; seen in 1 run), "
-            "with this task's values put in:\n```python\n"
+            "with this task's values put in; written for that task: an example to adapt:\n```python\n"
             "result = get_weather(city='Ghent', date='09.12.2024')\n") in text
     assert "2024-12-09" not in text and "Graz" not in text  # nor the other question's values
     plain, _ = format_lessons([code], task="What was the highest temperature in Ghent yesterday?")
@@ -423,8 +423,9 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     shape = make("b", "fact", text, origin="observed", tags=["shape"], task=MUG_TASK)
     block, given = format_lessons([shape], task=CHAIR_TASK)
     assert given == [shape]
-    assert ('- For this task: write `products = search_catalog(query="chair")`, then use its records: `for record in '
-            "products['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
+    # the result as ``result``: the run's own name for it was its question's ("products_with_lamp" for a mug)
+    assert ('- For this task: write `result = search_catalog(query="chair")`, then use its records: `for record in '
+            "result['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
             "{'items': [{'name': str, 'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
             "`result['data']['items']`: use all of them (`for record in result['data']['items']:`). The fields beside "
             "them (`total`) say about them (how many, whether there are more): read them. (seen in 1 run)") in block
@@ -445,7 +446,7 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
         assert "products = search_catalog" not in block and "Records came back" not in block, lessons
         assert "its records are `result['data']['items']`" in block, lessons
     # the same task: its own word
-    assert 'write `products = search_catalog(query="mug")`' in format_lessons([shape], task=MUG_TASK)[0]
+    assert 'write `result = search_catalog(query="mug")`' in format_lessons([shape], task=MUG_TASK)[0]
     # a run that assigned the result to no name (``print(search_catalog("mug"))``): the call, given a name
     alone = make("b", "fact", f"{CATALOG_SHAPE} Records came back from `search_catalog('mug')`.", origin="observed",
                  tags=["shape"], task=MUG_TASK)

@@ -123,7 +123,8 @@ def fix_lesson(solved: Variant, kind: str) -> Lesson:
         fixed = f'weather_data = get_weather("{city}", "{dotted(iso)}")'
         fix = fixtext.payload(failed, "ValueError", fixed).model_copy(update={"tried": False})
     lesson = Lesson.new("learning-probe", "fact", render.fix(fix), tags=["fix"], origin="observed", fix=fix)
-    return lesson.model_copy(update={"task": solved.prompt})
+    # judged right: only then is a line of the same question given whole, as the line to write
+    return lesson.model_copy(update={"task": solved.prompt, "verified": True})
 
 
 def context_lessons(solved: Variant) -> list[Lesson]:

@@ -73,7 +73,8 @@ def fix_lesson(solved: Variant) -> Lesson:
     fixed = f'lines = get_invoice(invoice_id="{invoice}")["lines"]'
     fix = fixtext.payload(failed, "InterpreterError", fixed)
     lesson = Lesson.new("learning-probe", "fact", render.fix(fix), tags=["fix"], origin="observed", fix=fix)
-    return lesson.model_copy(update={"task": solved.prompt})
+    # judged right: only then is a line of the same question given whole, as the line to write
+    return lesson.model_copy(update={"task": solved.prompt, "verified": True})
 
 
 def context_lessons(solved: Variant) -> list[Lesson]:

@@ -15,7 +15,7 @@ nested_catalog variant (runs 1.. of each seed set) what run 1 of the variant bef
 - ``call``: the same fact naming the call that got the records back (`` Records came back from `result =
   search_catalog(query="mug")`.``), which the builder gives first with this task's word and the loop on its
   variable: ``For this task: write `result = search_catalog(query="chair")`, then use its records: `for record in
-  result['data']['items']:`.`` (``instructions._call_for_task``)
+  result['data']['items']:`.`` (``learn.handover.call_line``)
 
 The agent runs up to ``--steps`` steps and, at the limit, is asked for its answer (as the learning benchmark's runs
 are); the probe reads the query its first call passed (the task's word alone, or other words), whether that call

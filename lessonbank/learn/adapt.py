@@ -73,13 +73,16 @@ def _fragment(value: str) -> str:
 
 
 def _renamed(tree: ast.AST, swaps: dict[str, str]) -> None:
-    """Local names holding a replaced value's text (``transactions_acc_7083``) get the new text instead."""
-    pieces = {_fragment(old): _fragment(new) for old, new in swaps.items() if len(_fragment(old)) >= 3}
+    """Local names holding a replaced value's text (``transactions_acc_7083``) get the new text instead; a short
+    one (``count_below_22_euros``) only as a whole part of the name between underscores."""
+    pieces = {_fragment(old): _fragment(new) for old, new in swaps.items() if _fragment(old) and _fragment(new)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and pieces:
             for old, new in pieces.items():
-                if old in node.id and new:
+                if len(old) >= 3 and old in node.id:
                     node.id = node.id.replace(old, new)
+                elif len(old) < 3:
+                    node.id = re.sub(rf"(?<![^_]){re.escape(old)}(?![^_])", new, node.id)
 
 
 class _Answers(ast.NodeTransformer):

@@ -106,3 +106,23 @@ def shape(payload: ShapePayload, with_call: bool = True) -> str:
     from lessonbank.learn import shapes
 
     return shapes.text(payload, with_call)
+
+
+ADAPT_UNVERIFIED = "An example to adapt (from a run not judged right: its line ran, its answer was not verified)"
+ADAPT_OTHER = "An example to adapt (from another question)"
+
+
+def handed(kind: str, call: str, loop: str, fixed: str, error: str, what: str, for_task: bool,
+           verified: bool) -> str:
+    """A fix as handed to another question (``learn.handover``): ``For this task:`` when it may be written as it is,
+    else said to be an example to adapt; the call with this task's values, what the question picked an element
+    of, then the change (``what``: the key, the conversion, how an argument is passed), and how it failed."""
+    lead = "For this task: " if for_task else f"{ADAPT_OTHER if verified else ADAPT_UNVERIFIED}: "
+    if kind == "call":
+        body = f"write `result = {call}`"
+    else:
+        first = f"`result = {call}`, then " if call else ""
+        each = f"for each `{'record'}` in `{loop}`, " if loop else ""
+        verb = "read" if kind == "key" else "convert the value first:"
+        body = f"{first}{each}{verb} `{fixed}`"
+    return f"{lead}{body}{f': {what}' if what else ''}; written any other way it failed with {error}."

@@ -44,27 +44,35 @@ def test_a_reformatted_value_is_carried_over_to_the_task_values_of_its_old_form(
 def test_the_instructions_give_a_fix_with_this_tasks_values_placed_by_role_and_form() -> None:
     fix = fix_lesson(payload(FAILED, "ValueError", FIXED), task=LYON)
     assert fix.text.startswith('Pass `date` like "02.01.2024", not like "2024-01-02": `w = get_weather(')
-    text, given = format_lessons([fix], task=PORTO)
-    assert given == [fix]
-    # the line to write, without the failing line: given both, small models copied the failing one
+    right = fix.model_copy(update={"verified": True})
+    text, given = format_lessons([right], task=PORTO)
+    assert given == [right]
+    # the same question from a run judged right: the line to write, without the failing line (given both, small
+    # models copied the failing one)
     assert ('- For this task: Write `w = get_weather(city="Porto", date="15.09.2024")`: pass `date` like '
             '"15.09.2024"; written any other way it failed with ValueError.') in text
     assert "02.01.2024" not in text and "Lyon" not in text and "2024-01-02" not in text
-    # reworded: the values are still placed, by form and by the word before them
-    reworded, _ = format_lessons([fix], task="Porto, 2024-09-15: the day's highest temperature?")
-    assert 'date="15.09.2024"' in reworded and "Lyon" not in reworded
-    plain, _ = format_lessons([fix])
+    # from a run not judged right: the call that ran, said to be an example to adapt
+    unsure, _ = format_lessons([fix], task=PORTO)
+    assert (f'- {render.ADAPT_UNVERIFIED}: write `result = get_weather(city="Porto", date="15.09.2024")`: pass '
+            '`date` like "15.09.2024"; written any other way it failed with ValueError.') in unsure
+    assert "For this task" not in unsure and "Lyon" not in unsure
+    # reworded: another question; the values are still placed, by form and by the word before them
+    reworded, _ = format_lessons([right], task="Porto, 2024-09-15: the day's highest temperature?")
+    assert 'date="15.09.2024"' in reworded and "Lyon" not in reworded and "For this task" not in reworded
+    plain, _ = format_lessons([right])
     assert "For this task" not in plain
     distilled = Lesson.new("b", "fact", fix.text)  # the same words from the distiller carry nothing over
     assert "For this task" not in format_lessons([distilled], task=PORTO)[0]
 
 
-def test_a_fix_whose_changed_value_cannot_be_placed_is_given_as_kept() -> None:
+def test_a_fix_whose_changed_value_cannot_be_placed_is_given_with_its_form_not_its_value() -> None:
     fix = payload(FAILED, "ValueError", FIXED)
     assert adapt.fix_for(fix, LYON, "Weather in New York yesterday?") is None  # "New" alone is no city
     lesson = fix_lesson(fix, task=LYON)
     text, _ = format_lessons([lesson], task="Weather in New York yesterday?")
-    assert f"- {render.fix(fix)} (" in text and "For this task" not in text
+    assert 'date=<date>)`: pass `date` written like "9.9.9", not like "9-9-9"' in text
+    assert "For this task" not in text and "Lyon" not in text and "2024" not in text
 
 
 def test_a_fix_to_write_names_the_line_and_what_changed_but_no_failing_value() -> None:
@@ -106,15 +114,17 @@ def test_a_key_fix_is_given_as_the_line_to_write_with_this_tasks_values() -> Non
     key_fix = payload('total = get_invoice(invoice_id="INV-6222")["amount"]', "InterpreterError",
                       'lines = get_invoice(invoice_id="INV-6222")["lines"]')
     solved, task = INVOICE.format("INV-6222"), INVOICE.format("INV-6810")
-    fix = fix_lesson(key_fix, task=solved)
+    fix = fix_lesson(key_fix, task=solved).model_copy(update={"verified": True})
     block, given = format_lessons([fix], task=task)
     assert given == [fix]
     assert ('- For this task: Write `lines = get_invoice(invoice_id="INV-6810")["lines"]`: the key is "lines"; '
             "written any other way it failed with InterpreterError.") in block
     assert '"amount"' not in block and "INV-6222" not in block
-    # in other words, the id is placed by its form all the same
+    # in other words (another question), the id is placed by its form all the same; the key read from ``result``
     other, _ = format_lessons([fix], task="Invoice INV-6810: what does it come to in euros?")
-    assert 'invoice_id="INV-6810"' in other and "INV-6222" not in other
+    assert ("`result = get_invoice(invoice_id=\"INV-6810\")`, then read `result['lines']`: the key is \"lines\"; "
+            "written any other way it failed with InterpreterError.") in other
+    assert "INV-6222" not in other and "amount" not in other
     assert f"- {render.fix(key_fix)} (" in format_lessons([fix])[0]  # no task: as kept
 
 

@@ -28,6 +28,7 @@ from lessonbank.core.models import Lesson, Provenance, StepRecord
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.instructions import compose_instructions, eligible, rank_lessons
+from lessonbank.learn import render
 from lessonbank.recorder import StepRecorder
 from lessonbank.workers.deps import Deps, bank_lock
 from lessonbank.workers.pipeline import distill_one, remember_one
@@ -654,11 +655,12 @@ def test_a_failed_run_that_corrected_a_call_leaves_a_fact_the_next_run_gets(deps
     assert ranked == {lesson.id for lesson in store.list("b")} and fix.id in ranked  # the fix and the shape
     assert fix.task == "What was the highest temperature in Graz on 2024-01-02?"  # the values its lines took
     text, _ = compose_instructions(store, "What was the highest temperature in Rome on 2024-05-06?", "b")
-    # the lines with this task's date and city: runs copied the fix's city (learning benchmark, seed 9)
-    assert 'For this task: Write `w = get_weather(city="Rome", date="06.05.2024")`: pass `date` like' in text
-    assert "Graz" not in text and '"2024-05-06")' not in text  # no failing line to copy
+    # the call with this task's date and city (runs copied the fix's city), from a failed run: an example to adapt
+    assert (f'{render.ADAPT_UNVERIFIED}: write `result = get_weather(city="Rome", date="06.05.2024")`: pass `date` '
+            "like") in text
+    assert "Graz" not in text and '"2024-05-06")' not in text and "For this task" not in text  # no failing line
     other, _ = compose_instructions(store, "Highest temperature in Rome on 2024-05-06?", "b")  # other words
-    assert 'For this task: Write `w = get_weather(city="Rome", date="06.05.2024")`' in other and "Graz" not in other
+    assert 'write `result = get_weather(city="Rome", date="06.05.2024")`' in other and "Graz" not in other
 
     second = weather_run(deps.settings, "Lyon", [wrong.replace("Graz", "Lyon"), right.replace("Graz", "Lyon")],
                          verdict=False)
@@ -944,8 +946,8 @@ def test_a_result_the_run_never_printed_leaves_its_shape_for_the_next_run(deps: 
     assert shape.task == "Using search_catalog, how many 'lamp' products cost less than 20 euros?"
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
                                    "b")
-    assert ('- For this task: write `r = search_catalog("mug")`, then use its records: `for record in '
-            "r['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
+    assert ('- For this task: write `result = search_catalog("mug")`, then use its records: `for record in '
+            "result['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
             "{'items': [{'name': str, 'price': float}") in text
     assert "lamp" not in text
 
