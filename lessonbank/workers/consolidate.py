@@ -202,7 +202,7 @@ class Consolidator:
         if outcome == "skip":
             self.stats.skipped += 1
             return
-        self.store.upsert([self._attested(self._reinforced(lesson, draft))])
+        self.store.upsert([self._attested(self._reinforced(lesson, draft), draft)])
         self.stats.reinforced += 1
         self.stats.lesson_ids.append(lesson.id)
 
@@ -250,7 +250,7 @@ class Consolidator:
             self.stats.quarantined += 1
             logger.warning("bank %s run %s: lesson %s quarantined (%s)", self.bank, self.run_id, lesson.id,
                            draft.quarantine)
-        self.store.upsert([self._attested(lesson)])
+        self.store.upsert([self._attested(lesson, draft)])
         self.stats.added += 1
         self.stats.lesson_ids.append(lesson.id)
         return True
@@ -432,8 +432,13 @@ class Consolidator:
             self.stats.replaced += 1
         return rid
 
-    def _attested(self, lesson: Lesson) -> Lesson:
-        return attested(lesson, self.run_id, self.testimony)
+    def _attested(self, lesson: Lesson, draft: DraftLesson | None = None) -> Lesson:
+        """``lesson`` with what the run says for it; for the draft's own text a tool's error states, what the run
+        says for that (``Testimony.for_attested``)."""
+        said = self.testimony
+        if said is not None and draft is not None and draft.attested and lesson.text == draft.text:
+            said = said.for_attested()
+        return attested(lesson, self.run_id, said)
 
 
 def _existing(pending: list[tuple[DraftLesson, list[Lesson]]]) -> list[Lesson]:
