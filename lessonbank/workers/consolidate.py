@@ -438,6 +438,7 @@ class Consolidator:
         said = self.testimony
         if said is not None and draft is not None and draft.attested and lesson.text == draft.text:
             said = said.for_attested()
+            lesson = lesson.model_copy(update={"verified": lesson.verified or said.vouched})
         return attested(lesson, self.run_id, said)
 
 

@@ -314,7 +314,7 @@ def test_a_story_framed_fact_of_a_run_its_check_failed_reaches_the_next_run(worl
 
 def test_a_story_framed_fact_of_a_run_only_its_step_limit_judged_waits(world: World) -> None:
     """The same run and story with no check: the run stopped at its step limit, which vouches for nothing; the fact
-    is kept, not given, until a user or a check vouches."""
+    is kept, not given, until a user judges the run (here: its answer was wrong)."""
     bank = "story-step-limit"
     variant = at_step_limit(bank)
     run_id = world.run(bank, variant, lessons_json(STORY))
@@ -323,6 +323,11 @@ def test_a_story_framed_fact_of_a_run_only_its_step_limit_judged_waits(world: Wo
     assert STORY_FACT not in world.instructions(bank, variant.next_task)
     listed = world.cli("lessons", "list", "--bank", bank)
     assert "[not given yet: waiting for a user, a check or a second run that agrees]  " + STORY_FACT in listed, listed
+
+    world.cli("feedback", run_id, "--failure")
+    wait_for(lambda: json.loads(run_state(world.client, run_id).get(RECOUNT_FIELD) or "{}").get("judged") is True,
+             "the recount of the user's verdict")
+    assert STORY_FACT in world.instructions(bank, variant.next_task)
 
 
 @pytest.mark.parametrize("key", sorted(POISONED_ERRORS))
