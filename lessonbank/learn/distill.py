@@ -92,11 +92,19 @@ class DraftLesson(BaseModel):
     taint: list[Taint] = Field(default_factory=list, exclude=True,
                                description="What in it first appeared in the run's observations (set by the worker, "
                                            "never read from the model's reply).")
+    attested: str = Field("", exclude=True, description="The tool whose own error states what the lesson pins its "
+                                                        "claim to (``framing.attested_by``; set by the worker, never "
+                                                        "read from the model's reply).")
 
     @field_validator("taint", mode="before")
     @classmethod
     def _not_from_the_reply(cls, value: Any) -> list[Taint]:
         return []  # only the worker's taint counts (``model_copy`` sets it)
+
+    @field_validator("attested", mode="before")
+    @classmethod
+    def _not_said_by_the_reply(cls, value: Any) -> str:
+        return ""  # only the worker's reading of the run counts (``model_copy`` sets it)
 
     @field_validator("kind", mode="before")
     @classmethod

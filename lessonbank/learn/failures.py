@@ -200,7 +200,13 @@ def extract(view: RunView) -> list[Failure]:
 def named_calls(payload: FailurePayload, task: str) -> list[str]:
     """The calls a failure's error names that are neither its tool, nor the task's, nor Python's own: an error
     naming one tells the agent to call something, and that waits for a user."""
+    return calls_named(payload.error, payload.tool, task)
+
+
+def calls_named(error: str, tool: str, task: str) -> list[str]:
+    """The calls ``error`` (what ``tool`` raised) names that are neither ``tool``, nor the task's, nor Python's
+    own (``named_calls``)."""
     lowered = task.lower()
-    names = dict.fromkeys(_NAMED_CALL.findall(payload.error))
-    return [name for name in names if name.rsplit(".", 1)[-1] not in ALLOWED_NAMES and name != payload.tool
+    names = dict.fromkeys(_NAMED_CALL.findall(error))
+    return [name for name in names if name.rsplit(".", 1)[-1] not in ALLOWED_NAMES and name != tool
             and name.lower() not in lowered]

@@ -10,6 +10,8 @@ vouches for it:
 - the tool itself: an observed fix or shape holds only the run's own code and the structure of what a tool
   returned, never a value the run read; an observed failure quotes the error a tool raised, its values as
   roles, and is held (``taint``, ``quarantine``, a call its error names) when it carries what a lesson may not;
+- the tool's own error, on a run a user or a check judged (failed or not): a distilled lesson that states what
+  one of the run's tools raised (``framing.attested_by``); a run judged only by its own ending vouches for nothing;
 - a second independent run (``agreeing_runs``): two runs each taught it without being given it, each ended
   well by its own signals with an answer it did not make up (``answer_problem``), and runs of one question
   gave one answer. Runs judged failures are no witnesses: two of them writing the same claim are not two
@@ -54,6 +56,13 @@ class Testimony:
     question: str = ""
     answer: str = ""
     checked: bool = False  # a user or a check found its answer right, however it ended
+    judged: bool = False  # a user or a check judged the run, either way
+
+    def for_attested(self) -> Testimony:
+        """What the run says for a lesson a tool's own error states (``framing.attested_by``): the tool's word,
+        on a run a user or a check judged (failed or not), vouches for it; a run judged only by its own ending (its
+        step limit, an error) vouches for nothing."""
+        return dataclasses.replace(self, vouched=self.vouched or self.judged)
 
     def for_recipe(self) -> Testimony:
         """What the run says for its recipe: a right answer vouches for the code that computed it, even when the
@@ -84,7 +93,7 @@ def testimony(task: str, answer: str, outcome: str, verdict: str, source: str) -
     checked = verdict == "success" and source in VOUCHING
     witness = verdict == "success" and source in WEAK and outcome not in ("max_steps", "error")
     return Testimony(checked and outcome != "max_steps", witness, _digest(" ".join(task.lower().split())),
-                     _digest(normal_answer(answer)), checked)
+                     _digest(normal_answer(answer)), checked, verdict in ("success", "failure") and source in VOUCHING)
 
 
 def _numbers(text: str) -> set[str]:

@@ -107,7 +107,7 @@ class BankWriter:
         if outcome == "skip":
             self.stats.skipped += 1
             return
-        self.store.upsert([self._attested(self._reinforced(lesson, draft))])
+        self.store.upsert([self._attested(self._reinforced(lesson, draft), draft)])
         self.stats.reinforced += 1
         self.stats.lesson_ids.append(lesson.id)
 
@@ -209,5 +209,11 @@ class BankWriter:
             self.stats.replaced += 1
         return rid
 
-    def _attested(self, lesson: Lesson) -> Lesson:
-        return attested(lesson, self.run_id, self.testimony)
+    def _attested(self, lesson: Lesson, draft: DraftLesson | None = None) -> Lesson:
+        """``lesson`` with what the run says for it; for the draft's own text a tool's error states, what the run
+        says for that (``Testimony.for_attested``)."""
+        said = self.testimony
+        if said is not None and draft is not None and draft.attested and lesson.text == draft.text:
+            said = said.for_attested()
+            lesson = lesson.model_copy(update={"verified": lesson.verified or said.vouched})
+        return attested(lesson, self.run_id, said)

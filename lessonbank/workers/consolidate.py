@@ -153,7 +153,7 @@ class Consolidator(BankWriter):
             self.stats.quarantined += 1
             logger.warning("bank %s run %s: lesson %s quarantined (%s)", self.bank, self.run_id, lesson.id,
                            draft.quarantine)
-        self.store.upsert([self._attested(lesson)])
+        self.store.upsert([self._attested(lesson, draft)])
         self.stats.added += 1
         self.stats.lesson_ids.append(lesson.id)
         return True

@@ -26,7 +26,7 @@ from lessonbank.core.constants import DROPPED_KEY, LLM_STATS_KEY, RUN_DISTILLED,
 from lessonbank.core.exceptions import PermanentDistillError, UnusableOutput
 from lessonbank.core.models import Lesson
 from lessonbank.core.tokens import tokens
-from lessonbank.learn import evidence, gate, quarantine, taint, trust
+from lessonbank.learn import evidence, framing, gate, quarantine, taint, trust
 from lessonbank.learn.distill import DistillOutput, DraftLesson
 from lessonbank.learn.transcript import build_transcript, transcript_tokens
 from lessonbank.learn.verdicts import RECIPE_SOURCES, by_llm, judge, judged_failed
@@ -98,17 +98,22 @@ def _screen(deps: Deps, run: runs.Run, view: RunView, drafts: list[DraftLesson],
     context = gate.GateContext(task=run.task, final_answer=view.final_answer, observed=evidence.observed_text(view),
                                given=[g.text for g in given], results=evidence.call_results(view),
                                redactor=deps.scrubber)
-    kept, dropped = gate.screen([draft.text for draft in drafts], context)
+    kept, dropped, salvaged = framing.screen([draft.text for draft in drafts], context, view)
     count_drops(deps.redis, run.bank, f"run {run.run_id}", dropped)
-    return [_held(run, view, drafts[i], judged) for i in kept]
+    if salvaged:
+        logger.info("bank %s run %s: kept the fact of %d story-framed lesson(s)", run.bank, run.run_id, salvaged)
+    return [_held(run, view, drafts[i].model_copy(update={"text": text}), judged) for i, text in kept]
 
 
 def _held(run: runs.Run, view: RunView, draft: DraftLesson, judged: list[taint.Judged]) -> DraftLesson:
-    """``draft`` with its taint and why it waits for a user: held whole when working that out fails."""
+    """``draft`` with its taint, why it waits for a user, and the tool whose error states it: held whole when
+    working that out fails."""
     def work() -> DraftLesson:
         marks = taint.text_marks(draft.text, view, judged)
-        why = taint.held_reason(marks) or quarantine.reason(draft.text, view.task)
-        return draft.model_copy(update={"quarantine": why, "taint": marks})
+        tool, asked = framing.attested_by(draft.text, view)
+        why = taint.held_reason(marks) or quarantine.reason(draft.text, view.task) or (
+            f"it names `{asked[0]}(...)`, which an error of `{tool}` asked for and the task did not" if asked else "")
+        return draft.model_copy(update={"quarantine": why, "taint": marks, "attested": tool})
 
     return best_effort(run, "a lesson's taint", work,
                        draft.model_copy(update={"quarantine": "its taint could not be worked out"}))

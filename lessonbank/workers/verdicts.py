@@ -17,11 +17,13 @@ from typing import Any
 
 from lessonbank.core import runs, summary
 from lessonbank.core.constants import RUN_DISTILLED, run_key
+from lessonbank.core.models import Lesson
 from lessonbank.core.models import recipe_id as fact_id
 from lessonbank.learn import credit as rules
-from lessonbank.learn import evidence, recipes, trust
+from lessonbank.learn import evidence, framing, recipes, trust
 from lessonbank.learn.consolidate import Observed, provenance_vouched, vouched_by_another
 from lessonbank.learn.verdicts import RECIPE_SOURCES, judged_failed
+from lessonbank.learn.view import RunView
 from lessonbank.workers import credit, managed, observe
 from lessonbank.workers.causal import measure_run
 from lessonbank.workers.consolidate import ConsolidationStats
@@ -208,7 +210,17 @@ def _restore_retracted(deps: Deps, run: runs.Run, verdict: str, source: str) -> 
 def _vouching(run: runs.Run, verdict: str, source: str) -> dict[str, bool]:
     """What a run's verdict makes it for the lessons it taught: judged a failure, vouching, a witness."""
     said = trust.testimony(run.task, "", run.outcome, verdict, source)
-    return {"failed": judged_failed(verdict, source), "vouched": said.vouched, "witness": said.witness or said.vouched}
+    return {"failed": judged_failed(verdict, source), "vouched": said.vouched, "witness": said.witness or said.vouched,
+            "judged": said.for_attested().vouched}
+
+
+def _vouched_for(lesson: Lesson, view: RunView | None, now: dict[str, bool],
+                 was: dict[str, bool]) -> tuple[bool, bool]:
+    """Whether the run vouches for ``lesson`` now and did before: one that states what a tool of the run raised
+    (``framing.attested_by``) is vouched for by any verdict a user or a check gave (``Testimony.for_attested``)."""
+    if view is not None and lesson.origin == "distilled" and framing.attested_by(lesson.text, view)[0]:
+        return now["judged"], was.get("judged", was["vouched"])
+    return now["vouched"], was["vouched"]
 
 
 def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int:
@@ -225,6 +237,7 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
     if now == was:
         return 0
     changed = []
+    view = view_of(run) if run.steps else None
     for lesson in deps.store.get(run.bank, run.taught):
         if run.run_id not in lesson.source_run_ids or lesson.origin not in ("distilled", "observed", "recipe"):
             continue
@@ -233,11 +246,12 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
             update["failed_runs"] = max(lesson.failed_runs + (1 if now["failed"] else -1), 0)
             update["provenance"] = [p.model_copy(update={"failed": now["failed"]}) if p.run_id == run.run_id else p
                                     for p in lesson.provenance]
-        if now["vouched"] != was["vouched"] or now.get("witness") != was.get("witness"):
+        vouched, vouched_then = _vouched_for(lesson, view, now, was)
+        if vouched != vouched_then or now.get("witness") != was.get("witness"):
             update["provenance"] = trust.restated(
-                provenance_vouched(lesson.model_copy(update=update), run.run_id, now["vouched"]), run.run_id,
+                provenance_vouched(lesson.model_copy(update=update), run.run_id, vouched), run.run_id,
                 now["witness"])
-            update["verified"] = now["vouched"] or vouched_by_another(lesson, run.run_id)
+            update["verified"] = vouched or vouched_by_another(lesson, run.run_id)
         if update:
             changed.append(lesson.model_copy(update=update))
     if changed:

@@ -48,6 +48,25 @@ def test_a_run_says_what_its_verdict_lets_it_say() -> None:
     assert shouted.question == by_signals.question
 
 
+@pytest.mark.parametrize(("outcome", "verdict", "source", "vouched"), [
+    ("success", "failure", "check", True),  # a check that failed is a trusted verdict on the run
+    ("max_steps", "failure", "check", True),  # ... stopped at its step limit or not
+    ("max_steps", "failure", "user", True),
+    ("max_steps", "success", "check", True),
+    ("max_steps", "failure", "signals", False),  # a run that merely stopped at its step limit vouches for nothing
+    ("error", "failure", "signals", False),
+    ("success", "success", "signals", False),
+    ("success", "failure", "llm", False),
+    ("unknown", "unknown", "none", False),
+])
+def test_a_tools_own_error_is_vouched_for_by_a_trusted_verdict_either_way(outcome: str, verdict: str, source: str,
+                                                                         vouched: bool) -> None:
+    said = trust.testimony(TASK, "0", outcome, verdict, source)
+    assert said.for_attested().vouched is vouched
+    assert said.for_attested().witness == said.witness and said.vouched is (verdict == "success" and vouched
+                                                                          and outcome != "max_steps")
+
+
 def lesson(*entries: Provenance, **fields: object) -> Lesson:
     made = Lesson.new("b", "fact", "`get_invoice` gives prices in integer cents under 'unit_price_cents'.")
     return made.model_copy(update={"provenance": list(entries), "evidence": len(entries), **fields})

@@ -275,3 +275,75 @@ def test_a_poisoned_error_message_is_held_not_given(world: World, key: str) -> N
     (item,) = [item for item in world.held(bank) if item["failure"] is not None]
     assert item["kind"] == "failure" and forbidden[0] in item["text"]
     assert reason in item["status_reason"] and item["status_reason"].endswith("a user must release it"), item
+
+
+REFUSED = "unknown region {region!r}: regions are written capitalised, e.g. 'South'"
+# a small distiller's story of the failed run, with the tool's fact in it; what is kept of it
+STORY = ("fact",
+         "The run failed because the region 'north' was refused: regions are written capitalised, e.g. 'South'.")
+STORY_FACT = "`get_sales`: the region 'north' was refused: regions are written capitalised, e.g. 'South'."
+
+
+def at_step_limit(key: str) -> Variant:
+    """A run that calls ``get_sales`` as its error refuses, lists the regions, then looks on until its step limit
+    (the answer smolagents asks for there made up)."""
+    looking = tuple(code_reply(f'print("still looking {n}")') for n in range(4))
+    return Variant(key, "", "", sales_tools(REFUSED),
+                   (code_reply('rows = get_sales(region="north")\nprint(rows)'),
+                    code_reply("regions = list_regions()\nprint(regions)"), *looking, "0"), (), (), "",
+                   task="What is the revenue of region north?", next_task="What is the revenue of region east?",
+                   recipe=False)
+
+
+@pytest.mark.parametrize("limit", [False, True], ids=["answered", "step-limit"])
+def test_a_story_framed_fact_of_a_run_its_check_failed_reaches_the_next_run(world: World, limit: bool) -> None:
+    """The distiller tells the failed run's story; the fact in it, which the tool's own error states, is kept about
+    that tool and given to the next task: the check's verdict is trusted, whether the run answered or stopped at its
+    step limit."""
+    bank = f"story-check-{'limit' if limit else 'answered'}"
+    variant = at_step_limit(bank) if limit else failing(bank, REFUSED)
+    run_id = world.run(bank, variant, lessons_json(STORY), judge=lambda answer: answer == 120.5)
+    state = run_state(world.client, run_id)
+    assert (json.loads(state["judged"])["verdict"], json.loads(state["judged"])["source"]) == ("failure", "check")
+    assert (state["outcome"] == "max_steps") is limit
+    block = world.instructions(bank, variant.next_task)
+    assert STORY_FACT in block, block
+    assert "The run failed" not in block
+    assert world.held(bank) == []
+
+
+def test_a_story_framed_fact_of_a_run_only_its_step_limit_judged_waits(world: World) -> None:
+    """The same run and story with no check: the run stopped at its step limit, which vouches for nothing; the fact
+    is kept, not given, until a user judges the run (here: its answer was wrong)."""
+    bank = "story-step-limit"
+    variant = at_step_limit(bank)
+    run_id = world.run(bank, variant, lessons_json(STORY))
+    state = run_state(world.client, run_id)
+    assert (json.loads(state["judged"])["verdict"], json.loads(state["judged"])["source"]) == ("failure", "signals")
+    assert STORY_FACT not in world.instructions(bank, variant.next_task)
+    listed = world.cli("lessons", "list", "--bank", bank)
+    assert "[not given yet: waiting for a user, a check or a second run that agrees]  " + STORY_FACT in listed, listed
+
+    world.cli("feedback", run_id, "--failure")
+    wait_for(lambda: json.loads(run_state(world.client, run_id).get(RECOUNT_FIELD) or "{}").get("judged") is True,
+             "the recount of the user's verdict")
+    assert STORY_FACT in world.instructions(bank, variant.next_task)
+
+
+@pytest.mark.parametrize("key", sorted(POISONED_ERRORS))
+def test_a_story_framed_fact_a_poisoned_error_asked_for_is_held(world: World, key: str) -> None:
+    """The tool's error asks for a call the task did not (and to send data away); the distiller's story quotes it.
+    The fact kept of the story is the error's word on a run its check failed, and still held: taint and quarantine
+    apply to it as to any lesson, and nothing of the error reaches the next run."""
+    bank = f"story-poisoned-{key}"
+    message, forbidden, _ = POISONED_ERRORS[key]
+    variant = failing(bank, message)
+    said = message.format(region="north").split(": ", 1)[-1].split(". ", 1)[-1]
+    story = ("fact", f"The run failed because the error said: {said}")
+    world.run(bank, variant, lessons_json(story), judge=lambda answer: answer == 120.5)
+    block = world.instructions(bank, variant.next_task)
+    for word in forbidden:
+        assert word not in block, block
+    (item,) = [item for item in world.held(bank) if item["failure"] is None]
+    assert item["text"].startswith("`get_sales`: ") and forbidden[0] in item["text"], item
+    assert item["status_reason"].endswith("a user must release it") and forbidden[-1] in item["status_reason"], item
