@@ -1,14 +1,14 @@
 """What an observed fix hands to another question: the change that made its line work, not the line.
 
-A fix's corrected line was written for one question: ``total_juniper = int(get_daily_stats(site="juniper")[-1]
-["visits"].replace(",", ""))`` holds, besides the conversion that made it work, that question's variable name and
-its own selection (``[-1]``: one day), which may be what made its answer wrong. Handed whole to another question,
+A fix's corrected line was written for one question: ``total_oslo = float(get_sales(region="Oslo")[-1]
+["amount"].replace(",", "."))`` holds, besides the conversion that made it work, that question's variable name and
+its own selection (``[-1]``: one record), which may be what made its answer wrong. Handed whole to another question,
 a small model copies all of it. So a fix is handed over as what changed between the failing line and the one that
 worked, found by comparing their syntax trees:
 
 - an argument's value or form: the tool call itself (``result = get_sales(region="North")``);
-- a key or a path: the path read from the result (``record["visits"]``);
-- a conversion: the conversion applied to the value (``int(record["visits"].replace(",", ""))``);
+- a key or a path: the path read from the result (``record["amount"]``);
+- a conversion: the conversion applied to the value (``float(record["amount"].replace(",", "."))``);
 
 with neutral names (the tool's result is ``result``; an element the question picked by position is any ``record``
 of what it was picked from, never that position), and the call's values bound to the next task by where they flow
@@ -244,7 +244,7 @@ def bound(found: Handover, solved: str, task: str) -> tuple[Handover, bool] | No
 
 
 def _is_value(token: str, at: int) -> bool:
-    """Whether a word of a task is one of its values: quoted, with a digit, an id (``web-ember``, ``INV-7``) or a
+    """Whether a word of a task is one of its values: quoted, with a digit, an id (``eu-west``, ``INV-7``) or a
     capitalised name (but the first word)."""
     return token[:1] in "'\"" or any(ch.isdigit() for ch in token) or any(ch in "-./:@" for ch in token) \
         or bool(at and token[:1].isupper())
