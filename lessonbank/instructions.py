@@ -253,18 +253,12 @@ def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
 def _assigned_call(line: str) -> tuple[str, str] | None:
     """(name, function) of a line of code that assigns one call's result to one name: ``w = get_weather(...)`` ->
     ``("w", "get_weather")``; None for any other line."""
-    try:
-        body = ast.parse(line).body
-    except (SyntaxError, ValueError, RecursionError):
+    found = handover.one_call(line)
+    if found is None or not found[0]:
         return None
-    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
-        return None
-    target, value = body[0].targets[0], body[0].value
-    if not isinstance(target, ast.Name) or not isinstance(value, ast.Call):
-        return None
-    func = value.func
+    func = found[1].func
     tool = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-    return (target.id, tool) if tool else None
+    return (found[0], tool) if tool else None
 
 
 def _for_task(lesson: Lesson, task: str) -> tuple[FixPayload | None, FixPayload | None]:

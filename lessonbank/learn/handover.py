@@ -235,7 +235,7 @@ def handover(fix: FixPayload) -> Handover | None:
 def bound(found: Handover, solved: str, task: str) -> tuple[Handover, bool] | None:
     """``found`` with the values its call and expressions took from ``solved`` placed for ``task`` (named where they
     cannot be), and whether every one was placed; None when a line does not parse."""
-    lines = [line for line in (found.call, found.loop, found.failed, found.fixed)]
+    lines = [found.call, found.loop, found.failed, found.fixed]
     placed = params.for_task([line or "None" for line in lines], solved, task)
     if placed is None:
         return None
@@ -306,24 +306,35 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     line = as_result(line) if line else ""
     if not line or shape is None:
         return ""
-    then = f", then use its records: `for record in {RESULT}{shapes.path(shape.records)}:`" \
+    then = f", then use its records: `for {RECORD} in {RESULT}{shapes.path(shape.records)}:`" \
         if shape.records is not None else ""
     lead = "For this task" if own_tools(lesson, using, universe) else render.ADAPT_OTHER
     return f"{lead}: write `{line}`{then}."
 
 
-def as_result(line: str) -> str:
-    """A line that calls one tool, as ``result = <the call>`` (its own name for the result was its question's);
-    "" for any other line."""
+def one_call(line: str) -> tuple[str, ast.Call] | None:
+    """(the name it assigns, "" for none; the call) of a line that is one call, alone or assigned to one name:
+    ``w = get_weather(...)``; None for any other line."""
     try:
         body = ast.parse(line).body
     except (SyntaxError, ValueError, RecursionError):
+        return None
+    stmt = body[0] if len(body) == 1 else None
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        return "", stmt.value
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Call):
+        return stmt.targets[0].id, stmt.value
+    return None
+
+
+def as_result(line: str) -> str:
+    """A line that calls one tool, as ``result = <the call>`` (its own name for the result was its question's);
+    "" for any other line."""
+    found = one_call(line)
+    if found is None:
         return ""
-    value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Assign | ast.Expr) else None
-    if not isinstance(value, ast.Call) or (isinstance(body[0], ast.Assign) and (
-            len(body[0].targets) != 1 or not isinstance(body[0].targets[0], ast.Name))):
-        return ""
-    return f"{RESULT} = {ast.get_source_segment(line, value) or ast.unparse(value)}"
+    return f"{RESULT} = {ast.get_source_segment(line, found[1]) or ast.unparse(found[1])}"
 
 
 def own_tools(lesson: Lesson, using: set[str], universe: Collection[str]) -> bool:

@@ -122,7 +122,7 @@ def handed(kind: str, call: str, loop: str, fixed: str, error: str, what: str, f
         body = f"write `result = {call}`"
     else:
         first = f"`result = {call}`, then " if call else ""
-        each = f"for each `{'record'}` in `{loop}`, " if loop else ""
+        each = f"for each `record` in `{loop}`, " if loop else ""
         verb = "read" if kind == "key" else "convert the value first:"
         body = f"{first}{each}{verb} `{fixed}`"
     return f"{lead}{body}{f': {what}' if what else ''}; written any other way it failed with {error}."
