@@ -47,7 +47,7 @@ from collections.abc import Collection, Mapping, Sequence
 import redis
 
 from lessonbank.core.exceptions import LessonbankError
-from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FixPayload, Lesson, ToolFingerprint
+from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FailurePayload, FixPayload, Lesson, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.learn import adapt, causal, fingerprint, fixtext, handover, needs, render, shapes, trust
 
@@ -300,8 +300,10 @@ def _then_loop(fix: FixPayload, shapes_of: dict[str, tuple[str, ...]]) -> str:
 
 
 def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload | None],
-          shapes_of: dict[str, tuple[str, ...]], written: set[str], using: set[str], universe: Collection[str]) -> str:
-    """The block's line for a prose lesson (see ``format_lessons``); "" for a fix that cannot be handed to ``task``."""
+          shapes_of: dict[str, tuple[str, ...]], written: set[str], using: set[str], universe: Collection[str],
+          failed: Sequence[FailurePayload] = ()) -> str:
+    """The block's line for a prose lesson (see ``format_lessons``); "" for a fix that cannot be handed to ``task``
+    (``failed``: the block's observed failures, for a shape's call line)."""
     mine, shown = placed
     if mine is not None and lesson.verified and handover.same_question(lesson.task, task):
         # the same question with other values, from a run judged right: its line, with this task's values
@@ -314,7 +316,7 @@ def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload
         return f"- {_one_line(said)} {_seen(lesson)}" if said else ""
     line = f"- {_one_line(_in_use(lesson, shown))} {_seen(lesson)}"
     tool = lesson.shape.tool if lesson.origin == "observed" and lesson.shape is not None else None
-    call = handover.call_line(lesson, task, using, universe) if shapes_of and tool not in written else ""
+    call = handover.call_line(lesson, task, using, universe, failed) if shapes_of and tool not in written else ""
     return f"- {_one_line(call)} {_seen(lesson)}\n{line}" if call else line
 
 
@@ -346,6 +348,7 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
                for tool in needs.needed_tools(lesson) or ()}
     universe = tools if tools else {tool for lesson in lessons for tool in needs.needed_tools(lesson) or ()}
     using = needs.tools_used(task, universe) if task else set()
+    failed = [lesson.failure for lesson in lessons if lesson.origin == "observed" and lesson.failure is not None]
     for lesson, pair in zip(lessons, placed, strict=True):
         if lesson.recipe is not None:
             block = "" if handover.foreign_code(lesson, task, using) else format_recipe(lesson, task)
@@ -355,7 +358,7 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        line = _line(lesson, task, pair, shapes_of, written, using, universe)
+        line = _line(lesson, task, pair, shapes_of, written, using, universe, failed)
         if not line:
             continue
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)

@@ -163,6 +163,15 @@ def _worked_later(view: RunView, tool: str, after: int) -> bool:
                for call in step.calls)
 
 
+def blamed(forms: dict[str, str], error: str) -> dict[str, str]:
+    """The forms of the values ``error`` names, by their role (``'<date>'``) or the word of their role (``invalid
+    date``), when it names any; all of them otherwise. An error about one argument says nothing about the others,
+    and a lesson blaming them all sends the next run to change what was right."""
+    named = {role: shown for role, shown in forms.items()
+             if f"<{role}>" in error or re.search(rf"(?<![\w<]){re.escape(role)}(?![\w>])", error, re.I)}
+    return named or forms
+
+
 def _fingerprint(payload: FailurePayload) -> str:
     """The tool, the roles and forms of what it was passed, the exception and its message without digits."""
     roles = re.findall(r"<(\w+)>", payload.line)
@@ -187,7 +196,7 @@ def extract(view: RunView) -> list[Failure]:
         error = _error(step, roles)
         if error is None:
             continue
-        forms = {role: shown for value, role in passed.items() if (shown := form(value))}
+        forms = blamed({role: shown for value, role in passed.items() if (shown := form(value))}, error[1])
         payload = FailurePayload(tool=call.tool, line=_line_with_roles(line, call, roles), forms=forms,
                                  error_type=error[0], error=error[1])
         fingerprint = _fingerprint(payload)

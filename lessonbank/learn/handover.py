@@ -27,11 +27,11 @@ import ast
 import copy
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from lessonbank.core.models import FixPayload, Lesson
-from lessonbank.learn import adapt, code, fixtext, needs, params, render, shapes
+from lessonbank.core.models import FailurePayload, FixPayload, Lesson
+from lessonbank.learn import adapt, code, failures, fixtext, needs, params, render, shapes
 
 RESULT = "result"
 RECORD = "record"
@@ -294,12 +294,14 @@ def text(fix: FixPayload, solved: str, task: str, *, for_task: bool, verified: b
         else said
 
 
-def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[str]) -> str:
+def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[str],
+              failed: Sequence[FailurePayload] = ()) -> str:
     """An observed shape fact's call that got the result, as the line to write with ``task``'s values and the neutral
     name ``result``, then the loop over its records ("" when the fact names no call, its tool is not one the task
     will use (``using``), or a value cannot be placed: the call with another task's value is not given); from a
     question that used tools this task will not, an example to adapt. Given only the shape, small models asked the
-    tool for values of their own."""
+    tool for values of their own. With observed failures of the same tool (``failed``), the line says which of its
+    arguments they were passed another way (``form_change``)."""
     shape = lesson.shape if lesson.origin == "observed" else None
     call = shape.call if shape is not None and task and lesson.task and shape.tool in using else ""
     line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
@@ -309,7 +311,29 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     then = f", then use its records: `for {RECORD} in {RESULT}{shapes.path(shape.records)}:`" \
         if shape.records is not None else ""
     lead = "For this task" if own_tools(lesson, using, universe) else render.ADAPT_OTHER
-    return f"{lead}: write `{line}`{then}."
+    told = form_change(line, failed)
+    return f"{lead}: write `{line}`{f' ({told})' if told else ''}{then}."
+
+
+def form_change(line: str, failed: Sequence[FailurePayload]) -> str:
+    """What sets the call ``line`` apart from its tool's observed failures: an argument it passes written another
+    way than they passed it, as `` pass `date` written like "99.99.9999", as here: written like "9999-99-99" it
+    raised ValueError`` ("" when none does). The line got a result and the failures did not: the form is the fix,
+    whatever the tool and its error's wording."""
+    found = one_call(line)
+    call = found[1] if found is not None else None
+    if call is None or not isinstance(call.func, ast.Name):
+        return ""
+    passed = {keyword.arg: str(keyword.value.value) for keyword in call.keywords
+              if keyword.arg and isinstance(keyword.value, ast.Constant)
+              and isinstance(keyword.value.value, str | int | float) and not isinstance(keyword.value.value, bool)}
+    for failure in failed:
+        for role, before in failure.forms.items() if failure.tool == call.func.id else ():
+            after = failures.form(passed[role]) if role in passed else ""
+            if after and after != before:
+                return (f"pass {fixtext.named(role)} written like {json.dumps(after)}, as here: written like "
+                        f"{json.dumps(before)} it raised {failure.error_type}")
+    return ""
 
 
 def one_call(line: str) -> tuple[str, ast.Call] | None:

@@ -109,7 +109,7 @@ def test_a_benchmark_runs_failed_call_and_its_error_are_kept_and_not_its_calls_o
     (failure,) = failures.extract(view)
     assert failure.payload.tool == "get_weather" and "Lyon" not in failure.text and "2024-03-12" not in failure.text
     assert failure.payload.line == "result = get_weather(city=<city>, date=<date>)"
-    assert failure.payload.forms == {"city": "Aa", "date": "9999-99-99"}
+    assert failure.payload.forms == {"date": "9999-99-99"}  # the error names the date, not the city
     assert failure.payload.error == "invalid date '<date>': expected DD.MM.YYYY, e.g. 31.12.2023"
     other = next(run for run in read(CORPUS)["runs"] if "Porto on 2024-08-09" in run["task"] and
                  run["source"].endswith(":none:1"))
@@ -148,3 +148,13 @@ def test_an_error_naming_a_call_the_task_did_not_ask_for_names_it(error: str, na
 ])
 def test_a_values_form_keeps_how_it_is_written_and_nothing_of_it(value: str, form: str) -> None:
     assert failures.form(value) == form
+
+
+def test_a_failure_tells_the_forms_of_the_arguments_its_error_names_only() -> None:
+    """The error names one argument (by its value or its name): only that argument's form is told; an error naming
+    none leaves every form, since any of them may be at fault."""
+    forms = {"region": "a", "month": "9999-99"}
+    assert failures.blamed(forms, "unknown region '<region>'") == {"region": "a"}
+    assert failures.blamed(forms, "Month must be written MM/YYYY") == {"month": "9999-99"}
+    assert failures.blamed(forms, "service unavailable") == forms
+    assert failures.blamed(forms, "no data for the regional office") == forms  # a word holding the role's is not it

@@ -11,7 +11,7 @@ from lessonbank.core.models import Lesson, Recipe, StepRecord, ToolCallRecord, T
 from lessonbank.core.redact import Redactor
 from lessonbank.core.specimen import specimen
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import adapt, fixes, handover, render, shapes
+from lessonbank.learn import adapt, failures, fixes, handover, render, shapes
 from lessonbank.learn.consolidate import Observed, counted_failed, observed_lesson
 from lessonbank.learn.fixtext import payload
 from tests.learn.runs import view
@@ -241,3 +241,31 @@ def test_a_recipe_of_a_question_that_used_another_tool_is_not_given() -> None:
     reworded = "Over the last seven days (get_daily_stats), by how much did web-ash beat its weekly goal (get_site)?"
     block, given = format_lessons([recipe], task=reworded, tools=TOOLS)
     assert given == [recipe] and "with this task's values put in; written for that task: an example to adapt" in block
+
+
+RAIN = "Using get_rainfall, how much rain fell in {} in {}? Answer with the number only."
+
+
+def test_a_call_line_says_which_argument_its_tools_failures_were_passed_another_way() -> None:
+    """One run's call failed on a month written one way; another run's call, with the month written another way,
+    got records. The call line given to a third question says the form is what set them apart; without the
+    failure in the block, or with the same form, the line is given as before."""
+    line = 'rain = get_rainfall(town="Kells", month="2024-03")'
+    failed = [action(0, f"{line}\nprint(rain)", failed_at=line,
+                     error="ValueError: bad month '2024-03': write the month as MM/YYYY")]
+    (failure,) = failures.extract(view(failed, RAIN.format("Kells", "2024-03"), tools=["get_rainfall"]))
+    assert failure.payload.forms == {"month": "9999-99"}  # the error names the month only, not the town
+    avoid = observed_lesson("b", Observed(failures.TAG, failure.fingerprint, (0,), failure=failure.payload), "r1",
+                            verified=False)
+    got = [action(0, 'rain = get_rainfall(town="Birr", month="07/2024")\nprint(rain)',
+                  observations="Execution logs:\n" + repr({"town": "Birr", "days": [{"day": 1, "mm": 2.5}]}))]
+    (shape,) = lessons_of(got, RAIN.format("Birr", "2024-07"), judged_right=True, tools=["get_rainfall"])
+    tools = {"get_rainfall": "Rain of a town, a dict with one record per day."}
+    block, _ = format_lessons([shape, avoid], task=RAIN.format("Ennis", "2024-11"), tools=tools)
+    assert ('- For this task: write `result = get_rainfall(town="Ennis", month="11/2024")` (pass `month` written like '
+            '"99/9999", as here: written like "9999-99" it raised ValueError), then use its records: `for record in '
+            "result['days']:`.") in block
+    alone, _ = format_lessons([shape], task=RAIN.format("Ennis", "2024-11"), tools=tools)
+    assert 'write `result = get_rainfall(town="Ennis", month="11/2024")`, then use' in alone
+    assert handover.form_change('result = get_rainfall(town="Ennis", month="2024-11")', [failure.payload]) == ""
+    assert handover.form_change('result = get_snow(town="Ennis", month="11/2024")', [failure.payload]) == ""

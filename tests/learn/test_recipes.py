@@ -574,3 +574,21 @@ def test_an_answer_copied_from_the_value_a_step_ended_with_becomes_that_value() 
                 step(1, "if weather_data:\n    final_answer(max(r['max_c'] for r in weather_data['records']))\n"
                         "else:\n    final_answer(0)")]
     assert extract(computed, WEATHER_TASK, ["get_weather"], Redactor(), "check") is not None  # one computes it
+
+
+def test_a_compound_word_of_the_question_is_held_when_the_code_uses_one_of_its_parts() -> None:
+    """A question's noun written with a hyphen ("shelf-life") or a tool named in it ("get_batch_stats") is no
+    value the code must copy: a run that read ``result['shelf_days']`` and answered right keeps its recipe. An id
+    the code never touches in any part still marks the answer as chance."""
+    task = ("Using get_batch_stats, what is the longest shelf-life among lot K7's batches, in days? "
+            "Answer with the number only.")
+    code = ("result = get_batch_stats(lot='K7')\n"
+            "final_answer(max(batch['shelf_days'] for batch in result['batches']))")
+    assert ignored_values(code, ["K7"], task) == []
+    recipe = extract([step(0, code, action_output="41", is_final=True), final("41", 1)], task,
+                     ["get_batch_stats"], Redactor(), "check")
+    assert recipe is not None and recipe.params == ["K7"]
+    # no part of the compound in the code: still a value it ignored
+    region = "Using get_batch_stats, how many batches does lot K7 hold in north-west? Answer with the number only."
+    assert ignored_values("result = get_batch_stats(lot='K7')\nfinal_answer(len(result))", ["K7"], region) \
+        == ["north-west"]
