@@ -20,6 +20,9 @@ failing one. Only a correction of values is kept, so that what the run read cann
   standard library's data functions and methods);
 - it reads no name the failing line did not read (but the ones it binds itself), and still does every operation
   the failing line did: otherwise the fix is in another line;
+- it does not step around the failure (``_guards``): the test of an ``if``, ``while`` or ``assert`` where the
+  failing line was another statement, a test whether a key the failing line read is there (``'owners' in repo``),
+  or a default for it (``repo.get('owners', [])``) avoids the error without finding what the data holds;
 - a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not copied
   from what the run had observed before (tool output, error messages); values from the task are the user's, and
   subscript keys are the data's names;
@@ -206,9 +209,39 @@ def _related(before: ast.Module, after: ast.Module, tools: set[str]) -> bool:
     return bool(called & _called(after)) or bool(_read(before) & _read(after))
 
 
+GUARDS = (ast.If, ast.While, ast.Assert)
+
+
+def _keys(tree: ast.AST) -> set[object]:
+    """The constant keys a line subscripts (``repo['owners']``: ``'owners'``)."""
+    return {n.value for sub in ast.walk(tree) if isinstance(sub, ast.Subscript)
+            for n in ast.walk(sub.slice) if isinstance(n, ast.Constant)}
+
+
+def _guards(before: ast.Module, after: ast.Module) -> bool:
+    """The later line steps around the failing one instead of correcting it: a test header where the failing line
+    was another statement, or a test for (``'owners' in repo``) or a default for (``repo.get('owners', [])``) a key
+    the failing line read."""
+    kind = type(after.body[0]) if after.body else None
+    if kind in GUARDS and kind is not (type(before.body[0]) if before.body else None):
+        return True
+    keys = _keys(before)
+    for node in ast.walk(after):
+        if isinstance(node, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops):
+            if any(isinstance(part, ast.Constant) and part.value in keys for part in [node.left, *node.comparators]):
+                return True
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
+              and node.args[0].value in keys):
+            return True
+    return False
+
+
 def _corrects(before: ast.Module, after: ast.Module) -> bool:
     """The later line is a correction of values of the failing one (see the module's first three rules)."""
     calls, called = _called(after), _called(before)
+    if _guards(before, after):
+        return False
     if calls & ANSWERERS or not (calls - called) <= CONVERSIONS | trim.PRINTERS:
         return False
     if (called - CONVERSIONS - trim.PRINTERS) - calls:  # the call was dropped, not corrected (data made up)

@@ -27,7 +27,8 @@ its code subscripts the records' path or reads a field it names; a failed run bl
 failing lines does.
 
 The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
-every value it passed came from the run's task (``params``): the builder gives it with the next task's values.
+every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
+``limit=50``): the builder gives it with the next task's values, its settings as they were.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from lessonbank.learn.view import Returned, RunView, Step
 MAX_SHAPE = 400
 MAX_SHAPES = 3
 MAX_CALL = 200
+MAX_SETTING = 10_000  # a larger number is more likely a value the run read (an id, an amount) than a setting
 MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
@@ -215,8 +217,9 @@ def printed_tool(code: str, tools: set[str]) -> tuple[str, bool] | None:
 def call_line(code: str, tool: str, task: str) -> str:
     """The line of ``code`` that assigned ``tool``'s result to a name (``rows = get_sales(region="North")``), or
     the call alone when it assigned it to none, when it is the code's only call of ``tool`` and every value it
-    passes is a constant that came from ``task`` (``params``): the next task's values can be put in. ""
-    otherwise (a value of the run's own, a value it computed, several calls: which one got the result?)."""
+    passes is a constant that came from ``task`` (``params``), at least one, or a setting (``setting``:
+    ``limit=50``): the next task's values can be put in. "" otherwise (a word of the run's own, a value it
+    computed, several calls: which one got the result?)."""
     if not task:
         return ""
     try:
@@ -227,16 +230,28 @@ def call_line(code: str, tool: str, task: str) -> str:
              and node.func.id == tool]
     if len(calls) != 1:
         return ""
-    values = [*calls[0].args, *(keyword.value for keyword in calls[0].keywords)]
-    if not values or any(keyword.arg is None for keyword in calls[0].keywords) or not all(
-            isinstance(value, ast.Constant) for value in values):
+    values = [value for value in (*calls[0].args, *(keyword.value for keyword in calls[0].keywords))
+              if isinstance(value, ast.Constant)]
+    if not values or any(keyword.arg is None for keyword in calls[0].keywords) or len(values) != len(
+            calls[0].args) + len(calls[0].keywords):
         return ""
     line = next((node for node in tree.body if isinstance(node, ast.Assign) and node.value is calls[0]
                  and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)), None)
     found = ast.get_source_segment(code, line or calls[0]) or ""
     if not found or "\n" in found or "`" in found or len(found) > MAX_CALL:
         return ""
-    return found if len(params.flows([calls[0]], task)) == len(values) else ""
+    flowing = {param.value for param in params.flows([calls[0]], task)}
+    if not flowing or not all(str(value.value) in flowing or setting(value) for value in values):
+        return ""
+    return found
+
+
+def setting(node: ast.Constant) -> bool:
+    """Whether a constant a call passes is a setting the run chose itself, not a value it could have read or
+    another task would change: a flag, None, or a number below ``MAX_SETTING`` (``limit=50``, ``verbose=True``).
+    It stays in the call given to the next task: it may be what got the records back whole."""
+    value = node.value
+    return value is None or isinstance(value, bool) or (isinstance(value, int | float) and abs(value) < MAX_SETTING)
 
 
 def _printed_shape(step: Step, tools: set[str]) -> Shape | None:

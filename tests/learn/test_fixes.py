@@ -437,3 +437,32 @@ def test_a_remote_executors_traceback_pins_the_failing_line() -> None:
     (fix,) = fixes.extract(view(records, "What is the revenue of region North?"), Redactor())
     assert fix.failed == "total = sum(r['revenue'] for r in rows)" and fix.error == "KeyError"
     assert fix.fixed == "total = sum(r['Revenue'] for r in rows)"
+
+
+
+@pytest.mark.parametrize("guard", [
+    "if 'crew' in ship_details:",
+    "crew_size = len(ship_details.get('crew', []))",
+    "crew_size = len(ship_details['crew']) if 'crew' in ship_details else 12",
+    "while ship_details:",
+    "assert 'crew' in ship_details",
+])
+def test_a_line_that_steps_around_the_failure_is_not_its_fix(guard: str) -> None:
+    wrong = "crew_size = len(ship_details['crew'])"
+    steps = [
+        step(0, f"ship_details = get_ship(name='Albatros')\n{wrong}", failed_at=wrong,
+             error="InterpreterError: Could not index {'name': 'Albatros', 'crew_count': 12} with 'crew'"),
+        step(1, f"{guard}\n    crew_size = 12" if guard.endswith(":") else guard, observations="12"),
+    ]
+    assert extract(steps, "How many sailors are on the ship Albatros?") == []
+
+
+def test_the_correction_beside_a_guard_is_still_the_fix() -> None:
+    wrong = "crew_size = len(ship_details['crew'])"
+    steps = [
+        step(0, f"ship_details = get_ship(name='Albatros')\n{wrong}", failed_at=wrong, error="KeyError: 'crew'"),
+        step(1, "if 'crew' in ship_details:\n    print(ship_details)\ncrew_size = ship_details['crew_count']\n"
+                "print(crew_size)", observations="12"),
+    ]
+    (fix,) = extract(steps, "How many sailors are on the ship Albatros?")
+    assert fix.fixed == "crew_size = ship_details['crew_count']"

@@ -11,7 +11,8 @@ from lessonbank.core import migrate
 from lessonbank.core import specimen as specimen_limits
 from lessonbank.core.models import Lesson, StepRecord, ToolResultRecord
 from lessonbank.core.specimen import specimen
-from lessonbank.learn import credit, render, shapes
+from lessonbank.instructions import format_lessons
+from lessonbank.learn import adapt, consolidate, credit, render, shapes
 from tests.learn.runs import view
 
 TOOLS = ["search_catalog", "get_weather"]
@@ -183,6 +184,22 @@ def test_the_call_that_got_the_records_back_is_named_when_it_passed_only_words_o
     assert later.call == 'r = search_catalog("lamp")' and later.steps == (1,)
 
 
+def test_a_setting_the_run_chose_stays_in_the_call_given_to_the_next_task() -> None:
+    """A call that asked for more records (``limit=50``) or a flag is named with it: the default may return a part."""
+    for code in ('r = search_catalog(query="lamp", limit=50)', 'r = search_catalog("lamp", 50, True)',
+                 'r = search_catalog(query="lamp", include_archived=True, cursor=None)'):
+        (shape,) = extract_shapes([kept(0, code, [("search_catalog", specimen(CATALOG))])], TOOLS, LAMP_TASK)
+        assert shape.call == code, code
+    (shape,) = extract_shapes([kept(0, 'r = search_catalog(query="lamp", page_size=100)',
+                                    [("search_catalog", specimen(CATALOG))])], TOOLS, LAMP_TASK)
+    chair = "Using search_catalog, how many 'chair' products cost less than 40 euros? Answer with the number only."
+    assert adapt.call_for(shape.call, LAMP_TASK, chair) == 'r = search_catalog(query="chair", page_size=100)'
+    lesson = consolidate.observed_lesson("b", consolidate.Observed(shapes.TAG, shape.fingerprint, shape.steps,
+                                                                   shape=shape.payload, task=LAMP_TASK), "r", True)
+    block, _ = format_lessons([lesson], task=chair)
+    assert '- For this task: write `result = search_catalog(query="chair", page_size=100)`' in block
+
+
 @pytest.mark.parametrize("code", [
     'r = search_catalog(query="lamp price < 16")',  # the run's own words
     'r = search_catalog(query="lamps")',  # not a word of the task
@@ -190,6 +207,9 @@ def test_the_call_that_got_the_records_back_is_named_when_it_passed_only_words_o
     'r = search_catalog(query="lamp")\nq = search_catalog(query="lamp")',  # which call?
     "r = search_catalog(**{'query': 'lamp'})",
     "r = search_catalog()",  # nothing of the task to put in
+    "r = search_catalog(limit=50)",
+    'r = search_catalog(query="lamp", sort="price")',  # a word of the run's own, not a setting
+    'r = search_catalog(query="lamp", after=84213377)',  # a number it may have read
     'r = search_catalog(\n    query="lamp")',
 ])
 def test_no_call_is_named_unless_it_can_be_given_with_the_next_tasks_values(code: str) -> None:
