@@ -6,7 +6,8 @@ given to the next run, such a lesson makes it convert or parse what needs neithe
 whose subject is a tool (named by a code name, "the result of `tool`", or "the result" when the lesson names one
 tool) or a field of its result ("its `reading`", "the 'points' field"), a verb of returning or being ("returns",
 "gives back", "came back as", "is", "are stored as") and a type ("a list of strings", "a dict", "text", "numbers");
-"not X", "instead of X" and "rather than X" after it deny X. What was observed of a tool is its results' structures
+"not X", "instead of X" and "rather than X" after it deny X; a clause that supposes or asks for it ("if", "assuming",
+"make sure") claims nothing. What was observed of a tool is its results' structures
 (``ShapePayload.structure``, from the recorder's specimens or what a step printed): a claim is contradicted when
 every observed type of that tool (or field) differs from what it says, supported when one matches, and undecided
 when nothing of it was observed or the words are loose ("numbers" for numbers written as text).
@@ -77,6 +78,12 @@ _VERB = (
 _CLAIM = re.compile(
     r"(?i)(?:" + _SUBJECT + r")" + _VERB + _type("main")
     + r"(?:\s*,?\s*(?:and\s+|but\s+)?(?:not|never|instead\s+of|rather\s+than)\s+" + _type("neg") + ")?"
+)
+# What makes a clause a condition, a supposition or an instruction, not a claim: "check if the result is a list",
+# "assuming `rows` is a dict", "make sure `get_x` returns a list"
+_SUPPOSED = re.compile(
+    r"(?i)\b(?:if|whether|when|whenever|unless|once|until|in case|assum\w*|suppos\w*|ensure|make sure|check|verify|"
+    r"test|expect\w*|pretend|imagine)\b[^.;:!?\n]{0,80}$"
 )
 _PYTHON = frozenset(name.lower() for kind in (builtins, str, list, dict) for name in dir(kind)
                     if not name.startswith("_"))
@@ -156,6 +163,8 @@ def read(text: str, known: Iterable[str] = ()) -> list[TypeClaim]:
     tools = lesson_tools(head, known_set)
     found: list[TypeClaim] = []
     for match in _CLAIM.finditer(head):
+        if _SUPPOSED.search(head, max(0, match.start() - 80), match.start()):
+            continue
         subject = _subject(match, tools, known_set)
         main = _kind(match.group("main"), match.group("main_of"), bool(match.group("main_ofp")))
         if subject is None or not main:

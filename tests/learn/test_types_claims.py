@@ -53,6 +53,10 @@ WORDINGS = [
     ("`get_meter` readings are strings like '1,204.5'; remove the comma before float().", []),
     ("`list_parcels` returns a number of records per page.", []),
     ("`get_meter` returns the text of the meter's label.", []),
+    # a condition, a supposition or an instruction claims nothing
+    ("Check if the result of `list_parcels` is a list before looping over it.", []),
+    ("Assuming `get_meter` returns a dict, read its 'reading' key.", []),
+    ("Make sure `list_parcels` returns a list of dicts before summing.", []),
     ("The `weight` of each parcel is a float.", []),  # the field of what: not said in a way that is read
     ("`list_parcels` lists every parcel with its status.", []),
     ("Der Aufruf `get_meter` gibt eine Zeichenkette zurück.", []),
