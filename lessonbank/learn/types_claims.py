@@ -273,23 +273,26 @@ def _printed(code: str, printed: str, tools: set[str]) -> tuple[str, Any] | None
     return (tool, value) if isinstance(value, dict | list) else None
 
 
+def _add(seen: dict[str, dict[str, frozenset[str]]], tool: str, value: Any) -> None:
+    try:
+        structure = walk.structure(value)
+    except (walk.Unfit, RecursionError):
+        return
+    fields = seen.setdefault(tool, {})
+    for key, kinds in kinds_of(structure).items():
+        fields[key] = fields.get(key, frozenset()) | kinds
+
+
 def seen_in(run: RunView) -> dict[str, dict[str, frozenset[str]]]:
-    """The kinds of what each tool returned in ``run``: from the recorder's specimens and from what a step printed
-    of one tool's result (a dict or list literal; a printed scalar's type cannot be told from its text)."""
+    """The kinds of what each tool returned in ``run``: from the recorder's specimens, and for a tool it kept none
+    of, from what a step printed of its result (a dict or list literal; a printed scalar's type cannot be told from
+    its text, and a printed name may have been bound to part of the result: a specimen says more)."""
     known = set(run.tools or ())
     seen: dict[str, dict[str, frozenset[str]]] = {}
+    printed: dict[str, dict[str, frozenset[str]]] = {}
     for step in run.actions:
-        values = [(returned.tool, returned.structure, True) for returned in step.returned]
+        for returned in step.returned:
+            _add(seen, returned.tool, returned.structure)
         if step.code.strip() and (shown := _printed(step.code, step.logs.strip(), known)) is not None:
-            values.append((*shown, False))
-        for tool, value, specimen in values:
-            try:
-                structure = walk.structure(value)
-            except (walk.Unfit, RecursionError):
-                continue
-            if not specimen and structure in ("str", "NoneType"):
-                continue
-            fields = seen.setdefault(tool, {})
-            for key, kinds in kinds_of(structure).items():
-                fields[key] = fields.get(key, frozenset()) | kinds
-    return seen
+            _add(printed, *shown)
+    return {**{tool: kinds for tool, kinds in printed.items() if tool not in seen}, **seen}

@@ -160,6 +160,8 @@ def test_what_each_tool_returned_is_read_from_specimens_and_printed_results() ->
               returned=(Returned("list_parcels", [{"id": "", "weight": 0.0}]), Returned("get_meter", None))),
         _step(1, "c = list_codes()\nprint(c)", logs="['a1', 'b2']"),
         _step(2, "t = get_total()\nprint(t)", logs="412"),  # a printed scalar: its type cannot be told
+        # printed, but the recorder kept a specimen of the tool's result: the specimen says what it returned
+        _step(3, "p = list_parcels()\np = p[0]\nprint(p)", logs="{'id': 'P-1', 'weight': 2.5}"),
     ), tools=("list_parcels", "get_meter", "list_codes", "get_total"))
     found = seen_in(run)
     assert found["list_parcels"] == {"": frozenset({"list:dict"}), "id": frozenset({"str"}),
