@@ -7,7 +7,8 @@ whose subject is a tool (named by a code name, "the result of `tool`", or "the r
 tool) or a field of its result ("its `reading`", "the 'points' field"), a verb of returning or being ("returns",
 "gives back", "came back as", "is", "are stored as") and a type ("a list of strings", "a dict", "text", "numbers");
 "not X", "instead of X" and "rather than X" after it deny X; a clause that supposes or asks for it ("if", "assuming",
-"make sure") claims nothing. What was observed of a tool is its results' structures
+"make sure") or pins it to some calls ("returns None for an unknown id", "... when the date is invalid") claims
+nothing the run's other calls could contradict. What was observed of a tool is its results' structures
 (``ShapePayload.structure``, from the recorder's specimens or what a step printed): a claim is contradicted when
 every observed type of that tool (or field) differs from what it says, supported when one matches, and undecided
 when nothing of it was observed or the words are loose ("numbers" for numbers written as text).
@@ -84,6 +85,12 @@ _CLAIM = re.compile(
 _SUPPOSED = re.compile(
     r"(?i)\b(?:if|whether|when|whenever|unless|once|until|in case|assum\w*|suppos\w*|ensure|make sure|check|verify|"
     r"test|expect\w*|pretend|imagine)\b[^.;:!?\n]{0,80}$"
+)
+# ...or, after it, pins it to some calls: "returns None for an unknown meter", "is a string when the id is invalid"
+_PINNED = re.compile(
+    r"(?i)[^.;:!?\n]{0,80}?\b(?:when|whenever|if|unless|only|sometimes|until|in case|on (?:error|failure)|"
+    r"for (?:an? |the )?(?:unknown|missing|invalid|bad|wrong|empty|non-?existent|unmatched)|"
+    r"(?:if|when) (?:nothing|no \w+) (?:is|was|matches|matched))\b"
 )
 _PYTHON = frozenset(name.lower() for kind in (builtins, str, list, dict) for name in dir(kind)
                     if not name.startswith("_"))
@@ -163,7 +170,7 @@ def read(text: str, known: Iterable[str] = ()) -> list[TypeClaim]:
     tools = lesson_tools(head, known_set)
     found: list[TypeClaim] = []
     for match in _CLAIM.finditer(head):
-        if _SUPPOSED.search(head, max(0, match.start() - 80), match.start()):
+        if _SUPPOSED.search(head, max(0, match.start() - 80), match.start()) or _PINNED.match(head, match.end()):
             continue
         subject = _subject(match, tools, known_set)
         main = _kind(match.group("main"), match.group("main_of"), bool(match.group("main_ofp")))

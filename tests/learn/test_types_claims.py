@@ -57,6 +57,9 @@ WORDINGS = [
     ("Check if the result of `list_parcels` is a list before looping over it.", []),
     ("Assuming `get_meter` returns a dict, read its 'reading' key.", []),
     ("Make sure `list_parcels` returns a list of dicts before summing.", []),
+    # pinned to some calls: what other calls returned does not contradict it
+    ("`get_meter` returns None for an unknown meter id.", []),
+    ("`get_meter` returns a string when the meter is offline; check for it before reading the 'reading' key.", []),
     ("The `weight` of each parcel is a float.", []),  # the field of what: not said in a way that is read
     ("`list_parcels` lists every parcel with its status.", []),
     ("Der Aufruf `get_meter` gibt eine Zeichenkette zurück.", []),
