@@ -1,13 +1,14 @@
 """What a lesson claims about a tool's result, and which of two contradicting lessons the observations support.
 
-A claim is about one tool (``""``: it names none) and one field of its result (``""``: the result as a whole):
-that it is there or not. A lesson's claims come from its structured payload where it has one (a shape: the fields
-the tool returned, and that it returned something; a fix on a key: the key that failed is not there, the one that
-worked is) and otherwise from its text (a field said to be missing or to be there, a call said to get nothing
-back). Two lessons contradict each other when one claims what the other denies, about the same field of the same
-tool. The recorded observations settle it: the steps that used the field as a key ran or failed, the calls of the
-tool printed data or came back empty. A claim read from a payload is an observation itself. When exactly one side
-is supported, it stays and the other is superseded; when neither is (or both are), both stay.
+A claim is about one tool (``""``: it names none) and one field of its result (``""``: the result as a whole): that
+it is there or not, or (``kind``) that it is or is not of a type (``lessonbank.learn.types_claims``). A lesson's
+claims come from its structured payload where it has one (a shape: the fields the tool returned, and that it
+returned something; a fix on a key: the key that failed is not there, the one that worked is) and otherwise from its
+text (a field said to be missing or to be there, a call said to get nothing back). Two lessons contradict each other
+when one claims what the other denies, about the same field of the same tool. The recorded observations settle it:
+the steps that used the field as a key ran or failed, the calls of the tool printed data or came back empty. A claim
+read from a payload is an observation itself. When exactly one side is supported, it stays and the other is
+superseded; when neither is (or both are), both stay.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lessonbank.core.models import USER_ORIGINS, Lesson
+from lessonbank.learn import types_claims
 from lessonbank.learn.gate import _CODE_NAME, _GOT_NOTHING, _MISSING, _PYTHON, _VALUE
 
 Results = Sequence[tuple[str, str]]  # (code, what it got back or "failed") per step: evidence.call_results
@@ -41,13 +43,15 @@ _CLAUSE = re.compile(r"[;:.](?:\s|$)|,\s+(?:but|while|whereas|and)\s|\s(?:but|wh
 @dataclass(frozen=True)
 class Claim:
     """That ``field`` of ``tool``'s result is there (``holds``) or not; ``field`` "" is the result as a whole (it
-    holds data, or comes back empty); ``when``: the values the claim is pinned to (a call with those values)."""
+    holds data, or comes back empty); ``when``: the values the claim is pinned to (a call with those values); with
+    a ``kind`` (``types_claims``), that the field is of that type (``holds``) or not."""
 
     tool: str
     field: str
     holds: bool
     when: frozenset[str] = frozenset()
     observed: bool = False  # read from a payload: an observation itself
+    kind: str = ""
 
 
 def _fields(tree: Any, depth: int = 0) -> Iterable[str]:
@@ -103,7 +107,10 @@ def claims_of(lesson: Lesson) -> list[Claim]:
     if lesson.shape is not None:
         tool = lesson.shape.tool
         fields = list(dict.fromkeys(_fields(lesson.shape.structure)))
-        return [Claim(tool, "", True, observed=True), *(Claim(tool, name, True, observed=True) for name in fields)]
+        kinds = [Claim(tool, name, True, observed=True, kind=kind)
+                 for name, found in types_claims.kinds_of(lesson.shape.structure).items() for kind in sorted(found)]
+        return [Claim(tool, "", True, observed=True), *(Claim(tool, name, True, observed=True) for name in fields),
+                *kinds]
     if lesson.fix is not None:
         if not lesson.fix.tried:
             return []
@@ -114,7 +121,8 @@ def claims_of(lesson: Lesson) -> list[Claim]:
                 if claim.field]
     if lesson.recipe is not None:
         return []
-    return _text_claims(lesson.text)
+    typed = [Claim(said.tool, said.field, said.holds, kind=said.kind) for said in types_claims.read(lesson.text)]
+    return _text_claims(lesson.text) + typed
 
 
 def _used_as_key(name: str, code: str) -> bool:
@@ -136,12 +144,23 @@ def observed(claim: Claim, results: Results) -> bool | None:
 
 
 def conflict(a: Claim, b: Claim) -> bool:
-    """Whether two claims say opposite things about the same field of the same tool."""
+    """Whether two claims say opposite things about the same field of the same tool: of a type, one read from a
+    lesson's words and one observed (a shape's) that contradicts it."""
+    if a.kind or b.kind:
+        return _type_conflict(a, b)
     if a.holds == b.holds or a.field != b.field:
         return False
     if not a.field:
         return bool(a.tool) and a.tool == b.tool
     return a.tool == b.tool or not a.tool or not b.tool
+
+
+def _type_conflict(a: Claim, b: Claim) -> bool:
+    if not (a.kind and b.kind) or a.observed == b.observed or not a.tool or a.tool != b.tool or a.field != b.field:
+        return False
+    said, seen = (b, a) if a.observed else (a, b)
+    return types_claims.judge(types_claims.TypeClaim(said.tool, said.field, said.kind, said.holds),
+                              {seen.tool: {seen.field: frozenset({seen.kind})}}) is False
 
 
 def _bears(mine: Claim, theirs: Claim, results: Results) -> bool:
@@ -169,6 +188,9 @@ class Verdict:
         if self.claim is None:
             return ""
         subject = f"`{self.claim.tool}`" if self.claim.tool else "the result"
+        if self.claim.kind:
+            what = f"the field '{self.claim.field}' of {subject}" if self.claim.field else f"the result of {subject}"
+            return f"{what} is {types_claims.said(self.claim.kind)}"
         if not self.claim.field:
             return f"{subject} returned data" if self.claim.holds else f"{subject} came back empty"
         said = "is there" if self.claim.holds else "is not there"

@@ -22,6 +22,8 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
 |                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
 |                        | that a field exists when every step that used it failed (``result['max_temp']``) |
+| ``contradicts_observed_type`` | says a tool's result (or a field of it) is of a type every observed result of  |
+|                        | that tool contradicts ("returned a list of strings" of a list of records)       |
 | ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
 
 What passes may still wait for a user: ``lessonbank.learn.quarantine`` and ``lessonbank.learn.taint`` say
@@ -35,12 +37,13 @@ from __future__ import annotations
 import builtins
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lessonbank.core.models import normalize_lesson_text
 from lessonbank.core.redact import Redactor
 from lessonbank.core.tokens import tokens
+from lessonbank.learn import types_claims
 
 MIN_CHARS = 24
 MIN_CONTENT_TOKENS = 4
@@ -200,6 +203,7 @@ class GateContext:
     observed: str = ""
     given: Sequence[str] = ()
     results: Sequence[tuple[str, str]] = ()  # (code, what it got back or "failed") per step: evidence.call_results
+    types: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)  # types_claims.seen_in
     redactor: Redactor = field(default_factory=Redactor)
 
     def __post_init__(self) -> None:
@@ -381,6 +385,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("contradicts_observed", _contradicts_observed),
     ("contradicts_observed", _contradicts_a_working_key),
     ("contradicts_observed", _claims_a_failed_key),
+    ("contradicts_observed_type", lambda text, ctx: types_claims.contradicted(text, ctx.types)),
     ("copies_given", _copies_given),
 )
 

@@ -1,10 +1,10 @@
 """Active lessons that contradict each other, settled by what the runs observed (``lessonbank.learn.claims``).
 
 After a run's lessons are written (under the bank's lock), each lesson the run wrote or reinforced that claims
-something about a tool's result is set against the bank's other active lessons that claim the opposite. The steps
-of this run and of the runs each lesson cites (while Redis still holds them) decide: the lesson they support stays,
-the other is superseded (cause ``contradicted``, naming the run), and counted for ``lessonbank status``. When they
-support neither, both stay.
+something about a tool's result (a field there or not, a call getting nothing back, the type of what it returned) is
+set against the bank's other active lessons that claim the opposite. The steps of this run and of the runs each
+lesson cites (while Redis still holds them) decide: the lesson they support stays, the other is superseded (cause
+``contradicted``, naming the run), and counted for ``lessonbank status``. When they support neither, both stay.
 """
 
 from __future__ import annotations

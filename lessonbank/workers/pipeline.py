@@ -26,7 +26,7 @@ from lessonbank.core.constants import DROPPED_KEY, LLM_STATS_KEY, RUN_DISTILLED,
 from lessonbank.core.exceptions import PermanentDistillError, UnusableOutput
 from lessonbank.core.models import Lesson
 from lessonbank.core.tokens import tokens
-from lessonbank.learn import evidence, framing, gate, quarantine, taint, trust
+from lessonbank.learn import evidence, framing, gate, quarantine, taint, trust, types_claims
 from lessonbank.learn.distill import DistillOutput, DraftLesson
 from lessonbank.learn.transcript import build_transcript, transcript_tokens
 from lessonbank.learn.verdicts import RECIPE_SOURCES, by_llm, judge, judged_failed
@@ -97,7 +97,7 @@ def _screen(deps: Deps, run: runs.Run, view: RunView, drafts: list[DraftLesson],
     """The drafts the gate lets through, each with its taint and why it waits for a user ("" when it need not)."""
     context = gate.GateContext(task=run.task, final_answer=view.final_answer, observed=evidence.observed_text(view),
                                given=[g.text for g in given], results=evidence.call_results(view),
-                               redactor=deps.scrubber)
+                               types=types_claims.seen_in(view), redactor=deps.scrubber)
     kept, dropped, salvaged = framing.screen([draft.text for draft in drafts], context, view)
     count_drops(deps.redis, run.bank, f"run {run.run_id}", dropped)
     if salvaged:
