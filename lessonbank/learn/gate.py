@@ -17,7 +17,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
-| ``states_one_value``   | only states a value of one of the task's entities ("web-a had 40211 visits")   |
+| ``states_one_value``   | only states a value of one of the task's entities ("pump-7 ran 40211 cycles")  |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
 | ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
 |                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
@@ -73,7 +73,7 @@ _NOTHING = re.compile(
     r"completed successfully|finished successfully)"
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
     r"|\b(?:was|were|is|are) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
-    # "The invoice with ID 'INV-1002' is retrieved successfully.": a report of the run, nothing for the next one
+    # "The order with ID 'ORD-1002' is retrieved successfully.": a report of the run, nothing for the next one
     r"|\b(?:was|were|is|are) (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated) successfully\b"
     r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
     # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
@@ -242,7 +242,7 @@ _ENTITY = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b|\b[A-Za-z]+
 
 
 def _states_one_value(text: str, ctx: GateContext) -> bool:
-    """The lesson only states a value of one of the task's entities (``web-fjord had 40211 visits``): true of this
+    """The lesson only states a value of one of the task's entities (``pump-7 ran 40211 cycles``): true of this
     question, nothing about the tool. It names an entity of the task (an id, a hyphenated name), states a number of
     two or more digits the task does not hold, and names no code and gives no advice."""
     if "`" in text or "(" in text or _ADVICE.search(text):
