@@ -67,6 +67,7 @@ def test_a_scope_prefixes_only_learn_lines_and_keeps_their_arguments(caplog: pyt
         other.info("bank %s run %s: its own words", bank, run_id)
 
     work("b%s", "r1")
+    assert tracing.traced("test scope")(lambda bank, run_id: logging.makeLogRecord({"msg": "m"}))("b", "r1").msg == "m"
     learn.info("outside any scope")
     assert [r.getMessage() for r in caplog.records] == [
         "bank b%s run r1: kept 2 of 3", "bank b%s run r1: 100% of nothing", "bank b%s run r1: its own words",

@@ -78,7 +78,7 @@ def _scoped_records() -> None:
         def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
             made = previous(*args, **kwargs)
             scope = _scope.get()
-            name = made.name
+            name = made.name if isinstance(made.name, str) else ""  # logging.makeLogRecord makes one without
             if scope is not None and (name == SCOPED_LOGGERS or name.startswith(SCOPED_LOGGERS + ".")):
                 prefix = scope.prefix()
                 # the message is a %-format only when it has arguments: a bank's '%' must stay one then
