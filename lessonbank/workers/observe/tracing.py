@@ -39,9 +39,7 @@ logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 SPAN_KIND = "openinference.span.kind"
-
-
-SCOPED_LOGGERS = "lessonbank.learn"
+SCOPED_LOGGERS = "lessonbank.learn"  # whose lines logged within a scope get its bank and run
 
 
 @dataclasses.dataclass
