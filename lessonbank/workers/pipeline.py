@@ -73,7 +73,8 @@ def _lessons_of(deps: Deps, run: runs.Run, view: RunView, mined: list[evidence.E
     tokens = transcript_tokens(e.text for e in mined)  # the prompt stays under ~3,000 tokens
     transcript = build_transcript(view, budget, max_tokens=tokens, repeat_task=False)
     try:
-        result = distill(deps.llm, run.task, mined, transcript, deps.settings.distill_max_lessons, verdict, source)
+        result = distill(deps.llm, run.task, mined, transcript, deps.settings.distill_max_lessons, verdict, source,
+                         deps.scrubber)
     except UnusableOutput as e:
         # a model that loops on this run would loop again: the run is distilled without its lessons, so that
         # its credit, summary, observed fixes and recipe are not lost with them (a failed run's most of all)
@@ -312,6 +313,8 @@ def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats |
     reason = gate.reason_to_drop(lesson.text, gate.GateContext(redactor=deps.scrubber), gate.CONTEXT_FREE)
     if reason is not None:
         count_drops(deps.redis, bank, f"remembered lesson {pending_id}", Counter({reason: 1}))
+        logger.debug("bank %s remembered lesson %s: gate dropped it (%s): %s", bank, pending_id, reason,
+                     deps.scrubber.loggable(lesson.text))
         deps.redis.delete(key)
         return ConsolidationStats()
     draft = DraftLesson(kind=lesson.kind, text=lesson.text, tags=lesson.tags,

@@ -306,6 +306,14 @@ def test_fetch_script_pins_and_verifies_the_assembled_folder(embed_model_path: P
     assert not fetch.is_complete(copy)
 
 
+def test_fetch_script_assembles_where_lessonbank_looks(tmp_path: Path) -> None:
+    script = load_fetch_script()
+    settings = Settings(data_dir=tmp_path, embed_model_path=None)
+    assert script.default_dest(settings) == default_model_dir(settings) == tmp_path / "models" / "all-MiniLM-L6-v2"
+    with pytest.raises(ConfigurationError, match="LESSONBANK_EMBED_MODEL is BAAI/bge-small-en-v1.5"):
+        script.default_dest(settings.model_copy(update={"embed_model": "BAAI/bge-small-en-v1.5"}))
+
+
 def test_fetch_script_is_idempotent(embed_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fetch = model_files
     dest = tmp_path / "model"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from lessonbank.core.exceptions import ConfigurationError
-from lessonbank.core.redact import DEFAULT_RULES, REDACTED, Redactor, Rule, fold
+from lessonbank.core.redact import DEFAULT_RULES, REDACTED, WITHHELD, Redactor, Rule, fold
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq1w2\nabcdEFGH1234\n-----END RSA PRIVATE KEY-----"
 OPENSSH = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAA\n"
@@ -467,3 +467,18 @@ def test_a_secret_whose_name_opens_another_assignments_value_is_found(redactor):
     for text in ('password: password="00000000000Aa7" ', "token: token=s3cr3tvalue42\n", 'secret=secret="abcdef123"'):
         out = redactor.redact(text)
         assert "00000000000Aa7" not in out and "s3cr3tvalue42" not in out and "abcdef123" not in out, out
+
+
+def test_a_text_a_log_shows_is_redacted_on_one_line_and_capped(redactor):
+    assert redactor.loggable("Dates are  DD.MM.YYYY:\n\tconvert them first.") == (
+        "Dates are DD.MM.YYYY: convert them first.")
+    assert redactor.loggable("x" * 500, limit=40) == "x" * 37 + "..."
+    url = "Connect to postgresql://app:Tr0ub4dor3@db.internal:5432/app before the first query."
+    assert redactor.loggable(url) == url.replace("Tr0ub4dor3", REDACTED)
+    # what a looser detection pattern still sees once redacted is not shown at all
+    assert redactor.loggable("Log in with password: hunter2secret") == f"Log in with password: {REDACTED}"
+    for text in ("Use the key sk-abcdefghijklmn for the billing API.", "The password is hunter2, use it"):
+        assert redactor.loggable(text) == WITHHELD
+    broken = Redactor()
+    broken.rules = [Rule("fails", re.compile("e"), keep=lambda text, match: bool(1 / 0))]  # a rule failing fails closed
+    assert broken.loggable("The header line ends with a newline.") == WITHHELD

@@ -7,6 +7,10 @@ tokens, errors by kind) and time the store calls of the pipeline (``counters.Tim
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set the worker exports over OTLP/HTTP, unless the process already has a
 tracer provider (``opentelemetry-instrument``). Spans carry ids, counts and timings, never prompt or
 transcript text. Without OpenTelemetry there are no spans; the metrics still count.
+
+Within such a scope a line logged by ``lessonbank.learn`` (whose functions know no bank and no run: "recipe not
+kept: ...") reads ``bank <bank> run <run_id>: ...``, as the worker's own lines do: a log record factory
+(``logging.setLogRecordFactory``, over the one in place) that the first scope of a process installs.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import functools
 import inspect
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -34,18 +39,52 @@ logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 SPAN_KIND = "openinference.span.kind"
+SCOPED_LOGGERS = "lessonbank.learn"  # whose lines logged within a scope get its bank and run
 
 
 @dataclasses.dataclass
 class Scope:
-    """The run a span stack works on, and the LLM tokens spent on it so far."""
+    """The run a span stack works on (``what``: a run, or a remembered lesson), and the LLM tokens spent on it so
+    far."""
 
     bank: str = ""
     run_id: str = ""
     tokens: int = 0
+    what: str = "run"
+
+    def prefix(self) -> str:
+        """What a line logged within the scope starts with: ``bank <bank> run <run_id>: ``."""
+        said = " ".join(part for part in (f"bank {self.bank}" if self.bank else "",
+                                          f"{self.what} {self.run_id}" if self.run_id else "") if part)
+        return f"{said}: " if said else ""
 
 
 _scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("lessonbank_scope", default=None)
+_factory_lock = threading.Lock()
+_factory_installed = False
+
+
+def _scoped_records() -> None:
+    """Install, once per process, the log record factory that prefixes a ``lessonbank.learn`` line logged within
+    a scope with the scope's bank and run."""
+    global _factory_installed
+    with _factory_lock:
+        if _factory_installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            made = previous(*args, **kwargs)
+            scope = _scope.get()
+            name = made.name if isinstance(made.name, str) else ""  # logging.makeLogRecord makes one without
+            if scope is not None and (name == SCOPED_LOGGERS or name.startswith(SCOPED_LOGGERS + ".")):
+                prefix = scope.prefix()
+                # the message is a %-format only when it has arguments: a bank's '%' must stay one then
+                made.msg = (prefix.replace("%", "%%") if made.args else prefix) + str(made.msg)
+            return made
+
+        logging.setLogRecordFactory(record)
+        _factory_installed = True
 
 
 def _tracer() -> Any:
@@ -99,8 +138,10 @@ def _scope_of(arguments: Mapping[str, Any]) -> Scope:
     run = arguments.get("run")
     if run is not None and hasattr(run, "run_id"):
         return Scope(getattr(run, "bank", "") or "", run.run_id)
-    run_id = arguments.get("run_id") or arguments.get("pending_id") or ""
-    return Scope(str(arguments.get("bank") or ""), str(run_id))
+    bank = str(arguments.get("bank") or "")
+    if not arguments.get("run_id") and arguments.get("pending_id"):
+        return Scope(bank, str(arguments["pending_id"]), what="remembered lesson")
+    return Scope(bank, str(arguments.get("run_id") or ""))
 
 
 def _with_timed_store(arguments: dict[str, Any]) -> None:
@@ -121,6 +162,7 @@ def traced(name: str, on_result: Callable[[Any], None] | None = None) -> Callabl
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind(*args, **kwargs)
             _with_timed_store(bound.arguments)
+            _scoped_records()
             outer = _scope.get()
             scope = _scope_of(bound.arguments)
             token = _scope.set(scope if outer is None else outer)
@@ -146,6 +188,7 @@ def distillation(function: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         _with_timed_store(bound.arguments)
+        _scoped_records()
         scope = _scope_of(bound.arguments)
         links = _links(bound.arguments.get("deps"), scope.run_id) if _tracer() is not None else []
         token = _scope.set(scope)
