@@ -27,6 +27,11 @@ GOT_NOTHING = re.compile(
     r"(?:found|returned|available)\b"
     r"|\b(?:is|was|are|were|came back) empty\b"
 )
+# "The date '04.10.2024' was not valid for the tool": a value said to be refused by the call it was passed to
+REFUSED = re.compile(
+    r"(?i)\b(?:is|was|are|were|gets?|got) (?:(?!not\b)\w+ ){0,2}?"
+    r"(?:invalid|not valid|not accepted|rejected|refused|not recogni[sz]ed|not supported|unsupported)\b"
+)
 # "The 'amount' column was not found": a key or name said to be missing.
 MISSING = re.compile(
     r"(?i)\b(?:was|were|is|are)(?:n't| not) (?:found|present|defined)\b"
@@ -70,8 +75,9 @@ def contradicts_call(text: str, results: Results) -> bool:
     names one the run called: "`fetch_orders` did not return any records for Porto on 15.09.2024" after
     ``fetch_orders(city="Porto", date="15.09.2024")`` printed a record. A small distiller writes this when
     the run misread its output; given to the next run, it makes that run give up. A lesson that contrasts
-    a rejected value with the working one ("2024-09-15 returns nothing, 15.09.2024 works") is kept."""
-    if not results or not GOT_NOTHING.search(text):
+    a rejected value with the working one ("2024-09-15 returns nothing, 15.09.2024 works") is kept. A value said
+    to be refused ("The date '04.10.2024' was not valid for `fetch_orders`", ``REFUSED``) is judged the same way."""
+    if not results or not (GOT_NOTHING.search(text) or REFUSED.search(text)):
         return False
     values = {match.group(1) or match.group(2) for match in VALUE.finditer(text)}
     pinned = [value for value in values if any(value in code for code, _ in results)]

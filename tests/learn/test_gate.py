@@ -202,6 +202,8 @@ WEATHER_CTX = GateContext(task=WEATHER_TASK, observed="\n".join([*(code for code
     "The `get_weather` function did not return any weather records for Porto on 15.09.2024.",
     "No data found for Porto on 15.09.2024.",
     "get_weather returned an empty list of records for the date 15.09.2024.",
+    "The date '15.09.2024' was not valid for the `get_weather` tool.",  # a value said refused, that worked
+    "get_weather: the date 15.09.2024 is rejected.",
 ])
 def test_a_claim_that_a_call_got_nothing_is_dropped_when_that_call_printed_data(text: str) -> None:
     assert reason_to_drop(text, WEATHER_CTX) == "contradicts_observed"
@@ -284,6 +286,8 @@ def test_fields_the_run_does_not_contradict_pass(text: str) -> None:
     "get_weather returns no records for dates written like 2024-09-15; pass 15.09.2024 instead.",  # a contrast
     "Weather stations may return no records for a day that has not happened yet.",  # pinned to no call
     "The get_weather tool takes dates written as 15.09.2024 (day.month.year).",  # no claim of nothing
+    "The date '2024-09-15' was not valid for the `get_weather` tool.",  # that call failed: true
+    "The date 15.09.2024 was not rejected by `get_weather`.",  # said accepted, as observed
 ])
 def test_claims_the_run_does_not_contradict_pass(text: str) -> None:
     assert reason_to_drop(text, WEATHER_CTX) is None
