@@ -324,9 +324,7 @@ def form_change(line: str, failed: Sequence[FailurePayload]) -> str:
     call = found[1] if found is not None else None
     if call is None or not isinstance(call.func, ast.Name):
         return ""
-    passed = {keyword.arg: str(keyword.value.value) for keyword in call.keywords
-              if keyword.arg and isinstance(keyword.value, ast.Constant)
-              and isinstance(keyword.value.value, str | int | float) and not isinstance(keyword.value.value, bool)}
+    passed = fixtext.arguments(line)  # by keyword: the names a failure's forms go by
     for failure in failed:
         for role, before in failure.forms.items() if failure.tool == call.func.id else ():
             after = failures.form(passed[role]) if role in passed else ""

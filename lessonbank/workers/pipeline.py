@@ -313,8 +313,9 @@ def remember_one(deps: Deps, bank: str, pending_id: str) -> ConsolidationStats |
     reason = gate.reason_to_drop(lesson.text, gate.GateContext(redactor=deps.scrubber), gate.CONTEXT_FREE)
     if reason is not None:
         count_drops(deps.redis, bank, f"remembered lesson {pending_id}", Counter({reason: 1}))
-        logger.debug("bank %s remembered lesson %s: gate dropped it (%s): %s", bank, pending_id, reason,
-                     deps.scrubber.loggable(lesson.text))
+        if logger.isEnabledFor(logging.DEBUG):  # the text's secret scan only when it is logged
+            logger.debug("bank %s remembered lesson %s: gate dropped it (%s): %s", bank, pending_id, reason,
+                         deps.scrubber.loggable(lesson.text))
         deps.redis.delete(key)
         return ConsolidationStats()
     draft = DraftLesson(kind=lesson.kind, text=lesson.text, tags=lesson.tags,
