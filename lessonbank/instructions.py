@@ -251,8 +251,8 @@ def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
 
 
 def _assigned_call(line: str) -> tuple[str, str] | None:
-    """(name, function) of a line of code that assigns one call's result to one name: ``w = get_weather(...)`` ->
-    ``("w", "get_weather")``; None for any other line."""
+    """(name, function) of a line of code that assigns one call's result to one name: ``r = fetch_rates(...)`` ->
+    ``("r", "fetch_rates")``; None for any other line."""
     found = handover.one_call(line)
     if found is None or not found[0]:
         return None

@@ -107,9 +107,9 @@ class FailurePayload(BaseModel):
     each value the call was passed replaced by its role, how each was written, and the error quoted as data."""
 
     tool: str
-    line: str = Field(description="The failing line, its call's values as roles: ``w = get_weather(city=<city>)``.")
+    line: str = Field(description="The failing line, its call's values as roles: ``r = fetch_rates(base=<base>)``.")
     forms: dict[str, str] = Field(default_factory=dict, description="How each value was written, by role: "
-                                                                    "``{'date': '9999-99-99'}``.")
+                                                                    "``{'day': '9999-99-99'}``.")
     error_type: str = Field(description="The exception's name: ``ValueError``.")
     error: str = Field("", description="Its message as observed: one line, capped, the run's values as roles.")
 
@@ -119,7 +119,7 @@ class ToolFingerprint(BaseModel):
     its descriptions and, where a run kept one, a hash of the structure of its result."""
 
     name: str
-    signature: str = Field(description="``get_invoice(invoice_id: string, currency?: string) -> object``.")
+    signature: str = Field(description="``get_user(user_id: string, fields?: string) -> object``.")
     doc: str = Field("", description="Hash of the tool's description and its arguments' descriptions.")
     shape: str = Field("", description="Hash of the structure of its result as a run observed it (\"\": none kept).")
     later_shape: str = Field("", description="The structure a later run given the lesson observed instead, that run "

@@ -1,6 +1,6 @@
 """A tool result's structure without its values: what the recorder keeps of each tool call's result.
 
-A small agent that loops over ``search_catalog("lamp")`` gets the dict's keys, not the products, and fails
+A small agent that loops over ``list_users("ops")`` gets the dict's keys, not the users, and fails
 without ever printing the result; the next run needs to know where the records are. The recorder keeps,
 per step and tool, a *specimen* of the first result that fits: the value with every leaf replaced by a
 placeholder of its type (``""``, ``0``, ``0.0``, ``False``, ``None``), every list cut to its first
@@ -12,7 +12,7 @@ name, so no record's key can be taken for it):
 - a string that holds a number (``"12,345"``, ``"12,50"``): ``{"~": "str", "number": true}``, with ``"like":
   "9,999"`` when it is written with thousands separators or a decimal comma (``number_form``);
 - a field of a list's records whose values are a few short words repeated across the records (a status, a
-  currency, a unit: ``"settled"``/``"void"``): ``{"~": "str", "values": ["settled", "void"]}``, the words only
+  currency, a unit: ``"done"``/``"cancelled"``): ``{"~": "str", "values": ["cancelled", "done"]}``, the words only
   when each is a plain word (``WORD``), at most ``MAX_WORDS`` of them;
 - a text result's form (``text_form``): its lines, the separator between its fields, its header's names when
   they are plain names, a byte-order mark, decimal commas, or that it is HTML or JSON.

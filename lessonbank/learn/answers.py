@@ -181,7 +181,7 @@ def same_value(printed: str, literal: str) -> bool:
 
 def _read_back(expr: ast.expr, printed: str, literal: str) -> ast.expr | None:
     """The expression that gives ``literal`` again, from ``expr`` whose printing gave ``printed``: ``expr``
-    itself when it printed the literal, ``expr['records'][0]['max_c']`` when it printed a dict or list
+    itself when it printed the literal, ``expr['records'][0]['kwh']`` when it printed a dict or list
     holding it at one place; None otherwise."""
     printed = printed.strip()
     if isinstance(value := walk.read_literal(printed), dict | list):
@@ -229,10 +229,10 @@ def answer_from_variables(steps: list[tuple[list[ast.stmt], Step]], task: str) -
 
     The model often copies the value it read from an observation into its answer; kept as is, the recipe
     would hand the next run this run's answer. Only a literal the task did not supply, equal to what one value
-    printed by an EARLIER step printed (``total``, ``result['total']``, ``cents / 100``, ``len([...])``: an
+    printed by an EARLIER step printed (``total``, ``result['total']``, ``seconds / 60``, ``len([...])``: an
     expression of the run's variables safe to evaluate again), is replaced by that expression, or, when it
     printed a dict or list holding the literal at one place, by the path to it
-    (``result['records'][0]['max_c']``). ``steps``: each step's statements and the step, in order;
+    (``result['records'][0]['kwh']``). ``steps``: each step's statements and the step, in order;
     changed in place.
     """
     printed: list[list[tuple[ast.expr | None, str]]] = []  # per step: the values it printed, with their text

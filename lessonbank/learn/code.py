@@ -65,12 +65,12 @@ def called(code: str) -> set[str] | None:
     return calls - bound - BUILTINS
 
 
-POSITION = "#"  # an argument passed by position: ``get_weather#2`` is the call's second argument
+POSITION = "#"  # an argument passed by position: ``fetch_rates#2`` is the call's second argument
 
 
 def string_arguments(line: str) -> dict[str, str]:
     """``name=value`` of the string constants passed in one line of code: by keyword (``date``), or by position
-    (``get_weather#2``, the call's second argument: ``get_weather("Porto", "2024-09-13")``)."""
+    (``fetch_rates#2``, the call's second argument: ``fetch_rates("USD", "2024-09-13")``)."""
     try:
         tree = ast.parse(line)
     except (SyntaxError, ValueError, RecursionError):

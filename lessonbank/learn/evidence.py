@@ -74,7 +74,7 @@ _KEYED = re.compile(r"\{\s*['\"]")
 def result(printed: str) -> str:
     """What a step's printed output (``Step.printed``) shows of the data it got back: ``"data"`` (a list with
     something in it, or a keyed record holding no empty container), ``"empty"`` (containers, every list in them
-    empty: ``{'city': 'Graz', 'records': []}``; or a bare ``None``), or ``""`` (nothing printed, plain text:
+    empty: ``{'sensor': 'T-7', 'readings': []}``; or a bare ``None``), or ``""`` (nothing printed, plain text:
     unknown)."""
     text = printed[:RESULT_CHARS]
     if _NONEMPTY_LIST.search(text):

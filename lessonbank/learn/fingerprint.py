@@ -136,7 +136,7 @@ def _arguments(signature: str) -> tuple[dict[str, str], str] | None:
 
 
 def _signature_change(old: str, new: str) -> str:
-    """What changed between two signatures, in a few words: ``amount_cents -> amount``, ``new argument currency``."""
+    """What changed between two signatures, in a few words: ``user_id -> id``, ``new argument fields``."""
     before, after = _arguments(old), _arguments(new)
     if before is None or after is None:
         return f"{old} -> {new}"

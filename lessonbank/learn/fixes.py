@@ -4,7 +4,7 @@ that worked, with what changed; kept as a fact without an LLM.
 A run that ran ``rows = get_sales(region="north")``, got a ValueError, printed something else, and later ran
 ``rows = get_sales(region="North")`` has found out how the tool wants its value; one whose ``df["Revenue"].sum()``
 raised KeyError and whose later ``df["revenue"].sum()`` worked has found the column's name; one whose
-``sum(int(d["visits"]) for d in days)`` failed and whose ``sum(int(d["visits"].replace(",", "")) for d in days)``
+``sum(float(r["kwh"]) for r in rows)`` failed and whose ``sum(float(r["kwh"].replace(",", "")) for r in rows)``
 worked has found the conversion the data needs. The two lines are what the next run needs (the text is
 ``learn.render``'s, from the fix's payload; ``fixtext.changes`` says what changed: an argument's value or its form,
 a key, a conversion).
@@ -26,7 +26,7 @@ failing one. Only a correction of values is kept, so that what the run read cann
 - a value it passes that the failing line did not (a string, or a number of 5 digits or more) was not copied
   from what the run had observed before (tool output, error messages); values from the task are the user's, and
   subscript keys are the data's names;
-- it is not just the task's own value put in place of another of the same form (``invoice_id='INV-4356'``, the
+- it is not just the task's own value put in place of another of the same form (``user_id='USR-4356'``, the
   task's id, after a wrong one copied from a lesson): that says nothing another task can reuse;
 - both lines parse, fit in ``MAX_LINE`` characters and hold no secret; the lesson quotes no error message, only
   the exception's name.

@@ -2,7 +2,7 @@
 
 A fix's correction changes an argument's value or its form (``date="2024-03-17"`` -> ``date="17.03.2024"``,
 ``region="north"`` -> ``region="North"``), a key (``row["revenue"]`` -> ``row["Revenue"]``), or adds a conversion
-(``int(day["visits"])`` -> ``int(day["visits"].replace(",", ""))``): ``changes`` says which, as
+(``float(r["kwh"])`` -> ``float(r["kwh"].replace(",", ""))``): ``changes`` says which, as
 ``core.models.Change`` entries. When a value's correction only reordered or re-separated its parts (a date, a
 time, a version), ``rewriter`` writes another value of that form the same way, and ``rewritten_from`` finds the
 task's value a value rewrites.
@@ -18,25 +18,25 @@ from collections.abc import Callable
 
 from lessonbank.core.models import Change, FixPayload
 
-POSITION = "#"  # a value passed by position, in the names ``changed_arguments`` gives: ``get_weather#2``
+POSITION = "#"  # a value passed by position, in the names ``changed_arguments`` gives: ``fetch_rates#2``
 MAX_CARRIED = 3
 MAX_CONVERSION = 80
 _GROUP = re.compile(r"[0-9]+|[^\W\d_]+")
 _DIGITS = re.compile(r"[0-9]+")
 _LETTERS = re.compile(r"[^\W\d_]+")
-_WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "mug", "21", "INV-5102", "2024-03-17", "get_invoice"
+_WORD = r"[^\W_](?:[\w.\-/:@]*[^\W_])?"  # a word or value: "ops", "21", "USR-5102", "2024-03-17", "get_user"
 WORD = re.compile(_WORD)
 
 
 def shape(value: object) -> str:
-    """A value with its digits and letters folded: ``'17.03.2024'`` -> ``'9.9.9'``, ``'Graz'`` -> ``'a'``."""
+    """A value with its digits and letters folded: ``'17.03.2024'`` -> ``'9.9.9'``, ``'Oslo'`` -> ``'a'``."""
     if isinstance(value, bool) or value is None:
         return repr(value)
     return _LETTERS.sub("a", _DIGITS.sub("9", str(value)))
 
 
 def named(keyword: str) -> str:
-    """How a fix's lead names what changed: `` `date` ``, or ``argument 2 of `get_weather` ``."""
+    """How a fix's lead names what changed: `` `date` ``, or ``argument 2 of `fetch_rates` ``."""
     callee, _, index = keyword.rpartition(POSITION)
     return f"argument {index} of `{callee}`" if callee else f"`{keyword}`"
 
@@ -59,7 +59,7 @@ def _constant(node: ast.expr) -> str | None:
 
 def arguments(line: str) -> dict[str, str]:
     """``name=value`` of the constants passed in one line of code: by keyword (``date``), or by position
-    (``get_weather#2``, the call's second argument)."""
+    (``fetch_rates#2``, the call's second argument)."""
     tree = _parse(line)
     found: dict[str, str] = {}
     for node in ast.walk(tree) if tree is not None else ():

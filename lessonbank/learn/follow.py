@@ -15,7 +15,7 @@ from lessonbank.learn.view import RunView
 
 def skeleton(stored: set[str], seen: list[str]) -> code.Normaliser:
     """Names the code assigns become ``v`` (``seen`` lists them in order); constants become their shape
-    (``'INV-1471'`` -> ``'a-9'``), except subscript keys (``row['amount_cents']`` stays: a key is a fact)."""
+    (``'USR-1471'`` -> ``'a-9'``), except subscript keys (``row['user_id']`` stays: a key is a fact)."""
 
     def name(node: ast.Name) -> ast.AST:
         if node.id in stored:

@@ -79,7 +79,7 @@ _NOTHING = re.compile(
     # "The order with ID 'ORD-1002' is retrieved successfully.": a report of the run, nothing for the next one
     r"|\b(?:was|were|is|are) (?:retrieved|fetched|obtained|loaded|read|returned|computed|calculated) successfully\b"
     r"|\bthe (?:run|task|agent|execution|code)(?: \w+){0,2} did not (?:fail|encounter any)\b"
-    # the narrator's account of what went well: "The run successfully retrieved the invoice data ..."
+    # the narrator's account of what went well: "The run successfully retrieved the user data ..."
     r"|\b(?:the|this) (?:run|agent|task)(?: \w+){0,2}? successfully\b"
 )
 # A lesson that points at a value without saying which: "with the correct date format", "retry with a
@@ -260,8 +260,8 @@ def _states_one_value(text: str, ctx: GateContext) -> bool:
 
 
 def _says_more(text: str) -> bool:
-    """Whether a sentence saying what a tool is used for goes on to say something of its own ("...; totals are in
-    cents."): a clause after it of more than a word."""
+    """Whether a sentence saying what a tool is used for goes on to say something of its own ("...; sizes are in
+    bytes."): a clause after it of more than a word."""
     parts = re.split(r"[;:]\s|\.\s", text.strip(), maxsplit=1)
     return len(parts) == 2 and len(tokens(parts[1])) >= 2
 

@@ -72,8 +72,8 @@ def ungrounded(text: str, haystack: str) -> bool:
 def contradicts_call(text: str, results: Results) -> bool:
     """The lesson says a call got nothing back, but each value it pins that on (the ones the run's code
     passed) was passed by a step that ran and printed data, calling the function the lesson names if it
-    names one the run called: "`fetch_orders` did not return any records for Porto on 15.09.2024" after
-    ``fetch_orders(city="Porto", date="15.09.2024")`` printed a record. A small distiller writes this when
+    names one the run called: "`fetch_orders` did not return any records for S-12 on 15.09.2024" after
+    ``fetch_orders(store="S-12", date="15.09.2024")`` printed a record. A small distiller writes this when
     the run misread its output; given to the next run, it makes that run give up. A lesson that contrasts
     a rejected value with the working one ("2024-09-15 returns nothing, 15.09.2024 works") is kept. A value said
     to be refused ("The date '04.10.2024' was not valid for `fetch_orders`", ``REFUSED``) is judged the same way."""

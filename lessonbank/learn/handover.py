@@ -244,7 +244,7 @@ def bound(found: Handover, solved: str, task: str) -> tuple[Handover, bool] | No
 
 
 def _is_value(token: str, at: int) -> bool:
-    """Whether a word of a task is one of its values: quoted, with a digit, an id (``eu-west``, ``INV-7``) or a
+    """Whether a word of a task is one of its values: quoted, with a digit, an id (``eu-west``, ``USR-7``) or a
     capitalised name (but the first word)."""
     return token[:1] in "'\"" or any(ch.isdigit() for ch in token) or any(ch in "-./:@" for ch in token) \
         or bool(at and token[:1].isupper())
@@ -336,7 +336,7 @@ def form_change(line: str, failed: Sequence[FailurePayload]) -> str:
 
 def one_call(line: str) -> tuple[str, ast.Call] | None:
     """(the name it assigns, "" for none; the call) of a line that is one call, alone or assigned to one name:
-    ``w = get_weather(...)``; None for any other line."""
+    ``r = fetch_rates(...)``; None for any other line."""
     try:
         body = ast.parse(line).body
     except (SyntaxError, ValueError, RecursionError):

@@ -1,7 +1,7 @@
 """The tools a lesson is of use with: a lesson about a tool the agent does not have is not given to its runs.
 
 One bank may serve an agent doing several jobs, or several agents with other tools. A lesson that is code
-about a tool only helps a run that can call that tool: an observed shape ("`get_invoice(...)` returns
+about a tool only helps a run that can call that tool: an observed shape ("`get_user(...)` returns
 {...}") describes one tool's result, an observed fix is a failing and a corrected call, an observed failure a
 call of one tool and what it raised, a recipe is code that calls tools. Given to an agent without them, such a
 lesson is noise at best, and a 1.5B model copies it.
@@ -13,7 +13,7 @@ code that calls no tool, always). Code that does not parse names nothing (it is 
 The other way round, a lesson about a tool the task will use (``tools_used``, ``about_tools``) bears on it whatever
 the task's words: what was learnt about a tool carries to any question about it. A tool the task will use is one it
 names, one whose name or description is about what the task asks, or one a recipe of a similar task called; merely
-being among the agent's tools is not enough (a weather question is not about the invoice tool beside it).
+being among the agent's tools is not enough (a question about exchange rates is not about the user directory beside it).
 """
 
 from __future__ import annotations

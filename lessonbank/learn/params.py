@@ -6,12 +6,12 @@ in the task (``region="North"`` for "revenue of region North", ``140`` for "more
 for "Round to 2 decimals"), or that writes one of the task's values another way (``"17.03.2024"`` for the task's
 "2024-03-17", ``"north"`` for "North"). Subscript keys are the data's names, never parameters; a plain word
 the code only compares with is one only when the task names it as its own, capitalised or quoted (``r["region"] ==
-"North"``; not ``t["status"] == "void"`` for "... void payments"). Each gets a name
+"North"``; not ``j["state"] == "cancelled"`` for "... cancelled jobs"). Each gets a name
 for an example (the keyword it is passed as, else the task's word before it: "region", "account").
 
 ``place`` finds each one's value in another task: the same value when that task holds it; else the new value of
-the same form, when the two tasks hold as many new values of that form (``ACC-5571`` and ``ACC-7083`` for
-``ACC-1234`` and ``ACC-9142``, in order); for a plain word, the word after the same word of the task ("region
+the same form, when the two tasks hold as many new values of that form (``USR-5571`` and ``USR-7083`` for
+``USR-1234`` and ``USR-9142``, in order); for a plain word, the word after the same word of the task ("region
 North" -> "region South"), with the same capitals. A value written another way is written the same way again.
 What cannot be placed is left out: the caller shows the parameter's name, never another task's value.
 """
@@ -109,7 +109,7 @@ def flows(statements: Iterable[ast.AST], task: str) -> list[Param]:
             word = isinstance(node.value, str) and not any(ch.isdigit() for ch in text)
             source = source_of(text, task)
             if source is None or (word and id(node) not in passed and not _named_in(source, task)):
-                continue  # a plain word the code compares with is the data's ('void' in t['status']), not the task's
+                continue  # a plain word the code compares with is the data's ('done' in j['state']), not the task's
             same = next((param.name for param in found.values() if param.source == source), None)
             name = same or _name(passed.get(id(node), ""), source, task, names)  # one value, written two ways
             names.add(name)

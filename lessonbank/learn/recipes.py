@@ -107,7 +107,7 @@ def ignored_values(code: str, params: list[str], task: str) -> list[str]:
     """The task's values (ids, numbers, dates, quoted words: ``is_param``) that ``code`` neither holds nor
     wrote another way: code that gave the right answer without using them got it by chance (``len(result)``
     counting a dict's keys), and handed on it answers the next task wrongly. A number counts only as a constant of
-    its own: a limit written into a tool's query text (``query='mug price < 21 euro'``) is no computation with it.
+    its own: a limit written into a tool's query text (``query='load above 80 percent'``) is no computation with it.
     A compound word of letters counts as held when the code uses one of its parts (``_part_used``)."""
     rewritten = {fixtext.rewritten_from(param, task) for param in params}
     constants = _constants(code)
@@ -122,8 +122,8 @@ MIN_PART = 3  # shorter parts of a compound ("eu", "of") say nothing about the c
 
 
 def _part_used(word: str, code: str) -> bool:
-    """Whether ``word``, a compound of letters (``story-point``, ``get_daily_stats``), has a part the code uses
-    (``points``, ``daily``): such a word is a noun or a name in the question, which code writes its own way."""
+    """Whether ``word``, a compound of letters (``on-call``, ``read_sensor``), has a part the code uses
+    (``calls``, ``sensor``): such a word is a noun or a name in the question, which code writes its own way."""
     if not _COMPOUND.fullmatch(word):
         return False
     lowered = code.lower()

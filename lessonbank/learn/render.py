@@ -56,8 +56,8 @@ def fix(payload: FixPayload) -> str:
 
 
 def to_write(payload: FixPayload) -> str:
-    """A fix as the line to write, without the failing line or value: ``Write `w = get_weather(city="Porto",
-    date="15.09.2024")`: pass `date` like "15.09.2024"; written any other way it failed with ValueError.`` A small
+    """A fix as the line to write, without the failing line or value: ``Write `r = fetch_rates(base="USD",
+    day="2024-09-15")`: pass `day` like "2024-09-15"; written any other way it failed with ValueError.`` A small
     model given the failing line next to the corrected one copies the failing one."""
     head = f"Write `{payload.fixed}`" + (" (not tried yet)" if not payload.tried else "")
     one = fixtext.one_change(payload)

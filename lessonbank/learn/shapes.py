@@ -1,10 +1,10 @@
 """Observed shapes: the structure and types of what a tool returned, kept as a fact without an LLM.
 
-A small agent that calls ``search_catalog("lamp")`` and loops over the result gets the dict's keys, not the
-products; one that adds up ``day["visits"]`` gets text, not numbers; one that sums every transaction's
-``amount`` misses the ``status`` beside it. A run that saw the result has seen what the next run needs::
+A small agent that calls ``list_users("ops")`` and loops over the result gets the dict's keys, not the
+users; one that adds up ``reading["kwh"]`` gets text, not numbers; one that sums every job's
+``seconds`` misses the ``state`` beside it. A run that saw the result has seen what the next run needs::
 
-    `list_transactions(...)` returns [{'id': str, 'amount': float, 'status': str ('settled' | 'void')}, ...]: its
+    `list_jobs(...)` returns [{'id': str, 'seconds': float, 'state': str ('cancelled' | 'done')}, ...]: its
     records are `result`.
 
 Any result is described: a record and its keys, a list of records or of scalars (with their element type), nesting,

@@ -129,7 +129,7 @@ def _import_used(stmt: ast.Import | ast.ImportFrom, used: set[str]) -> bool:
 def ran_before_failure(step: Step) -> list[ast.stmt]:
     """The top-level statements a failed step ran before the one smolagents says it failed at (``Code
     execution failed at line '<statement>'``): what they set is still there for the next step
-    (``result = get_invoice(...)`` before a ``print(result['total'])`` that raised). Empty when the
+    (``result = get_user(...)`` before a ``print(result['email'])`` that raised). Empty when the
     error names no statement of the code."""
     named = step.failed_line
     parsed = pycode.parse(step.code) if named else None

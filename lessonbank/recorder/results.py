@@ -1,7 +1,7 @@
 """Watching an attached agent's tools: the structure of what each call returned, for the step's record.
 
 A CodeAgent's tools run inside its code, so a step's record shows only what the code printed: a run that
-looped over ``search_catalog("lamp")`` without printing it never showed where the products are. When a
+looped over ``list_users("ops")`` without printing it never showed where the users are. When a
 recorder attaches to an agent, each of the agent's tools (not ``final_answer``) is replaced, in that
 agent's ``tools`` only, by a shallow copy whose ``forward`` calls the tool's own and hands the result to
 that recorder for that agent; the result is returned unchanged and the tool's own exceptions pass

@@ -3,7 +3,7 @@ the rules of ``lessonbank.learn.fingerprint`` (the caller holds the bank's lock)
 
 ``review``, before a run's lessons are written: a tool the run had in another version than the bank's last
 distilled run (``bank_tools_key``) makes every active lesson whose code calls it as it was ``stale``, with the
-reason ("get_invoice's signature changed: amount_cents -> amount"); and each lesson the run was given notes a result
+reason ("get_user's signature changed: user_id -> id"); and each lesson the run was given notes a result
 structure other than the one it was learnt on (a warning, or the new structure once a run ends well with it).
 ``stamp``, after: the lessons the run wrote or reinforced take the fingerprints of the tools they involve as the
 run had them; a stale recipe or fix the run verified again is active again (``workers.consolidate``).

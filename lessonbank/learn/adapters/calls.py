@@ -147,7 +147,7 @@ def code_calls(code: str, tools: Sequence[str] | None, defined: set[str], source
 
 
 def as_line(name: str, arguments: dict[str, Any]) -> str:
-    """A tool call written as the one line of Python that makes it: ``get_weather(city="Graz", date="...")``
+    """A tool call written as the one line of Python that makes it: ``fetch_rates(base="USD", day="...")``
     (values as JSON literals, which Python reads too, except ``true``/``false``/``null``)."""
     parts = []
     for key, value in arguments.items():

@@ -4,7 +4,7 @@ records and error text.
 A step whose tool calls all ran keeps them (``StepRecord.tool_calls``: name and JSON arguments). A step whose
 call raised keeps none; its error names the call::
 
-    Error executing tool 'get_weather' with arguments {'city': 'Graz', 'date': '2024-03-17'}: ValueError: ...
+    Error executing tool 'fetch_rates' with arguments {'base': 'USD', 'day': '2024-03-17'}: ValueError: ...
 
 and the arguments (Python's text of a dict) are read back with ``ast.literal_eval``. The code interpreter given
 to such an agent as a tool (``python_interpreter``, argument ``code``) runs code: that code is the step's code,
