@@ -28,7 +28,10 @@ failing lines does.
 
 The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
 every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
-``limit=50``): the builder gives it with the next task's values, its settings as they were.
+``limit=50``): the builder gives it with the next task's values, its settings as they were. A number the run
+worked out from the task is the task's, not a setting, and would hand another question this one's period: a year,
+a number passed as a time or bound (``month=3`` for "in March", ``since=...``), a number the task writes as part
+of one of its values (``2`` of "2024-01-02", ``3`` of "Q3") or a month it names (``setting``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ MAX_SHAPE = 400
 MAX_SHAPES = 3
 MAX_CALL = 200
 MAX_SETTING = 10_000  # a larger number is more likely a value the run read (an id, an amount) than a setting
+YEARS = range(1900, 2101)  # a number in here is a year more likely than a setting
+# A keyword's words (``start_date``, ``fromDate``) that make the number passed by it a time or a bound of the task's
+TIMELY = frozenset({"year", "years", "month", "months", "week", "weeks", "day", "days", "weekday", "date", "dates",
+                    "quarter", "hour", "hours", "minute", "minutes", "time", "period", "from", "to", "since", "until",
+                    "start", "end", "before", "after"})
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_DIGITS = re.compile(r"\d+")
+_MONTH = re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]{0,6}\b")
 MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
@@ -241,17 +253,34 @@ def call_line(code: str, tool: str, task: str) -> str:
     if not found or "\n" in found or "`" in found or len(found) > MAX_CALL:
         return ""
     flowing = {param.value for param in params.flows([calls[0]], task)}
-    if not flowing or not all(str(value.value) in flowing or setting(value) for value in values):
+    keywords = {id(keyword.value): keyword.arg or "" for keyword in calls[0].keywords}
+    if not flowing or not all(str(value.value) in flowing or setting(value, task, keywords.get(id(value), ""))
+                              for value in values):
         return ""
     return found
 
 
-def setting(node: ast.Constant) -> bool:
-    """Whether a constant a call passes is a setting the run chose itself, not a value it could have read or
-    another task would change: a flag, None, or a number below ``MAX_SETTING`` (``limit=50``, ``verbose=True``).
-    It stays in the call given to the next task: it may be what got the records back whole."""
+def setting(node: ast.Constant, task: str = "", keyword: str = "") -> bool:
+    """Whether a constant a call passes (by ``keyword``, "" by position) is a setting the run chose itself, not a
+    value it could have read or another task would change: a flag, None, or a number below ``MAX_SETTING``
+    (``limit=50``, ``verbose=True``). It stays in the call given to the next task: it may be what got the records
+    back whole. A number is never a setting when it is a year, passed by a keyword of time or bounds
+    (``TIMELY``), or one of ``task``'s numbers (``task_numbers``): the run worked it out from its task."""
     value = node.value
-    return value is None or isinstance(value, bool) or (isinstance(value, int | float) and abs(value) < MAX_SETTING)
+    if value is None or isinstance(value, bool):
+        return True
+    if not isinstance(value, int | float) or abs(value) >= MAX_SETTING:
+        return False
+    timely = any(part.lower() in TIMELY for part in _WORD_PART.findall(keyword))
+    return not (timely or value in YEARS or value in task_numbers(task))
+
+
+def task_numbers(task: str) -> set[int]:
+    """Every number ``task`` writes, alone or as part of a value (``2024``, ``1`` and ``2`` of "2024-01-02", ``3``
+    of "Q3", ``12`` and ``50`` of "12.50"), and the number of each month it names ("March": 3)."""
+    head = task[:params.MAX_TASK]
+    found = {int(digits) for digits in _DIGITS.findall(head) if len(digits) <= 9}
+    return found | {MONTHS.index(match.group(1)[:3].lower()) + 1 for match in _MONTH.finditer(head)}
 
 
 def _printed_shape(step: Step, tools: set[str]) -> Shape | None:

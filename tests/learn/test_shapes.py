@@ -243,3 +243,46 @@ def test_the_fields_beside_the_records_are_named_and_given_to_read() -> None:
     assert "The fields beside them (`returned`, `truncated`) say about them" in block
     (flat,) = extract(kept(0, "x = 1", [("search_catalog", specimen([{"id": "T-1"}, {"id": "T-2"}]))]))
     assert shapes.beside(flat.payload) == []  # records alone: nothing beside them
+
+
+SALES = {"region": "North", "rows": [{"day": "2024-01-02", "amount": 12.5}, {"day": "2024-01-03", "amount": 3.0}]}
+
+
+@pytest.mark.parametrize(("task", "code"), [
+    ("What was region North's revenue last year?", 'r = get_sales(region="North", year=2025)'),
+    ("What was region North's revenue in March?", 'r = get_sales(region="North", month=3)'),
+    ("What was region North's revenue on 2024-01-02?", 'r = get_sales(region="North", month=1, day=2)'),
+    ("What was region North's revenue in Q3?", 'r = get_sales("North", 3)'),  # a part of a task's value
+    ("What was region North's revenue in the last week?", 'r = get_sales(region="North", days=7)'),
+    ("What was region North's revenue lately?", 'r = get_sales(region="North", startDate=20240102)'),
+    ("What was region North's revenue lately?", 'r = get_sales("North", 2023)'),  # a year, by position
+    ("What was region North's revenue since the spring?", 'r = get_sales(region="North", since=4)'),
+])
+def test_a_number_the_run_worked_out_from_its_tasks_time_words_is_no_setting(task: str, code: str) -> None:
+    """Handed to another question, ``year=2025`` would ask it for this question's year."""
+    (shape,) = extract_shapes([kept(0, code, [("get_sales", specimen(SALES))])], ["get_sales"], task)
+    assert shape.call == "" and "came back" not in shape.text
+
+
+@pytest.mark.parametrize("code", ['r = get_sales(region="North", limit=100)',
+                                  'r = get_sales(region="North", page_size=50, verbose=True)',
+                                  'r = get_sales("North", 100, True, None)'])
+def test_settings_stay_settings_beside_a_tasks_dates(code: str) -> None:
+    task = "What was region North's revenue on 2024-01-02?"
+    (shape,) = extract_shapes([kept(0, code, [("get_sales", specimen(SALES))])], ["get_sales"], task)
+    assert shape.call == code
+
+
+def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question() -> None:
+    """A call kept before the rule held (``month=1`` of the task's date) is not given to the next task."""
+    task = "What was region North's revenue on 2024-01-02?"
+    (shape,) = extract_shapes([kept(0, 'r = get_sales(region="North", limit=100)',
+                                    [("get_sales", specimen(SALES))])], ["get_sales"], task)
+    given = 'r = get_sales(region="North", month=1, limit=100)'
+    other = "What was region South's revenue on 2024-05-06?"
+    for call, shown in ((shape.call, 'result = get_sales(region="South", limit=100)'), (given, None)):
+        payload = shape.payload.model_copy(update={"call": call})
+        lesson = consolidate.observed_lesson("b", consolidate.Observed(shapes.TAG, shape.fingerprint, shape.steps,
+                                                                       shape=payload, task=task), "r", True)
+        block, _ = format_lessons([lesson], task=other, tools={"get_sales": "A region's sales."})
+        assert (shown in block) if shown else ("get_sales(region=" not in block and "month=1" not in block), block
