@@ -17,7 +17,8 @@ write the next run's instructions:
   must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
 - from the recorder's specimen of a tool call's result (``StepRecord.tool_results``), in any action step, failed
   or not: a run that looped over the result without printing it failed on exactly what the next run needs;
-- or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``print(f"got {r}")``, or
+- or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``r`` not bound to anything
+  else in between, ``print(f"got {r}")``, or
   ``print(tool(...))``; the first literal of the output, or the whole output for a tool that returns text);
 - at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
 
@@ -180,15 +181,49 @@ def text(payload: ShapePayload, with_call: bool = True) -> str:
     return f"`{payload.tool}(...)` returns {describe(payload.structure)}{records}.{came}"
 
 
-def _assigned(tree: ast.Module, tools: set[str]) -> dict[str, str]:
-    """{name: tool} of the names the code assigns a tool call's result to (``r = search(...)``)."""
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
-                and _is_tool(node.value.func.id, tools):
-            found[node.targets[0].id] = node.value.func.id
+_SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)  # their names stay inside
+
+
+def _nodes(node: ast.AST) -> list[ast.AST]:
+    """``node`` and what is under it, less what a comprehension or a lambda binds for itself."""
+    found, todo = [], [node]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(child for child in ast.iter_child_nodes(current) if not isinstance(child, _SCOPES))
     return found
+
+
+def _bindings(tree: ast.Module, tools: set[str]) -> list[tuple[tuple[int, int], str, str | None]]:
+    """(where it takes effect, name, the tool whose result it holds or None) of every binding of a name in
+    ``tree``: ``r = search(...)`` holds ``search``'s result from the end of its line; any other binding
+    (``r = r["items"]``, ``for r in ...``, ``r += ...``, ``del r``) holds none."""
+    found: list[tuple[tuple[int, int], str, str | None]] = []
+    assigned: set[int] = set()
+    for node in _nodes(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            tool = value.func.id if len(targets) == 1 and isinstance(value, ast.Call) and isinstance(
+                value.func, ast.Name) and _is_tool(value.func.id, tools) else None
+            end = (node.end_lineno or node.lineno, node.end_col_offset or 0)
+            for target in targets:
+                for name in (n for n in _nodes(target) if isinstance(n, ast.Name)):
+                    found.append((end, name.id, tool if name is target else None))
+                    assigned.add(id(name))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del) and id(node) not in assigned:
+            found.append(((node.end_lineno or node.lineno, node.end_col_offset or 0), node.id, None))
+    return sorted(found, key=lambda binding: binding[0])
+
+
+def _held(bindings: list[tuple[tuple[int, int], str, str | None]], at: tuple[int, int]) -> dict[str, str]:
+    """{name: tool} of the names whose last binding before ``at`` holds a tool's result."""
+    last: dict[str, str | None] = {}
+    for where, name, tool in bindings:
+        if where > at:
+            break
+        last[name] = tool
+    return {name: tool for name, tool in last.items() if tool is not None}
 
 
 def _is_tool(name: str, tools: set[str]) -> bool:
@@ -210,16 +245,20 @@ def _shown(expr: ast.expr, names: dict[str, str], tools: set[str]) -> str | None
 
 def printed_tool(code: str, tools: set[str]) -> tuple[str, bool] | None:
     """(the tool whose result the step printed, whether the print showed it alone), when exactly one print of the
-    step shows one tool's result (see the module); None otherwise."""
+    step shows one tool's result (see the module); None otherwise. A printed name is the result of the tool whose
+    direct call it was last bound to before the print (``x = a(); x = b(); print(x)``: ``b``); bound since to
+    anything else, part of the result included (``rows = [r for r in rows if ...]``, ``r = r["items"]``), it
+    shows no tool's result as it came back, and no shape is taken from it (the recorder's specimen keeps it)."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    names = _assigned(tree, tools)
+    bindings = _bindings(tree, tools)
     prints = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
               and node.func.id == "print" and not node.keywords]
     shown = [(tool, len(node.args) == 1 and not isinstance(node.args[0], ast.JoinedStr))
-             for node in prints for arg in node.args if (tool := _shown(arg, names, tools)) is not None]
+             for node in prints for arg in node.args
+             if (tool := _shown(arg, _held(bindings, (node.lineno, node.col_offset)), tools)) is not None]
     if len(shown) != 1:
         return None
     tool, alone = shown[0]

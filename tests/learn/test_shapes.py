@@ -286,3 +286,34 @@ def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question
                                                                        shape=payload, task=task), "r", True)
         block, _ = format_lessons([lesson], task=other, tools={"get_sales": "A region's sales."})
         assert (shown in block) if shown else ("get_sales(region=" not in block and "month=1" not in block), block
+
+
+@pytest.mark.parametrize(("code", "printed"), [
+    ("rows = get_rows()\nprint(rows)", ("get_rows", True)),
+    ("x = get_rows()\nx = get_meter()\nprint(x)", ("get_meter", True)),  # the last binding before the print
+    ("x = get_rows()\nprint(x)\nx = get_meter()", ("get_rows", True)),
+    ("x = get_rows(); print(x)", ("get_rows", True)),
+    ("r: list = get_rows()\nprint(r)", ("get_rows", True)),
+    ("for day in range(3):\n    r = get_rows()\n    print(r)", ("get_rows", True)),
+    ("r = get_rows()\nprint([r for r in range(3)])", None),  # the comprehension's own r
+    # bound since to anything else: what is printed is not the tool's result as it came back
+    ("rows = get_rows()\nrows = [r for r in rows if r['ok']]\nprint(rows)", None),
+    ("r = get_rows()\nr = r['items']\nprint(r)", None),
+    ("r = get_rows()\nr += get_meter()\nprint(r)", None),
+    ("r = get_rows()\nfor r in r:\n    pass\nprint(r)", None),
+    ("first, r = get_meter(), get_rows()\nprint(r)", None),
+    ("r = get_rows()\nwith open('x') as r:\n    pass\nprint(r)", None),
+    ("r = get_rows()\ndel r\nprint(r)", None),
+])
+def test_a_printed_name_is_the_result_of_the_tool_it_was_last_bound_to(code: str,
+                                                                       printed: tuple[str, bool] | None) -> None:
+    assert shapes.printed_tool(code, {"get_rows", "get_meter"}) == printed
+
+
+def test_a_filtered_result_printed_under_the_tools_name_leaves_no_shape_of_the_tool() -> None:
+    filtered = [{"id": "T-1"}]
+    code = ('rows = search_catalog("lamp")\nrows = [r["name"] for r in rows["data"]["items"]]\nprint(rows)')
+    assert extract(step(0, code, repr(["desk lamp", "floor lamp"]))) == []
+    (weather,) = extract(step(0, 'r = search_catalog("lamp")\nr = get_weather(city="Graz")\nprint(r)',
+                              repr({"city": "Graz", "records": filtered})))
+    assert weather.tool == "get_weather" and weather.path == ("records",)
