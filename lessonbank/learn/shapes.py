@@ -18,8 +18,8 @@ write the next run's instructions:
 - from the recorder's specimen of a tool call's result (``StepRecord.tool_results``), in any action step, failed
   or not: a run that looped over the result without printing it failed on exactly what the next run needs;
 - or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``r`` not bound to anything
-  else in between, ``print(f"got {r}")``, or
-  ``print(tool(...))``; the first literal of the output, or the whole output for a tool that returns text);
+  else in between, ``print(f"got {r}")``, or ``print(tool(...))``; the first literal of the output, or the whole
+  output for a tool that returns text);
 - at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint is the tool
