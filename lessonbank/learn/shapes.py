@@ -10,11 +10,12 @@ products; one that adds up ``day["visits"]`` gets text, not numbers; one that su
 Any result is described: a record and its keys, a list of records or of scalars (with their element type), nesting,
 what a string is when that changes the numbers beside it (a number written as text, a few words shared by the
 records such as a status, a unit or a currency, a text's form: a table's separator and header, a byte-order mark,
-decimal commas; ``core.specimen``), and where its records are. What is kept, so that what the run read cannot
-write the next run's instructions:
+decimal commas; ``core.specimen``), the values a flag held (``'truncated': bool (true in 2 of 3 results seen)``:
+the records are only part of them; a field of records says whether they held one value or both, never how many),
+and where its records are. What is kept, so that what the run read cannot write the next run's instructions:
 
-- only the structure: keys, type names, and a string field's words when they are a few plain words; every key
-  must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
+- only the structure: keys, type names, a string field's words when they are a few plain words, and flags'
+  values; every key must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
 - from the recorder's specimen of a tool call's result (``StepRecord.tool_results``), in any action step, failed
   or not: a run that looped over the result without printing it failed on exactly what the next run needs;
 - or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``r`` not bound to anything
@@ -23,7 +24,8 @@ write the next run's instructions:
 - at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint is the tool
-and the shape, so every run that sees the same tool's same shape adds evidence to one fact. A run applied it when
+and the shape without its flags' values, so every run that sees the same tool's same shape adds evidence to one
+fact, and the values its flags held to its counts (``consolidate.recounted``). A run applied it when
 its code subscripts the records' path or reads a field it names; a failed run blames it only when one of its
 failing lines does.
 
@@ -38,7 +40,6 @@ of one of its values (``2`` of "2024-01-02", ``3`` of "Q3") or a month it names 
 from __future__ import annotations
 
 import ast
-import builtins
 import hashlib
 import json
 import re
@@ -47,6 +48,7 @@ from typing import Any
 
 from lessonbank.core.models import ShapePayload
 from lessonbank.learn import params, walk
+from lessonbank.learn.printed import SKIPPED, printed_tool
 from lessonbank.learn.view import Returned, RunView, Step
 
 MAX_SHAPE = 400
@@ -65,8 +67,6 @@ _MONTH = re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a
 MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
-_BUILTINS = frozenset(dir(builtins))
-_SKIPPED = frozenset({"final_answer"})
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,10 @@ class Shape:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(f"{TAG}|{self.tool}|{self.shape}|{self.path}".encode()).hexdigest()[:32]
+        """The tool, the structure without its flags' values, and the path: every result of that form is one fact,
+        whichever values its flags held."""
+        form = describe(walk.valueless(self.structure))
+        return hashlib.sha256(f"{TAG}|{self.tool}|{form}|{self.path}".encode()).hexdigest()[:32]
 
 
 def _text_form(form: dict[str, Any]) -> str:
@@ -114,14 +117,31 @@ def _text_form(form: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def describe(structure: Any) -> str:
+def _flag(leaf: dict[str, Any], unit: str) -> str:
+    """A flag's values as seen: ``bool (true in all 3 results seen)``, ``bool (true in 2 of 3 results seen)``,
+    ``bool (false in every record seen)``, ``bool (true in some records, false in others)``."""
+    true, false = int(leaf.get("true", 0)), int(leaf.get("false", 0))
+    seen = true + false
+    if not true or not false:
+        value = "true" if true else "false"
+        if unit == "record":
+            return f"bool ({value} in every record seen)"
+        return f"bool ({value} in {'the one result' if seen == 1 else f'all {seen} results'} seen)"
+    if unit == "record":
+        return "bool (true in some records, false in others)"
+    return f"bool (true in {true} of {seen} results seen)"
+
+
+def describe(structure: Any, unit: str = "result") -> str:
     """A result's structure as it reads: ``{'data': {'items': [{'name': str, 'price': str holding a number},
-    ...], ...}}``."""
+    ...], 'truncated': bool (true in the one result seen)}}``; ``unit``: what a flag's values were seen in."""
     if isinstance(structure, dict) and "fields" in structure:
-        inner = ", ".join(f"'{key}': {describe(value)}" for key, value in structure["fields"])
+        inner = ", ".join(f"'{key}': {describe(value, unit)}" for key, value in structure["fields"])
         return "{" + inner + (f", {walk.MORE}" if structure.get("more") else "") + "}"
     if isinstance(structure, dict) and "items" in structure:
-        return f"[{describe(structure['items'])}, {walk.MORE}]"
+        return f"[{describe(structure['items'], 'record')}, {walk.MORE}]"
+    if walk.is_flag(structure):
+        return _flag(structure, unit)
     if isinstance(structure, dict) and "type" in structure:
         if structure.get("text"):
             return f"{structure['type']}: {_text_form(structure['text'])}"
@@ -179,90 +199,6 @@ def text(payload: ShapePayload, with_call: bool = True) -> str:
     records = f": its records are `result{path(payload.records)}`" if payload.records is not None else ""
     came = f" It came back from `{payload.call}`." if payload.call and with_call else ""
     return f"`{payload.tool}(...)` returns {describe(payload.structure)}{records}.{came}"
-
-
-_SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)  # their names stay inside
-
-
-def _nodes(node: ast.AST) -> list[ast.AST]:
-    """``node`` and what is under it, less what a comprehension or a lambda binds for itself."""
-    found, todo = [], [node]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(child for child in ast.iter_child_nodes(current) if not isinstance(child, _SCOPES))
-    return found
-
-
-def _bindings(tree: ast.Module, tools: set[str]) -> list[tuple[tuple[int, int], str, str | None]]:
-    """(where it takes effect, name, the tool whose result it holds or None) of every binding of a name in
-    ``tree``: ``r = search(...)`` holds ``search``'s result from the end of its line; any other binding
-    (``r = r["items"]``, ``for r in ...``, ``r += ...``, ``del r``) holds none."""
-    found: list[tuple[tuple[int, int], str, str | None]] = []
-    assigned: set[int] = set()
-    for node in _nodes(tree):
-        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            value = node.value
-            tool = value.func.id if len(targets) == 1 and isinstance(value, ast.Call) and isinstance(
-                value.func, ast.Name) and _is_tool(value.func.id, tools) else None
-            end = (node.end_lineno or node.lineno, node.end_col_offset or 0)
-            for target in targets:
-                for name in (n for n in _nodes(target) if isinstance(n, ast.Name)):
-                    found.append((end, name.id, tool if name is target else None))
-                    assigned.add(id(name))
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del) and id(node) not in assigned:
-            found.append(((node.end_lineno or node.lineno, node.end_col_offset or 0), node.id, None))
-    return sorted(found, key=lambda binding: binding[0])
-
-
-def _held(bindings: list[tuple[tuple[int, int], str, str | None]], at: tuple[int, int]) -> dict[str, str]:
-    """{name: tool} of the names whose last binding before ``at`` holds a tool's result."""
-    last: dict[str, str | None] = {}
-    for where, name, tool in bindings:
-        if where > at:
-            break
-        last[name] = tool
-    return {name: tool for name, tool in last.items() if tool is not None}
-
-
-def _is_tool(name: str, tools: set[str]) -> bool:
-    return name not in _SKIPPED and (name in tools if tools else name not in _BUILTINS)
-
-
-def _shown(expr: ast.expr, names: dict[str, str], tools: set[str]) -> str | None:
-    """The tool whose result ``expr`` shows: the result's name, the call itself, or an f-string holding one."""
-    if isinstance(expr, ast.Name):
-        return names.get(expr.id)
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and _is_tool(expr.func.id, tools):
-        return expr.func.id
-    if isinstance(expr, ast.JoinedStr):
-        shown = [tool for part in expr.values if isinstance(part, ast.FormattedValue)
-                 and (tool := _shown(part.value, names, tools)) is not None]
-        return shown[0] if len(shown) == 1 else None
-    return None
-
-
-def printed_tool(code: str, tools: set[str]) -> tuple[str, bool] | None:
-    """(the tool whose result the step printed, whether the print showed it alone), when exactly one print of the
-    step shows one tool's result (see the module); None otherwise. A printed name is the result of the tool whose
-    direct call it was last bound to before the print (``x = a(); x = b(); print(x)``: ``b``); bound since to
-    anything else, part of the result included (``rows = [r for r in rows if ...]``, ``r = r["items"]``), it
-    shows no tool's result as it came back, and no shape is taken from it (the recorder's specimen keeps it)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    bindings = _bindings(tree, tools)
-    prints = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id == "print" and not node.keywords]
-    shown = [(tool, len(node.args) == 1 and not isinstance(node.args[0], ast.JoinedStr))
-             for node in prints for arg in node.args
-             if (tool := _shown(arg, _held(bindings, (node.lineno, node.col_offset)), tools)) is not None]
-    if len(shown) != 1:
-        return None
-    tool, alone = shown[0]
-    return tool, alone and len(prints) == 1
 
 
 def call_line(code: str, tool: str, task: str) -> str:
@@ -338,14 +274,14 @@ def _printed_shape(step: Step, tools: set[str]) -> Shape | None:
 
 def _kept_shape(step: Step, result: Returned, tools: set[str]) -> Shape | None:
     name = result.tool
-    if not _TOOL.fullmatch(name) or name in _SKIPPED or (tools and name not in tools):
+    if not _TOOL.fullmatch(name) or name in SKIPPED or (tools and name not in tools):
         return None
-    return _shape(name, result.structure, step.seq)
+    return _shape(name, result.structure, step.seq, kept=True)
 
 
-def _shape(tool: str, value: Any, seq: int) -> Shape | None:
+def _shape(tool: str, value: Any, seq: int, kept: bool = False) -> Shape | None:
     try:
-        structure = walk.structure(value)
+        structure = walk.structure(value, kept=kept)
     except (walk.Unfit, RecursionError):
         return None
     if structure in ("str", "NoneType") or len(describe(structure)) > MAX_SHAPE:
@@ -356,25 +292,30 @@ def _shape(tool: str, value: Any, seq: int) -> Shape | None:
 
 def extract(run: RunView, task: str) -> list[Shape]:
     """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once: the
-    first that names the line that got its result, else the first); ``task``: the run's as a lesson keeps it,
-    whose values that line may pass (``call_line``)."""
+    first that names the line that got its result, else the first, with the values its flags held in every step
+    that saw it: ``walk.merged``); ``task``: the run's as a lesson keeps it, whose values that line may pass
+    (``call_line``)."""
     known = set(run.tools or ())
     found: list[Shape] = []
     for step in run.actions:
         shapes = [_kept_shape(step, result, known) for result in step.returned]
         if step.code.strip():
             shapes.append(_printed_shape(step, known))
-        calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
+        mine: dict[str, Shape] = {}  # a step's kept and printed result of one call are one result
         for shape in shapes:
-            if shape is None:
-                continue
+            if shape is not None:
+                mine.setdefault(shape.fingerprint, shape)
+        calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
+        for shape in mine.values():
             same = next((at for at, other in enumerate(found) if other.fingerprint == shape.fingerprint), None)
-            if (same is None and len(found) >= MAX_SHAPES) or (same is not None and found[same].call):
+            if same is None and len(found) >= MAX_SHAPES:
                 continue
-            if shape.tool not in calls:
+            if shape.tool not in calls and (same is None or not found[same].call):
                 calls[shape.tool] = call_line(step.code, shape.tool, task)
             if same is None:
                 found.append(replace(shape, call=calls[shape.tool]))
-            elif calls[shape.tool]:
-                found[same] = replace(shape, call=calls[shape.tool])
+                continue
+            both = walk.merged(found[same].structure, shape.structure)
+            found[same] = replace(shape, structure=both, call=calls[shape.tool]) \
+                if not found[same].call and calls.get(shape.tool) else replace(found[same], structure=both)
     return found

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lessonbank.learn import shapes, walk
+from lessonbank.learn.printed import printed_tool
 from lessonbank.learn.view import RunView
 
 MAX_TEXT = 2000
@@ -264,7 +265,7 @@ def kind_of(node: Any) -> str | None:
     if isinstance(node, str):
         return {"str": "str", "int": "number", "float": "number", "bool": "bool", "NoneType": "none"}.get(node)
     if isinstance(node, dict) and "type" in node:
-        return "numtext" if node.get("number") else "str"
+        return "bool" if node["type"] == "bool" else "numtext" if node.get("number") else "str"
     if isinstance(node, dict) and "fields" in node:
         return "dict"
     if isinstance(node, dict) and "items" in node:
@@ -331,7 +332,7 @@ def contradicted(text: str, seen: Seen) -> bool:
 
 
 def _printed(code: str, printed: str, tools: set[str]) -> tuple[str, Any] | None:
-    found = shapes.printed_tool(code, tools)
+    found = printed_tool(code, tools)
     if found is None:
         return None
     tool, alone = found

@@ -10,9 +10,10 @@ import pytest
 from lessonbank.core import migrate
 from lessonbank.core import specimen as specimen_limits
 from lessonbank.core.models import Lesson, StepRecord, ToolResultRecord
-from lessonbank.core.specimen import specimen
+from lessonbank.core.specimen import specimen, valueless
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import adapt, consolidate, credit, render, shapes
+from lessonbank.learn import adapt, consolidate, credit, fingerprint, render, shapes
+from lessonbank.learn.printed import printed_tool
 from tests.learn.runs import view
 
 TOOLS = ["search_catalog", "get_weather"]
@@ -307,7 +308,7 @@ def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question
 ])
 def test_a_printed_name_is_the_result_of_the_tool_it_was_last_bound_to(code: str,
                                                                        printed: tuple[str, bool] | None) -> None:
-    assert shapes.printed_tool(code, {"get_rows", "get_meter"}) == printed
+    assert printed_tool(code, {"get_rows", "get_meter"}) == printed
 
 
 def test_a_filtered_result_printed_under_the_tools_name_leaves_no_shape_of_the_tool() -> None:
@@ -317,3 +318,38 @@ def test_a_filtered_result_printed_under_the_tools_name_leaves_no_shape_of_the_t
     (weather,) = extract(step(0, 'r = search_catalog("lamp")\nr = get_weather(city="Graz")\nprint(r)',
                               repr({"city": "Graz", "records": filtered})))
     assert weather.tool == "get_weather" and weather.path == ("records",)
+
+
+TICKETS = {"project": "P", "tickets": [{"id": "T-1", "open": True}, {"id": "T-2", "open": True}], "truncated": True}
+
+
+def test_a_flag_keeps_its_value_and_the_fact_stays_one_whatever_it_held() -> None:
+    """``truncated: true`` is what says the result is a part: the shape says it, and a result whose flag held
+    another value is the same fact."""
+    (recorded,) = extract(kept(0, "x = 1", [("search_catalog", specimen(TICKETS))]))
+    (printed,) = extract(step(0, 'print(search_catalog("P"))', repr(TICKETS)))
+    assert recorded.text == printed.text
+    assert recorded.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in every record seen)}, "
+                              "...], 'truncated': bool (true in the one result seen)}")
+    (other,) = extract(kept(0, "x = 1", [("search_catalog", specimen({**TICKETS, "truncated": False}))]))
+    assert other.fingerprint == recorded.fingerprint
+    assert "'truncated': bool (false in the one result seen)" in other.shape
+    # a specimen of a recorder that kept no flag's value: the same fact, the values unknown
+    (before,) = extract(kept(0, "x = 1", [("search_catalog", valueless(specimen(TICKETS)))]))
+    assert before.fingerprint == recorded.fingerprint and before.shape.endswith("'truncated': bool}")
+    # a flip of a flag is no other structure of the tool's result
+    runs = [view([kept(0, "x = 1", [("search_catalog", found)])], tools=TOOLS)
+            for found in (specimen(TICKETS), specimen({**TICKETS, "truncated": False}), valueless(specimen(TICKETS)))]
+    assert len({fingerprint.shapes_of(run)["search_catalog"] for run in runs}) == 1
+
+
+def test_the_values_a_flag_held_in_each_step_are_counted_by_result_never_by_record() -> None:
+    many = {"project": "P", "tickets": [{"id": f"T-{i}", "open": i < 3} for i in range(7)], "truncated": True}
+    steps = [kept(0, "x = 1", [("search_catalog", specimen(many))]),
+             kept(1, "x = 1", [("search_catalog", specimen({**many, "truncated": False}))]),
+             # one result, recorded and printed: counted once
+             kept(2, 'r = search_catalog("P")\nprint(r)', [("search_catalog", specimen(many))], printed=repr(many))]
+    (shape,) = extract(*steps)
+    assert shape.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in some records, false in "
+                           "others)}, ...], 'truncated': bool (true in 2 of 3 results seen)}")
+    assert "7" not in shape.text and "4" not in shape.text  # how many records, or how many open: the data's

@@ -262,3 +262,15 @@ def test_a_widened_wording_is_judged_by_what_was_observed() -> None:
         said = {judge(claim, observed) for claim in read(text, observed)}
         assert (False in said) is (verdict is False) and (True in said) is verdict, text
         assert (reason_to_drop(text, ctx, ["contradicts_observed_type"]) is not None) is (verdict is False), text
+
+
+def test_a_flag_whose_values_a_shape_kept_is_a_boolean() -> None:
+    observed = seen(list_rooms={"rooms": [{"id": "R1", "free": True}], "truncated": False})
+    assert observed["list_rooms"]["truncated"] == observed["list_rooms"]["free"] == frozenset({"bool"})
+    assert _judged_by("`list_rooms` returns `truncated` as a string.", observed) is False
+    assert _judged_by("The `free` values are booleans.", observed) is True
+
+
+def _judged_by(text: str, observed: dict[str, dict[str, frozenset[str]]]) -> bool | None:
+    said = {judge(claim, observed) for claim in read(text, observed)}
+    return False if False in said else (True if True in said else None)
