@@ -21,7 +21,8 @@ and where its records are. What is kept, so that what the run read cannot write 
 - or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``r`` not bound to anything
   else in between, ``print(f"got {r}")``, or ``print(tool(...))``; the first literal of the output, or the whole
   output for a tool that returns text);
-- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
+- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters
+  (its flags' values not counted: a shape is not lost for saying them).
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint is the tool
 and the shape without its flags' values, so every run that sees the same tool's same shape adds evidence to one
@@ -284,7 +285,7 @@ def _shape(tool: str, value: Any, seq: int, kept: bool = False) -> Shape | None:
         structure = walk.structure(value, kept=kept)
     except (walk.Unfit, RecursionError):
         return None
-    if structure in ("str", "NoneType") or len(describe(structure)) > MAX_SHAPE:
+    if structure in ("str", "NoneType") or len(describe(walk.valueless(structure))) > MAX_SHAPE:
         return None  # a bare string or nothing says nothing of what the next run should do with it
     paths = walk.record_paths(value) if not isinstance(value, str) else []
     return Shape(tool, structure, paths[0] if len(paths) == 1 else None, (seq,))

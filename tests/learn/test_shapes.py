@@ -12,7 +12,7 @@ from lessonbank.core import specimen as specimen_limits
 from lessonbank.core.models import Lesson, StepRecord, ToolResultRecord
 from lessonbank.core.specimen import specimen, valueless
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import adapt, consolidate, credit, fingerprint, render, shapes
+from lessonbank.learn import adapt, consolidate, credit, fingerprint, render, shapes, walk
 from lessonbank.learn.printed import printed_tool
 from tests.learn.runs import view
 
@@ -353,3 +353,11 @@ def test_the_values_a_flag_held_in_each_step_are_counted_by_result_never_by_reco
     assert shape.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in some records, false in "
                            "others)}, ...], 'truncated': bool (true in 2 of 3 results seen)}")
     assert "7" not in shape.text and "4" not in shape.text  # how many records, or how many open: the data's
+
+
+def test_a_shape_is_not_left_out_for_saying_its_flags_values() -> None:
+    wide = {"data": {"items": [{f"{'k' * 20}_{i}": i for i in range(10)}]}, "truncated": True, "partial": False}
+    assert len(shapes.describe(walk.valueless(walk.structure(wide)))) <= shapes.MAX_SHAPE
+    (shape,) = extract(kept(0, "x = 1", [("search_catalog", specimen(wide))]))
+    assert len(shape.shape) > shapes.MAX_SHAPE
+    assert shape.shape.endswith("'partial': bool (false in the one result seen)}")
