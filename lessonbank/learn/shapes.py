@@ -61,10 +61,11 @@ YEARS = range(1900, 2101)  # a number in here is a year more likely than a setti
 TIMELY = frozenset({"year", "years", "month", "months", "week", "weeks", "day", "days", "weekday", "date", "dates",
                     "quarter", "hour", "hours", "minute", "minutes", "time", "period", "from", "to", "since", "until",
                     "start", "end", "before", "after"})
-MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
 _WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _DIGITS = re.compile(r"\d+")
-_MONTH = re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]{0,6}\b")
+_MONTH = re.compile(r"\b(?:" + "|".join(MONTHS) + r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.?)\b")
 MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
@@ -256,7 +257,7 @@ def task_numbers(task: str) -> set[int]:
     of "Q3", ``12`` and ``50`` of "12.50"), and the number of each month it names ("March": 3)."""
     head = task[:params.MAX_TASK]
     found = {int(digits) for digits in _DIGITS.findall(head) if len(digits) <= 9}
-    return found | {MONTHS.index(match.group(1)[:3].lower()) + 1 for match in _MONTH.finditer(head)}
+    return found | {[month[:3] for month in MONTHS].index(match.group(0)[:3]) + 1 for match in _MONTH.finditer(head)}
 
 
 def _printed_shape(step: Step, tools: set[str]) -> Shape | None:

@@ -272,6 +272,10 @@ def test_settings_stay_settings_beside_a_tasks_dates(code: str) -> None:
     task = "What was region North's revenue on 2024-01-02?"
     (shape,) = extract_shapes([kept(0, code, [("get_sales", specimen(SALES))])], ["get_sales"], task)
     assert shape.call == code
+    marketing = "What was the Marketing team's revenue in region North?"  # a word that starts like a month
+    (shape,) = extract_shapes([kept(0, 'r = get_sales(region="North", limit=3)', [("get_sales", specimen(SALES))])],
+                              ["get_sales"], marketing)
+    assert shape.call == 'r = get_sales(region="North", limit=3)'
 
 
 def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question() -> None:
