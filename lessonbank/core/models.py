@@ -82,8 +82,8 @@ class ToolCallRecord(BaseModel):
 
 
 class ToolResultRecord(BaseModel):
-    """The structure of a tool call's result, no value (``lessonbank.core.specimen``): the first result of
-    each tool in an action step that fits, whether or not the step's code printed it."""
+    """The structure of a tool call's result, no value but its flags' (``lessonbank.core.specimen``): the first
+    result of each tool in an action step that fits, whether or not the step's code printed it."""
 
     name: str
     specimen: Any = None

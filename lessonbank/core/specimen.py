@@ -3,7 +3,7 @@
 A small agent that loops over ``list_users("ops")`` gets the dict's keys, not the users, and fails
 without ever printing the result; the next run needs to know where the records are. The recorder keeps,
 per step and tool, a *specimen* of the first result that fits: the value with every leaf replaced by a
-placeholder of its type (``""``, ``0``, ``0.0``, ``False``, ``None``), every list cut to its first
+placeholder of its type (``""``, ``0``, ``0.0``, ``None``; a flag keeps its value), every list cut to its first
 element, at most ``MAX_KEYS + 1`` keys per dict (one more than a shape shows, so a reader knows there were
 more) and ``MAX_DEPTH`` levels. Only keys and type names leave the agent, and three things about strings that
 change what the numbers beside them mean (``described``), each a leaf ``{"~": "str", ...}`` (``~`` is no plain
@@ -16,6 +16,10 @@ name, so no record's key can be taken for it):
   when each is a plain word (``WORD``), at most ``MAX_WORDS`` of them;
 - a text result's form (``text_form``): its lines, the separator between its fields, its header's names when
   they are plain names, a byte-order mark, decimal commas, or that it is HTML or JSON.
+
+A flag keeps its value, which carries no data and may be the fact that matters (``truncated: true``: the result
+is only part of it): ``{"~": "bool", "values": [true]}``, for a field of a list's records the values its records
+hold (``[false, true]``: some of each). ``valueless`` gives a specimen as its structure alone.
 
 A result does not fit (nothing is kept) when a key is not a plain name (letters, digits, ``_``, at most
 40 characters: a page cannot pass a sentence off as a key), a list or dict is empty (it says nothing of
@@ -45,7 +49,7 @@ DESCRIBED = "~"
 NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:[,. '][0-9]{3})+|[0-9]+)(?:[.,][0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"-?[0-9]+,[0-9]{1,4}")
 _SEPARATORS = (";", "\t", "|", ",")
-_PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((bool, False), (int, 0), (float, 0.0), (str, ""))
+_PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((int, 0), (float, 0.0), (str, ""))
 
 
 def holds_number(text: str) -> bool:
@@ -172,10 +176,34 @@ def _walk(value: Any, depth: int, budget: list[int]) -> Any:
     return _placeholder(value, depth == 0)
 
 
+def flag(values: list[bool]) -> dict[str, Any]:
+    """A flag's leaf: the values it was seen to hold."""
+    return {DESCRIBED: "bool", "values": sorted(set(values))}
+
+
+def valueless(value: Any, depth: int = 0) -> Any:
+    """A specimen's structure alone: each flag back to its type's placeholder (``False``), as a specimen kept
+    before flags kept their values."""
+    if depth > MAX_DEPTH + 1:
+        return value
+    if isinstance(value, dict):
+        if value.get(DESCRIBED) == "bool":
+            return False
+        return {key: valueless(inner, depth + 1) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [valueless(inner, depth + 1) for inner in value]
+    return value
+
+
 def describe_fields(first: dict[str, Any], records: list[Any]) -> None:
-    """Mark the fields of a list's records whose values are a few shared words, or numbers written as text."""
+    """Mark the fields of a list's records whose values are a few shared words, or numbers written as text, and
+    the values of their flags."""
     for key in first:
         raw = [record.get(key) for record in records if isinstance(record, dict)]
+        flags = [v for v in raw if isinstance(v, bool)]
+        if flags and len(flags) == len(raw):
+            first[key] = flag(flags)
+            continue
         if not all(isinstance(v, str) for v in raw):
             continue
         values = [str(v) for v in raw]
@@ -189,6 +217,8 @@ def describe_fields(first: dict[str, Any], records: list[Any]) -> None:
 def _placeholder(value: Any, whole: bool) -> Any:
     if value is None:
         return None
+    if isinstance(value, bool):
+        return flag([value])
     if isinstance(value, str):
         return described(value, whole)
     for kind, placeholder in _PLACEHOLDERS:

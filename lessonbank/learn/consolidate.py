@@ -50,7 +50,7 @@ from lessonbank.core.models import (
     lesson_id,
     recipe_id,
 )
-from lessonbank.learn import render
+from lessonbank.learn import render, walk
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
 
@@ -328,11 +328,31 @@ def observed_update(stored: Lesson | None, fact: Observed) -> ObservedUpdate:
     return "none"
 
 
-def updated(stored: Lesson, fact: Observed, what: ObservedUpdate) -> Lesson:
-    """``stored`` as ``observed_update`` says: the fact's payload and text, and its task."""
+def updated(stored: Lesson, fact: Observed, what: ObservedUpdate, run_id: str = "") -> Lesson:
+    """``stored`` as ``observed_update`` says: the fact's payload and text (a shape with the values its flags held
+    in the runs before: ``recounted``), and its task."""
     task = fact.task or stored.task if what == "now_tried" else fact.task
-    return stored.model_copy(update={"text": fact.text, "fix": fact.fix, "shape": fact.shape, "task": task,
+    shape = fact.shape
+    if shape is not None and stored.shape is not None:
+        counted = run_id in stored.source_run_ids  # this run's values are in the stored counts already
+        shape = shape.model_copy(update={"structure": stored.shape.structure if counted else walk.merged(
+            stored.shape.structure, shape.structure)})
+    text = render.shape(shape) if shape is not None else fact.text
+    return stored.model_copy(update={"text": text, "fix": fact.fix, "shape": shape, "task": task,
                                      "failure": fact.failure})
+
+
+def recounted(stored: Lesson, fact: Observed, run_id: str) -> Lesson | None:
+    """``stored`` (an active shape) with the values its flags held in run ``run_id``'s same result added to its
+    own (``walk.merged``: "true in 2 of 3 results seen"), its text rendered again; None when that changes nothing
+    or the run is counted already (a task run again adds nothing twice)."""
+    if stored.shape is None or fact.shape is None or stored.status != "active" or run_id in stored.source_run_ids:
+        return None
+    both = walk.merged(stored.shape.structure, fact.shape.structure)
+    if both == stored.shape.structure:
+        return None
+    shape = stored.shape.model_copy(update={"structure": both})
+    return stored.model_copy(update={"shape": shape, "text": render.shape(shape)})
 
 
 def observed_lesson(bank: str, fact: Observed, run_id: str, verified: bool, now: float = 0.0) -> Lesson:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from lessonbank.core import specimen
 from lessonbank.core.models import Lesson, ToolFingerprint
 from lessonbank.learn import needs
 from lessonbank.learn.view import RunView
@@ -91,11 +92,12 @@ def decode(text: str | None) -> dict[str, ToolFingerprint]:
 
 
 def shapes_of(view: RunView) -> dict[str, str]:
-    """Hash of the structure each tool returned first in the run, by tool."""
+    """Hash of the structure each tool returned first in the run, by tool (its flags' values left out: a flag that
+    flips is no other structure)."""
     shapes: dict[str, str] = {}
     for step in view.actions:
         for returned in step.returned:
-            shapes.setdefault(returned.tool, _digest(returned.structure))
+            shapes.setdefault(returned.tool, _digest(specimen.valueless(returned.structure)))
     return shapes
 
 

@@ -304,6 +304,8 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     arguments they were passed another way (``form_change``)."""
     shape = lesson.shape if lesson.origin == "observed" else None
     call = shape.call if shape is not None and task and lesson.task and shape.tool in using else ""
+    if call and shape is not None and shapes.call_line(call, shape.tool, lesson.task) != call:
+        call = ""  # kept under an older rule of what a setting is: it may pass a number of its own task
     line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
     line = as_result(line) if line else ""
     if not line or shape is None:

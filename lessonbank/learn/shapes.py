@@ -10,31 +10,37 @@ users; one that adds up ``reading["kwh"]`` gets text, not numbers; one that sums
 Any result is described: a record and its keys, a list of records or of scalars (with their element type), nesting,
 what a string is when that changes the numbers beside it (a number written as text, a few words shared by the
 records such as a status, a unit or a currency, a text's form: a table's separator and header, a byte-order mark,
-decimal commas; ``core.specimen``), and where its records are. What is kept, so that what the run read cannot
-write the next run's instructions:
+decimal commas; ``core.specimen``), the values a flag held (``'truncated': bool (true in 2 of 3 results seen)``:
+the records are only part of them; a field of records says whether they held one value or both, never how many),
+and where its records are. What is kept, so that what the run read cannot write the next run's instructions:
 
-- only the structure: keys, type names, and a string field's words when they are a few plain words; every key
-  must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
+- only the structure: keys, type names, a string field's words when they are a few plain words, and flags'
+  values; every key must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
 - from the recorder's specimen of a tool call's result (``StepRecord.tool_results``), in any action step, failed
   or not: a run that looped over the result without printing it failed on exactly what the next run needs;
-- or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``print(f"got {r}")``, or
-  ``print(tool(...))``; the first literal of the output, or the whole output for a tool that returns text);
-- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters.
+- or from what a step printed of one tool's result (``r = tool(...)`` and ``print(r)``, ``r`` not bound to anything
+  else in between, ``print(f"got {r}")``, or ``print(tool(...))``; the first literal of the output, or the whole
+  output for a tool that returns text);
+- at most ``specimen.MAX_KEYS`` keys per dict and ``specimen.MAX_DEPTH`` levels, at most ``MAX_SHAPE`` characters
+  (its flags' values not counted: a shape is not lost for saying them).
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint is the tool
-and the shape, so every run that sees the same tool's same shape adds evidence to one fact. A run applied it when
+and the shape without its flags' values, so every run that sees the same tool's same shape adds evidence to one
+fact, and the values its flags held to its counts (``consolidate.recounted``). A run applied it when
 its code subscripts the records' path or reads a field it names; a failed run blames it only when one of its
 failing lines does.
 
 The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
 every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
-``limit=50``): the builder gives it with the next task's values, its settings as they were.
+``limit=50``): the builder gives it with the next task's values, its settings as they were. A number the run
+worked out from the task is the task's, not a setting, and would hand another question this one's period: a year,
+a number passed as a time or bound (``month=3`` for "in March", ``since=...``), a number the task writes as part
+of one of its values (``2`` of "2024-01-02", ``3`` of "Q3") or a month it names (``setting``).
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import hashlib
 import json
 import re
@@ -43,17 +49,26 @@ from typing import Any
 
 from lessonbank.core.models import ShapePayload
 from lessonbank.learn import params, walk
+from lessonbank.learn.printed import SKIPPED, printed_tool
 from lessonbank.learn.view import Returned, RunView, Step
 
 MAX_SHAPE = 400
 MAX_SHAPES = 3
 MAX_CALL = 200
 MAX_SETTING = 10_000  # a larger number is more likely a value the run read (an id, an amount) than a setting
+YEARS = range(1900, 2101)  # a number in here is a year more likely than a setting
+# A keyword's words (``start_date``, ``fromDate``) that make the number passed by it a time or a bound of the task's
+TIMELY = frozenset({"year", "years", "month", "months", "week", "weeks", "day", "days", "weekday", "date", "dates",
+                    "quarter", "hour", "hours", "minute", "minutes", "time", "period", "from", "to", "since", "until",
+                    "start", "end", "before", "after"})
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_DIGITS = re.compile(r"\d+")
+_MONTH = re.compile(r"\b(?:" + "|".join(MONTHS) + r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.?)\b")
 MORE_LEAF = "..."  # a subtree deeper than shown
 TAG = "shape"
 _TOOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
-_BUILTINS = frozenset(dir(builtins))
-_SKIPPED = frozenset({"final_answer"})
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,10 @@ class Shape:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(f"{TAG}|{self.tool}|{self.shape}|{self.path}".encode()).hexdigest()[:32]
+        """The tool, the structure without its flags' values, and the path: every result of that form is one fact,
+        whichever values its flags held."""
+        form = describe(walk.valueless(self.structure))
+        return hashlib.sha256(f"{TAG}|{self.tool}|{form}|{self.path}".encode()).hexdigest()[:32]
 
 
 def _text_form(form: dict[str, Any]) -> str:
@@ -101,14 +119,31 @@ def _text_form(form: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def describe(structure: Any) -> str:
+def _flag(leaf: dict[str, Any], unit: str) -> str:
+    """A flag's values as seen: ``bool (true in all 3 results seen)``, ``bool (true in 2 of 3 results seen)``,
+    ``bool (false in every record seen)``, ``bool (true in some records, false in others)``."""
+    true, false = int(leaf.get("true", 0)), int(leaf.get("false", 0))
+    seen = true + false
+    if not true or not false:
+        value = "true" if true else "false"
+        if unit == "record":
+            return f"bool ({value} in every record seen)"
+        return f"bool ({value} in {'the one result' if seen == 1 else f'all {seen} results'} seen)"
+    if unit == "record":
+        return "bool (true in some records, false in others)"
+    return f"bool (true in {true} of {seen} results seen)"
+
+
+def describe(structure: Any, unit: str = "result") -> str:
     """A result's structure as it reads: ``{'data': {'items': [{'name': str, 'price': str holding a number},
-    ...], ...}}``."""
+    ...], 'truncated': bool (true in the one result seen)}}``; ``unit``: what a flag's values were seen in."""
     if isinstance(structure, dict) and "fields" in structure:
-        inner = ", ".join(f"'{key}': {describe(value)}" for key, value in structure["fields"])
+        inner = ", ".join(f"'{key}': {describe(value, unit)}" for key, value in structure["fields"])
         return "{" + inner + (f", {walk.MORE}" if structure.get("more") else "") + "}"
     if isinstance(structure, dict) and "items" in structure:
-        return f"[{describe(structure['items'])}, {walk.MORE}]"
+        return f"[{describe(structure['items'], 'record')}, {walk.MORE}]"
+    if walk.is_flag(structure):
+        return _flag(structure, unit)
     if isinstance(structure, dict) and "type" in structure:
         if structure.get("text"):
             return f"{structure['type']}: {_text_form(structure['text'])}"
@@ -168,52 +203,6 @@ def text(payload: ShapePayload, with_call: bool = True) -> str:
     return f"`{payload.tool}(...)` returns {describe(payload.structure)}{records}.{came}"
 
 
-def _assigned(tree: ast.Module, tools: set[str]) -> dict[str, str]:
-    """{name: tool} of the names the code assigns a tool call's result to (``r = search(...)``)."""
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
-                and _is_tool(node.value.func.id, tools):
-            found[node.targets[0].id] = node.value.func.id
-    return found
-
-
-def _is_tool(name: str, tools: set[str]) -> bool:
-    return name not in _SKIPPED and (name in tools if tools else name not in _BUILTINS)
-
-
-def _shown(expr: ast.expr, names: dict[str, str], tools: set[str]) -> str | None:
-    """The tool whose result ``expr`` shows: the result's name, the call itself, or an f-string holding one."""
-    if isinstance(expr, ast.Name):
-        return names.get(expr.id)
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and _is_tool(expr.func.id, tools):
-        return expr.func.id
-    if isinstance(expr, ast.JoinedStr):
-        shown = [tool for part in expr.values if isinstance(part, ast.FormattedValue)
-                 and (tool := _shown(part.value, names, tools)) is not None]
-        return shown[0] if len(shown) == 1 else None
-    return None
-
-
-def printed_tool(code: str, tools: set[str]) -> tuple[str, bool] | None:
-    """(the tool whose result the step printed, whether the print showed it alone), when exactly one print of the
-    step shows one tool's result (see the module); None otherwise."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    names = _assigned(tree, tools)
-    prints = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id == "print" and not node.keywords]
-    shown = [(tool, len(node.args) == 1 and not isinstance(node.args[0], ast.JoinedStr))
-             for node in prints for arg in node.args if (tool := _shown(arg, names, tools)) is not None]
-    if len(shown) != 1:
-        return None
-    tool, alone = shown[0]
-    return tool, alone and len(prints) == 1
-
-
 def call_line(code: str, tool: str, task: str) -> str:
     """The line of ``code`` that assigned ``tool``'s result to a name (``rows = get_sales(region="North")``), or
     the call alone when it assigned it to none, when it is the code's only call of ``tool`` and every value it
@@ -241,17 +230,34 @@ def call_line(code: str, tool: str, task: str) -> str:
     if not found or "\n" in found or "`" in found or len(found) > MAX_CALL:
         return ""
     flowing = {param.value for param in params.flows([calls[0]], task)}
-    if not flowing or not all(str(value.value) in flowing or setting(value) for value in values):
+    keywords = {id(keyword.value): keyword.arg or "" for keyword in calls[0].keywords}
+    if not flowing or not all(str(value.value) in flowing or setting(value, task, keywords.get(id(value), ""))
+                              for value in values):
         return ""
     return found
 
 
-def setting(node: ast.Constant) -> bool:
-    """Whether a constant a call passes is a setting the run chose itself, not a value it could have read or
-    another task would change: a flag, None, or a number below ``MAX_SETTING`` (``limit=50``, ``verbose=True``).
-    It stays in the call given to the next task: it may be what got the records back whole."""
+def setting(node: ast.Constant, task: str = "", keyword: str = "") -> bool:
+    """Whether a constant a call passes (by ``keyword``, "" by position) is a setting the run chose itself, not a
+    value it could have read or another task would change: a flag, None, or a number below ``MAX_SETTING``
+    (``limit=50``, ``verbose=True``). It stays in the call given to the next task: it may be what got the records
+    back whole. A number is never a setting when it is a year, passed by a keyword of time or bounds
+    (``TIMELY``), or one of ``task``'s numbers (``task_numbers``): the run worked it out from its task."""
     value = node.value
-    return value is None or isinstance(value, bool) or (isinstance(value, int | float) and abs(value) < MAX_SETTING)
+    if value is None or isinstance(value, bool):
+        return True
+    if not isinstance(value, int | float) or abs(value) >= MAX_SETTING:
+        return False
+    timely = any(part.lower() in TIMELY for part in _WORD_PART.findall(keyword))
+    return not (timely or value in YEARS or value in task_numbers(task))
+
+
+def task_numbers(task: str) -> set[int]:
+    """Every number ``task`` writes, alone or as part of a value (``2024``, ``1`` and ``2`` of "2024-01-02", ``3``
+    of "Q3", ``12`` and ``50`` of "12.50"), and the number of each month it names ("March": 3)."""
+    head = task[:params.MAX_TASK]
+    found = {int(digits) for digits in _DIGITS.findall(head) if len(digits) <= 9}
+    return found | {[month[:3] for month in MONTHS].index(match.group(0)[:3]) + 1 for match in _MONTH.finditer(head)}
 
 
 def _printed_shape(step: Step, tools: set[str]) -> Shape | None:
@@ -270,17 +276,17 @@ def _printed_shape(step: Step, tools: set[str]) -> Shape | None:
 
 def _kept_shape(step: Step, result: Returned, tools: set[str]) -> Shape | None:
     name = result.tool
-    if not _TOOL.fullmatch(name) or name in _SKIPPED or (tools and name not in tools):
+    if not _TOOL.fullmatch(name) or name in SKIPPED or (tools and name not in tools):
         return None
-    return _shape(name, result.structure, step.seq)
+    return _shape(name, result.structure, step.seq, kept=True)
 
 
-def _shape(tool: str, value: Any, seq: int) -> Shape | None:
+def _shape(tool: str, value: Any, seq: int, kept: bool = False) -> Shape | None:
     try:
-        structure = walk.structure(value)
+        structure = walk.structure(value, kept=kept)
     except (walk.Unfit, RecursionError):
         return None
-    if structure in ("str", "NoneType") or len(describe(structure)) > MAX_SHAPE:
+    if structure in ("str", "NoneType") or len(describe(walk.valueless(structure))) > MAX_SHAPE:
         return None  # a bare string or nothing says nothing of what the next run should do with it
     paths = walk.record_paths(value) if not isinstance(value, str) else []
     return Shape(tool, structure, paths[0] if len(paths) == 1 else None, (seq,))
@@ -288,25 +294,30 @@ def _shape(tool: str, value: Any, seq: int) -> Shape | None:
 
 def extract(run: RunView, task: str) -> list[Shape]:
     """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once: the
-    first that names the line that got its result, else the first); ``task``: the run's as a lesson keeps it,
-    whose values that line may pass (``call_line``)."""
+    first that names the line that got its result, else the first, with the values its flags held in every step
+    that saw it: ``walk.merged``); ``task``: the run's as a lesson keeps it, whose values that line may pass
+    (``call_line``)."""
     known = set(run.tools or ())
     found: list[Shape] = []
     for step in run.actions:
         shapes = [_kept_shape(step, result, known) for result in step.returned]
         if step.code.strip():
             shapes.append(_printed_shape(step, known))
-        calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
+        mine: dict[str, Shape] = {}  # a step's kept and printed result of one call are one result
         for shape in shapes:
-            if shape is None:
-                continue
+            if shape is not None:
+                mine.setdefault(shape.fingerprint, shape)
+        calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
+        for shape in mine.values():
             same = next((at for at, other in enumerate(found) if other.fingerprint == shape.fingerprint), None)
-            if (same is None and len(found) >= MAX_SHAPES) or (same is not None and found[same].call):
+            if same is None and len(found) >= MAX_SHAPES:
                 continue
-            if shape.tool not in calls:
+            if shape.tool not in calls and (same is None or not found[same].call):
                 calls[shape.tool] = call_line(step.code, shape.tool, task)
             if same is None:
                 found.append(replace(shape, call=calls[shape.tool]))
-            elif calls[shape.tool]:
-                found[same] = replace(shape, call=calls[shape.tool])
+                continue
+            both = walk.merged(found[same].structure, shape.structure)
+            found[same] = replace(shape, structure=both, call=calls[shape.tool]) \
+                if not found[same].call and calls.get(shape.tool) else replace(found[same], structure=both)
     return found

@@ -4,9 +4,12 @@ A small distiller that misread its output writes "`list_parcels` returned a list
 dictionaries" or "`get_meter` gives back a string, not a number" while the run's recorded results say the opposite;
 given to the next run, such a lesson makes it convert or parse what needs neither. A claim is read from a clause
 whose subject is a tool (named by a code name, "the result of `tool`", or "the result" when the lesson names one
-tool) or a field of its result ("its `reading`", "the 'points' field"), a verb of returning or being ("returns",
-"gives back", "came back as", "is", "are stored as") and a type ("a list of strings", "a dict", "text", "numbers");
-"not X", "instead of X" and "rather than X" after it deny X; a clause that supposes or asks for it ("if", "assuming",
+tool) or a field of its result ("its `reading`", "the 'points' field", "values of `price`", "`get_meter` readings":
+the field ``reading``, named so only when no other name of code could own it), a verb of returning or being
+("returns", "gives back", "came back as", "arrives as", "is", "are stored as") and a type ("a list of strings", "a
+dict", "text", "numbers"); or from a tool giving a field as a type ("`list_orders` returns the `total` as a string").
+A subject after "and" or "or" is one of several, and is not read. "not X", "instead of X" and "rather than X"
+after the type deny X; a clause that supposes or asks for it ("if", "assuming",
 "make sure") or pins it to some calls ("returns None for an unknown id", "... when the date is invalid") claims
 nothing the run's other calls could contradict. What was observed of a tool is its results' structures
 (``ShapePayload.structure``, from the recorder's specimens or what a step printed): a claim is contradicted when
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lessonbank.learn import shapes, walk
+from lessonbank.learn.printed import printed_tool
 from lessonbank.learn.view import RunView
 
 MAX_TEXT = 2000
@@ -61,24 +65,37 @@ _NAME = (r"`(?P<{0}_code>[A-Za-z_]\w{{0,60}})(?P<{0}_call>\([^`\n]{{0,80}}\))?`"
          r"|\b(?P<{0}_bare>[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+)(?P<{0}_barecall>\((?:\.\.\.)?\))?")
 _TOOLISH = r"tool|function|method|call|api|endpoint"
 _FIELDISH = r"fields?|keys?|columns?|attributes?|propert(?:y|ies)|values?|entries|items"
+# A plural after a tool's name that names its values ("`get_meter` readings"), not a verb or an adverb before one
+_NOUN = (r"(?!(?:always|sometimes|returns|gives|yields|outputs|produces|comes|arrives|does|was|has|contains|lists|"
+         r"sends|reports|provides|delivers|holds|is|its)\b)(?P<noun>[a-z]{2,30}s)\b(?!')")
+_TAIL = re.compile(r"(?i)\b(?:of|and|or)\s+$")
+_CODE_NAME = re.compile(r"`([A-Za-z_]\w{0,60})|\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b")
+_WHOLE = frozenset({"results", "outputs", "responses", "returns", "elements", "records"})  # the result itself
 _SUBJECT = (
-    r"(?P<of>\bthe\s+(?:result|output|response|return value|value returned)s?\s+(?:of|from)\s+(?:the\s+)?)?"
+    r"(?:(?P<of>\bthe\s+(?:result|output|response|return value|value returned)s?\s+(?:of|from)\s+(?:the\s+)?)"
+    r"|(?P<vof>\b(?:the\s+)?(?:values?|entries|contents)\s+of\s+(?:the\s+|each\s+|every\s+)?))?"
     r"(?P<pre>\b(?:its|their|each|every|the)\s+)?(?:" + _NAME.format("s") + r")"
-    rf"(?:\s+(?P<suf>{_TOOLISH}|{_FIELDISH}))?(?:'s?\s+(?:result|output|response)s?)?"
+    rf"(?:\s+(?P<suf>{_TOOLISH}|{_FIELDISH})|\s+{_NOUN})?(?:'s?\s+(?:result|output|response)s?)?"
     r"(?:\s+(?:of|in|from)\s+(?:the\s+|each\s+|every\s+)?(?:result\s+of\s+)?(?:" + _NAME.format("t") + r")"
     rf"(?:'s?)?(?:\s+(?:{_TOOLISH}|result|output|response)s?)?)?"
     r"|(?P<it>\bthe\s+(?:result|output|response|return value)s?)"
 )
 _VERB = (
     r"\s+(?:(?:always|also|only|actually|then|now)\s+)?(?P<verb_not>(?:does|did|do)(?:n't|\s+not)\s+)?"
-    r"(?:returns?|returned|return|gives?\s+back|gave\s+back|(?:comes?|came)\s+back(?:\s+as)?|yields?|yielded|"
-    r"outputs?|produces?|produced|(?:is|are|was|were)(?P<is_not>n't|\s+not)?"
-    r"(?:\s+(?:returned|given|stored|provided|formatted|written|encoded|typed|delivered))?(?:\s+as)?(?:\s+of\s+type)?"
+    r"(?:returns?|returned|return|gives?\s+back|gave\s+back|(?:comes?|came)\s+(?:back(?:\s+as)?|as)|"
+    r"(?:arrives?|arrived)(?:\s+as)?|yields?|yielded|outputs?|produces?|produced|(?:is|are|was|were)(?P<is_not>n't|\s+not)?"
+    r"(?:\s+(?:returned|given|stored|provided|formatted|written|encoded|typed|delivered|represented|serialized|"
+    r"serialised|reported|expressed|sent|kept))?(?:\s+as)?(?:\s+of\s+type)?"
     r")\s+"
 )
-_CLAIM = re.compile(
-    r"(?i)(?:" + _SUBJECT + r")" + _VERB + _type("main")
-    + r"(?:\s*,?\s*(?:and\s+|but\s+)?(?:not|never|instead\s+of|rather\s+than)\s+" + _type("neg") + ")?"
+_NEG = r"(?:\s*,?\s*(?:and\s+|but\s+)?(?:not|never|instead\s+of|rather\s+than)\s+" + _type("neg") + ")?"
+_CLAIM = re.compile(r"(?i)(?:" + _SUBJECT + r")" + _VERB + _type("main") + _NEG)
+# A tool that gives one field of its result as a type: "`list_orders` returns the `total` as a string"
+_AS = re.compile(
+    r"(?i)(?:" + _NAME.format("s") + r")(?:\s+(?:tool|function|method))?\s+(?:(?:always|also|only|actually)\s+)?"
+    r"(?:returns?|returned|gives?(?:\s+back)?|gave(?:\s+back)?|reports?|reported|provides?|provided|delivers?|"
+    r"delivered|sends?|sent)\s+(?:(?:the|its|each|every|all)\s+)?(?:" + _NAME.format("f") + r")"
+    rf"(?:\s+(?:{_FIELDISH}))?\s+as\s+" + _type("main") + _NEG
 )
 # What makes a clause a condition, a supposition or an instruction, not a claim: "check if the result is a list",
 # "assuming `rows` is a dict", "make sure `get_x` returns a list"
@@ -144,10 +161,14 @@ def _subject(match: re.Match[str], tools: set[str], known: set[str]) -> tuple[st
     only = next(iter(tools)) if len(tools) == 1 else ""
     if match.group("it"):
         return (only, "") if only else None
-    if match.string[max(0, match.start() - 3):match.start()].lower() == "of ":
-        return None  # the subject is the tail of "the field of ...": what it belongs to is cut off
+    if _TAIL.search(match.string[max(0, match.start() - 5):match.start()]):
+        return None  # the tail of "the field of ..." or of "`a` and `b`": the subject is cut off
     owner = next((match.group(f"t_{part}") for part in ("code", "q1", "q2", "bare") if match.group(f"t_{part}")), "")
-    name = next(match.group(f"s_{part}") for part in ("code", "q1", "q2", "bare") if match.group(f"s_{part}"))
+    name = _named(match, "s")
+    if match.group("noun"):
+        return _valued(name, match.group("noun"), tools, known, match.string[:MAX_TEXT])
+    if match.group("vof"):  # "values of `price`": a field, of the tool named after it or the only one
+        return None if owner and owner.lower() in _PYTHON else (owner or only, name)
     suffix = (match.group("suf") or "").lower()
     prefix = (match.group("pre") or "").strip().lower()
     called = bool(match.group("s_call") or match.group("s_barecall"))
@@ -163,20 +184,59 @@ def _subject(match: re.Match[str], tools: set[str], known: set[str]) -> tuple[st
     return (only, name) if only else (name, "")
 
 
+def _named(match: re.Match[str], group: str) -> str:
+    return next(match.group(f"{group}_{part}") for part in ("code", "q1", "q2", "bare")
+                if match.group(f"{group}_{part}"))
+
+
+def _singular(noun: str) -> str:
+    """A plural's singular, the way a field is mostly named: ``readings`` -> ``reading``, ``statuses`` ->
+    ``status``, ``categories`` -> ``category``."""
+    word = noun.lower()
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes", "uses")):
+        return word[:-2]
+    return word[:-1]
+
+
+def _valued(name: str, noun: str, tools: set[str], known: set[str], head: str) -> tuple[str, str] | None:
+    """(tool, field) of "`name` <noun>" ("`get_meter` readings": the field ``reading`` of ``get_meter``; "`x`
+    results": ``x``'s result); None when ``name`` may not be a tool: not known or named as one, and the lesson
+    (``head``) names another name of code (is it a tool, or a field of one?)."""
+    if name.lower() in _PYTHON:
+        return None
+    if name not in known and name not in tools and {a or b for a, b in _CODE_NAME.findall(head)} - {name}:
+        return None
+    return (name, "" if noun.lower() in _WHOLE else _singular(noun))
+
+
+def _matches(head: str, tools: set[str], known: set[str]) -> list[tuple[re.Match[str], tuple[str, str] | None]]:
+    """Each claim's match in ``head``, in order, with the (tool, field) it is about (None: it cannot be told)."""
+    found: list[tuple[re.Match[str], tuple[str, str] | None]] = []
+    for match in _AS.finditer(head):
+        tool = _named(match, "s")
+        found.append((match, (tool, _named(match, "f")) if tool.lower() not in _PYTHON else None))
+    spans = [match.span() for match, _ in found]
+    found += [(match, _subject(match, tools, known)) for match in _CLAIM.finditer(head)
+              if not any(start <= match.start() < end for start, end in spans)]
+    return sorted(found, key=lambda pair: pair[0].start())
+
+
 def read(text: str, known: Iterable[str] = ()) -> list[TypeClaim]:
     """The type claims of a lesson's ``text`` (see the module); ``known``: names known to be tools."""
     head = text[:MAX_TEXT]
     known_set = set(known)
     tools = lesson_tools(head, known_set)
     found: list[TypeClaim] = []
-    for match in _CLAIM.finditer(head):
+    for match, subject in _matches(head, tools, known_set):
         if _SUPPOSED.search(head, max(0, match.start() - 80), match.start()) or _PINNED.match(head, match.end()):
             continue
-        subject = _subject(match, tools, known_set)
         main = _kind(match.group("main"), match.group("main_of"), bool(match.group("main_ofp")))
         if subject is None or not main:
             continue
-        denied = bool(match.group("verb_not") or match.group("is_not"))
+        groups = match.groupdict()
+        denied = bool(groups.get("verb_not") or groups.get("is_not"))
         found.append(TypeClaim(*subject, main, not denied))
         if match.group("neg") and (other := _kind(match.group("neg"), match.group("neg_of"),
                                                                 bool(match.group("neg_ofp")))):
@@ -205,7 +265,7 @@ def kind_of(node: Any) -> str | None:
     if isinstance(node, str):
         return {"str": "str", "int": "number", "float": "number", "bool": "bool", "NoneType": "none"}.get(node)
     if isinstance(node, dict) and "type" in node:
-        return "numtext" if node.get("number") else "str"
+        return "bool" if node["type"] == "bool" else "numtext" if node.get("number") else "str"
     if isinstance(node, dict) and "fields" in node:
         return "dict"
     if isinstance(node, dict) and "items" in node:
@@ -272,7 +332,7 @@ def contradicted(text: str, seen: Seen) -> bool:
 
 
 def _printed(code: str, printed: str, tools: set[str]) -> tuple[str, Any] | None:
-    found = shapes.printed_tool(code, tools)
+    found = printed_tool(code, tools)
     if found is None:
         return None
     tool, alone = found

@@ -98,11 +98,12 @@ def first_json(text: str) -> Any:
         return None
 
 
-def structure(value: Any, depth: int = 0) -> Any:
+def structure(value: Any, depth: int = 0, kept: bool = False) -> Any:
     """``value``'s structure and types as ``ShapePayload.structure`` holds them (its keys, no value, but what a
-    string is when that changes its meaning: ``core.specimen``); raises ``Unfit`` for a value whose structure is
-    not kept (a key that is not a plain name, an empty list). ``value`` is a tool's result as printed, or the
-    recorder's specimen of it."""
+    string is when that changes its meaning and what a flag held: ``core.specimen``); raises ``Unfit`` for a value
+    whose structure is not kept (a key that is not a plain name, an empty list). ``value`` is a tool's result as
+    printed, or (``kept``) the recorder's specimen of it, where a bare ``False`` is a placeholder: a flag whose
+    value a recorder kept is a described leaf."""
     if depth > MAX_DEPTH:
         return MORE
     if isinstance(value, dict):
@@ -114,7 +115,7 @@ def structure(value: Any, depth: int = 0) -> Any:
         for key in list(value)[:MAX_KEYS]:
             if not isinstance(key, str) or not PLAIN_KEY.fullmatch(key):
                 raise Unfit("a key that is not a plain name")
-            fields.append([key, structure(value[key], depth + 1)])
+            fields.append([key, structure(value[key], depth + 1, kept)])
         return {"fields": fields, "more": len(value) > MAX_KEYS}
     if isinstance(value, list | tuple):
         if not value:
@@ -123,22 +124,34 @@ def structure(value: Any, depth: int = 0) -> Any:
         if isinstance(first, dict) and DESCRIBED not in first and len(value) > 1:
             first = dict(list(first.items())[:MAX_KEYS + 1])
             specimen.describe_fields(first, list(value[:MAX_RECORDS]))
-        return {"items": structure(first, depth + 1)}
-    if isinstance(value, str):
-        found = specimen.described(value, whole=depth == 0)
-        return leaf(found) if isinstance(found, dict) else "str"
-    if value is None or isinstance(value, bool | int | float):
+        return {"items": structure(first, depth + 1, kept)}
+    if isinstance(value, str | bool):
+        return _scalar(value, depth, kept)
+    if value is None or isinstance(value, int | float):
         return type(value).__name__
     raise Unfit(f"a {type(value).__name__}")
+
+
+def _scalar(value: str | bool, depth: int, kept: bool) -> Any:
+    if isinstance(value, bool):
+        return "bool" if kept else leaf(specimen.flag([value]))
+    found = specimen.described(value, whole=depth == 0)
+    return leaf(found) if isinstance(found, dict) else "str"
 
 
 _TEXT_FLAGS = ("bom", "decimal_comma")
 
 
 def leaf(described: dict[str, Any]) -> Any:
-    """A described string leaf (``core.specimen``) as a shape keeps it: ``{"type": "str", "number": true}``, with
-    ``values`` (a few plain words) or ``text`` (a text's form); checked again, since a specimen crossed Redis from
+    """A described leaf (``core.specimen``) as a shape keeps it: a string's ``{"type": "str", "number": true}``, with
+    ``values`` (a few plain words) or ``text`` (a text's form); a flag's ``{"type": "bool", "true": 1, "false": 0}``
+    (how many results held each value: ``merged`` adds them up); checked again, since a specimen crossed Redis from
     the agent's process. Raises ``Unfit`` for anything else."""
+    if described.get(DESCRIBED) == "bool":
+        values = described.get("values")
+        if not isinstance(values, list) or not 0 < len(values) <= 2 or not all(isinstance(v, bool) for v in values):
+            raise Unfit("a flag without its values")
+        return {"type": "bool", "true": int(True in values), "false": int(False in values)}
     if described.get(DESCRIBED) != "str":
         raise Unfit("a described leaf of another type")
     out: dict[str, Any] = {"type": "str"}
@@ -170,6 +183,38 @@ def _text(form: dict[str, Any]) -> dict[str, Any]:
         out["header"] = header
     out.update({flag: True for flag in _TEXT_FLAGS if form.get(flag) is True})
     return out if "separator" in out else {}
+
+
+def is_flag(node: Any) -> bool:
+    """Whether a structure's leaf is a flag with its values (``leaf``)."""
+    return isinstance(node, dict) and node.get("type") == "bool"
+
+
+def valueless(structure: Any, depth: int = 0) -> Any:
+    """A structure without its flags' values (each a plain ``bool``): what stays the same whatever they held."""
+    if is_flag(structure) or depth > MAX_DEPTH + 1:
+        return "bool" if is_flag(structure) else structure
+    if isinstance(structure, dict) and "fields" in structure:
+        return {**structure, "fields": [[key, valueless(inner, depth + 1)] for key, inner in structure["fields"]]}
+    if isinstance(structure, dict) and "items" in structure:
+        return {**structure, "items": valueless(structure["items"], depth + 1)}
+    return structure
+
+
+def merged(old: Any, new: Any, depth: int = 0) -> Any:
+    """Two structures of one result's form (the same ``valueless``) as one: each flag's counts added up; a flag
+    whose values one of them did not keep (a plain ``bool``) takes the other's."""
+    if is_flag(old) and is_flag(new):
+        return {"type": "bool", "true": old["true"] + new["true"], "false": old["false"] + new["false"]}
+    if old == "bool" or depth > MAX_DEPTH + 1:
+        return new if is_flag(new) else old
+    if isinstance(old, dict) and isinstance(new, dict) and "fields" in old and "fields" in new \
+            and len(old["fields"]) == len(new["fields"]):
+        return {**old, "fields": [[key, merged(inner, other, depth + 1)]
+                                  for (key, inner), (_, other) in zip(old["fields"], new["fields"], strict=True)]}
+    if isinstance(old, dict) and isinstance(new, dict) and "items" in old and "items" in new:
+        return {**old, "items": merged(old["items"], new["items"], depth + 1)}
+    return old
 
 
 def record_paths(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

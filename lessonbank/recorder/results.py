@@ -9,8 +9,8 @@ through untouched. The tool object itself is never changed: a module-level ``@to
 of two banks feeds each agent's records with its own calls only (a CodeAgent's code runs in a thread of
 its own, so the copy, not the calling thread, says whose call it was), and a copy goes away with its
 agent. A recorder keeps, per agent and tool, the specimen of the first result that fits
-(``lessonbank.core.specimen``: keys and type names, no value) until the agent's next action step takes
-them into its record, at most ``MAX_TOOLS_PER_STEP`` tools per step.
+(``lessonbank.core.specimen``: keys and type names, no value but a flag's) until the agent's next action step
+takes them into its record, at most ``MAX_TOOLS_PER_STEP`` tools per step.
 
 Keeping a result costs a bounded walk of at most ``specimen.MAX_NODES`` values on the agent's thread,
 once per tool and step (later calls of a tool already kept cost a dict lookup); it never raises.

@@ -164,13 +164,15 @@ class BankWriter:
         if what == "adds_nothing" and stored is not None:
             return fid if stored.status == "active" and not self._tombstoned(fid) else None
         if what in ("now_tried", "now_with_task") and stored is not None:
-            self.store.upsert([decisions.updated(stored, fact, what)])
+            self.store.upsert([decisions.updated(stored, fact, what, self.run_id)])
             if what == "now_tried":
                 logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
                             self.run_id, fid)
             else:
                 logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank, self.run_id,
                             fact.tag, fid)
+        elif stored is not None and (counted := decisions.recounted(stored, fact, self.run_id)) is not None:
+            self.store.upsert([counted])  # the values its flags held in this run's result too
         known = self._fingerprinted(fid, fact.tag, list(fact.steps))
         if known != "new":
             return fid if known == "kept" else None

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lessonbank.core.specimen import MAX_KEYS, Unfit, specimen
+from lessonbank.core.specimen import MAX_KEYS, Unfit, specimen, valueless
 
 CATALOG = {"status": "ok", "data": {"items": [{"name": "desk lamp", "price": 12.5, "stock": 3, "new": True},
                                               {"name": "floor lamp", "price": 31.0, "stock": 0, "new": False}],
@@ -16,8 +16,10 @@ CATALOG = {"status": "ok", "data": {"items": [{"name": "desk lamp", "price": 12.
 
 def test_only_keys_and_the_types_of_values_are_kept() -> None:
     kept = specimen(CATALOG)
-    assert kept == {"status": "", "data": {"items": [{"name": "", "price": 0.0, "stock": 0, "new": False}],
+    assert kept == {"status": "", "data": {"items": [{"name": "", "price": 0.0, "stock": 0,
+                                                      "new": {"~": "bool", "values": [False, True]}}],
                                            "total": 0, "next": None}, "took_ms": 0}
+    assert valueless(kept)["data"]["items"][0]["new"] is False  # the structure alone, as before flags kept values
     text = json.dumps(kept)
     assert "lamp" not in text and "12.5" not in text and "23" not in text and "\"ok\"" not in text
     assert json.loads(text) == kept  # survives JSON with its types (0.0 stays a float)
@@ -60,3 +62,15 @@ def test_wide_deep_huge_and_self_containing_values_are_cut_in_bounded_time() -> 
     assert specimen(loop) == {"self": {"self": {"self": {"self": {"self": None}}}}}
     assert specimen([[1] * 10_000_000]) == [[0]]
     assert time.perf_counter() - started < 0.5
+
+
+@pytest.mark.parametrize(("value", "kept"), [
+    ({"rows": [{"id": 1}], "truncated": True}, {"rows": [{"id": 0}], "truncated": {"~": "bool", "values": [True]}}),
+    ({"rows": [{"id": 1}], "truncated": False}, {"rows": [{"id": 0}], "truncated": {"~": "bool", "values": [False]}}),
+    ([{"paid": True}, {"paid": True}], [{"paid": {"~": "bool", "values": [True]}}]),  # every record's, no count
+    ([{"paid": True}, {"paid": None}], [{"paid": {"~": "bool", "values": [True]}}]),  # not all flags: the first's
+    (True, {"~": "bool", "values": [True]}),
+])
+def test_a_flag_keeps_its_value_and_nothing_else_does(value: object, kept: object) -> None:
+    """A flag says what no type name can (the result is only part of it) and carries no data."""
+    assert specimen(value) == kept

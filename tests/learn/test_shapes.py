@@ -10,9 +10,10 @@ import pytest
 from lessonbank.core import migrate
 from lessonbank.core import specimen as specimen_limits
 from lessonbank.core.models import Lesson, StepRecord, ToolResultRecord
-from lessonbank.core.specimen import specimen
+from lessonbank.core.specimen import specimen, valueless
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import adapt, consolidate, credit, render, shapes
+from lessonbank.learn import adapt, consolidate, credit, fingerprint, render, shapes, walk
+from lessonbank.learn.printed import printed_tool
 from tests.learn.runs import view
 
 TOOLS = ["search_catalog", "get_weather"]
@@ -243,3 +244,124 @@ def test_the_fields_beside_the_records_are_named_and_given_to_read() -> None:
     assert "The fields beside them (`returned`, `truncated`) say about them" in block
     (flat,) = extract(kept(0, "x = 1", [("search_catalog", specimen([{"id": "T-1"}, {"id": "T-2"}]))]))
     assert shapes.beside(flat.payload) == []  # records alone: nothing beside them
+
+
+SALES = {"region": "North", "rows": [{"day": "2024-01-02", "amount": 12.5}, {"day": "2024-01-03", "amount": 3.0}]}
+
+
+@pytest.mark.parametrize(("task", "code"), [
+    ("What was region North's revenue last year?", 'r = get_sales(region="North", year=2025)'),
+    ("What was region North's revenue in March?", 'r = get_sales(region="North", month=3)'),
+    ("What was region North's revenue on 2024-01-02?", 'r = get_sales(region="North", month=1, day=2)'),
+    ("What was region North's revenue in Q3?", 'r = get_sales("North", 3)'),  # a part of a task's value
+    ("What was region North's revenue in the last week?", 'r = get_sales(region="North", days=7)'),
+    ("What was region North's revenue lately?", 'r = get_sales(region="North", startDate=20240102)'),
+    ("What was region North's revenue lately?", 'r = get_sales("North", 2023)'),  # a year, by position
+    ("What was region North's revenue since the spring?", 'r = get_sales(region="North", since=4)'),
+])
+def test_a_number_the_run_worked_out_from_its_tasks_time_words_is_no_setting(task: str, code: str) -> None:
+    """Handed to another question, ``year=2025`` would ask it for this question's year."""
+    (shape,) = extract_shapes([kept(0, code, [("get_sales", specimen(SALES))])], ["get_sales"], task)
+    assert shape.call == "" and "came back" not in shape.text
+
+
+@pytest.mark.parametrize("code", ['r = get_sales(region="North", limit=100)',
+                                  'r = get_sales(region="North", page_size=50, verbose=True)',
+                                  'r = get_sales("North", 100, True, None)'])
+def test_settings_stay_settings_beside_a_tasks_dates(code: str) -> None:
+    task = "What was region North's revenue on 2024-01-02?"
+    (shape,) = extract_shapes([kept(0, code, [("get_sales", specimen(SALES))])], ["get_sales"], task)
+    assert shape.call == code
+    marketing = "What was the Marketing team's revenue in region North?"  # a word that starts like a month
+    (shape,) = extract_shapes([kept(0, 'r = get_sales(region="North", limit=3)', [("get_sales", specimen(SALES))])],
+                              ["get_sales"], marketing)
+    assert shape.call == 'r = get_sales(region="North", limit=3)'
+
+
+def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question() -> None:
+    """A call kept before the rule held (``month=1`` of the task's date) is not given to the next task."""
+    task = "What was region North's revenue on 2024-01-02?"
+    (shape,) = extract_shapes([kept(0, 'r = get_sales(region="North", limit=100)',
+                                    [("get_sales", specimen(SALES))])], ["get_sales"], task)
+    given = 'r = get_sales(region="North", month=1, limit=100)'
+    other = "What was region South's revenue on 2024-05-06?"
+    for call, shown in ((shape.call, 'result = get_sales(region="South", limit=100)'), (given, None)):
+        payload = shape.payload.model_copy(update={"call": call})
+        lesson = consolidate.observed_lesson("b", consolidate.Observed(shapes.TAG, shape.fingerprint, shape.steps,
+                                                                       shape=payload, task=task), "r", True)
+        block, _ = format_lessons([lesson], task=other, tools={"get_sales": "A region's sales."})
+        assert (shown in block) if shown else ("get_sales(region=" not in block and "month=1" not in block), block
+
+
+@pytest.mark.parametrize(("code", "printed"), [
+    ("rows = get_rows()\nprint(rows)", ("get_rows", True)),
+    ("x = get_rows()\nx = get_meter()\nprint(x)", ("get_meter", True)),  # the last binding before the print
+    ("x = get_rows()\nprint(x)\nx = get_meter()", ("get_rows", True)),
+    ("x = get_rows(); print(x)", ("get_rows", True)),
+    ("r: list = get_rows()\nprint(r)", ("get_rows", True)),
+    ("for day in range(3):\n    r = get_rows()\n    print(r)", ("get_rows", True)),
+    ("r = get_rows()\nprint([r for r in range(3)])", None),  # the comprehension's own r
+    # bound since to anything else: what is printed is not the tool's result as it came back
+    ("rows = get_rows()\nrows = [r for r in rows if r['ok']]\nprint(rows)", None),
+    ("r = get_rows()\nr = r['items']\nprint(r)", None),
+    ("r = get_rows()\nr += get_meter()\nprint(r)", None),
+    ("r = get_rows()\nfor r in r:\n    pass\nprint(r)", None),
+    ("first, r = get_meter(), get_rows()\nprint(r)", None),
+    ("r = get_rows()\nwith open('x') as r:\n    pass\nprint(r)", None),
+    ("r = get_rows()\ndel r\nprint(r)", None),
+])
+def test_a_printed_name_is_the_result_of_the_tool_it_was_last_bound_to(code: str,
+                                                                       printed: tuple[str, bool] | None) -> None:
+    assert printed_tool(code, {"get_rows", "get_meter"}) == printed
+
+
+def test_a_filtered_result_printed_under_the_tools_name_leaves_no_shape_of_the_tool() -> None:
+    filtered = [{"id": "T-1"}]
+    code = ('rows = search_catalog("lamp")\nrows = [r["name"] for r in rows["data"]["items"]]\nprint(rows)')
+    assert extract(step(0, code, repr(["desk lamp", "floor lamp"]))) == []
+    (weather,) = extract(step(0, 'r = search_catalog("lamp")\nr = get_weather(city="Graz")\nprint(r)',
+                              repr({"city": "Graz", "records": filtered})))
+    assert weather.tool == "get_weather" and weather.path == ("records",)
+
+
+TICKETS = {"project": "P", "tickets": [{"id": "T-1", "open": True}, {"id": "T-2", "open": True}], "truncated": True}
+
+
+def test_a_flag_keeps_its_value_and_the_fact_stays_one_whatever_it_held() -> None:
+    """``truncated: true`` is what says the result is a part: the shape says it, and a result whose flag held
+    another value is the same fact."""
+    (recorded,) = extract(kept(0, "x = 1", [("search_catalog", specimen(TICKETS))]))
+    (printed,) = extract(step(0, 'print(search_catalog("P"))', repr(TICKETS)))
+    assert recorded.text == printed.text
+    assert recorded.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in every record seen)}, "
+                              "...], 'truncated': bool (true in the one result seen)}")
+    (other,) = extract(kept(0, "x = 1", [("search_catalog", specimen({**TICKETS, "truncated": False}))]))
+    assert other.fingerprint == recorded.fingerprint
+    assert "'truncated': bool (false in the one result seen)" in other.shape
+    # a specimen of a recorder that kept no flag's value: the same fact, the values unknown
+    (before,) = extract(kept(0, "x = 1", [("search_catalog", valueless(specimen(TICKETS)))]))
+    assert before.fingerprint == recorded.fingerprint and before.shape.endswith("'truncated': bool}")
+    # a flip of a flag is no other structure of the tool's result
+    runs = [view([kept(0, "x = 1", [("search_catalog", found)])], tools=TOOLS)
+            for found in (specimen(TICKETS), specimen({**TICKETS, "truncated": False}), valueless(specimen(TICKETS)))]
+    assert len({fingerprint.shapes_of(run)["search_catalog"] for run in runs}) == 1
+
+
+def test_the_values_a_flag_held_in_each_step_are_counted_by_result_never_by_record() -> None:
+    many = {"project": "P", "tickets": [{"id": f"T-{i}", "open": i < 3} for i in range(7)], "truncated": True}
+    steps = [kept(0, "x = 1", [("search_catalog", specimen(many))]),
+             kept(1, "x = 1", [("search_catalog", specimen({**many, "truncated": False}))]),
+             # one result, recorded and printed: counted once
+             kept(2, 'r = search_catalog("P")\nprint(r)', [("search_catalog", specimen(many))], printed=repr(many))]
+    (shape,) = extract(*steps)
+    assert shape.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in some records, false in "
+                           "others)}, ...], 'truncated': bool (true in 2 of 3 results seen)}")
+    assert "7" not in shape.text and "4" not in shape.text  # how many records, or how many open: the data's
+
+
+def test_a_shape_is_not_left_out_for_saying_its_flags_values() -> None:
+    wide = {"data": {"items": [{f"{'k' * 20}_{i}": i for i in range(10)}]}, "truncated": True, "partial": False}
+    assert len(shapes.describe(walk.valueless(walk.structure(wide)))) <= shapes.MAX_SHAPE
+    (shape,) = extract(kept(0, "x = 1", [("search_catalog", specimen(wide))]))
+    assert len(shape.shape) > shapes.MAX_SHAPE
+    assert shape.shape.endswith("'partial': bool (false in the one result seen)}")

@@ -49,8 +49,9 @@ WORDINGS = [
     ("`get_meter` returns a dictionary; the result is not a list.",
      [TypeClaim("get_meter", "", "dict"), TypeClaim("get_meter", "", "list:", False)]),
     ("The 'reading' field of `get_meter` is stored as a string.", [TypeClaim("get_meter", "reading", "str")]),
-    # no type in these words: a reading of a field's unit, a count, a verb that is not one of returning
-    ("`get_meter` readings are strings like '1,204.5'; remove the comma before float().", []),
+    ("`get_meter` readings are strings like '1,204.5'; remove the comma before float().",
+     [TypeClaim("get_meter", "reading", "*str")]),
+    # no type in these words: a count, a verb that is not one of returning
     ("`list_parcels` returns a number of records per page.", []),
     ("`get_meter` returns the text of the meter's label.", []),
     # a condition, a supposition or an instruction claims nothing
@@ -145,7 +146,9 @@ def test_good_lessons_pass_with_the_types_their_runs_observed(task: str, observe
 def test_odd_and_hostile_text_is_read_in_bounded_time() -> None:
     hostile = ["`a` returns " * 400, "the result of " * 300 + "a list", "`x` is a list of " * 300,
                "its `f` values are " * 200 + "strings", "'" * 2000, "`" * 2000, "returns a " * 500,
-               "`get_x(" + "(" * 1000, "the result is not a list, not a list, " * 100]
+               "`get_x(" + "(" * 1000, "the result is not a list, not a list, " * 100,
+               "values of `a` " * 200 + "are strings", "`a` readings " * 300, "`a` returns the `b` " * 200 + "as text",
+               "`a` returns `b` values as " * 200]
     started = time.process_time()
     for text in hostile:
         read(text * 3, SEEN)
@@ -198,3 +201,76 @@ def test_a_bank_lesson_an_observed_shape_contradicts_is_the_one_that_goes() -> N
     assert settle(_shape("list_codes", ["a1"]), wrong, []).winner is None
     assert settle(right, wrong, []).winner is None
     assert settle(shape, Lesson.new("b", "fact", wrong.text, origin="added"), []).winner is None
+
+
+ELSEWHERE_TOOLS = ["read_sensor", "search_books", "get_flight", "list_rooms", "get_payslip", "lookup_gene",
+                   "track_satellite", "find_recipes"]
+# (lesson, the claims read from it): a field's values named after the tool, "values of" a field, a tool giving a
+# field "as" a type, verbs of arriving and representing
+READ_ELSEWHERE = [
+    ("`read_sensor` readings are strings.", [TypeClaim("read_sensor", "reading", "*str")]),
+    ("The `humidity` values are text.", [TypeClaim("", "humidity", "str")]),
+    ("`count` is returned as a string by `search_books`.", [TypeClaim("search_books", "count", "str")]),
+    ("Values of `price` come back as strings.", [TypeClaim("", "price", "*str")]),
+    ("`get_flight` returns the `gate` as a string, not a number.",
+     [TypeClaim("get_flight", "gate", "str"), TypeClaim("get_flight", "gate", "number", False)]),
+    ("`list_rooms` prices are text like '89,00'; replace the comma first.", [TypeClaim("list_rooms", "price", "str")]),
+    ("The values of `net_pay` from `get_payslip` are strings.", [TypeClaim("get_payslip", "net_pay", "*str")]),
+    ("`lookup_gene` results come back as lists of strings.", [TypeClaim("lookup_gene", "", "list:str")]),
+    ("`track_satellite` altitudes arrive as text, not numbers.",
+     [TypeClaim("track_satellite", "altitude", "str"), TypeClaim("track_satellite", "altitude", "*number", False)]),
+    ("`find_recipes` gives back `servings` as an integer.", [TypeClaim("find_recipes", "servings", "number")]),
+    ("`search_books` categories are strings such as 'poetry'.", [TypeClaim("search_books", "category", "*str")]),
+    ("In `get_flight`, `delay` is represented as a string.", [TypeClaim("get_flight", "delay", "str")]),
+]
+# (lesson): nothing in it can be told to be one tool's or field's type as a fact of every call
+NOT_READ_ELSEWHERE = [
+    "Convert `humidity` to a float before averaging.",
+    "If values of `price` come back as strings, strip the currency sign first.",
+    "`read_sensor` readings are strings when the sensor is offline.",
+    "The `rate` readings are numbers in both `list_rooms` and `get_payslip`.",  # whose field?
+    "Sensor readings are strings.",  # no name
+    "`get_flight` returns `gate` as the boarding point.",  # no type
+    "Store the `amount` values as text in the report.",
+    "`search_books` parses `year` as an integer.",
+    "Make sure `track_satellite` altitudes come back as numbers.",
+    "`lookup_gene` returns a number of matches per page.",
+    "`find_recipes` returns None for an unknown cuisine.",
+    "`list_rooms` sometimes returns strings.",
+    "The `price` readings of `list_rooms` and `get_flight` are strings.",
+    "`get_payslip(...)` is called with the employee's id as a string.",
+]
+
+
+@pytest.mark.parametrize(("text", "claims"), READ_ELSEWHERE)
+def test_a_fields_values_named_in_other_wordings_are_read(text: str, claims: list[TypeClaim]) -> None:
+    assert read(text, ELSEWHERE_TOOLS) == claims
+
+
+@pytest.mark.parametrize("text", NOT_READ_ELSEWHERE)
+def test_a_sentence_not_about_one_tools_or_fields_type_is_left_alone(text: str) -> None:
+    assert read(text, ELSEWHERE_TOOLS) == []
+
+
+def test_a_widened_wording_is_judged_by_what_was_observed() -> None:
+    observed = seen(read_sensor={"sensor": "S-1", "reading": 21.5}, get_flight={"flight": "LX8", "gate": "B12"})
+    ctx = GateContext(task="What is the reading of sensor S-2?", types=observed)
+    for text, verdict in (("`read_sensor` readings are strings.", False),
+                          ("`read_sensor` readings are floats.", True),
+                          ("`get_flight` returns the `gate` as a number.", False),
+                          ("Values of `gate` come back as strings.", True)):
+        said = {judge(claim, observed) for claim in read(text, observed)}
+        assert (False in said) is (verdict is False) and (True in said) is verdict, text
+        assert (reason_to_drop(text, ctx, ["contradicts_observed_type"]) is not None) is (verdict is False), text
+
+
+def test_a_flag_whose_values_a_shape_kept_is_a_boolean() -> None:
+    observed = seen(list_rooms={"rooms": [{"id": "R1", "free": True}], "truncated": False})
+    assert observed["list_rooms"]["truncated"] == observed["list_rooms"]["free"] == frozenset({"bool"})
+    assert _judged_by("`list_rooms` returns `truncated` as a string.", observed) is False
+    assert _judged_by("The `free` values are booleans.", observed) is True
+
+
+def _judged_by(text: str, observed: dict[str, dict[str, frozenset[str]]]) -> bool | None:
+    said = {judge(claim, observed) for claim in read(text, observed)}
+    return False if False in said else (True if True in said else None)

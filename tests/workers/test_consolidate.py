@@ -478,3 +478,31 @@ def test_a_shape_kept_without_its_call_takes_the_call_and_task_of_the_next_run_t
     Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(shaped(bare))
     (lesson,) = store.list("b")
     assert (lesson.text, lesson.task, lesson.evidence) == (named.text, task, 3)
+
+
+def test_a_shapes_flags_count_the_results_of_every_run_that_observed_it_once(store: LessonStore) -> None:
+    """``truncated`` true in one run's result and false in another's is one fact saying so; a run counted once."""
+    task = "Using list_tickets, how many tickets does project 'apollo' have?"
+
+    def observed(truncated: bool, code: str = "r = list_tickets()") -> shapes.Shape:
+        result = {"project": "apollo", "tickets": [{"id": "T-1"}], "truncated": truncated}
+        record = StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, code=code,
+                            tool_results=[ToolResultRecord(name="list_tickets", specimen=specimen(result))])
+        (shape,) = shapes.extract(view([record], tools=["list_tickets"]), task)
+        return shape
+
+    first, second = observed(True), observed(False)
+    assert first.fingerprint == second.fingerprint and first.text != second.text
+    fid = Consolidator(store, "b", "r1", Thresholds(0.9, 0.6)).add_observed(shaped(first))
+    assert "'truncated': bool (true in the one result seen)" in store.get("b", [fid])[0].text
+    for run_id in ("r2", "r2"):  # the same run's task run again counts it once
+        Consolidator(store, "b", run_id, Thresholds(0.9, 0.6)).add_observed(shaped(second))
+    (lesson,) = store.list("b")
+    assert lesson.evidence == 2 and "'truncated': bool (true in 1 of 2 results seen)" in lesson.text
+    assert lesson.shape is not None and lesson.text == render.shape(lesson.shape)
+    # a run naming the call that got it gives its call and task, and its count joins the others
+    named = observed(True, "r = list_tickets(project='apollo')")
+    Consolidator(store, "b", "r3", Thresholds(0.9, 0.6)).add_observed(shaped(named, task=task))
+    (lesson,) = store.list("b")
+    assert lesson.task == task and lesson.shape is not None and lesson.shape.call == named.call
+    assert "'truncated': bool (true in 2 of 3 results seen)" in lesson.text and lesson.evidence == 3
