@@ -20,7 +20,6 @@ from common import free_port, redis_server
 
 from lessonbank import llama_server, local_llm
 from lessonbank.core.settings import Settings
-from lessonbank.workers.launch import worker_process
 
 logger = logging.getLogger("bench.learning")
 
@@ -66,6 +65,8 @@ def llama(model_key: str, workdir: Path, n_ctx: int, threads: int) -> Iterator[t
 @contextmanager
 def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``celery -A lessonbank.workers worker`` (solo pool, the benchmark's queue) until the block ends."""
+    from lessonbank.workers.launch import worker_process  # builds the worker's app: only where a worker runs
+
     with worker_process(env, log, QUEUE, "learning-bench", ready_timeout=240) as process:
         logger.info("worker ready (pid %d, log %s)", process.pid, log)
         yield process
