@@ -1,7 +1,8 @@
 """A worker of one's own: ``celery -A lessonbank.workers worker`` as a child process, for the length of a block.
 
-For programs that bring their own worker (the demo, the benchmarks): a solo pool on one queue, its output
-appended to a log file, ready once that log says the worker is ready and where the lesson store is served from,
+For programs that bring their own worker on the embedded store (the demo, the benchmarks): a solo pool on one
+queue, its output appended to a log file, ready once that log says the worker is ready and whether it serves the
+lesson store (a worker given ``LESSONBANK_QDRANT_URL`` logs no line about it: this launcher is not for it),
 stopped (terminate, then kill) when the block ends.
 """
 
