@@ -10,7 +10,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -53,13 +52,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen[bytes] | None = None,
-          log: Path | None = None) -> None:
+def _wait(predicate: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        if process is not None and process.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-            raise ServiceUnavailable(f"{what} exited with code {process.returncode}\n{tail}")
+        if process.poll() is not None:
+            raise ServiceUnavailable(f"{what} exited with code {process.returncode}")
         if time.monotonic() > deadline:
             raise ServiceUnavailable(f"{what} not ready after {timeout:.0f} s")
         time.sleep(0.2)
@@ -179,24 +176,13 @@ def _embed_model(settings: Settings, say: Say) -> Path | None:
 
 
 @contextmanager
-def _worker(settings: Settings, env: dict[str, str], workdir: Path, say: Say) -> Iterator[Path]:
-    log = workdir / "worker.log"
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "lessonbank.workers", "worker", "--pool", "solo", "-Q", QUEUE,
-             "-n", f"demo-{os.getpid()}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        def ready() -> bool:
-            text = log.read_text(errors="replace")
-            return "ready." in text and "serving the lesson store" in text
+def _worker(env: dict[str, str], workdir: Path, say: Say) -> Iterator[Path]:
+    from lessonbank.workers.launch import worker_process  # the worker extra: imported only when a worker starts
 
-        _wait(ready, 180, "the worker", process, log)
+    log = workdir / "worker.log"
+    with worker_process(env, log, QUEUE, "demo", ready_timeout=180) as process:
         say(f"Worker: celery -A lessonbank.workers worker (pid {process.pid}, log: {log})")
         yield log
-    finally:
-        _stop(process, "the worker", timeout=60)
 
 
 @contextmanager
@@ -227,5 +213,5 @@ def services(settings: Settings, model_key: str, say: Say) -> Iterator[DemoEnvir
             env["LESSONBANK_EMBED_MODEL_PATH"] = str(embed_path)
         if settings.embed_base_url:
             env["LESSONBANK_EMBED_BASE_URL"] = settings.embed_base_url
-        worker_log = stack.enter_context(_worker(settings, env, workdir, say))
+        worker_log = stack.enter_context(_worker(env, workdir, say))
         yield DemoEnvironment(demo_settings, llm_url, llm_key, llm_model, llm_label, workdir, worker_log)

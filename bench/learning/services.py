@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -21,7 +19,6 @@ from pathlib import Path
 from common import free_port, redis_server
 
 from lessonbank import llama_server, local_llm
-from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.settings import Settings
 
 logger = logging.getLogger("bench.learning")
@@ -65,40 +62,14 @@ def llama(model_key: str, workdir: Path, n_ctx: int, threads: int) -> Iterator[t
         server.stop()
 
 
-def _wait_ready(process: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if "ready." in text and "serving the lesson store" in text:
-            return
-        if process.poll() is not None:
-            raise ServiceUnavailable(f"the worker exited with code {process.returncode}:\n{text[-2000:]}")
-        if time.monotonic() > deadline:
-            raise ServiceUnavailable(f"the worker was not ready after {timeout:.0f} s; see {log}")
-        time.sleep(0.3)
-
-
 @contextmanager
 def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``celery -A lessonbank.workers worker`` (solo pool, the benchmark's queue) until the block ends."""
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "lessonbank.workers", "worker", "--pool", "solo", "-Q", QUEUE,
-             "-n", f"learning-bench-{os.getpid()}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        _wait_ready(process, log, 240)
+    from lessonbank.workers.launch import worker_process  # builds the worker's app: only where a worker runs
+
+    with worker_process(env, log, QUEUE, "learning-bench", ready_timeout=240) as process:
         logger.info("worker ready (pid %d, log %s)", process.pid, log)
         yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 @contextmanager

@@ -5,7 +5,8 @@ without ever printing the result; the next run needs to know where the records a
 per step and tool, a *specimen* of the first result that fits: the value with every leaf replaced by a
 placeholder of its type (``""``, ``0``, ``0.0``, ``None``; a flag keeps its value), every list cut to its first
 element, at most ``MAX_KEYS + 1`` keys per dict (one more than a shape shows, so a reader knows there were
-more) and ``MAX_DEPTH`` levels. Only keys and type names leave the agent, and three things about strings that
+more) and ``MAX_DEPTH`` levels (a value below them is ``CUT``, ``{"~": "cut"}``: there, its structure not kept,
+which no reader can take for a null). Only keys and type names leave the agent, and three things about strings that
 change what the numbers beside them mean (``described``), each a leaf ``{"~": "str", ...}`` (``~`` is no plain
 name, so no record's key can be taken for it):
 
@@ -46,6 +47,7 @@ MAX_TEXT_LINES = 50
 PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\- ]{0,19}")
 DESCRIBED = "~"
+CUT = "cut"  # what ``DESCRIBED`` says of a value below ``MAX_DEPTH``
 NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:[,. '][0-9]{3})+|[0-9]+)(?:[.,][0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"-?[0-9]+,[0-9]{1,4}")
 _SEPARATORS = (";", "\t", "|", ",")
@@ -156,7 +158,7 @@ def _walk(value: Any, depth: int, budget: list[int]) -> Any:
     if budget[0] < 0:
         raise Unfit("too many values")
     if depth > MAX_DEPTH:
-        return None  # deeper than a shape shows
+        return {DESCRIBED: CUT}  # deeper than a shape shows
     if isinstance(value, dict):
         if not value:
             raise Unfit("an empty dict")

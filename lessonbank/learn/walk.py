@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from lessonbank.core import specimen
-from lessonbank.core.specimen import DESCRIBED, MAX_DEPTH, MAX_KEYS, MAX_RECORDS, MAX_WORDS, PLAIN_KEY, WORD
+from lessonbank.core.specimen import CUT, DESCRIBED, MAX_DEPTH, MAX_KEYS, MAX_RECORDS, MAX_WORDS, PLAIN_KEY, WORD
 
 MAX_PRINTED = 20_000  # characters of printed output read back into a value
 MORE = "..."  # a structure deeper than shown; more keys than shown
@@ -108,7 +108,7 @@ def structure(value: Any, depth: int = 0, kept: bool = False) -> Any:
         return MORE
     if isinstance(value, dict):
         if DESCRIBED in value:
-            return leaf(value)
+            return MORE if value[DESCRIBED] == CUT else leaf(value)  # cut by the recorder: there, not null
         if not value:
             raise Unfit("an empty dict")
         fields = []

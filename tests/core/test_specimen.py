@@ -8,6 +8,7 @@ import time
 import pytest
 
 from lessonbank.core.specimen import MAX_KEYS, Unfit, specimen, valueless
+from lessonbank.learn import shapes, walk
 
 CATALOG = {"status": "ok", "data": {"items": [{"name": "desk lamp", "price": 12.5, "stock": 3, "new": True},
                                               {"name": "floor lamp", "price": 31.0, "stock": 0, "new": False}],
@@ -58,8 +59,8 @@ def test_wide_deep_huge_and_self_containing_values_are_cut_in_bounded_time() -> 
     loop["self"] = loop
     started = time.perf_counter()
     assert list(specimen(wide)) == [f"k{i}" for i in range(MAX_KEYS + 1)]  # one more than a shape shows
-    assert specimen(deep) == {"a": {"a": {"a": {"a": {"a": None}}}}}
-    assert specimen(loop) == {"self": {"self": {"self": {"self": {"self": None}}}}}
+    assert specimen(deep) == {"a": {"a": {"a": {"a": {"a": {"~": "cut"}}}}}}
+    assert specimen(loop) == {"self": {"self": {"self": {"self": {"self": {"~": "cut"}}}}}}
     assert specimen([[1] * 10_000_000]) == [[0]]
     assert time.perf_counter() - started < 0.5
 
@@ -74,3 +75,19 @@ def test_wide_deep_huge_and_self_containing_values_are_cut_in_bounded_time() -> 
 def test_a_flag_keeps_its_value_and_nothing_else_does(value: object, kept: object) -> None:
     """A flag says what no type name can (the result is only part of it) and carries no data."""
     assert specimen(value) == kept
+
+
+def test_a_value_below_the_depth_kept_reads_as_cut_never_as_null(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field five levels down (a price in the records of a page) is there, its structure not kept: the specimen
+    says so, and a reader that walks deeper than the recorder kept (another version) reads it as cut, not as a
+    field that is always null; a null the tool returned stays a null."""
+    page = {"data": {"items": [{"price": {"amount": 1250, "currency": "EUR"}, "note": None}], "next": None}}
+    kept = specimen(page)
+    assert kept["data"]["items"][0]["price"] == {"amount": {"~": "cut"}, "currency": {"~": "cut"}}
+    assert kept["data"]["items"][0]["note"] is None and kept["data"]["next"] is None
+    monkeypatch.setattr(walk, "MAX_DEPTH", 8)
+    record = walk.structure(kept)["fields"][0][1]["fields"][0][1]["items"]
+    assert record == {"fields": [["price", {"fields": [["amount", walk.MORE], ["currency", walk.MORE]], "more": False}],
+                                 ["note", "NoneType"]], "more": False}
+    assert shapes.describe(walk.structure(kept)) == ("{'data': {'items': [{'price': {'amount': ..., 'currency': ...}, "
+                                                     "'note': NoneType}, ...], 'next': NoneType}}")

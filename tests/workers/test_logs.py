@@ -1,5 +1,6 @@
-"""The lines a worker logs while it distills a run say which bank and run they are about, those of
-``lessonbank.learn`` (which knows no bank and no run) too; what the gate drops is named at DEBUG, never a secret.
+"""The lines a worker logs while it distills a run say which bank and run they are about, once: those of
+``lessonbank.learn`` and ``lessonbank.core`` (which know no bank and no run) too; what the gate drops is named at
+DEBUG, never a secret.
 
 Real Redis, a real in-memory Qdrant store, a real HTTP server speaking the OpenAI protocol and a real CodeAgent
 run recorded by the real recorder."""
@@ -9,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 
 import pytest
 
-from lessonbank.core.constants import pending_lesson_key
+from lessonbank.core.constants import pending_lesson_key, run_steps_key
 from lessonbank.core.models import Lesson
-from lessonbank.core.redact import REDACTED, WITHHELD
+from lessonbank.core.redact import REDACTED, WITHHELD, Redactor, Rule
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.workers.deps import Deps
 from lessonbank.workers.observe import tracing
@@ -56,22 +58,53 @@ def test_learn_lines_of_a_distillation_name_its_bank_and_run(
     assert any(line.startswith(f"bank b run {run_id}: recipe not kept: it answers with '49.0'") for line in lines)
 
 
-def test_a_scope_prefixes_only_learn_lines_and_keeps_their_arguments(caplog: pytest.LogCaptureFixture) -> None:
+def test_core_lines_of_a_distillation_name_its_bank_and_run_once(
+    deps: Deps, openai_server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rule of the scrubber that fails: lessonbank.core says so (and fails closed) while the run is distilled, and
+    its line names the bank and the run; core's line about a malformed record, which names the run, and the
+    worker's own lines are not prefixed a second time."""
+    caplog.set_level(logging.INFO, logger="lessonbank")
+    scrubber = Redactor()
+    scrubber.rules = (*scrubber.rules, Rule("failing", re.compile("cents"), keep=lambda text, match: 1 / 0 > 0))
+    openai_server.default = reply({"kind": "fact", "text": "Invoice lines carry unit prices in cents.", "tags": []})
+    run_id = write_run(deps.redis, "b")
+    deps.redis.hset(run_steps_key(run_id), "99", "{not a step record")
+    distill_one(dataclasses.replace(deps, scrubber=scrubber), "b", run_id)
+    core = [r.getMessage() for r in caplog.records if r.name.startswith("lessonbank.core")]
+    assert f"bank b run {run_id}: secret detection failed; treating the text as secret" in core, core
+    assert f"run {run_id}: skipping malformed step record (field 99)" in core, core
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("lessonbank")]
+    assert any(line.startswith(f"bank b run {run_id}: attempt 1") for line in said), said  # the worker's own
+    assert not [line for line in said if line.count(run_id) > 1 or line.count("bank b") > 1], said
+
+
+def test_a_scope_prefixes_lines_that_do_not_name_it_and_keeps_their_arguments(
+        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    learn, other = logging.getLogger("lessonbank.learn.somewhere"), logging.getLogger("lessonbank.workers.x")
+    learn, core = logging.getLogger("lessonbank.learn.somewhere"), logging.getLogger("lessonbank.core.somewhere")
+    other, foreign = logging.getLogger("lessonbank.workers.x"), logging.getLogger("httpx")
 
     @tracing.traced("test scope")
-    def work(bank: str, run_id: str) -> None:
+    def work(bank: str, run_id: str) -> logging.LogRecord:
         learn.info("kept %d of %s", 2, "3")
         learn.info("100% of nothing")
+        core.warning("it failed")
+        core.warning("run %s: a record skipped", run_id)
         other.info("bank %s run %s: its own words", bank, run_id)
+        other.info("bank %s: a lesson retired", bank)
+        other.info("bank %sx: another bank", bank)
+        foreign.info("a library's line")
+        # a call whose arguments do not fit: the record is made (logging reports the error when it is formatted)
+        return logging.getLogRecordFactory()("lessonbank.core.x", logging.INFO, __file__, 1, "%d of %d", (1,), None)
 
-    work("b%s", "r1")
+    assert work("b%s", "r1").msg == "bank b%%s run r1: %d of %d"
     assert tracing.traced("test scope")(lambda bank, run_id: logging.makeLogRecord({"msg": "m"}))("b", "r1").msg == "m"
     learn.info("outside any scope")
     assert [r.getMessage() for r in caplog.records] == [
-        "bank b%s run r1: kept 2 of 3", "bank b%s run r1: 100% of nothing", "bank b%s run r1: its own words",
-        "outside any scope",
+        "bank b%s run r1: kept 2 of 3", "bank b%s run r1: 100% of nothing", "bank b%s run r1: it failed",
+        "run r1: a record skipped", "bank b%s run r1: its own words", "bank b%s: a lesson retired",
+        "bank b%s run r1: bank b%sx: another bank", "a library's line", "outside any scope",
     ]
 
 

@@ -8,9 +8,11 @@ tokens, errors by kind) and time the store calls of the pipeline (``counters.Tim
 tracer provider (``opentelemetry-instrument``). Spans carry ids, counts and timings, never prompt or
 transcript text. Without OpenTelemetry there are no spans; the metrics still count.
 
-Within such a scope a line logged by ``lessonbank.learn`` (whose functions know no bank and no run: "recipe not
-kept: ...") reads ``bank <bank> run <run_id>: ...``, as the worker's own lines do: a log record factory
-(``logging.setLogRecordFactory``, over the one in place) that the first scope of a process installs.
+Within such a scope a line logged by any ``lessonbank`` module that knows no bank and no run (``lessonbank.learn``:
+"recipe not kept: ...", ``lessonbank.core``: "secret detection failed ...", the LLM client) reads
+``bank <bank> run <run_id>: ...``, as the worker's own lines do; a line that names the run already, or starts with
+its bank, is left as it is. A log record factory (``logging.setLogRecordFactory``, over the one in place) that the
+first scope of a process installs does it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 SPAN_KIND = "openinference.span.kind"
-SCOPED_LOGGERS = "lessonbank.learn"  # whose lines logged within a scope get its bank and run
+SCOPED_LOGGERS = "lessonbank"  # whose lines logged within a scope get its bank and run, unless they name them
 
 
 @dataclasses.dataclass
@@ -58,6 +60,12 @@ class Scope:
                                           f"{self.what} {self.run_id}" if self.run_id else "") if part)
         return f"{said}: " if said else ""
 
+    def named_in(self, message: str) -> bool:
+        """Whether a line says already what it is about: it names the scope's run, or starts with its bank."""
+        if self.run_id and self.run_id in message:
+            return True
+        return bool(self.bank) and message.startswith((f"bank {self.bank} ", f"bank {self.bank}:"))
+
 
 _scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("lessonbank_scope", default=None)
 _factory_lock = threading.Lock()
@@ -65,8 +73,8 @@ _factory_installed = False
 
 
 def _scoped_records() -> None:
-    """Install, once per process, the log record factory that prefixes a ``lessonbank.learn`` line logged within
-    a scope with the scope's bank and run."""
+    """Install, once per process, the log record factory that prefixes a ``lessonbank`` line logged within a scope
+    with the scope's bank and run, unless the line names them."""
     global _factory_installed
     with _factory_lock:
         if _factory_installed:
@@ -77,7 +85,8 @@ def _scoped_records() -> None:
             made = previous(*args, **kwargs)
             scope = _scope.get()
             name = made.name if isinstance(made.name, str) else ""  # logging.makeLogRecord makes one without
-            if scope is not None and (name == SCOPED_LOGGERS or name.startswith(SCOPED_LOGGERS + ".")):
+            if scope is not None and (name == SCOPED_LOGGERS or name.startswith(SCOPED_LOGGERS + ".")) \
+                    and not scope.named_in(_message(made)):
                 prefix = scope.prefix()
                 # the message is a %-format only when it has arguments: a bank's '%' must stay one then
                 made.msg = (prefix.replace("%", "%%") if made.args else prefix) + str(made.msg)
@@ -85,6 +94,13 @@ def _scoped_records() -> None:
 
         logging.setLogRecordFactory(record)
         _factory_installed = True
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except Exception:  # arguments that do not fit the format: logging reports it when a handler formats the line
+        return ""
 
 
 def _tracer() -> Any:
