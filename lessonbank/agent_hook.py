@@ -24,7 +24,7 @@ from lessonbank.core.models import ToolFingerprint
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.handout import Handout, described, handout, versions_of
+from lessonbank.handout import Handout, described, handout, kind_of, versions_of
 from lessonbank.instructions import MAX_RECIPES, STORE_ERRORS
 from lessonbank.recorder.callback import StepRecorder
 from lessonbank.source import LessonSource
@@ -136,7 +136,7 @@ class AgentHook:
             return self._source.read(lambda store: handout(
                 store, task, self.bank, self.settings, self._random, max_lessons=self.max_lessons,
                 max_chars=self.max_chars, max_recipes=MAX_RECIPES if self.recipes else 0, tools=tools,
-                versions=versions))
+                versions=versions, agent_kind=kind_of(self.agent)))
         except STORE_ERRORS as e:
             self._source.unavailable(e)
         except Exception:  # never let lessons break the user's run

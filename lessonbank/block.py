@@ -16,6 +16,7 @@ from lessonbank.core.models import validate_bank
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.instructions import STORE_ERRORS, compose_instructions
+from lessonbank.learn.calls import AgentKind
 from lessonbank.source import LessonSource
 
 
@@ -56,8 +57,10 @@ def lessons_block(
     *,
     store: LessonStoreProtocol | None = None,
     settings: Settings | None = None,
+    agent_kind: AgentKind = "code",
 ) -> LessonsBlock:
-    """The lessons of ``bank`` that bear on ``task``, as a block to put after the task, with their ids.
+    """The lessons of ``bank`` that bear on ``task``, as a block to put after the task, with their ids
+    (``agent_kind="calls"`` for an agent that calls tools by name rather than writing code: ``learn.calls``).
 
     An empty block for an empty bank, a task nothing in the bank bears on, or an unavailable store (said
     once, plainly, with what to start): getting lessons never fails the user's run.
@@ -67,7 +70,8 @@ def lessons_block(
     source = LessonSource(settings, store=store)
     try:
         text, given = source.read(lambda s: compose_instructions(
-            s, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=settings.min_relevance))
+            s, task, bank, max_lessons=max_lessons, max_chars=max_chars, min_relevance=settings.min_relevance,
+            agent_kind=agent_kind))
         return LessonsBlock(text, tuple(lesson.id for lesson in given))
     except STORE_ERRORS as e:
         source.unavailable(e)

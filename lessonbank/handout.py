@@ -22,6 +22,7 @@ from lessonbank.core.settings import Settings
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.instructions import MAX_RECIPES, format_lessons, rank_lessons
 from lessonbank.learn import causal, fingerprint
+from lessonbank.learn.calls import AgentKind
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,14 @@ def versions_of(agent: Any) -> dict[str, ToolFingerprint]:
     return fingerprint.of_tools(found)
 
 
+def kind_of(agent: Any) -> AgentKind:
+    """"code" for a smolagents ``CodeAgent`` (its tools' results are values in its code), "calls" for any other
+    agent (a ``ToolCallingAgent`` calls tools by name and holds their results in no variable)."""
+    from smolagents import CodeAgent
+
+    return "code" if isinstance(agent, CodeAgent) else "calls"
+
+
 def described(agent: Any, names: Collection[str] | None) -> dict[str, str] | None:
     """What ``agent`` can call (``names``; None: not known), each with its description ("" for what has none): the
     builder tells by them which of its tools a task will use (``learn.needs.tools_used``)."""
@@ -70,15 +79,16 @@ def handout(
     store: LessonStoreProtocol, task: str, bank: str, settings: Settings, rng: random.Random, *,
     max_lessons: int = 8, max_chars: int = 2000, max_recipes: int = MAX_RECIPES,
     tools: Collection[str] | None = None, versions: Mapping[str, ToolFingerprint] | None = None,
+    agent_kind: AgentKind = "code",
 ) -> Handout:
     """The lessons block for a run of ``bank`` on ``task`` with the per-lesson holdout drawn with ``rng`` (see the
-    module). Raises the store's errors."""
+    module; ``agent_kind``: ``kind_of`` the agent). Raises the store's errors."""
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=settings.min_relevance,
                            max_recipes=max_recipes, tools=tools, versions=versions)
-    block, given = format_lessons(lessons, max_chars=max_chars, task=task, tools=tools)
+    block, given = format_lessons(lessons, max_chars=max_chars, task=task, tools=tools, agent_kind=agent_kind)
     drawn, withheld = causal.withhold(given, settings.lesson_holdout, rng, settings.lesson_holdout_after,
                                       settings.lesson_holdout_user)
     if withheld:
         block, given = format_lessons([lesson for lesson in lessons if lesson.id not in withheld],
-                                      max_chars=max_chars, task=task, tools=tools)
+                                      max_chars=max_chars, task=task, tools=tools, agent_kind=agent_kind)
     return Handout(block, given, drawn, withheld, dict(versions or {}))

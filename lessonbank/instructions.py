@@ -49,7 +49,7 @@ import redis
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FailurePayload, FixPayload, Lesson, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn import adapt, causal, fingerprint, fixtext, handover, needs, render, shapes, trust
+from lessonbank.learn import adapt, calls, causal, fingerprint, fixtext, handover, needs, render, shapes, trust
 
 logger = logging.getLogger(__name__)
 
@@ -232,15 +232,18 @@ def _fence(code: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _in_use(lesson: Lesson, fix: FixPayload | None) -> str:
+def _in_use(lesson: Lesson, fix: FixPayload | None, spoken: bool = False) -> str:
     """A lesson's text: an observed fix as ``fix`` (its values this task's, or named); an observed shape with the
     loop over its records (and without the call that got them, which ``handover.call_line`` gives with this task's
-    values, or not at all): told only where the records are, small models summed the first one alone."""
+    values, or not at all): told only where the records are, small models summed the first one alone. ``spoken``:
+    for an agent that calls tools by name, in calls and words (``learn.calls``)."""
     if fix is not None:
-        return render.fix(fix)
+        return calls.fix(fix) if spoken else render.fix(fix)
     shape = lesson.shape if lesson.origin == "observed" else None
     if shape is None:
         return render.text(lesson)
+    if spoken:
+        return calls.shape(shape)
     if shape.records is None:
         return shapes.text(shape, with_call=False)
     loop = f"for record in result{shapes.path(shape.records)}:"
@@ -301,22 +304,26 @@ def _then_loop(fix: FixPayload, shapes_of: dict[str, tuple[str, ...]]) -> str:
 
 def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload | None],
           shapes_of: dict[str, tuple[str, ...]], written: set[str], using: set[str], universe: Collection[str],
-          failed: Sequence[FailurePayload] = ()) -> str:
+          failed: Sequence[FailurePayload] = (), kind: calls.AgentKind = "code") -> str:
     """The block's line for a prose lesson (see ``format_lessons``); "" for a fix that cannot be handed to ``task``
-    (``failed``: the block's observed failures, for a shape's call line)."""
+    (``failed``: the block's observed failures, for a shape's call line; ``kind``: the agent's, ``learn.calls``)."""
     mine, shown = placed
+    spoken = kind == "calls"
     if mine is not None and lesson.verified and handover.same_question(lesson.task, task):
         # the same question with other values, from a run judged right: its line, with this task's values
-        return f"- For this task: {_one_line(render.to_write(mine) + _then_loop(mine, shapes_of))} {_seen(lesson)}"
+        said = calls.to_write(mine) if spoken else render.to_write(mine) + _then_loop(mine, shapes_of)
+        return f"- For this task: {_one_line(said)} {_seen(lesson)}" if said else ""
     fix = lesson.fix if lesson.origin == "observed" else None
     if fix is not None and task and lesson.task:
         own = lesson.verified and handover.own_tools(lesson, using, universe)
-        said = handover.text(fix, lesson.task, task, for_task=own, verified=lesson.verified,
-                             records=shapes_of)
+        said = calls.handed(fix, lesson.task, task, for_task=own, verified=lesson.verified) if spoken else \
+            handover.text(fix, lesson.task, task, for_task=own, verified=lesson.verified, records=shapes_of)
         return f"- {_one_line(said)} {_seen(lesson)}" if said else ""
-    line = f"- {_one_line(_in_use(lesson, shown))} {_seen(lesson)}"
+    text = _in_use(lesson, shown, spoken)
+    line = f"- {_one_line(text)} {_seen(lesson)}" if text or not spoken else ""
     tool = lesson.shape.tool if lesson.origin == "observed" and lesson.shape is not None else None
-    call = handover.call_line(lesson, task, using, universe, failed) if shapes_of and tool not in written else ""
+    call = (calls.call_line if spoken else handover.call_line)(lesson, task, using, universe, failed) \
+        if shapes_of and tool not in written and line else ""
     return f"- {_one_line(call)} {_seen(lesson)}\n{line}" if call else line
 
 
@@ -327,17 +334,22 @@ HEADER = (f"{LESSONS_HEADER}\n"
 
 
 def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: str = "",
-                   tools: Collection[str] | None = None) -> tuple[str, list[Lesson]]:
+                   tools: Collection[str] | None = None,
+                   agent_kind: calls.AgentKind = "code") -> tuple[str, list[Lesson]]:
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds. It does not
     name the bank: the model has no use for the name, and runs given the same lessons get the same words.
     An observed fix whose values can all be placed is given as the line to write with ``task``'s values and, next
     to the shape of its call's result, how to go on from it (``_then_loop``); otherwise as kept, its own task's
     values named. With no recipe in the block, a shape fact naming the call that got its result gives that call
     first, with ``task``'s values, unless a fix's line to write calls the same tool (``handover.call_line``).
+    ``agent_kind="calls"`` (an agent that calls tools by name): the same lessons in calls and words, no code over
+    a result (``learn.calls``), and no Python recipe: its code indexes results the agent holds in no variable.
 
     Lessons that do not fit are left out whole; no lesson fits -> ``("", [])``.
     """
     budget = max_chars - len(HEADER)
+    if agent_kind == "calls":
+        lessons = [lesson for lesson in lessons if lesson.recipe is None or lesson.recipe.language != "python"]
     recipe_blocks: list[str] = []
     sections: dict[str, list[str]] = {kind: [] for kind in LESSON_KINDS}
     given: list[Lesson] = []
@@ -358,7 +370,7 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        line = _line(lesson, task, pair, shapes_of, written, using, universe, failed)
+        line = _line(lesson, task, pair, shapes_of, written, using, universe, failed, agent_kind)
         if not line:
             continue
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)
@@ -386,13 +398,14 @@ def compose_instructions(
     max_recipes: int = MAX_RECIPES,
     tools: Collection[str] | None = None,
     versions: Mapping[str, ToolFingerprint] | None = None,
+    agent_kind: calls.AgentKind = "code",
 ) -> tuple[str, list[Lesson]]:
     """The lessons block for ``task`` and the lessons it holds, without recording anything
     (``max_recipes=0``: prose lessons only; ``tools``: the agent's, when known; ``versions``: its tools'
-    fingerprints, when known).
+    fingerprints, when known; ``agent_kind``: "calls" for an agent that calls tools by name, ``format_lessons``).
 
     Raises the store's errors; ``lessonbank.block.lessons_block`` is the forgiving entry point.
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
                            max_recipes=max_recipes, tools=tools, versions=versions)
-    return format_lessons(lessons, max_chars=max_chars, task=task, tools=tools)
+    return format_lessons(lessons, max_chars=max_chars, task=task, tools=tools, agent_kind=agent_kind)

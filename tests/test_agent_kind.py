@@ -1,0 +1,155 @@
+"""The lessons block for an agent that calls tools by name (a ToolCallingAgent): calls and words, never code over a
+tool's result, which such an agent holds in no variable; a CodeAgent's block is unchanged."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from qdrant_client import QdrantClient
+from smolagents import CodeAgent, ToolCallingAgent, tool
+
+from lessonbank import remember
+from lessonbank.block import lessons_block
+from lessonbank.core.embeddings import FastEmbedEmbedder
+from lessonbank.core.models import Lesson, Recipe
+from lessonbank.core.settings import Settings
+from lessonbank.core.store.qdrant import LessonStore
+from lessonbank.handout import kind_of
+from lessonbank.instructions import format_lessons
+from lessonbank.learn import render
+from tests.fixtures.scripted_model import ScriptedModel, final_code, final_tool_call
+from tests.learn.runs import written_observed
+from tests.learn.test_handover import TOOLS, TOTAL, lessons_of, tool_calling_traffic_run, traffic_code_run
+
+CATALOG_SHAPE = ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}, "
+                 "...], 'total': int}, 'took_ms': int}: its records are `result['data']['items']`. Records came back "
+                 'from `products = search_catalog(query="mug")`.')
+MUG_TASK = "Using search_catalog, how many 'mug' products cost less than 21 euros? Answer with the number only."
+CHAIR_TASK = "Using search_catalog, how many 'chair' products cost less than 27 euros? Answer with the number only."
+WEATHER_SHAPE = ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its "
+                 "records are `result['records']`.")
+ASKED_FIX = ('Pass `date` like "02.08.2024", not like "2024-08-02": `weather_data = get_weather(city="Lyon", '
+             'date="2024-08-02")` failed with ValueError; the corrected line `weather_data = '
+             'get_weather(city="Lyon", date="02.08.2024")` worked.')
+LYON_TASK = "What was the highest temperature in Lyon on 2024-08-02?"
+GRAZ_TASK = "What was the highest temperature in Graz on 2024-10-16?"
+CODE = "for record in"
+
+
+def observed(text: str, task: str = "", tag: str = "shape") -> Lesson:
+    return written_observed("b", "fact", text, verified=True, tags=[tag], task=task)
+
+
+def recipes() -> list[Lesson]:
+    """A CodeAgent's recipe and a ToolCallingAgent's, of the weather question."""
+    python = Recipe(code='w = get_weather(city="Lyon", date="02.08.2024")\n'
+                         "final_answer(max(record['max_c'] for record in w['records']))", task=LYON_TASK)
+    calls = Recipe(language="tool_calls", code=json.dumps([
+        {"name": "get_weather", "arguments": {"city": "Lyon", "date": "02.08.2024"}},
+        {"name": "final_answer", "arguments": {"answer": 31.5}}]), task=LYON_TASK, checks=["json"], fingerprint="t")
+    return [Lesson.new("b", "approach", f"Working code for a task like: {LYON_TASK}").model_copy(
+        update={"verified": True, "origin": "recipe", "recipe": recipe}) for recipe in (python, calls)]
+
+
+def test_a_calling_agents_block_says_where_the_records_are_in_words_and_gives_calls() -> None:
+    fix, shape = observed(ASKED_FIX, LYON_TASK, "fix"), observed(WEATHER_SHAPE)
+    python, calls = recipes()
+    lessons = [python, calls, fix, shape]
+    block, given = format_lessons(lessons, task=GRAZ_TASK, agent_kind="calls")
+    assert given == [calls, fix, shape]  # the Python recipe indexes a result the agent holds in no variable
+    assert "result[" not in block and CODE not in block and "```python" not in block, block
+    assert " = get_weather" not in block  # a call, never an assignment
+    assert ('- For this task: Call `get_weather(city="Graz", date="16.10.2024")`: pass `date` like "16.10.2024"; '
+            "written any other way it failed with ValueError. (seen in 1 run)") in block
+    assert ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its records "
+            "are the list under `records`: use all of them.") in block
+    assert "Tool calls that solved a similar task before" in block and 'get_weather(city="Graz"' in block
+    code, _ = format_lessons(lessons, task=GRAZ_TASK)  # a CodeAgent's block, as before
+    assert "```python" in code and "Write `weather_data = get_weather(" in code
+    assert format_lessons(lessons, task=GRAZ_TASK, agent_kind="code") == (code, [python, calls, fix, shape])
+
+
+def test_a_shapes_call_and_the_fields_beside_its_records_are_said_without_code() -> None:
+    shape = observed(CATALOG_SHAPE, MUG_TASK)
+    block, given = format_lessons([shape], task=CHAIR_TASK, agent_kind="calls")
+    assert given == [shape]
+    assert ('- For this task: call `search_catalog(query="chair")`; its records are the list under `data` > `items`. '
+            "(seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, "
+            "'price': float}, ...], 'total': int}, 'took_ms': int}: its records are the list under `data` > `items`: "
+            "use all of them. The fields beside them (`total`) say about them (how many, whether there are more): "
+            "read them. (seen in 1 run)") in block
+    assert "result" not in block and CODE not in block and "mug" not in block
+
+
+def test_a_tool_calling_agents_fix_is_the_call_to_make_and_code_over_a_result_is_left_out() -> None:
+    (tca,) = [lesson for lesson in lessons_of(tool_calling_traffic_run(), "Using get_daily_stats, how many more "
+              "visits did web-pioneer get in total than web-juniper? Answer with the number only.",
+              judged_right=False, tools=list(TOOLS)) if lesson.fix is not None]
+    block, _ = format_lessons([tca], task=TOTAL, tools=TOOLS, agent_kind="calls")
+    assert (f'- {render.ADAPT_UNVERIFIED}: call `get_daily_stats(site="web-tundra")`; written any other way it failed '
+            "with TypeError.") in block
+    assert "result" not in block and "juniper" not in block
+    # a CodeAgent's conversion on each record of a result: code over a value the agent does not hold
+    (conversion,) = [lesson for lesson in lessons_of(traffic_code_run(), "Using get_daily_stats, how many more "
+                     "visits did web-pioneer get in total than web-juniper? Answer with the number only.",
+                     judged_right=False, tools=list(TOOLS)) if lesson.fix is not None]
+    assert format_lessons([conversion], task=TOTAL, tools=TOOLS, agent_kind="calls") == ("", [])
+    assert "convert the value first" in format_lessons([conversion], task=TOTAL, tools=TOOLS)[0]
+    # kept as it was (no task to hand it to): the failing and the corrected call, no assignment
+    alone, _ = format_lessons([observed(ASKED_FIX, "", "fix")], agent_kind="calls")
+    assert ('`get_weather(city="Lyon", date="2024-08-02")` failed with ValueError; the corrected call '
+            '`get_weather(city="Lyon", date="02.08.2024")` worked.') in alone and "weather_data" not in alone
+
+
+@pytest.fixture
+def store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+    client = QdrantClient(":memory:")
+    store = LessonStore(client, embedder)
+    store.upsert([written_observed("shop", "fact", CATALOG_SHAPE, verified=True, task=MUG_TASK)])
+    yield store
+    client.close()
+
+
+def test_lessons_block_takes_the_agents_kind(store: LessonStore, settings: Settings) -> None:
+    calls = lessons_block(CHAIR_TASK, "shop", store=store, settings=settings, agent_kind="calls").text
+    assert "the list under `data` > `items`" in calls and CODE not in calls
+    assert f"{CODE} result['data']['items']" in lessons_block(CHAIR_TASK, "shop", store=store, settings=settings).text
+
+
+@tool
+def search_catalog(query: str) -> dict:
+    """Search the catalog.
+
+    Args:
+        query: Words to look for.
+    """
+    return {"status": "ok", "data": {"items": [], "total": 0}, "took_ms": 1}
+
+
+def test_the_hook_gives_a_tool_calling_agent_calls_and_a_code_agent_code(store: LessonStore,
+                                                                         settings: Settings) -> None:
+    told: dict[str, str] = {}
+    for kind, reply in (("calls", final_tool_call("ok")), ("code", final_code("ok"))):
+        ref: list[Any] = []
+
+        def probe(messages: list[Any], kind: str = kind, reply: Any = reply, ref: list[Any] = ref) -> Any:
+            told.setdefault(kind, ref[0].task)
+            return reply
+
+        model = ScriptedModel([], then=probe)
+        agent = ToolCallingAgent(tools=[search_catalog], model=model) if kind == "calls" else CodeAgent(
+            tools=[search_catalog], model=model, verbosity_level=0)
+        ref.append(agent)
+        assert kind_of(agent) == kind
+        recorder = remember(agent, bank="shop", settings=settings, store=store)
+        try:
+            assert agent.run(CHAIR_TASK) == "ok"
+        finally:
+            recorder.close()
+    assert "the list under `data` > `items`" in told["calls"] and CODE not in told["calls"]
+    assert "result" not in told["calls"].split("Lessons from earlier runs")[1]
+    assert f"{CODE} result['data']['items']" in told["code"]
+
