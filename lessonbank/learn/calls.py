@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import Literal
 
 from lessonbank.core.models import FailurePayload, FixPayload, Lesson, ShapePayload
-from lessonbank.learn import adapt, fixtext, handover, render, shapes
+from lessonbank.learn import fixtext, handover, render, shapes
 
 AgentKind = Literal["code", "calls"]
 AGENT_KINDS: tuple[AgentKind, ...] = ("code", "calls")
@@ -108,8 +108,7 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     """An observed shape's call with ``task``'s values, as the call to make (``handover.call_line`` without the
     assignment and the loop); "" when ``handover.call_line`` gives none."""
     shape_of = lesson.shape if lesson.origin == "observed" else None
-    call = shape_of.call if shape_of is not None and task and lesson.task and shape_of.tool in using else ""
-    line = bare_call(adapt.call_for(call, lesson.task, task) or "") if call else ""
+    line = bare_call(handover.placed_call(lesson, task, using))
     if not line or shape_of is None:
         return ""
     lead = "For this task" if handover.own_tools(lesson, using, universe) else render.ADAPT_OTHER

@@ -294,6 +294,18 @@ def text(fix: FixPayload, solved: str, task: str, *, for_task: bool, verified: b
         else said
 
 
+def placed_call(lesson: Lesson, task: str, using: set[str]) -> str:
+    """An observed shape fact's call with ``task``'s values put in ("" when the fact names no call, its tool is not
+    one the task will use, a value cannot be placed, or the call was kept under an older rule of what a setting is:
+    it may pass a number of its own task)."""
+    shape = lesson.shape if lesson.origin == "observed" else None
+    if shape is None or not (shape.call and task and lesson.task and shape.tool in using):
+        return ""
+    if shapes.call_line(shape.call, shape.tool, lesson.task) != shape.call:
+        return ""
+    return adapt.call_for(shape.call, lesson.task, task) or ""
+
+
 def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[str],
               failed: Sequence[FailurePayload] = ()) -> str:
     """An observed shape fact's call that got the result, as the line to write with ``task``'s values and the neutral
@@ -303,10 +315,7 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     tool for values of their own. With observed failures of the same tool (``failed``), the line says which of its
     arguments they were passed another way (``form_change``)."""
     shape = lesson.shape if lesson.origin == "observed" else None
-    call = shape.call if shape is not None and task and lesson.task and shape.tool in using else ""
-    if call and shape is not None and shapes.call_line(call, shape.tool, lesson.task) != call:
-        call = ""  # kept under an older rule of what a setting is: it may pass a number of its own task
-    line = adapt.call_for(call, lesson.task, task) if call and shape is not None else ""
+    line = placed_call(lesson, task, using)
     line = as_result(line) if line else ""
     if not line or shape is None:
         return ""

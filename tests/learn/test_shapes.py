@@ -278,18 +278,22 @@ def test_settings_stay_settings_beside_a_tasks_dates(code: str) -> None:
     assert shape.call == 'r = get_sales(region="North", limit=3)'
 
 
-def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question() -> None:
-    """A call kept before the rule held (``month=1`` of the task's date) is not given to the next task."""
+@pytest.mark.parametrize(("kind", "written"), [("code", 'result = get_sales(region="South", limit=100)'),
+                                              ("calls", 'call `get_sales(region="South", limit=100)`')])
+def test_a_call_kept_with_a_number_of_its_task_is_not_handed_to_another_question(kind: str, written: str) -> None:
+    """A call kept before the rule held (``month=1`` of the task's date) is not given to the next task, whatever
+    kind of agent the block is written for."""
     task = "What was region North's revenue on 2024-01-02?"
     (shape,) = extract_shapes([kept(0, 'r = get_sales(region="North", limit=100)',
                                     [("get_sales", specimen(SALES))])], ["get_sales"], task)
     given = 'r = get_sales(region="North", month=1, limit=100)'
     other = "What was region South's revenue on 2024-05-06?"
-    for call, shown in ((shape.call, 'result = get_sales(region="South", limit=100)'), (given, None)):
+    for call, shown in ((shape.call, written), (given, None)):
         payload = shape.payload.model_copy(update={"call": call})
         lesson = consolidate.observed_lesson("b", consolidate.Observed(shapes.TAG, shape.fingerprint, shape.steps,
                                                                        shape=payload, task=task), "r", True)
-        block, _ = format_lessons([lesson], task=other, tools={"get_sales": "A region's sales."})
+        block, _ = format_lessons([lesson], task=other, tools={"get_sales": "A region's sales."},
+                                  agent_kind=kind)  # type: ignore[arg-type]
         assert (shown in block) if shown else ("get_sales(region=" not in block and "month=1" not in block), block
 
 
