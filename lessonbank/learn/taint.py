@@ -14,7 +14,8 @@ back until a user releases it (``held``):
   two observations, or written in another language, is held by what the call does;
 - in a prose lesson: a mention of a call the run made and that was held, of a call with such an effect (but
   for the network, which a lesson may mention as a library to use: where it sends is what holds it), and a
-  URL, host or e-mail address that first appeared in an observation.
+  URL, host or e-mail address that first appeared in an observation. A name of Python's own that only computes
+  (``re.sub``, ``str.replace``: ``effects.python_own``) is every run's: an error that shows one introduces nothing.
 
 A recipe is held whole: what it computes after a held call may rest on what that call did.
 """
@@ -297,6 +298,8 @@ def text_marks(text: str, view: RunView, judged: list[Judged] | None = None) -> 
     held_calls = {item.site.callee: item for item in judged if item.held}
     marks: list[Taint] = []
     for site in _mentions(text, tools):
+        if effects.python_own(site.callee, view.tools or ()):
+            continue  # every run knows Python's own names: no observation introduced one
         ran = held_calls.get(site.callee)
         if ran is not None:
             marks.append(sources.mark(site.line, "call", ran.seen, f"it names `{site.callee}`, which the run called "
@@ -315,7 +318,9 @@ def text_marks(text: str, view: RunView, judged: list[Judged] | None = None) -> 
             marks.append(sources.mark(value, _kind(value), seen, f"it carries {value}, which first appeared in what "
                                       f"run {sources.run_id[:8]} observed at step {seen.step}", held=True))
     for span in _SPAN.findall(text):
-        if not any(mark.value == span for mark in marks) and (seen := sources.tainted(span)) is not None:
+        if any(mark.value == span for mark in marks) or effects.python_own(span, view.tools or ()):
+            continue
+        if (seen := sources.tainted(span)) is not None:
             marks.append(sources.mark(span, _kind(span), seen))
     return _ordered(marks)
 
