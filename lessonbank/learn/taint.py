@@ -251,7 +251,7 @@ def recipe_marks(recipe: Recipe, view: RunView, judged: list[Judged] | None = No
         for item in judged if judged is not None else run_calls(view, sources):
             if item.held or item.seen is not None:
                 marks.append(sources.mark(item.site.line, "call", item.seen, item.reason, item.held))
-    return _ordered(marks)
+    return ordered(marks)
 
 
 def seen_value(site: Site, seen: Seen) -> str:
@@ -322,10 +322,18 @@ def text_marks(text: str, view: RunView, judged: list[Judged] | None = None) -> 
             continue
         if (seen := sources.tainted(span)) is not None:
             marks.append(sources.mark(span, _kind(span), seen))
-    return _ordered(marks)
+    return ordered(marks)
 
 
-def _ordered(marks: list[Taint]) -> list[Taint]:
+def error_asked(call: str, view: RunView, why: str) -> Taint:
+    """The held mark of ``call``, which an error of ``view``'s run asked for (``framing.attested_by``,
+    ``failures.named_calls``): the run and step whose observation named it first, and ``why`` with where."""
+    sources = Sources(view)
+    seen = sources.seen(call)
+    return sources.mark(call, "call", seen, f"{why}{_where(sources, seen)}", held=True)
+
+
+def ordered(marks: list[Taint]) -> list[Taint]:
     """Held marks first, each value once (its first mark), at most ``MAX_MARKS``."""
     unique: dict[tuple[str, bool], Taint] = {}
     for mark in marks:
