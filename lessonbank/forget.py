@@ -10,8 +10,9 @@ goes, so reports count it no more, and the lessons it drew for the per-lesson ho
 it. With ``purge``, its step records and the fields of its hash go too (a marker stays ``step_ttl`` seconds, so a
 late record or verdict of it is not taken for a new run), and its dead letter.
 
-Which lessons a run taught is read from their provenance, which consolidation keeps whole through merges: no
-record of the run itself is needed, so a run whose records expired long ago is forgotten as exactly.
+Which lessons a run taught is read from their provenance, which consolidation keeps through merges: no record of
+the run itself is needed, so a run whose records expired long ago is forgotten as exactly. A lesson confirmed by more
+runs than its provenance lists (``consolidate.capped``) holds nothing of a run it lists no more but its evidence.
 """
 
 from __future__ import annotations

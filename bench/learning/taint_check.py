@@ -36,11 +36,17 @@ def _task(run: dict[str, Any]) -> str:
     return str(run.get("prompt") or run.get("task_text") or run.get("task") or "")
 
 
+def _runs(path: Path) -> list[dict[str, Any]]:
+    """The runs a result file records ([] for a summary, whose ``runs`` is a count)."""
+    runs = json.loads(path.read_text()).get("runs")
+    return [run for run in runs if isinstance(run, dict)] if isinstance(runs, list) else []
+
+
 def given_recipes(paths: list[Path]) -> dict[tuple[str, str], int]:
     """Every distinct recipe (its task and code as kept) given in the runs of ``paths``, with how many runs."""
     given: dict[tuple[str, str], int] = {}
     for path in paths:
-        for run in json.loads(path.read_text()).get("runs", []):
+        for run in _runs(path):
             for match in RECIPE.finditer(run.get("lessons_given") or ""):
                 task, meta, shown = match.groups()
                 key = (task, as_kept(meta, shown))
@@ -59,7 +65,7 @@ def held_runs(paths: list[Path]) -> tuple[int, list[dict[str, Any]]]:
     """How many runs' code was replayed, and those with a call taint would hold."""
     count, held = 0, []
     for path in paths:
-        for run in json.loads(path.read_text()).get("runs", []):
+        for run in _runs(path):
             codes = run.get("codes") or run.get("actions") or []
             if not codes:
                 continue

@@ -47,7 +47,7 @@ MAX_TAG_CHARS = 40
 MAX_REASON_CHARS = 500
 MAX_SOURCES = 200
 MAX_COUNT = 10**9
-COUNT_FIELDS = ("given", "applied", "helpful", "harmful", "failed_runs")
+COUNT_FIELDS = ("given", "applied", "helpful", "harmful", "failed_runs", "provenance_dropped")
 NULLABLE = frozenset({"status_changed_at", "superseded_by", "recipe"})
 # Statuses an import keeps from its file: the lesson stays out of runs, as it was when exported.
 HIDDEN_STATUSES = frozenset({"forgotten", "retired", "superseded"})

@@ -46,7 +46,7 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     from lessonbank.cli.provenance import one_line
 
     extra = f" score={score:.3f}" if score is not None else ""
-    why = f": {one_line(lesson.status_reason, 120)}" if lesson.status_reason else ""
+    why = f": {one_line(lesson.status_reason, 120)}{_observed_at(lesson)}" if lesson.status_reason else ""
     status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
     if lesson.status == "active" and not trust.eligible(lesson):
         status = " [not given yet: waiting for a user, a check or a second run that agrees]"
@@ -56,6 +56,14 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     outcomes = (f" given={lesson.given} applied={lesson.applied} helped={lesson.helpful} harmed={lesson.harmful}"
                 if lesson.given else "")
     return f"{lesson.id}  {lesson.kind:<8} evidence={lesson.evidence}{failed}{outcomes}{extra}{status}  {text}"
+
+
+def _observed_at(lesson: Lesson) -> str:
+    """Where the observation that holds ``lesson`` came from (its first held mark's run and step), "" when none did."""
+    from lessonbank.cli.provenance import RUN_ID_CHARS, one_line
+
+    mark = next((mark for mark in lesson.taint if mark.held and mark.step is not None), None)
+    return f"; observed by run {one_line(mark.run_id, RUN_ID_CHARS)} at step {mark.step}" if mark else ""
 
 
 def _print_lessons(lessons: list[Lesson], as_json: bool, scores: list[float] | None = None) -> None:

@@ -101,7 +101,8 @@ def lesson_sources(cli: CliContext, lessons: list[Lesson]) -> dict[str, dict[str
         except redis.RedisError as e:
             client, problem = None, f"Redis error: {e}"
             runs = [run_source(None, ref, lesson.bank) for ref in shown]
-        result[lesson.id] = {"runs": runs, "more_runs": len(refs) - len(shown), "steps_unavailable": problem}
+        more = len(refs) - len(shown) + lesson.provenance_dropped  # and those past the provenance cap
+        result[lesson.id] = {"runs": runs, "more_runs": more, "steps_unavailable": problem}
     return result
 
 

@@ -183,6 +183,8 @@ class Lesson(BaseModel):
     last_seen: float = Field(default_factory=time.time)
     source_run_ids: list[str] = Field(default_factory=list)
     provenance: list[Provenance] = Field(default_factory=list)
+    provenance_dropped: int = Field(0, description="Provenance entries (and their runs' ids) past the cap that are no "
+                                                   "longer listed; evidence, failures and credit still count them.")
     status: LessonStatus = "active"
     status_reason: str = ""
     status_changed_at: float | None = None

@@ -24,8 +24,10 @@ retired, or a contradiction replaced, or a rewording of a forgotten or retired o
 ``duplicate_similarity``), neither revives it nor reinforces its replacement.
 
 Every write remembers the contributing run id, and a lesson that already lists the run is never
-reinforced again. Provenance is kept whole, through merges too (a merged lesson carries every run behind the
-lesson it replaces): forgetting a run (``lessonbank.learn.forget``) must find everything it taught. Recipes and
+reinforced again. Provenance is kept through merges too (a merged lesson carries every run behind the lesson it
+replaces): forgetting a run (``lessonbank.learn.forget``) must find what it taught. It is capped (``capped``): a
+lesson confirmed by thousands of runs lists the first, what trust reads and the latest, and counts the rest; its
+evidence, failures and credit are counts of their own, never read from the list. Recipes and
 observed facts (fixes, shapes) are kept by the fingerprint of what they hold:
 the same code or correction from another run reinforces one lesson; a new recipe supersedes older recipes
 for similar tasks whose harmful credit outweighs their helpful credit.
@@ -53,9 +55,11 @@ from lessonbank.core.models import (
 from lessonbank.learn import render, walk
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
+from lessonbank.learn.trust import MIN_WITNESSES
 
 CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by fingerprint, never by the LLM
 MAX_TAGS = 8
+MAX_PROVENANCE = 100  # entries a lesson lists (``capped``)
 # Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
 HELD_BACK: frozenset[LessonStatus] = frozenset({"forgotten", "retired"})
 # The reason a contradicted lesson is superseded with, in words (its cause is ``contradicted``).
@@ -140,13 +144,48 @@ def counted_failed(lesson: Lesson, run_id: str, failed: bool) -> Lesson:
     return lesson.model_copy(update={"failed_runs": int(failed), "provenance": provenance})
 
 
+def _kept_entries(entries: list[Provenance]) -> set[int]:
+    """The indexes of the provenance entries ``capped`` keeps (see there)."""
+    keep = {0, len(entries) - 1}  # the latest: the run being added, not attested yet
+    keep.update([index for index, entry in enumerate(entries) if entry.vouched][-1:])
+    witnesses: dict[tuple[str, str], list[int]] = {}
+    for index, entry in enumerate(entries):
+        if entry.witness:
+            witnesses.setdefault((entry.question, entry.answer), []).append(index)
+    room = min(MAX_PROVENANCE // 2, MAX_PROVENANCE - len(keep))
+    keep.update(sorted(index for indexes in witnesses.values() for index in indexes[-MIN_WITNESSES:])[-room:]
+                if room > 0 else ())
+    for index in range(len(entries) - 1, 0, -1):
+        if len(keep) >= MAX_PROVENANCE:
+            break
+        keep.add(index)
+    return keep
+
+
+def capped(lesson: Lesson) -> Lesson:
+    """``lesson`` listing at most ``MAX_PROVENANCE`` provenance entries: the run that first taught it, what trust
+    reads (the latest entry that vouches, the latest witnesses of each answer to each question) and the latest
+    others. The rest are counted in ``provenance_dropped`` and their run ids leave ``source_run_ids``; evidence,
+    failures and credit, counts of their own, do not change."""
+    entries = lesson.provenance
+    if len(entries) <= MAX_PROVENANCE:
+        return lesson
+    keep = _kept_entries(entries)
+    kept = [entry for index, entry in enumerate(entries) if index in keep]
+    listed = {entry.run_id for entry in kept}
+    gone = {entry.run_id for index, entry in enumerate(entries) if index not in keep} - listed
+    return lesson.model_copy(update={
+        "provenance": kept, "source_run_ids": [run for run in lesson.source_run_ids if run not in gone],
+        "provenance_dropped": lesson.provenance_dropped + len(entries) - len(kept)})
+
+
 def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,
                verified: bool = False, failed: bool = False) -> Lesson:
     """`lesson` with one more piece of evidence from `run_id` (resting on `steps` of that run; a run judged
-    a failure when ``failed``)."""
+    a failure when ``failed``), its provenance ``capped``."""
     provenance = [*lesson.provenance,
                   Provenance(run_id=run_id, steps=sorted(set(steps or [])), vouched=verified, failed=failed)]
-    return lesson.model_copy(
+    return capped(lesson.model_copy(
         update={
             "evidence": lesson.evidence + 1,
             "last_seen": now,
@@ -156,7 +195,7 @@ def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: 
             "verified": lesson.verified or verified,
             "failed_runs": lesson.failed_runs + int(failed),
         }
-    )
+    ))
 
 
 def kept_out(lesson: Lesson | None) -> bool:

@@ -10,14 +10,16 @@ names the call, the call's target (its URL or host, address, variable or path), 
 
 ``sites`` lists the calls of a piece of code (imports resolved: ``from os import environ`` reads the
 environment too), each with its target literals and its effect; ``of_name`` gives the effect of a name a prose
-lesson mentions.
+lesson mentions, and ``python_own`` whether it is one of Python's own that only computes a value (``re.sub``).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import re
+import sys
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -41,6 +43,19 @@ SHOWING = pycode.PURE_CALLS | {"print", "pprint", "display", "repr", "format"}
 WRITER_METHODS = frozenset({"to_csv", "to_json", "to_excel", "to_parquet", "to_pickle", "to_sql", "to_feather",
                             "to_hdf", "savefig"})
 DUMPERS = frozenset({"json.dump", "pickle.dump", "yaml.dump", "marshal.dump", "csv.writer"})
+# Standard-library modules whose names can write, delete, run code or a process, read the environment or reach the
+# network or the terminal: a name of theirs is judged as any other's (``os.path`` only reads).
+TOUCHING_MODULES = NETWORK_MODULES | PROCESS_MODULES | FILE_MODULES | frozenset({
+    "os", "pathlib", "io", "tempfile", "fileinput", "sqlite3", "shelve", "dbm", "pickle", "marshal", "zipfile",
+    "tarfile", "gzip", "bz2", "lzma", "zipimport", "pkgutil", "importlib", "runpy", "code", "codeop", "pdb", "bdb",
+    "trace", "profile", "cProfile", "timeit", "doctest", "unittest", "ctypes", "signal", "resource", "sys",
+    "builtins", "asyncio", "concurrent", "threading", "_thread", "logging", "syslog", "mmap", "fcntl", "select",
+    "selectors", "socketserver", "wsgiref", "nntplib", "mailbox", "atexit", "faulthandler", "readline", "getpass",
+    "tty", "termios", "ensurepip", "venv", "winreg", "msvcrt", "_winapi", "posix", "nt"})
+READ_ONLY = ("os.path.",)
+# builtins that run code, write, read the terminal or reach past a value: judged as any other name
+TOUCHING_BUILTINS = frozenset({"open", "exec", "eval", "compile", "__import__", "input", "breakpoint", "exit",
+                               "quit", "getattr", "setattr", "delattr", "globals", "locals", "vars"})
 # Verbs a tool's name uses for an effect outside the run, each with what a task says to ask for it.
 TOOL_VERBS = ("delete", "remove", "drop", "destroy", "erase", "purge", "wipe", "truncate", "clear", "reset",
               "cancel", "revoke", "kill", "terminate", "shutdown", "disable", "send", "post", "mail", "email",
@@ -65,6 +80,7 @@ _TARGET = re.compile(r"(?i)^(?:[a-z][a-z0-9+.-]{1,9}://\S+|www\.\S+|(?:[a-z0-9-]
                      r"(?::\d{1,5}(?:/\S*)?|/\S*)|[^\s@]{1,64}@[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){1,4}"
                      r"|\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?:/\S*)?)$")
 _PATH = re.compile(r"^(?:~|\.{1,2})?/[\w./~-]{1,200}$|^[\w.-]{1,80}/[\w./-]{1,200}$|^[A-Za-z]:\\\S{1,200}$")
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w{0,60}(?:\.[A-Za-z_]\w{0,60}){0,4}")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]{0,40}(?:_[A-Z0-9]{1,40}){1,6}$")
 MAX_SITES = 200
 
@@ -318,6 +334,28 @@ def asked(site: Site, task: str) -> bool:
     if site.effect == "process":
         return any(_inflects(word, verb) for verb in PROCESS_VERBS for word in said)
     return False
+
+
+def python_own(name: str, tools: Collection[str] = ()) -> bool:
+    """Whether ``name`` is one of Python's own that only computes a value: a builtin (``len``), a method of a
+    builtin type (``str.replace``, ``dict.get``) or a name of a standard-library module (``re.sub``,
+    ``json.loads``); not an agent's tool, nor a name with a sensitive effect (``effect_of``) or of a module or
+    builtin that can have one (``os.remove``, ``open``, ``json.dump``). Every run knows these names: an
+    observation that shows one introduces nothing."""
+    name = name.strip().removesuffix("()").strip()
+    if not _DOTTED_NAME.fullmatch(name):
+        return False
+    parts = name.split(".")
+    root = parts[0]
+    if name in tools or root in tools:
+        return False
+    kind = getattr(builtins, root, None)
+    if len(parts) == 2 and isinstance(kind, type) and not parts[1].startswith("_"):
+        return hasattr(kind, parts[1])  # ``str.replace`` moves no file
+    if root in TOUCHING_BUILTINS or (root in TOUCHING_MODULES and not name.startswith(READ_ONLY)) \
+            or name in DUMPERS or parts[-1] in WRITER_METHODS or parts[-1] == "open" or effect_of(name, None, tools):
+        return False  # what it does depends on how it is called (``codecs.open(p, "w")``): judged as any other
+    return root in pycode.BUILTINS if len(parts) == 1 else root in sys.stdlib_module_names
 
 
 def of_name(name: str, tools: Collection[str] | None = None) -> str:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from lessonbank.core.models import FailurePayload
-from lessonbank.learn import code, params, render
+from lessonbank.learn import code, effects, params, render
 from lessonbank.learn.view import Call, RunView, Step
 
 TAG = "failure"
@@ -214,8 +214,8 @@ def named_calls(payload: FailurePayload, task: str) -> list[str]:
 
 def calls_named(error: str, tool: str, task: str) -> list[str]:
     """The calls ``error`` (what ``tool`` raised) names that are neither ``tool``, nor the task's, nor Python's
-    own (``named_calls``)."""
+    own (``named_calls``; ``effects.python_own``: ``re.sub`` is, ``shutil.rmtree`` is not)."""
     lowered = task.lower()
     names = dict.fromkeys(_NAMED_CALL.findall(error))
     return [name for name in names if name.rsplit(".", 1)[-1] not in ALLOWED_NAMES and name != tool
-            and name.lower() not in lowered]
+            and name.lower() not in lowered and not effects.python_own(name)]

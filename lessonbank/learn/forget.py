@@ -12,9 +12,10 @@ A user forgets a run that held personal data, or one found poisoned after the fa
   contradiction (its observations decided), or retired as harmful by counts that no longer say so, is active
   again.
 
-Provenance is kept whole through merges (``lessonbank.learn.consolidate``), so the rules are exact for every lesson
-written since; a lesson of an earlier version that lists fewer runs than its evidence keeps the runs it does not
-list.
+Provenance is kept through merges (``lessonbank.learn.consolidate``), so the rules are exact for every lesson
+written since, up to its cap: a lesson confirmed by more runs than it lists (``provenance_dropped``), or one of an
+earlier version that lists fewer runs than its evidence, keeps the evidence of the runs it does not list, and
+nothing else of them.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ back until a user releases it (``held``):
   two observations, or written in another language, is held by what the call does;
 - in a prose lesson: a mention of a call the run made and that was held, of a call with such an effect (but
   for the network, which a lesson may mention as a library to use: where it sends is what holds it), and a
-  URL, host or e-mail address that first appeared in an observation.
+  URL, host or e-mail address that first appeared in an observation. A name of Python's own that only computes
+  (``re.sub``, ``str.replace``: ``effects.python_own``) is every run's: an error that shows one introduces nothing.
 
 A recipe is held whole: what it computes after a held call may rest on what that call did.
 """
@@ -250,7 +251,7 @@ def recipe_marks(recipe: Recipe, view: RunView, judged: list[Judged] | None = No
         for item in judged if judged is not None else run_calls(view, sources):
             if item.held or item.seen is not None:
                 marks.append(sources.mark(item.site.line, "call", item.seen, item.reason, item.held))
-    return _ordered(marks)
+    return ordered(marks)
 
 
 def seen_value(site: Site, seen: Seen) -> str:
@@ -297,6 +298,8 @@ def text_marks(text: str, view: RunView, judged: list[Judged] | None = None) -> 
     held_calls = {item.site.callee: item for item in judged if item.held}
     marks: list[Taint] = []
     for site in _mentions(text, tools):
+        if effects.python_own(site.callee, view.tools or ()):
+            continue  # every run knows Python's own names: no observation introduced one
         ran = held_calls.get(site.callee)
         if ran is not None:
             marks.append(sources.mark(site.line, "call", ran.seen, f"it names `{site.callee}`, which the run called "
@@ -315,12 +318,22 @@ def text_marks(text: str, view: RunView, judged: list[Judged] | None = None) -> 
             marks.append(sources.mark(value, _kind(value), seen, f"it carries {value}, which first appeared in what "
                                       f"run {sources.run_id[:8]} observed at step {seen.step}", held=True))
     for span in _SPAN.findall(text):
-        if not any(mark.value == span for mark in marks) and (seen := sources.tainted(span)) is not None:
+        if any(mark.value == span for mark in marks) or effects.python_own(span, view.tools or ()):
+            continue
+        if (seen := sources.tainted(span)) is not None:
             marks.append(sources.mark(span, _kind(span), seen))
-    return _ordered(marks)
+    return ordered(marks)
 
 
-def _ordered(marks: list[Taint]) -> list[Taint]:
+def error_asked(call: str, view: RunView, why: str) -> Taint:
+    """The held mark of ``call``, which an error of ``view``'s run asked for (``framing.attested_by``,
+    ``failures.named_calls``): the run and step whose observation named it first, and ``why`` with where."""
+    sources = Sources(view)
+    seen = sources.seen(call)
+    return sources.mark(call, "call", seen, f"{why}{_where(sources, seen)}", held=True)
+
+
+def ordered(marks: list[Taint]) -> list[Taint]:
     """Held marks first, each value once (its first mark), at most ``MAX_MARKS``."""
     unique: dict[tuple[str, bool], Taint] = {}
     for mark in marks:

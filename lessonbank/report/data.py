@@ -187,7 +187,7 @@ def lesson_row(lesson: Lesson) -> dict[str, Any]:
         "utility": round(lesson.utility, 4),
         "evidence": lesson.evidence,
         "failed_runs": lesson.failed_runs,
-        "source_runs": len(lesson.source_run_ids),
+        "source_runs": len(lesson.source_run_ids) + lesson.provenance_dropped,
         "source_run_ids": lesson.source_run_ids[:SOURCE_RUNS_SHOWN],
         "recipe": lesson.recipe is not None,
         "code": _code_shown(lesson),

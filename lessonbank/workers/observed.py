@@ -105,9 +105,10 @@ def failure_held(run: runs.Run, view: RunView, failure: failures.Failure,
     def work() -> tuple[list[Taint], str]:
         marks = taint.text_marks(failure.text, view, judged)
         named = failures.named_calls(failure.payload, view.task)
-        why = taint.held_reason(marks) or quarantine.reason(failure.text, view.task) or (
-            f"its error names `{named[0]}(...)`, which the task did not ask for" if named else "")
-        return marks, why
+        asked = taint.error_asked(named[0], view, f"its error names `{named[0]}(...)`, which the task did not ask "
+                                  "for") if named else None
+        why = taint.held_reason(marks) or quarantine.reason(failure.text, view.task) or (asked.reason if asked else "")
+        return (taint.ordered([*marks, asked]) if asked else marks), why
 
     unknown: tuple[list[Taint], str] = ([], "its taint could not be worked out")
     return best_effort(run, "a failure's taint", work, unknown)

@@ -112,8 +112,10 @@ def _held(run: runs.Run, view: RunView, draft: DraftLesson, judged: list[taint.J
     def work() -> DraftLesson:
         marks = taint.text_marks(draft.text, view, judged)
         tool, asked = framing.attested_by(draft.text, view)
-        why = taint.held_reason(marks) or quarantine.reason(draft.text, view.task) or (
-            f"it names `{asked[0]}(...)`, which an error of `{tool}` asked for and the task did not" if asked else "")
+        named = taint.error_asked(asked[0], view, f"it names `{asked[0]}(...)`, which an error of `{tool}` asked for "
+                                  "and the task did not") if asked else None
+        why = taint.held_reason(marks) or quarantine.reason(draft.text, view.task) or (named.reason if named else "")
+        marks = taint.ordered([*marks, named]) if named else marks
         return draft.model_copy(update={"quarantine": why, "taint": marks, "attested": tool})
 
     return best_effort(run, "a lesson's taint", work,

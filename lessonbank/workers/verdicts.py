@@ -239,7 +239,8 @@ def _recount_taught(deps: Deps, run: runs.Run, verdict: str, source: str) -> int
     changed = []
     view = view_of(run) if run.steps else None
     for lesson in deps.store.get(run.bank, run.taught):
-        if run.run_id not in lesson.source_run_ids or lesson.origin not in ("distilled", "observed", "recipe"):
+        listed = run.run_id in lesson.source_run_ids or lesson.provenance_dropped > 0  # perhaps past its cap
+        if not listed or lesson.origin not in ("distilled", "observed", "recipe"):
             continue
         update: dict[str, Any] = {}
         if now["failed"] != was["failed"]:

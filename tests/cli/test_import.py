@@ -189,11 +189,12 @@ def test_an_imported_provenance_shows_nothing_of_another_banks_run(env: dict[str
 def test_counts_and_steps_too_large_for_the_store_are_capped(env: dict[str, str | None], tmp_path: Path) -> None:
     huge = 10**26  # a JSON integer the store would keep as the float 1e26, which no lesson reads back
     line = {"kind": "fact", "text": CSV, "evidence": huge, "given": huge, "applied": huge, "helpful": huge,
-            "harmful": huge, "failed_runs": huge, "provenance": [{"run_id": "run-1", "steps": [huge, 3, -1]}]}
+            "harmful": huge, "failed_runs": huge, "provenance_dropped": huge,
+            "provenance": [{"run_id": "run-1", "steps": [huge, 3, -1]}]}
     source = write(tmp_path / "h.jsonl", line)
     assert "Imported 1 lesson(s)" in ok(env, "lessons", "import", "-b", "huge", source).stdout
     [item] = lessons_of(env, "huge")  # the bank still reads back
-    counts = ("evidence", "given", "applied", "helpful", "harmful", "failed_runs")
+    counts = ("evidence", "given", "applied", "helpful", "harmful", "failed_runs", "provenance_dropped")
     assert {name: item[name] for name in counts} == dict.fromkeys(counts, MAX_COUNT)
     assert item["provenance"] == [{"run_id": "run-1", "steps": [3], "vouched": None, "failed": None, "witness": None,
                                    "question": "", "answer": ""}]

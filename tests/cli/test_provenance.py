@@ -137,3 +137,15 @@ def test_run_ids_and_outcomes_print_without_terminal_escapes(env: dict[str, str 
     assert any(line.startswith("  run run-esc: started ") and line.endswith(", outcome success [2J") for line in lines)
     long = next(line for line in lines if line.startswith("  run rrr"))
     assert len(long) < 200 and "…" in long  # a run id is capped
+
+
+def test_show_counts_the_runs_past_the_provenance_cap(env: dict[str, str | None], embedder: FastEmbedEmbedder) -> None:
+    capped = Lesson.new(BANK, "fact", "Region codes are two capital letters.", run_id="run-a").model_copy(
+        update={"evidence": 5, "provenance_dropped": 4})
+    client = QdrantClient(path=str(env["LESSONBANK_QDRANT_PATH"]))
+    LessonStore(client, embedder).upsert([capped])
+    client.close()
+    result = show(env, capped.id[:12])
+    assert result.exit_code == 0, result.output
+    assert "sources: 5 run(s):" in result.stdout and "  … and 4 older run(s)" in result.stdout
+    assert "provenance_dropped: 4" in result.stdout

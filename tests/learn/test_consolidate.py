@@ -3,9 +3,9 @@ tests/workers/test_consolidate.py), and the verdict rules."""
 
 from __future__ import annotations
 
-from lessonbank.core.models import Lesson, Recipe, StepRecord, recipe_id
+from lessonbank.core.models import Lesson, Provenance, Recipe, StepRecord, recipe_id
 from lessonbank.learn import consolidate as decisions
-from lessonbank.learn import render, verdicts
+from lessonbank.learn import render, trust, verdicts
 from lessonbank.learn.consolidate import Observed, Thresholds
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
@@ -118,3 +118,27 @@ def test_the_verdict_rules() -> None:
     assert verdicts.vouches("success", "success", "check") and not verdicts.vouches("max_steps", "success", "check")
     assert not verdicts.vouches("success", "success", "llm")
     assert verdicts.judged_failed("failure", "signals") and not verdicts.judged_failed("failure", "llm")
+
+
+def test_a_lesson_confirmed_by_many_runs_lists_a_capped_provenance_and_counts_every_run() -> None:
+    """Past ``MAX_PROVENANCE`` runs the lesson lists its first run, the latest that vouched, the latest witnesses
+    of each answer and the latest runs; it counts the others, and its evidence, failures, credit and trust are
+    what they would be uncapped."""
+    cap = decisions.MAX_PROVENANCE
+    lesson = Lesson.new("b", "fact", "`get_sales` pages hold 50 rows.", run_id="r0").model_copy(
+        update={"given": 7, "applied": 5, "helpful": 4, "harmful": 1})
+    for n in range(1, cap + 50):
+        lesson = decisions.reinforced(lesson, f"r{n}", [], float(n), [n], verified=n == 3, failed=n % 10 == 0)
+        if n in (5, 6):  # two runs that agreed, long before the latest
+            witness = {"witness": True, "question": "q", "answer": "a"}
+            lesson.provenance = [p.model_copy(update=witness) if p.run_id == f"r{n}" else p for p in lesson.provenance]
+    assert len(lesson.provenance) == cap and lesson.provenance_dropped == 50
+    assert len(lesson.provenance) + lesson.provenance_dropped == cap + 50 == lesson.evidence
+    assert [p.run_id for p in lesson.provenance][:4] == ["r0", "r3", "r5", "r6"]
+    assert lesson.provenance[-1].run_id == f"r{cap + 49}" and lesson.source_run_ids == [p.run_id for p in
+                                                                                        lesson.provenance]
+    assert lesson.failed_runs == (cap + 49) // 10 and lesson.verified
+    assert (lesson.given, lesson.applied, lesson.helpful, lesson.harmful) == (7, 5, 4, 1)
+    assert trust.agreeing_runs(lesson) == 3 and any(p.vouched for p in lesson.provenance)
+    assert Lesson.from_json(lesson.to_json()) == lesson
+    assert decisions.capped(lesson.model_copy(update={"provenance": [Provenance(run_id="x")]})).provenance_dropped == 50

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lessonbank.core.models import Lesson
 from lessonbank.learn import forget
-from lessonbank.learn.consolidate import merged, new_lesson, reinforced
+from lessonbank.learn.consolidate import MAX_PROVENANCE, merged, new_lesson, reinforced
 from lessonbank.learn.distill import DraftLesson
 
 BANK = "b"
@@ -38,13 +38,17 @@ def test_a_lesson_only_given_to_the_run_loses_the_credit_it_gave() -> None:
     assert (kept.given, kept.applied, kept.helpful, kept.evidence) == (2, 1, 1, 1)
 
 
-def test_a_merged_lesson_remembers_every_run_behind_it() -> None:
-    """Past 200 runs too: forgetting one of them must find it."""
+def test_a_merged_lesson_carries_the_runs_behind_it_its_first_and_its_latest_past_the_cap() -> None:
+    """Forgetting the first run or a recent one finds it; a run past the cap is listed no more (nothing of it stays
+    in the lesson), and the lesson's evidence still counts it."""
     lesson = taught("Read the ledger export with encoding='latin-1'.", *(f"r{n}" for n in range(250)))
     draft = DraftLesson(kind="fact", text="The ledger export is latin-1: open it with encoding='latin-1'.")
     merge = merged(lesson, draft, draft.text, BANK, "r250", 0.0, verified=False, failed=False)
-    assert merge.evidence == 251 and len(merge.source_run_ids) == 251 and len(merge.provenance) == 251
+    assert merge.evidence == 251 and len(merge.provenance) == MAX_PROVENANCE == len(merge.source_run_ids)
+    assert merge.provenance_dropped == 251 - MAX_PROVENANCE
     assert forget.taught_by(merge, "r0") and forget.without(merge, "r0").evidence == 250
+    assert forget.taught_by(merge, "r250") and forget.without(merge, "r250").evidence == 250
+    assert not forget.taught_by(merge, "r100") and forget.fate(merge, "r100", None) == "keep"
 
 
 def test_what_a_purged_lesson_superseded_is_active_again() -> None:

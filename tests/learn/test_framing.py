@@ -158,3 +158,16 @@ def test_a_call_an_error_asked_for_is_named_with_the_tool_that_raised_it() -> No
     assert framing.attested_by("`get_sales`: call `refresh_index` first, then retry with 'north'.", view) == (
         "get_sales", ["refresh_index"])
     assert framing.attested_by("`get_sales` refuses the region 'north' as unknown.", view) == ("get_sales", [])
+
+
+@pytest.mark.parametrize(("advice", "asked"), [
+    ("strip other characters with re.sub(r'[^A-Za-z]', '', region)", []),
+    ("read the list with json.loads(text) and fix the case with str.replace(...)", []),
+    ("fetch the index with urllib.request.urlopen(REGIONS_INDEX) before retrying", ["urllib.request.urlopen"]),
+    ("clear the cache with shutil.rmtree(CACHE_DIR) before retrying", ["shutil.rmtree"]),
+])
+def test_an_error_asks_for_no_name_of_pythons_own_that_only_computes(advice: str, asked: list[str]) -> None:
+    error = f"ValueError: unknown region 'north': regions are written capitalised; {advice}"
+    view = run("What is the revenue of region north?", ("get_sales",),
+               step(0, 'get_sales(region="north")', ("get_sales",), raised_by="get_sales", error=error))
+    assert framing.attested_by(f"`get_sales` refuses 'north': {advice}.", view) == ("get_sales", asked)
