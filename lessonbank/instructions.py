@@ -37,7 +37,6 @@ they never override the user's task. It fits in ``max_chars``.
 
 from __future__ import annotations
 
-import ast
 import logging
 import math
 import re
@@ -49,7 +48,18 @@ import redis
 from lessonbank.core.exceptions import LessonbankError
 from lessonbank.core.models import LESSON_KINDS, USER_ORIGINS, FailurePayload, FixPayload, Lesson, ToolFingerprint
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn import adapt, calls, causal, fingerprint, fixtext, handover, needs, render, shapes, trust
+from lessonbank.learn import (
+    adapt,
+    calls,
+    causal,
+    codeform,
+    fingerprint,
+    fixtext,
+    handover,
+    needs,
+    render,
+    trust,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -242,26 +252,7 @@ def _in_use(lesson: Lesson, fix: FixPayload | None, spoken: bool = False) -> str
     shape = lesson.shape if lesson.origin == "observed" else None
     if shape is None:
         return render.text(lesson)
-    if spoken:
-        return calls.shape(shape)
-    if shape.records is None:
-        return shapes.text(shape, with_call=False)
-    loop = f"for record in result{shapes.path(shape.records)}:"
-    fields = ", ".join(f"`{key}`" for key in shapes.beside(shape))
-    read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
-        if fields else ""
-    return f"{shapes.text(shape, with_call=False)[:-1]}: use all of them (`{loop}`).{read}"
-
-
-def _assigned_call(line: str) -> tuple[str, str] | None:
-    """(name, function) of a line of code that assigns one call's result to one name: ``r = fetch_rates(...)`` ->
-    ``("r", "fetch_rates")``; None for any other line."""
-    found = handover.one_call(line)
-    if found is None or not found[0]:
-        return None
-    func = found[1].func
-    tool = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-    return (found[0], tool) if tool else None
+    return calls.shape(shape) if spoken else codeform.shape(shape)
 
 
 def _for_task(lesson: Lesson, task: str) -> tuple[FixPayload | None, FixPayload | None]:
@@ -291,17 +282,6 @@ def _shapes(lessons: Sequence[Lesson]) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def _then_loop(fix: FixPayload, shapes_of: dict[str, tuple[str, ...]]) -> str:
-    """What follows a fix's line to write when the block also holds the shape of the result of the call the line
-    assigns: `` Then use its records: `for record in w['records']:`.`` ("" otherwise): given the line alone, small
-    models printed the result and wrote the same call again."""
-    assigned = _assigned_call(fix.fixed) if shapes_of else None
-    path = shapes_of.get(assigned[1]) if assigned is not None else None
-    if assigned is None or path is None:
-        return ""
-    return f" Then use its records: `for record in {assigned[0]}{shapes.path(path)}:`."
-
-
 def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload | None],
           shapes_of: dict[str, tuple[str, ...]], written: set[str], using: set[str], universe: Collection[str],
           failed: Sequence[FailurePayload] = (), kind: calls.AgentKind = "code") -> str:
@@ -311,7 +291,7 @@ def _line(lesson: Lesson, task: str, placed: tuple[FixPayload | None, FixPayload
     spoken = kind == "calls"
     if mine is not None and lesson.verified and handover.same_question(lesson.task, task):
         # the same question with other values, from a run judged right: its line, with this task's values
-        said = calls.to_write(mine) if spoken else render.to_write(mine) + _then_loop(mine, shapes_of)
+        said = calls.to_write(mine) if spoken else render.to_write(mine) + codeform.then_loop(mine, shapes_of)
         return f"- For this task: {_one_line(said)} {_seen(lesson)}" if said else ""
     fix = lesson.fix if lesson.origin == "observed" else None
     if fix is not None and task and lesson.task:
@@ -339,7 +319,7 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     """The advisory block for ``lessons`` (best first) within ``max_chars``, and the lessons it holds. It does not
     name the bank: the model has no use for the name, and runs given the same lessons get the same words.
     An observed fix whose values can all be placed is given as the line to write with ``task``'s values and, next
-    to the shape of its call's result, how to go on from it (``_then_loop``); otherwise as kept, its own task's
+    to the shape of its call's result, how to go on from it (``codeform.then_loop``); otherwise as kept, its own task's
     values named. With no recipe in the block, a shape fact naming the call that got its result gives that call
     first, with ``task``'s values, unless a fix's line to write calls the same tool (``handover.call_line``).
     ``agent_kind="calls"`` (an agent that calls tools by name): the same lessons in calls and words, no code over

@@ -55,11 +55,10 @@ from lessonbank.core.models import (
 from lessonbank.learn import render, walk
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
-from lessonbank.learn.trust import MIN_WITNESSES
+from lessonbank.learn.provenance import capped
 
 CODE_ORIGINS = frozenset({"recipe", "observed"})  # kept from the run's code, by fingerprint, never by the LLM
 MAX_TAGS = 8
-MAX_PROVENANCE = 100  # entries a lesson lists (``capped``)
 # Statuses a run's same text (or a rewording of it) does not revive: a user's forget, the outcomes' retirement.
 HELD_BACK: frozenset[LessonStatus] = frozenset({"forgotten", "retired"})
 # The reason a contradicted lesson is superseded with, in words (its cause is ``contradicted``).
@@ -142,41 +141,6 @@ def counted_failed(lesson: Lesson, run_id: str, failed: bool) -> Lesson:
     saying so, so that forgetting the run takes back exactly what it counted)."""
     provenance = [p.model_copy(update={"failed": failed}) if p.run_id == run_id else p for p in lesson.provenance]
     return lesson.model_copy(update={"failed_runs": int(failed), "provenance": provenance})
-
-
-def _kept_entries(entries: list[Provenance]) -> set[int]:
-    """The indexes of the provenance entries ``capped`` keeps (see there)."""
-    keep = {0, len(entries) - 1}  # the latest: the run being added, not attested yet
-    keep.update([index for index, entry in enumerate(entries) if entry.vouched][-1:])
-    witnesses: dict[tuple[str, str], list[int]] = {}
-    for index, entry in enumerate(entries):
-        if entry.witness:
-            witnesses.setdefault((entry.question, entry.answer), []).append(index)
-    room = min(MAX_PROVENANCE // 2, MAX_PROVENANCE - len(keep))
-    keep.update(sorted(index for indexes in witnesses.values() for index in indexes[-MIN_WITNESSES:])[-room:]
-                if room > 0 else ())
-    for index in range(len(entries) - 1, 0, -1):
-        if len(keep) >= MAX_PROVENANCE:
-            break
-        keep.add(index)
-    return keep
-
-
-def capped(lesson: Lesson) -> Lesson:
-    """``lesson`` listing at most ``MAX_PROVENANCE`` provenance entries: the run that first taught it, what trust
-    reads (the latest entry that vouches, the latest witnesses of each answer to each question) and the latest
-    others. The rest are counted in ``provenance_dropped`` and their run ids leave ``source_run_ids``; evidence,
-    failures and credit, counts of their own, do not change."""
-    entries = lesson.provenance
-    if len(entries) <= MAX_PROVENANCE:
-        return lesson
-    keep = _kept_entries(entries)
-    kept = [entry for index, entry in enumerate(entries) if index in keep]
-    listed = {entry.run_id for entry in kept}
-    gone = {entry.run_id for index, entry in enumerate(entries) if index not in keep} - listed
-    return lesson.model_copy(update={
-        "provenance": kept, "source_run_ids": [run for run in lesson.source_run_ids if run not in gone],
-        "provenance_dropped": lesson.provenance_dropped + len(entries) - len(kept)})
 
 
 def reinforced(lesson: Lesson, run_id: str, tags: list[str], now: float, steps: list[int] | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lessonbank.core.models import Lesson, Provenance, Recipe, StepRecord, recipe_id
 from lessonbank.learn import consolidate as decisions
-from lessonbank.learn import render, trust, verdicts
+from lessonbank.learn import provenance, render, trust, verdicts
 from lessonbank.learn.consolidate import Observed, Thresholds
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
@@ -124,7 +124,7 @@ def test_a_lesson_confirmed_by_many_runs_lists_a_capped_provenance_and_counts_ev
     """Past ``MAX_PROVENANCE`` runs the lesson lists its first run, the latest that vouched, the latest witnesses
     of each answer and the latest runs; it counts the others, and its evidence, failures, credit and trust are
     what they would be uncapped."""
-    cap = decisions.MAX_PROVENANCE
+    cap = provenance.MAX_PROVENANCE
     lesson = Lesson.new("b", "fact", "`get_sales` pages hold 50 rows.", run_id="r0").model_copy(
         update={"given": 7, "applied": 5, "helpful": 4, "harmful": 1})
     for n in range(1, cap + 50):

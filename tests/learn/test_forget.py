@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from lessonbank.core.models import Lesson
 from lessonbank.learn import forget
-from lessonbank.learn.consolidate import MAX_PROVENANCE, merged, new_lesson, reinforced
+from lessonbank.learn.consolidate import merged, new_lesson, reinforced
 from lessonbank.learn.distill import DraftLesson
+from lessonbank.learn.provenance import MAX_PROVENANCE
 
 BANK = "b"
 

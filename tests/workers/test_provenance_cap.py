@@ -1,4 +1,4 @@
-"""A lesson's provenance past its cap (``consolidate.capped``), through real distillation and credit: the runs it no
+"""A lesson's provenance past its cap (``provenance.capped``), through real distillation and credit: the runs it no
 longer lists still count in its evidence, and a late verdict on one of them still counts in its failures."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from lessonbank.core import runs
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.learn import consolidate
+from lessonbank.learn import provenance
 from lessonbank.workers.deps import Deps
 from lessonbank.workers.pipeline import distill_one
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
@@ -21,7 +21,7 @@ def test_a_late_verdict_on_a_run_past_the_cap_still_counts(deps: Deps, openai_se
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from lessonbank.workers.verdicts import credit_one
 
-    monkeypatch.setattr(consolidate, "MAX_PROVENANCE", 2)
+    monkeypatch.setattr(provenance, "MAX_PROVENANCE", 2)
     openai_server.default = Reply(content=lessons_json(APPROACH))
     for run_id in ("r1", "r2", "r3"):
         distill_one(deps, "b", write_run(deps.redis, "b", run_id=run_id))
