@@ -23,19 +23,13 @@ from lessonbank.learn import render
 from tests.fixtures.scripted_model import ScriptedModel, final_code, final_tool_call
 from tests.learn.runs import written_observed
 from tests.learn.test_handover import TOOLS, TOTAL, lessons_of, tool_calling_traffic_run, traffic_code_run
+from tests.test_instructions import ASKED_FIX, GRAZ_TASK, LYON_TASK, WEATHER_SHAPE
 
 CATALOG_SHAPE = ("`search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, 'price': float}, "
                  "...], 'total': int}, 'took_ms': int}: its records are `result['data']['items']`. Records came back "
                  'from `products = search_catalog(query="mug")`.')
 MUG_TASK = "Using search_catalog, how many 'mug' products cost less than 21 euros? Answer with the number only."
 CHAIR_TASK = "Using search_catalog, how many 'chair' products cost less than 27 euros? Answer with the number only."
-WEATHER_SHAPE = ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its "
-                 "records are `result['records']`.")
-ASKED_FIX = ('Pass `date` like "02.08.2024", not like "2024-08-02": `weather_data = get_weather(city="Lyon", '
-             'date="2024-08-02")` failed with ValueError; the corrected line `weather_data = '
-             'get_weather(city="Lyon", date="02.08.2024")` worked.')
-LYON_TASK = "What was the highest temperature in Lyon on 2024-08-02?"
-GRAZ_TASK = "What was the highest temperature in Graz on 2024-10-16?"
 CODE = "for record in"
 
 
