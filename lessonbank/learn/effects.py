@@ -2,11 +2,12 @@
 
 A call has a sensitive effect when it reaches the network (``requests``, ``urllib``, ``socket``, ``smtplib``...,
 or a tool passed a URL, a host or an e-mail address), reads the environment (``os.environ``, ``os.getenv``),
-writes, moves or deletes files (``open(..., "w")``, ``os.remove``, ``shutil``, ``Path.unlink``, ``df.to_csv``),
-runs a process or code (``subprocess``, ``os.system``, ``exec``), or calls a tool whose name says it changes
-something outside the run (delete, drop, send, post, pay, transfer...). A task asks for such a call when it
-names the call, the call's target (its URL or host, address, variable or path), or the effect's verb
-(``delete`` for ``delete_order``); a task in another language names none of them, and the call waits for a user.
+makes, writes, moves or deletes files (``open(..., "w")``, ``os.makedirs``, ``os.remove``, ``shutil``,
+``Path.mkdir``, ``Path.unlink``, ``df.to_csv``), runs a process or code (``subprocess``, ``os.system``, ``exec``),
+or calls a tool whose name says it changes something outside the run (delete, drop, send, post, pay,
+transfer...). A task asks for such a call when it names the call, the call's target (its URL or host, address,
+variable or path), or the effect's verb (``delete`` for ``delete_order``); a task in another language names none
+of them, and the call waits for a user.
 
 ``sites`` lists the calls of a piece of code (imports resolved: ``from os import environ`` reads the
 environment too), each with its target literals and its effect; ``of_name`` gives the effect of a name a prose
