@@ -2,11 +2,12 @@
 
 A call has a sensitive effect when it reaches the network (``requests``, ``urllib``, ``socket``, ``smtplib``...,
 or a tool passed a URL, a host or an e-mail address), reads the environment (``os.environ``, ``os.getenv``),
-writes, moves or deletes files (``open(..., "w")``, ``os.remove``, ``shutil``, ``Path.unlink``, ``df.to_csv``),
-runs a process or code (``subprocess``, ``os.system``, ``exec``), or calls a tool whose name says it changes
-something outside the run (delete, drop, send, post, pay, transfer...). A task asks for such a call when it
-names the call, the call's target (its URL or host, address, variable or path), or the effect's verb
-(``delete`` for ``delete_order``); a task in another language names none of them, and the call waits for a user.
+makes, writes, moves or deletes files (``open(..., "w")``, ``os.makedirs``, ``os.remove``, ``shutil``,
+``Path.mkdir``, ``Path.unlink``, ``df.to_csv``), runs a process or code (``subprocess``, ``os.system``, ``exec``),
+or calls a tool whose name says it changes something outside the run (delete, drop, send, post, pay,
+transfer...). A task asks for such a call when it names the call, the call's target (its URL or host, address,
+variable or path), or the effect's verb (``delete`` for ``delete_order``); a task in another language names none
+of them, and the call waits for a user.
 
 ``sites`` lists the calls of a piece of code (imports resolved: ``from os import environ`` reads the
 environment too), each with its target literals and its effect; ``of_name`` gives the effect of a name a prose
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import datetime
 import json
 import re
 import sys
@@ -33,11 +35,15 @@ PROCESS_CALLS = frozenset({"os.system", "os.popen", "os.execv", "os.execl", "os.
                            "os.spawnv", "os.fork", "os.kill", "exec", "eval", "compile", "__import__"})
 ENVIRONMENT = frozenset({"os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv", "os.unsetenv"})
 FILE_CALLS = frozenset({"os.remove", "os.unlink", "os.rmdir", "os.removedirs", "os.rename", "os.renames",
-                        "os.replace", "os.truncate", "os.chmod", "os.chown", "os.link", "os.symlink", "os.write"})
+                        "os.replace", "os.truncate", "os.ftruncate", "os.chmod", "os.lchmod", "os.fchmod", "os.chown",
+                        "os.lchown", "os.fchown", "os.link", "os.symlink", "os.write", "os.mkdir", "os.makedirs",
+                        "os.mkfifo", "os.mknod", "os.utime"})
 FILE_MODULES = frozenset({"shutil"})
-FILE_METHODS = frozenset({"unlink", "rmdir", "write_text", "write_bytes", "rename", "replace", "touch", "chmod",
-                          "symlink_to", "hardlink_to", "rmtree"})
+FILE_METHODS = frozenset({"unlink", "rmdir", "mkdir", "write_text", "write_bytes", "rename", "replace", "touch",
+                          "chmod", "lchmod", "symlink_to", "hardlink_to", "rmtree", "copy_into", "move_into"})
 MOVE_METHODS = frozenset({"rename", "replace"})  # a file's, or a string's or a data frame's
+# a path's copy and move (``pathlib.Path.copy``): written on ``pathlib`` only, ``dict.copy`` writes no file
+PATH_COPIES = frozenset({"copy", "move"})
 # calls that only compute or show a value: a URL among their arguments goes nowhere
 SHOWING = pycode.PURE_CALLS | {"print", "pprint", "display", "repr", "format"}
 WRITER_METHODS = frozenset({"to_csv", "to_json", "to_excel", "to_parquet", "to_pickle", "to_sql", "to_feather",
@@ -53,6 +59,9 @@ TOUCHING_MODULES = NETWORK_MODULES | PROCESS_MODULES | FILE_MODULES | frozenset(
     "selectors", "socketserver", "wsgiref", "nntplib", "mailbox", "atexit", "faulthandler", "readline", "getpass",
     "tty", "termios", "ensurepip", "venv", "winreg", "msvcrt", "_winapi", "posix", "nt"})
 READ_ONLY = ("os.path.",)
+# types whose methods only compute a value: a method of theirs named bare is Python's own (``strip``, ``strptime``)
+VALUE_TYPES = (str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, complex, datetime.datetime,
+               datetime.time, datetime.timedelta)
 # builtins that run code, write, read the terminal or reach past a value: judged as any other name
 TOUCHING_BUILTINS = frozenset({"open", "exec", "eval", "compile", "__import__", "input", "breakpoint", "exit",
                                "quit", "getattr", "setattr", "delattr", "globals", "locals", "vars"})
@@ -183,6 +192,8 @@ def effect_of(callee: str, call: ast.Call | None = None, tools: Collection[str] 
         return "process"
     if callee in FILE_CALLS or root in FILE_MODULES or (root == "" or "." in callee) and method in FILE_METHODS and (
             method not in MOVE_METHODS or call is None or _moves(call)):
+        return "file write"
+    if root == "pathlib" and method in PATH_COPIES:
         return "file write"
     if call is not None and _writes(callee, method, call):
         return "file write"
@@ -338,10 +349,11 @@ def asked(site: Site, task: str) -> bool:
 
 def python_own(name: str, tools: Collection[str] = ()) -> bool:
     """Whether ``name`` is one of Python's own that only computes a value: a builtin (``len``), a method of a
-    builtin type (``str.replace``, ``dict.get``) or a name of a standard-library module (``re.sub``,
-    ``json.loads``); not an agent's tool, nor a name with a sensitive effect (``effect_of``) or of a module or
-    builtin that can have one (``os.remove``, ``open``, ``json.dump``). Every run knows these names: an
-    observation that shows one introduces nothing."""
+    builtin type (``str.replace``, ``dict.get``, or bare: ``append``) or a name of a standard-library module
+    (``re.sub``, ``json.loads``); not an agent's tool, nor a name with a sensitive effect (``effect_of``) or of a
+    module or builtin that can have one (``os.remove``, ``open``, ``exec``, ``getattr``, ``json.dump``), nor of a
+    module outside the standard library (``requests.get``: a method's name says nothing of a module's). Every run
+    knows these names: an observation that shows one introduces nothing."""
     name = name.strip().removesuffix("()").strip()
     if not _DOTTED_NAME.fullmatch(name):
         return False
@@ -352,10 +364,19 @@ def python_own(name: str, tools: Collection[str] = ()) -> bool:
     kind = getattr(builtins, root, None)
     if len(parts) == 2 and isinstance(kind, type) and not parts[1].startswith("_"):
         return hasattr(kind, parts[1])  # ``str.replace`` moves no file
+    if len(parts) == 1 and kind is None:
+        return _value_method(name)
     if root in TOUCHING_BUILTINS or (root in TOUCHING_MODULES and not name.startswith(READ_ONLY)) \
             or name in DUMPERS or parts[-1] in WRITER_METHODS or parts[-1] == "open" or effect_of(name, None, tools):
         return False  # what it does depends on how it is called (``codecs.open(p, "w")``): judged as any other
     return root in pycode.BUILTINS if len(parts) == 1 else root in sys.stdlib_module_names
+
+
+def _value_method(name: str) -> bool:
+    """A method of a value of Python's own named bare, as its own errors name one (``append() takes exactly one
+    argument``, ``strptime() argument 1 must be str``), when no tool could be meant by it (``update``, ``clear``
+    and ``remove`` could: ``effect_of`` reads them as a tool's verb)."""
+    return not name.startswith("_") and any(hasattr(kind, name) for kind in VALUE_TYPES) and not effect_of(name)
 
 
 def of_name(name: str, tools: Collection[str] | None = None) -> str:

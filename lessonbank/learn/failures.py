@@ -24,6 +24,7 @@ import ast
 import hashlib
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from lessonbank.core.models import FailurePayload
@@ -38,10 +39,9 @@ MAX_FORM = 40  # a longer value (a query, a sentence) has no form worth telling
 MAX_LETTER_RUNS = 3
 NOT_TOOLS = frozenset({"final_answer"})
 _ERROR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]{0,60})(?::\s?(.*))?$", re.S)
-_NAMED_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{0,60}(?:\.[A-Za-z_]\w{0,60}){0,4})\s?\(")
+_NAMED_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{0,60}(?:\.[A-Za-z_]\w{0,60}){0,4})(\s?)\(")
 _DIGITS = re.compile(r"[0-9]")
 _LETTERS = re.compile(r"[^\W\d_]+")
-ALLOWED_NAMES = code.BUILTINS | code.PURE_CALLS | code.PURE_METHODS
 
 
 @dataclass(frozen=True)
@@ -206,16 +206,24 @@ def extract(view: RunView) -> list[Failure]:
     return list(found.values())
 
 
-def named_calls(payload: FailurePayload, task: str) -> list[str]:
+def _code_like(name: str) -> bool:
+    """A name written before `` (`` is a call when it reads as code (``reset_session (``, ``os.system (``,
+    ``exec (``), not a word of a sentence with an aside (``one argument (2 given)``, ``region (north)``)."""
+    return "_" in name or "." in name or name in code.BUILTINS
+
+
+def named_calls(payload: FailurePayload, task: str, tools: Collection[str] = ()) -> list[str]:
     """The calls a failure's error names that are neither its tool, nor the task's, nor Python's own: an error
     naming one tells the agent to call something, and that waits for a user."""
-    return calls_named(payload.error, payload.tool, task)
+    return calls_named(payload.error, payload.tool, task, tools)
 
 
-def calls_named(error: str, tool: str, task: str) -> list[str]:
+def calls_named(error: str, tool: str, task: str, tools: Collection[str] = ()) -> list[str]:
     """The calls ``error`` (what ``tool`` raised) names that are neither ``tool``, nor the task's, nor Python's
-    own (``named_calls``; ``effects.python_own``: ``re.sub`` is, ``shutil.rmtree`` is not)."""
+    own (``named_calls``; ``effects.python_own``: ``re.sub`` and ``dict.get`` are; ``shutil.rmtree``,
+    ``requests.get``, ``exec`` and ``getattr`` are not, whatever their method's name; nor are the agent's
+    ``tools``)."""
     lowered = task.lower()
-    names = dict.fromkeys(_NAMED_CALL.findall(error))
-    return [name for name in names if name.rsplit(".", 1)[-1] not in ALLOWED_NAMES and name != tool
-            and name.lower() not in lowered and not effects.python_own(name)]
+    names = dict.fromkeys(name for name, space in _NAMED_CALL.findall(error) if not space or _code_like(name))
+    return [name for name in names if name != tool and name.lower() not in lowered
+            and not effects.python_own(name, tools)]

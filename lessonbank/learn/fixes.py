@@ -17,7 +17,8 @@ failing one. Only a correction of values is kept, so that what the run read cann
 
 - it calls no tool the failing line did not call and does not answer (``final_answer``); if the failing line
   called a tool, it still does; any call it adds is a conversion (``CONVERSIONS``: Python's own and the
-  standard library's data functions and methods);
+  standard library's data functions and methods), never one with an effect or of a module or builtin that can
+  have one (``requests.get``, ``pickle.loads``, ``exec``: ``effects``), whatever its method's name;
 - it reads no name the failing line did not read (but the ones it binds itself), and still does every operation
   the failing line did: otherwise the fix is in another line;
 - it does not step around the failure (``_guards``): the test of an ``if``, ``while`` or ``assert`` where the
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 
 from lessonbank.core.models import FixPayload
 from lessonbank.core.redact import Redactor
-from lessonbank.learn import answers, code, evidence, fixtext, render, trim
+from lessonbank.learn import answers, code, effects, evidence, fixtext, render, trim
 from lessonbank.learn.view import RunView, Step
 
 MAX_LINE = 200
@@ -110,6 +111,21 @@ def _called(tree: ast.AST) -> set[str]:
             func = node.func
             found.add(func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute)
                       else ast.unparse(func))
+    return found
+
+
+def _touching(tree: ast.AST) -> set[str]:
+    """The calls a line makes that may do more than compute a value, whatever their method's name: one with an
+    effect (``requests.get``, ``os.makedirs``), or of a module or builtin that can have one (``exec``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = effects.dotted(node.func, {})
+        root = callee.split(".")[0]
+        if callee and (effects.effect_of(callee, node) or root in effects.TOUCHING_BUILTINS or (
+                root in effects.TOUCHING_MODULES and not callee.startswith(effects.READ_ONLY))):
+            found.add(callee)
     return found
 
 
@@ -242,7 +258,8 @@ def _corrects(before: ast.Module, after: ast.Module) -> bool:
     calls, called = _called(after), _called(before)
     if _guards(before, after):
         return False
-    if calls & ANSWERERS or not (calls - called) <= CONVERSIONS | trim.PRINTERS:
+    if calls & ANSWERERS or not (calls - called) <= CONVERSIONS | trim.PRINTERS or _touching(after) - _touching(
+            before):
         return False
     if (called - CONVERSIONS - trim.PRINTERS) - calls:  # the call was dropped, not corrected (data made up)
         return False

@@ -172,5 +172,5 @@ def attested_by(text: str, view: RunView) -> tuple[str, list[str]]:
         return "", []
     tool = supporting[0]
     words = set(_TOOL_NAME.findall(text))
-    return tool, [call for call in failures.calls_named(raised[tool], tool, view.task)
+    return tool, [call for call in failures.calls_named(raised[tool], tool, view.task, view.tools or ())
                   if call.rsplit(".", 1)[-1] in words]

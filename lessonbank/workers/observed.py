@@ -104,7 +104,7 @@ def failure_held(run: runs.Run, view: RunView, failure: failures.Failure,
     call its error names that the task did not ask for (``failures.named_calls``). Held when that fails."""
     def work() -> tuple[list[Taint], str]:
         marks = taint.text_marks(failure.text, view, judged)
-        named = failures.named_calls(failure.payload, view.task)
+        named = failures.named_calls(failure.payload, view.task, view.tools or ())
         asked = taint.error_asked(named[0], view, f"its error names `{named[0]}(...)`, which the task did not ask "
                                   "for") if named else None
         why = taint.held_reason(marks) or quarantine.reason(failure.text, view.task) or (asked.reason if asked else "")

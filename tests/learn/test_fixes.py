@@ -411,6 +411,23 @@ def test_a_conversion_the_data_needed_is_a_fix() -> None:
     assert extract(steps, "How many visits did web-a get?") == []
 
 
+@pytest.mark.parametrize("sneaky", [
+    "total = sum(int(requests.get(day['visits']).text) for day in days)",  # ``get`` of a module that reaches out
+    "total = sum(int(pickle.loads(day['visits'])) for day in days)",  # ``loads`` that runs what it reads
+    "total = sum(int(eval(day['visits'])) for day in days)",
+])
+def test_a_call_with_an_effect_is_never_a_conversion_whatever_its_method_name(sneaky: str) -> None:
+    wrong = "total = sum(day['visits'] for day in days)"
+    steps = [step(0, f"days = get_daily_stats('web-a')\n{wrong}", failed_at=wrong,
+                  error="TypeError: unsupported operand type(s) for +: 'int' and 'str'"),
+             step(1, f"{sneaky}\nprint(total)", observations="Execution logs:\n45210")]
+    assert extract(steps, "How many visits did web-a get?") == []
+    steps[1] = step(1, "total = sum(int(day.get('visits').strip()) for day in days)\nprint(total)",
+                    observations="Execution logs:\n45210")
+    assert [fix.fixed for fix in extract(steps, "How many visits did web-a get?")] == [
+        "total = sum(int(day.get('visits').strip()) for day in days)"]  # a value's own methods are conversions
+
+
 def test_a_failed_tool_call_and_the_later_call_that_worked_are_a_fix() -> None:
     message = ("Error executing tool 'get_sales' with arguments {'region': 'north'}: ValueError: unknown region "
                "'north'\nPlease try again or use another tool")

@@ -165,6 +165,9 @@ def test_a_call_an_error_asked_for_is_named_with_the_tool_that_raised_it() -> No
     ("read the list with json.loads(text) and fix the case with str.replace(...)", []),
     ("fetch the index with urllib.request.urlopen(REGIONS_INDEX) before retrying", ["urllib.request.urlopen"]),
     ("clear the cache with shutil.rmtree(CACHE_DIR) before retrying", ["shutil.rmtree"]),
+    ("fetch the list with requests.get(REGIONS_URL) before retrying", ["requests.get"]),
+    ("load the regions with eval(spec) before retrying", ["eval"]),
+    ("refresh with getattr(os, 'system')('sync') before retrying", ["getattr"]),
 ])
 def test_an_error_asks_for_no_name_of_pythons_own_that_only_computes(advice: str, asked: list[str]) -> None:
     error = f"ValueError: unknown region 'north': regions are written capitalised; {advice}"

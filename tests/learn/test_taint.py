@@ -190,9 +190,33 @@ def test_a_tool_an_error_message_quotes_back_is_not_asked_for_by_it() -> None:
     ("url = 'https://shop.example/api'\nprint(url)", ""),  # shown, sent nowhere
     ("from pathlib import Path\nPath('a.txt').replace('b.txt')", "file write"),
     ("import os\nos.rename('a.txt', 'b.txt')", "file write"),
+    ("import os\nos.replace('a.txt', 'b.txt')", "file write"),
+    ("import os\nos.mkdir('out')", "file write"),
+    ("from os import makedirs\nmakedirs('out/a', exist_ok=True)", "file write"),
+    ("import shutil\nshutil.copy('a.txt', 'b.txt')", "file write"),
+    ("import shutil\nshutil.copyfile('a.txt', 'b.txt')", "file write"),
+    ("import shutil\nshutil.copytree('a', 'b')", "file write"),
+    ("import shutil\nshutil.move('a.txt', 'b/')", "file write"),
+    ("from pathlib import Path\nPath('out').mkdir(parents=True)", "file write"),
+    ("from pathlib import Path\nPath('a.txt').rename('b.txt')", "file write"),
+    ("from pathlib import Path\nPath('a.txt').touch()", "file write"),
+    ("from pathlib import Path\nPath('a.txt').write_text('x')", "file write"),
+    ("from pathlib import Path\nPath('a.bin').write_bytes(b'x')", "file write"),
+    ("import copy\nrows = copy.copy(rows)\nmore = rows.copy()", ""),  # a value's copy writes no file
 ])
 def test_what_only_computes_or_shows_a_value_has_no_effect(code: str, effect: str) -> None:
     assert {site.effect for site in effects.sites(code) if site.effect} == ({effect} if effect else set())
+
+
+@pytest.mark.parametrize("name", [
+    "os.mkdir", "os.makedirs", "os.rename", "os.replace", "shutil.copy", "shutil.copy2", "shutil.copyfile",
+    "shutil.copytree", "shutil.move", "pathlib.Path.mkdir", "pathlib.Path.rename", "pathlib.Path.replace",
+    "pathlib.Path.touch", "pathlib.Path.write_text", "pathlib.Path.write_bytes", "pathlib.Path.copy",
+    "pathlib.Path.move",
+])
+def test_a_name_that_makes_moves_or_copies_files_writes_them(name: str) -> None:
+    assert effects.of_name(name) == "file write"
+    assert not effects.python_own(name)
 
 
 @pytest.mark.parametrize("name, own", [
@@ -202,6 +226,9 @@ def test_what_only_computes_or_shows_a_value_has_no_effect(code: str, effect: st
     ("subprocess.run", False), ("os.system", False), ("os.remove", False), ("open", False), ("exec", False),
     ("json.dump", False), ("codecs.open", False), ("pickle.loads", False), ("pathlib.Path.unlink", False),
     ("requests.get", False), ("refresh_index", False), ("re", False), ("str.nope", False), ("re.sub(x)", False),
+    ("httpx.post", False), ("boto3.client", False), ("eval", False), ("compile", False), ("__import__", False),
+    ("getattr", False), ("setattr", False), ("os.makedirs", False), ("shutil.copy", False),
+    ("append", True), ("get", True), ("strptime", True), ("update", False), ("remove", False),
 ])
 def test_pythons_own_names_only_compute(name: str, own: bool) -> None:
     assert effects.python_own(name) is own
