@@ -84,7 +84,7 @@ def handout(
     """The lessons block for a run of ``bank`` on ``task`` with the per-lesson holdout drawn with ``rng`` (see the
     module; ``agent_kind``: ``kind_of`` the agent). Raises the store's errors."""
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=settings.min_relevance,
-                           max_recipes=max_recipes, tools=tools, versions=versions)
+                           max_recipes=max_recipes, tools=tools, versions=versions, agent_kind=agent_kind)
     block, given = format_lessons(lessons, max_chars=max_chars, task=task, tools=tools, agent_kind=agent_kind)
     drawn, withheld = causal.withhold(given, settings.lesson_holdout, rng, settings.lesson_holdout_after,
                                       settings.lesson_holdout_user)

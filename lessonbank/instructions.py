@@ -19,7 +19,8 @@ Selection
     3. Ranking: a score mixing the similarity, whether the lesson is about a tool the task will use, the
        lesson's utility (the mean of a Beta(1 + helpful, 1 + harmful) belief), the fused rank, the evidence,
        recency (half-life of 30 days) and what the per-lesson holdout measured (``learn.causal``).
-    4. The best recipe of a task close enough to this one first, as a fenced code block: with this task's
+    4. The best recipe of a task close enough to this one that the agent can follow (``calls.follows``: an agent
+       that calls tools by name, none in Python) first, as a fenced code block: with this task's
        values when every one of its values can be placed, else as an example to adapt (``learn.adapt``); one of
        another question says so, and none calling a tool this task will not use is given (it would compute that
        question's answer: ``handover.foreign_code``); then
@@ -130,11 +131,11 @@ def _similar_recipes_tools(found: Sequence[tuple[Lesson, float, int | None]]) ->
 def rank_lessons(
     store: LessonStoreProtocol, bank: str, task: str, max_lessons: int = 8, min_relevance: float = 0.2,
     max_recipes: int = MAX_RECIPES, tools: Collection[str] | None = None,
-    versions: Mapping[str, ToolFingerprint] | None = None,
+    versions: Mapping[str, ToolFingerprint] | None = None, agent_kind: calls.AgentKind = "code",
 ) -> list[Lesson]:
     """Lessons of ``bank`` relevant to ``task``, best first, at most ``max_lessons``: the best recipe for a
-    close enough task first, then prose lessons with kinds balanced; with ``tools`` (the agent's), none
-    that calls a tool the agent lacks.
+    close enough task an agent of ``agent_kind`` can follow (``calls.follows``) first, then prose lessons with
+    kinds balanced; with ``tools`` (the agent's), none that calls a tool the agent lacks.
 
     Raises the store's errors (``ServiceUnavailable``, ``StoreError``, ...).
     """
@@ -142,7 +143,8 @@ def rank_lessons(
         return []
     ranked = rank_candidates(store, bank, task, max(max_lessons * CANDIDATE_FACTOR, 10), min_relevance, tools,
                              versions)
-    recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY]
+    recipes = [lesson for _, sim, lesson in ranked if lesson.recipe is not None and sim >= RECIPE_MIN_SIMILARITY
+               and calls.follows(lesson.recipe, agent_kind)]
     chosen = recipes[:max_recipes]
     prose = [lesson for _, _, lesson in ranked
              if lesson.recipe is None and not (chosen and _restates_recipe(lesson))]
@@ -328,8 +330,7 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
     Lessons that do not fit are left out whole; no lesson fits -> ``("", [])``.
     """
     budget = max_chars - len(HEADER)
-    if agent_kind == "calls":
-        lessons = [lesson for lesson in lessons if lesson.recipe is None or lesson.recipe.language != "python"]
+    lessons = [lesson for lesson in lessons if lesson.recipe is None or calls.follows(lesson.recipe, agent_kind)]
     recipe_blocks: list[str] = []
     sections: dict[str, list[str]] = {kind: [] for kind in LESSON_KINDS}
     given: list[Lesson] = []
@@ -387,5 +388,5 @@ def compose_instructions(
     Raises the store's errors; ``lessonbank.block.lessons_block`` is the forgiving entry point.
     """
     lessons = rank_lessons(store, bank, task, max_lessons=max_lessons, min_relevance=min_relevance,
-                           max_recipes=max_recipes, tools=tools, versions=versions)
+                           max_recipes=max_recipes, tools=tools, versions=versions, agent_kind=agent_kind)
     return format_lessons(lessons, max_chars=max_chars, task=task, tools=tools, agent_kind=agent_kind)

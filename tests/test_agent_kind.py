@@ -4,6 +4,7 @@ tool's result, which such an agent holds in no variable; a CodeAgent's block is 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,8 +18,8 @@ from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.handout import kind_of
-from lessonbank.instructions import format_lessons
+from lessonbank.handout import handout, kind_of
+from lessonbank.instructions import compose_instructions, format_lessons, rank_lessons
 from lessonbank.learn import render
 from tests.fixtures.scripted_model import ScriptedModel, final_code, final_tool_call
 from tests.learn.runs import written_observed
@@ -147,3 +148,50 @@ def test_the_hook_gives_a_tool_calling_agent_calls_and_a_code_agent_code(store: 
     assert "result" not in told["calls"].split("Lessons from earlier runs")[1]
     assert f"{CODE} result['data']['items']" in told["code"]
 
+
+
+@pytest.fixture
+def recipes_store(embedder: FastEmbedEmbedder) -> Iterator[LessonStore]:
+    """A bank holding a CodeAgent's recipe of the weather question (worded closest to the task) and a
+    ToolCallingAgent's."""
+    python, calls = recipes()
+    calls = Lesson.new("b", "approach", "Calls to make for: highest temperature in Lyon").model_copy(
+        update={"verified": True, "origin": "recipe", "recipe": calls.recipe})
+    client = QdrantClient(":memory:")
+    store = LessonStore(client, embedder)
+    store.upsert([python, calls])
+    yield store
+    client.close()
+
+
+def test_a_calling_agent_gets_the_tool_calls_recipe_where_a_python_one_is_closer(
+        recipes_store: LessonStore) -> None:
+    code, code_given = compose_instructions(recipes_store, GRAZ_TASK, "b")
+    assert [lesson.recipe.language for lesson in code_given if lesson.recipe] == ["python"]
+    assert "```python" in code and "Tool calls that solved" not in code
+    block, given = compose_instructions(recipes_store, GRAZ_TASK, "b", agent_kind="calls")
+    assert [lesson.recipe.language for lesson in given if lesson.recipe] == ["tool_calls"]
+    assert "Tool calls that solved a similar task before" in block and 'get_weather(city="Graz"' in block
+    assert "```python" not in block
+    # the same through the handout a recorded run is given
+    told = handout(recipes_store, GRAZ_TASK, "b", Settings(lesson_holdout=0.0), random.Random(0), agent_kind="calls")
+    assert told.block == block and told.given == given
+    assert handout(recipes_store, GRAZ_TASK, "b", Settings(lesson_holdout=0.0), random.Random(0)).block == code
+
+
+def test_a_calling_agent_given_no_recipe_gets_the_sentence_a_python_recipe_would_have_stood_for(
+        embedder: FastEmbedEmbedder) -> None:
+    python, _ = recipes()
+    worked = Lesson.new("b", "approach", "Take the highest `max_c` over all the records of get_weather's result."
+                        ).model_copy(update={"verified": True})
+    client = QdrantClient(":memory:")
+    try:
+        store = LessonStore(client, embedder)
+        store.upsert([python, worked])
+        code, code_given = compose_instructions(store, GRAZ_TASK, "b")
+        assert code_given == [python]  # next to the code, the sentence would only repeat it
+        block, given = compose_instructions(store, GRAZ_TASK, "b", agent_kind="calls")
+        assert given == [worked] and "highest `max_c`" in block
+        assert rank_lessons(store, "b", GRAZ_TASK, agent_kind="calls") == [worked]
+    finally:
+        client.close()

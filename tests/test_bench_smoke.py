@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -114,14 +113,15 @@ def test_the_scripted_llm_answers_in_its_latency_not_a_delayed_ack_more() -> Non
         fake.handler = lambda body: Reply(content="{}", delay=0.05)
         client = openai.OpenAI(base_url=fake.url, api_key="test", max_retries=0)
         took = []
-        for _ in range(5):
+        for _ in range(10):
             started = time.perf_counter()
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 2000}])
             took.append(time.perf_counter() - started)
         client.close()
     finally:
         fake.stop()
-    assert statistics.median(took) < 0.05 + 0.03, took
+    # the fastest call: the delayed ACK costs every call its 40 ms, a loaded machine's scheduling only some
+    assert min(took) < 0.05 + 0.03, took
 
 
 def test_memory_measures_each_arm_against_a_clean_baseline_and_the_interned_table_variant(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def test_store_from_settings_when_none_is_given(redis_url: str, settings: Settin
     quick = settings.model_copy(update={"store_timeout": 0.2})
     started = time.monotonic()
     assert lessons_block("Read the sales CSV", "team", settings=quick).text == ""
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # 0.2 s of store wait (0.3 s idle), not a hang or a 30 s socket wait
 
 
 # -- ranking and formatting, on lessons built by hand -------------------------------------------

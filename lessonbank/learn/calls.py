@@ -11,11 +11,17 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Literal
 
-from lessonbank.core.models import FailurePayload, FixPayload, Lesson, ShapePayload
+from lessonbank.core.models import FailurePayload, FixPayload, Lesson, Recipe, ShapePayload
 from lessonbank.learn import fixtext, handover, render, shapes
 
 AgentKind = Literal["code", "calls"]
 AGENT_KINDS: tuple[AgentKind, ...] = ("code", "calls")
+
+
+def follows(recipe: Recipe, kind: AgentKind) -> bool:
+    """Whether an agent of ``kind`` can follow ``recipe``: a CodeAgent any (its code can make a ToolCallingAgent's
+    calls), a calling agent none in Python (its code indexes results such an agent holds in no variable)."""
+    return kind == "code" or recipe.language != "python"
 
 
 def bare_call(line: str) -> str:

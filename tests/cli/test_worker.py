@@ -131,8 +131,9 @@ def test_lessonbank_worker_without_an_llm_refuses_to_start(tmp_path: Path, redis
     env.update({"PYTHONPATH": str(REPO), "LESSONBANK_REDIS_URL": redis_url, "LESSONBANK_DATA_DIR": str(tmp_path)})
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", "from lessonbank.cli.main import cli; cli()", "worker"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1 and time.monotonic() - started < 30
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    # at start (seconds idle; a loaded machine slows the imports), not after waiting for a worker's services
+    assert result.returncode == 1 and time.monotonic() - started < 60
     assert result.stderr.startswith("Error: no LLM to distill with: set OPENAI_BASE_URL to a local or")
     assert len(result.stderr.splitlines()) == 1 and "ready." not in result.stdout + result.stderr
 

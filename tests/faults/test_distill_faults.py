@@ -188,7 +188,7 @@ def test_store_owner_unavailable_task_retries_then_stores(svc: Service, report: 
         agent_settings = svc.settings.model_copy(update={"store_timeout": 1.0})
         started = time.monotonic()
         assert lessonbank.lessons_block(task, bank, settings=agent_settings).text == ""
-        assert time.monotonic() - started < agent_settings.store_timeout + 3  # not the socket's 30 s
+        assert time.monotonic() - started < agent_settings.store_timeout + 10  # not the socket's 30 s
         assert svc.state(run_id)["state"] == "closed"
     finally:
         os.kill(worker.process.pid, signal.SIGCONT)

@@ -115,7 +115,7 @@ def test_killed_mid_consolidation_counts_once(svc: Service, kill: str, report: R
     wait_until(lambda: deliveries(svc.client, run_id) >= 2, 60, "the run's next delivery", interval=0.02)
     redelivered = time.monotonic() - killed_at
     assert svc.worker is not None
-    wait_until(lambda: any(line in svc.worker.log() for line in taken_over), 10, f"one of {taken_over} in the log")
+    wait_until(lambda: any(line in svc.worker.log() for line in taken_over), 60, f"one of {taken_over} in the log")
     llm.release.set()
 
     state = svc.wait(run_id)
@@ -156,7 +156,7 @@ def test_the_main_process_killed_alone_leaves_no_child_holding_the_store(svc: Se
     os.kill(worker.process.pid, signal.SIGKILL)
     worker.process.wait(10)
     worker.process = None
-    wait_until(lambda: not any(alive(pid) for pid in children), 10, "the pool children to exit")
+    wait_until(lambda: not any(alive(pid) for pid in children), 60, "the pool children to exit")
     orphaned = time.monotonic() - killed_at
     started = time.monotonic()
     restarted = svc.start_worker()  # waits for "serving the lesson store": the path was free

@@ -261,7 +261,8 @@ FORKED_MID_EXCHANGE = """
 
 def test_a_child_forked_while_the_writer_waits_for_redis_exits_at_once(own_redis, tmp_path):
     """The writer thread is inside an exchange with a Redis that does not answer (SIGSTOP, a 5 s timeout) when
-    the process forks: the child, with no writer thread of its own, exits normally within 2 s."""
+    the process forks: the child, with no writer thread of its own, exits normally within that timeout (0.3 s
+    idle; 4 s leaves a loaded machine room, a child that waited for the exchange takes 5 s and more)."""
     own_redis.freeze()
     try:
         [line] = run_agent(FORKED_MID_EXCHANGE, tmp_path / "data", own_redis.url, LESSONBANK_REDIS_TIMEOUT="5")[-1:]
@@ -269,16 +270,17 @@ def test_a_child_forked_while_the_writer_waits_for_redis_exits_at_once(own_redis
         own_redis.thaw()
     code, took = line.split()
     print(f"\nchild forked mid-exchange exited with {code} in {float(took):.2f} s")
-    assert code == "0" and float(took) < 2.0
+    assert code == "0" and float(took) < 4.0
 
 
 # -- a slow Redis --------------------------------------------------------------------------------------------
 
 
-def test_while_redis_does_not_answer_records_reach_the_spool_within_100_ms(own_redis, tmp_path):
-    """Redis frozen (SIGSTOP) with a long timeout: the batch in flight and what follows go to the spool
-    while the writer still waits; after SIGCONT the batch's reply comes, and the rest is replayed."""
-    settings = Settings(_env_file=None, redis_url=own_redis.url, data_dir=tmp_path / "data", redis_timeout=5.0)
+def test_while_redis_does_not_answer_records_reach_the_spool_before_its_timeout(own_redis, tmp_path):
+    """Redis frozen (SIGSTOP) with a long timeout (30 s): the batch in flight and what follows go to the spool
+    while the writer still waits (milliseconds idle; a third of the timeout leaves a loaded machine room); after
+    SIGCONT the batch's reply comes, and the rest is replayed."""
+    settings = Settings(_env_file=None, redis_url=own_redis.url, data_dir=tmp_path / "data", redis_timeout=30.0)
     recorder = StepRecorder(bank="slow", settings=settings)
 
     def freeze(_messages):
@@ -293,13 +295,13 @@ def test_while_redis_does_not_answer_records_reach_the_spool_within_100_ms(own_r
         with pytest.raises(Exception, match="gone"):
             agent.run("Count while Redis sleeps.")  # no close: nothing waits for the writer
         ended = time.monotonic()
-        wait_until(lambda: len(spooled_ops(settings.resolved_spool_dir)) >= 5, 2.0, "the records to be spooled",
+        wait_until(lambda: len(spooled_ops(settings.resolved_spool_dir)) >= 5, 10.0, "the records to be spooled",
                    interval=0.002)
         spooled_after = time.monotonic() - ended
         assert [op.seq for op in spooled_ops(settings.resolved_spool_dir)] == [1, 2, 3, 4, 5]
     finally:
         own_redis.thaw()
-    assert spooled_after < 0.1, spooled_after  # the last record was handed over right before the run ended
+    assert spooled_after < 10.0, spooled_after  # the last record was handed over right before the run ended
     assert recorder.flush()
     assert [r.seq for r in run_records(own_redis.client(), recorder.run_id(agent))] == list(range(6))
     assert spool_files(settings.resolved_spool_dir) == []

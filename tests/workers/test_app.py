@@ -90,7 +90,7 @@ def celery_worker(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
     clean.update({"PYTHONPATH": str(REPO), "LESSONBANK_DATA_DIR": str(tmp_path / "data"),
                   "LESSONBANK_REDIS_URL": "redis://127.0.0.1:9/0", **env})
     return subprocess.run([sys.executable, "-m", "celery", "-A", "lessonbank.workers", "worker", "--pool", "solo"],
-                          cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=60)
+                          cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
@@ -106,7 +106,8 @@ def celery_worker(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
 def test_celery_worker_with_bad_settings_exits_with_one_line(tmp_path: Path, env: dict[str, str], line: str) -> None:
     started = time.monotonic()
     result = celery_worker(tmp_path, **env)
-    assert result.returncode != 0 and time.monotonic() - started < 30
+    # at start (seconds idle; a loaded machine slows the imports): one past its checks retries the broker for ever
+    assert result.returncode != 0 and time.monotonic() - started < 60
     ours = [text for text in result.stderr.splitlines() if "LESSONBANK_" in text or "OPENAI_" in text]
     assert len(ours) == 1 and ours[0].startswith(f"lessonbank: {line}"), result.stderr  # (Celery may warn about root)
     assert result.stderr.rstrip().endswith(ours[0])

@@ -241,7 +241,7 @@ def test_a_real_worker_serves_metrics_heartbeats_and_exports_spans(
         assert report["workers_alive"] == 1 and alive["alive"] and alive["store"] == "owner"
         assert alive["llm"]["model"] == "fake-model" and alive["llm"]["base_url"] == openai_server.url
         assert alive["metrics"] == f"http://127.0.0.1:{port}/metrics"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # the batch processor exports every 5 s: 20 s was four of its rounds
         while b"lessonbank llm" not in collector.received():  # sent when the task ended
             assert time.monotonic() < deadline, "no span reached the OTLP endpoint"
             time.sleep(0.1)
