@@ -366,10 +366,18 @@ def python_own(name: str, tools: Collection[str] = ()) -> bool:
         return hasattr(kind, parts[1])  # ``str.replace`` moves no file
     if len(parts) == 1 and kind is None:
         return _value_method(name)
-    if root in TOUCHING_BUILTINS or (root in TOUCHING_MODULES and not name.startswith(READ_ONLY)) \
-            or name in DUMPERS or parts[-1] in WRITER_METHODS or parts[-1] == "open" or effect_of(name, None, tools):
+    if of_touching(name) or name in DUMPERS or parts[-1] in WRITER_METHODS or parts[-1] == "open" \
+            or effect_of(name, None, tools):
         return False  # what it does depends on how it is called (``codecs.open(p, "w")``): judged as any other
     return root in pycode.BUILTINS if len(parts) == 1 else root in sys.stdlib_module_names
+
+
+def of_touching(name: str) -> bool:
+    """Whether ``name`` belongs to a builtin or a standard-library module that can write, delete, run code or reach
+    past a value (``exec``, ``getattr``, ``os.makedirs``, ``pickle.loads``; not ``os.path``, which only reads),
+    whatever its own name says."""
+    root = name.split(".")[0]
+    return root in TOUCHING_BUILTINS or (root in TOUCHING_MODULES and not name.startswith(READ_ONLY))
 
 
 def _value_method(name: str) -> bool:

@@ -122,9 +122,7 @@ def _touching(tree: ast.AST) -> set[str]:
         if not isinstance(node, ast.Call):
             continue
         callee = effects.dotted(node.func, {})
-        root = callee.split(".")[0]
-        if callee and (effects.effect_of(callee, node) or root in effects.TOUCHING_BUILTINS or (
-                root in effects.TOUCHING_MODULES and not callee.startswith(effects.READ_ONLY))):
+        if callee and (effects.effect_of(callee, node) or effects.of_touching(callee)):
             found.add(callee)
     return found
 
