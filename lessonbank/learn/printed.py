@@ -10,9 +10,9 @@ needs the result's structure takes it from the recorder's specimen, which keeps 
 from __future__ import annotations
 
 import ast
-import builtins
 
-BUILTINS = frozenset(dir(builtins))
+from lessonbank.learn.code import BUILTINS
+
 SKIPPED = frozenset({"final_answer"})
 _SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)  # their names stay inside
 

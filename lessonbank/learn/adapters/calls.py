@@ -11,14 +11,13 @@ message), or a literal of the agent's own.
 from __future__ import annotations
 
 import ast
-import builtins
 import json
 from collections.abc import Sequence
 from typing import Any
 
+from lessonbank.learn.code import BUILTINS
 from lessonbank.learn.view import Argument, Call, Source
 
-_BUILTINS = frozenset(dir(builtins))
 MAX_OCCURRENCES = 64  # of a value in a text looked at for one standing alone
 MAX_LINE = 400
 MAX_CODE = 200_000  # characters of a step's code read for its calls
@@ -135,7 +134,7 @@ def code_calls(code: str, tools: Sequence[str] | None, defined: set[str], source
     failing = " ".join(failed_line.split())
     calls = []
     for name, node in visitor.called:
-        if (name not in known) if known is not None else (name in _BUILTINS or name in defined):
+        if (name not in known) if known is not None else (name in BUILTINS or name in defined):
             continue
         arguments = [sources.argument(f"#{index}", constant(arg)) for index, arg in enumerate(node.args, start=1)]
         arguments += [sources.argument(keyword.arg, constant(keyword.value)) for keyword in node.keywords
