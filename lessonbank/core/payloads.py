@@ -93,7 +93,8 @@ class ShapePayload(BaseModel):
     type name (``str``, ``int``, ``float``, ``bool``, ``NoneType``), ``...`` (deeper than shown), or a string
     described (``core.specimen``): ``{"type": "str", "number": true}`` (a number written as text), ``{"type":
     "str", "values": [words]}`` (a few words the records share), ``{"type": "str", "text": {form}}`` (a text's
-    form: lines, separator, header, byte-order mark, decimal commas; or that it holds HTML or JSON), or a flag
+    form: lines, separator, header, byte-order mark, decimal commas; or that it holds HTML or JSON), ``{"type":
+    "str", "like": ["+99:99"]}`` (the written forms its values share, digits and letters masked), or a flag
     with the values it held: ``{"type": "bool", "true": 2, "false": 1}`` (how many results held each, some of
     each for a field of records whose records held both)."""
 

@@ -16,7 +16,10 @@ name, so no record's key can be taken for it):
   currency, a unit: ``"done"``/``"cancelled"``): ``{"~": "str", "values": ["cancelled", "done"]}``, the words only
   when each is a plain word (``WORD``), at most ``MAX_WORDS`` of them;
 - a text result's form (``text_form``): its lines, the separator between its fields, its header's names when
-  they are plain names, a byte-order mark, decimal commas, or that it is HTML or JSON.
+  they are plain names, a byte-order mark, decimal commas, or that it is HTML or JSON;
+- a string with another fixed written form (a time, a UTC offset, a date, a duration, a percentage, an amount with
+  its currency): ``{"~": "str", "like": ["+99:99"]}``, its digits and letters masked (``written_form``), for a
+  field of records only when all its values are written in at most ``MAX_FORMS`` forms (``field_forms``).
 
 A flag keeps its value, which carries no data and may be the fact that matters (``truncated: true``: the result
 is only part of it): ``{"~": "bool", "values": [true]}``, for a field of a list's records the values its records
@@ -51,6 +54,14 @@ CUT = "cut"  # what ``DESCRIBED`` says of a value below ``MAX_DEPTH``
 NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:[,. '][0-9]{3})+|[0-9]+)(?:[.,][0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"-?[0-9]+,[0-9]{1,4}")
 _SEPARATORS = (";", "\t", "|", ",")
+MAX_FORM = 32  # characters of a value given its written form: a longer one is prose or data, not a form
+MAX_FORMS = 3  # written forms a field's values may take and still be told
+MAX_FORM_RUNS = 3  # runs of letters in a value with a written form (a unit, a currency, a time zone)
+MAX_FORM_LETTERS = 3  # letters a written form may have beyond its digits ("EUR 12,50", "1h30m"; not "3 orders")
+FORM_SIGNS = frozenset(" +-:./,%'()#_$\u20ac\u00a3")  # the separators and signs a written form keeps as they are
+_MASK_DIGITS = re.compile(r"[0-9]")
+_MASK_LETTERS = re.compile(r"[^\W\d_]+")
+_DIGIT_RUNS = re.compile(r"9+")
 _PLACEHOLDERS: tuple[tuple[type, Any], ...] = ((int, 0), (float, 0.0), (str, ""))
 
 
@@ -80,6 +91,58 @@ def number_form(texts: list[str]) -> str:
 def _number(texts: list[str]) -> dict[str, Any]:
     form = number_form(texts)
     return {DESCRIBED: "str", "number": True, **({"like": form} if form else {})}
+
+
+def mask(value: str) -> str:
+    """How a value is written, without it: digits as ``9``, each run of letters as ``a`` (lower case), ``A`` (upper
+    case) or ``Aa`` (capitalised): ``'2024-03-12'`` -> ``'9999-99-99'``, ``'EUR 12,50'`` -> ``'A 99,99'``,
+    ``'North'`` -> ``'Aa'``."""
+
+    def letters(match: re.Match[str]) -> str:
+        word = match.group(0)
+        return "A" if word.isupper() else "Aa" if word[:1].isupper() else "a"
+
+    return _MASK_LETTERS.sub(letters, _MASK_DIGITS.sub("9", value))
+
+
+def written_form(text: str) -> str:
+    """A value's fixed written form (``mask``): ``"+09:00"`` -> ``"+99:99"``, ``"1h30m"`` -> ``"9a99a"``, ``"12.5%"``
+    -> ``"99.9%"``; "" for a value without a digit, longer than ``MAX_FORM``, more words than digits (more than
+    ``MAX_FORM_RUNS`` runs of letters, ``MAX_FORM_LETTERS`` letters beyond its digits), or with any character other
+    than a digit, a letter and ``FORM_SIGNS`` (a quote, a line break, a control or other digit): it is no form, and
+    a form keeps nothing of what it masks."""
+    value = text.strip() if len(text) <= 2 * MAX_FORM else ""
+    if not 0 < len(value) <= MAX_FORM or not any("0" <= ch <= "9" for ch in value):
+        return ""
+    if not all("0" <= ch <= "9" or ch.isalpha() or ch in FORM_SIGNS for ch in value):
+        return ""
+    digits, letters = sum("0" <= ch <= "9" for ch in value), sum(ch.isalpha() for ch in value)
+    if letters > digits + MAX_FORM_LETTERS or len(_MASK_LETTERS.findall(value)) > MAX_FORM_RUNS:
+        return ""  # words with a number in them ("3 orders found"): prose, not a form
+    return mask(value)
+
+
+def field_forms(texts: list[str]) -> list[str] | None:
+    """The written forms of a field's values (``written_form``), when every value has one and they take at most
+    ``MAX_FORMS`` (counting a run of digits as one digit when they take more: ``"99.9%"`` and ``"9.99%"`` are both
+    ``"9.9%"``); None otherwise."""
+    forms = {written_form(text) for text in texts}
+    return fewest(forms) if "" not in forms else None
+
+
+def fewest(forms: set[str]) -> list[str] | None:
+    """``forms`` as told (``field_forms``): at most ``MAX_FORMS``, a run of digits as one digit when they are more;
+    None when they are still more (or none)."""
+    if len(forms) > MAX_FORMS:
+        forms = {_DIGIT_RUNS.sub("9", form) for form in forms}
+    return sorted(forms) if 0 < len(forms) <= MAX_FORMS else None
+
+
+def is_form(form: Any) -> bool:
+    """Whether ``form`` is a written form as ``written_form`` gives it (checked again when it crossed Redis):
+    digits as ``9``, letters as ``a`` and ``A``, and ``FORM_SIGNS``, never a value."""
+    return isinstance(form, str) and 0 < len(form) <= 2 * MAX_FORM and "9" in form and all(
+        ch in "9aA" or ch in FORM_SIGNS for ch in form)
 
 
 def words(values: list[Any]) -> list[str] | None:
@@ -138,7 +201,10 @@ def described(value: str, whole: bool = True) -> Any:
     if holds_number(value):
         return _number([value])
     form = text_form(value) if whole and ("\n" in value[:MAX_TEXT] or value[:1] in "{[<") else None
-    return {DESCRIBED: "str", "text": form} if form is not None else ""
+    if form is not None:
+        return {DESCRIBED: "str", "text": form}
+    written = written_form(value)
+    return {DESCRIBED: "str", "like": [written]} if written else ""
 
 
 class Unfit(Exception):
@@ -184,13 +250,16 @@ def flag(values: list[bool]) -> dict[str, Any]:
 
 
 def valueless(value: Any, depth: int = 0) -> Any:
-    """A specimen's structure alone: each flag back to its type's placeholder (``False``), as a specimen kept
-    before flags kept their values."""
+    """A specimen's structure alone: each flag back to its type's placeholder (``False``), a string's written forms
+    left out (an offset written ``+`` or ``-`` is no other structure), as a specimen kept before either was kept."""
     if depth > MAX_DEPTH + 1:
         return value
     if isinstance(value, dict):
         if value.get(DESCRIBED) == "bool":
             return False
+        if value.get(DESCRIBED) == "str" and isinstance(value.get("like"), list):
+            rest = {key: inner for key, inner in value.items() if key != "like"}
+            return rest if len(rest) > 1 else ""
         return {key: valueless(inner, depth + 1) for key, inner in value.items()}
     if isinstance(value, list):
         return [valueless(inner, depth + 1) for inner in value]
@@ -198,8 +267,9 @@ def valueless(value: Any, depth: int = 0) -> Any:
 
 
 def describe_fields(first: dict[str, Any], records: list[Any]) -> None:
-    """Mark the fields of a list's records whose values are a few shared words, or numbers written as text, and
-    the values of their flags."""
+    """Mark the fields of a list's records whose values are a few shared words, numbers written as text or values
+    of a few written forms, and the values of their flags; a string field whose values are none of these is a
+    plain string, whatever its first record's value is."""
     for key in first:
         raw = [record.get(key) for record in records if isinstance(record, dict)]
         flags = [v for v in raw if isinstance(v, bool)]
@@ -214,6 +284,10 @@ def describe_fields(first: dict[str, Any], records: list[Any]) -> None:
             first[key] = {DESCRIBED: "str", "values": found}
         elif values and all(holds_number(v) for v in values):
             first[key] = _number(values)
+        elif (forms := field_forms(values)) is not None:
+            first[key] = {DESCRIBED: "str", "like": forms}
+        else:
+            first[key] = ""  # the first record's value is not what every record holds
 
 
 def _placeholder(value: Any, whole: bool) -> Any:

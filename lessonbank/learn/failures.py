@@ -27,6 +27,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from lessonbank.core import specimen
 from lessonbank.core.models import FailurePayload
 from lessonbank.learn import code, effects, params, render
 from lessonbank.learn.view import Call, RunView, Step
@@ -59,17 +60,12 @@ class Failure:
 
 
 def form(value: str) -> str:
-    """How a value is written, without it: digits as ``9``, each run of letters as ``a`` (lower case), ``A``
-    (upper case) or ``Aa`` (capitalised): ``'2024-03-12'`` -> ``'9999-99-99'``, ``'north'`` -> ``'a'``; "" for a
-    value too long or too wordy to have a form worth telling."""
+    """How a value is written, without it (``specimen.mask``, as a shape says how a result's strings are written):
+    ``'2024-03-12'`` -> ``'9999-99-99'``, ``'north'`` -> ``'a'``; "" for a value too long or too wordy to have a
+    form worth telling."""
     if len(value) > MAX_FORM or len(_LETTERS.findall(value)) > MAX_LETTER_RUNS:
         return ""
-
-    def letters(match: re.Match[str]) -> str:
-        word = match.group(0)
-        return "A" if word.isupper() and len(word) > 1 else "Aa" if word[:1].isupper() else "a"
-
-    return _LETTERS.sub(letters, _DIGITS.sub("9", value))
+    return specimen.mask(value)
 
 
 def _roles(call: Call, node: ast.Call | None, task: str) -> dict[str, str]:

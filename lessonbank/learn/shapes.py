@@ -10,9 +10,11 @@ users; one that adds up ``reading["kwh"]`` gets text, not numbers; one that sums
 Any result is described: a record and its keys, a list of records or of scalars (with their element type), nesting,
 what a string is when that changes the numbers beside it (a number written as text, a few words shared by the
 records such as a status, a unit or a currency, a text's form: a table's separator and header, a byte-order mark,
-decimal commas; ``core.specimen``), the values a flag held (``'truncated': bool (true in 2 of 3 results seen)``:
-the records are only part of them; a field of records says whether they held one value or both, never how many),
-and where its records are. What is kept, so that what the run read cannot write the next run's instructions:
+decimal commas; ``core.specimen``; how a string is written when all its values share a form, its digits and
+letters masked: ``'offset': str written like "+99:99"``), the values a flag held (``'truncated': bool (true in 2 of
+3 results seen)``: the records are only part of them; a field of records says whether they held one value or
+both, never how many), and where its records are. What is kept, so that what the run read cannot write the next
+run's instructions:
 
 - only the structure: keys, type names, a string field's words when they are a few plain words, and flags'
   values; every key must be a plain name, else nothing is kept (a page cannot smuggle a sentence in as a key);
@@ -47,6 +49,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lessonbank.core import specimen
 from lessonbank.core.models import ShapePayload
 from lessonbank.learn import params, walk
 from lessonbank.learn.printed import SKIPPED, printed_tool
@@ -99,8 +102,8 @@ class Shape:
 
     @property
     def fingerprint(self) -> str:
-        """The tool, the structure without its flags' values, and the path: every result of that form is one fact,
-        whichever values its flags held."""
+        """The tool, the structure without its flags' values and its strings' written forms (``walk.valueless``),
+        and the path: every result of that form is one fact, whichever values its flags held."""
         form = describe(walk.valueless(self.structure))
         return hashlib.sha256(f"{TAG}|{self.tool}|{form}|{self.path}".encode()).hexdigest()[:32]
 
@@ -134,6 +137,13 @@ def _flag(leaf: dict[str, Any], unit: str) -> str:
     return f"bool (true in {true} of {seen} results seen)"
 
 
+def _written(like: Any) -> str:
+    """A string's written forms as they read (``"+99:99"`` or ``"-99:99"``; "" for none, or for what is no form)."""
+    if not isinstance(like, list) or not 0 < len(like) <= specimen.MAX_FORMS or not all(map(specimen.is_form, like)):
+        return ""
+    return " or ".join(f'"{form}"' for form in like)
+
+
 def describe(structure: Any, unit: str = "result") -> str:
     """A result's structure as it reads: ``{'data': {'items': [{'name': str, 'price': str holding a number},
     ...], 'truncated': bool (true in the one result seen)}}``; ``unit``: what a flag's values were seen in."""
@@ -152,6 +162,8 @@ def describe(structure: Any, unit: str = "result") -> str:
         if structure.get("number"):
             like = structure.get("like")
             return f"{structure['type']} holding a number" + (f' written like "{like}"' if like else "")
+        if forms := _written(structure.get("like")):
+            return f"{structure['type']} written like {forms}"
         return str(structure["type"])
     return str(structure)
 
@@ -176,7 +188,7 @@ def fields(structure: Any, depth: int = 0) -> dict[str, Any]:
 
 def beside(payload: ShapePayload) -> list[str]:
     """The scalar fields next to a result's records (``returned``, ``truncated``, ``page``, a unit's words; not a
-    plain string such as a name): what they say
+    plain string such as a name, nor one only written in a form, such as a date): what they say
     about the records, such as that they are only part of them, is what a run that only loops over them misses."""
     if not payload.records:
         return []
@@ -187,7 +199,7 @@ def beside(payload: ShapePayload) -> list[str]:
         return []
     return [key for key, leaf in node.get("fields", []) if key != payload.records[-1]
             and ((isinstance(leaf, str) and leaf not in ("str", "NoneType", MORE_LEAF))
-                 or (isinstance(leaf, dict) and "type" in leaf))][:4]
+                 or (isinstance(leaf, dict) and "type" in leaf and not isinstance(leaf.get("like"), list)))][:4]
 
 
 def described_keys(payload: ShapePayload) -> set[str]:
@@ -286,6 +298,8 @@ def _shape(tool: str, value: Any, seq: int, kept: bool = False) -> Shape | None:
         structure = walk.structure(value, kept=kept)
     except (walk.Unfit, RecursionError):
         return None
+    if len(describe(structure)) > MAX_SHAPE:
+        structure = walk.formless(structure)  # the structure is what matters; its strings' forms come second
     if structure in ("str", "NoneType") or len(describe(walk.valueless(structure))) > MAX_SHAPE:
         return None  # a bare string or nothing says nothing of what the next run should do with it
     paths = walk.record_paths(value) if not isinstance(value, str) else []

@@ -144,8 +144,9 @@ _TEXT_FLAGS = ("bom", "decimal_comma")
 
 def leaf(described: dict[str, Any]) -> Any:
     """A described leaf (``core.specimen``) as a shape keeps it: a string's ``{"type": "str", "number": true}``, with
-    ``values`` (a few plain words) or ``text`` (a text's form); a flag's ``{"type": "bool", "true": 1, "false": 0}``
-    (how many results held each value: ``merged`` adds them up); checked again, since a specimen crossed Redis from
+    ``values`` (a few plain words), ``text`` (a text's form) or ``like`` (its written forms: ``["+99:99"]``); a
+    flag's ``{"type": "bool", "true": 1, "false": 0}`` (how many results held each value: ``merged`` adds them up);
+    checked again, since a specimen crossed Redis from
     the agent's process. Raises ``Unfit`` for anything else."""
     if described.get(DESCRIBED) == "bool":
         values = described.get("values")
@@ -159,6 +160,9 @@ def leaf(described: dict[str, Any]) -> Any:
         out["number"] = True
         if described.get("like") in ("9,999", "9.999,99", "9,99"):  # one of the fixed forms, never a value
             out["like"] = described["like"]
+    elif isinstance(like := described.get("like"), list) and 0 < len(like) <= specimen.MAX_FORMS and all(
+            specimen.is_form(form) for form in like):
+        out["like"] = sorted(set(like))  # a written form: digits and letters masked, never a value
     values = described.get("values")
     if isinstance(values, list) and 0 < len(values) <= MAX_WORDS and all(
             isinstance(v, str) and WORD.fullmatch(v) for v in values):
@@ -190,8 +194,15 @@ def is_flag(node: Any) -> bool:
     return isinstance(node, dict) and node.get("type") == "bool"
 
 
+def _has_forms(node: Any) -> bool:
+    return isinstance(node, dict) and isinstance(node.get("like"), list)
+
+
 def valueless(structure: Any, depth: int = 0) -> Any:
-    """A structure without its flags' values (each a plain ``bool``): what stays the same whatever they held."""
+    """A structure without its flags' values (each a plain ``bool``) and its strings' written forms (``formless``):
+    what stays the same whatever they held."""
+    if _has_forms(structure):
+        return formless(structure)
     if is_flag(structure) or depth > MAX_DEPTH + 1:
         return "bool" if is_flag(structure) else structure
     if isinstance(structure, dict) and "fields" in structure:
@@ -201,11 +212,31 @@ def valueless(structure: Any, depth: int = 0) -> Any:
     return structure
 
 
+def formless(structure: Any, depth: int = 0) -> Any:
+    """A structure without its strings' written forms (``leaf``'s ``like`` lists): what a shape too long with them
+    still says."""
+    if _has_forms(structure):
+        rest = {key: value for key, value in structure.items() if key != "like"}
+        return rest if len(rest) > 1 else "str"
+    if depth > MAX_DEPTH + 1:
+        return structure
+    if isinstance(structure, dict) and "fields" in structure:
+        return {**structure, "fields": [[key, formless(inner, depth + 1)] for key, inner in structure["fields"]]}
+    if isinstance(structure, dict) and "items" in structure:
+        return {**structure, "items": formless(structure["items"], depth + 1)}
+    return structure
+
+
 def merged(old: Any, new: Any, depth: int = 0) -> Any:
     """Two structures of one result's form (the same ``valueless``) as one: each flag's counts added up; a flag
-    whose values one of them did not keep (a plain ``bool``) takes the other's."""
+    whose values one of them did not keep (a plain ``bool``) takes the other's; a string's written forms are those
+    of both (``specimen.fewest``), none when one of them has none: a value was seen that fits none."""
     if is_flag(old) and is_flag(new):
         return {"type": "bool", "true": old["true"] + new["true"], "false": old["false"] + new["false"]}
+    if _has_forms(old) or _has_forms(new):
+        both = _has_forms(old) and _has_forms(new)
+        forms = specimen.fewest({*old["like"], *new["like"]}) if both else None
+        return {**old, "like": forms} if forms else formless(old)
     if old == "bool" or depth > MAX_DEPTH + 1:
         return new if is_flag(new) else old
     if isinstance(old, dict) and isinstance(new, dict) and "fields" in old and "fields" in new \

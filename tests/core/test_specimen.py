@@ -6,8 +6,20 @@ import json
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from lessonbank.core.specimen import MAX_KEYS, Unfit, specimen, valueless
+from lessonbank.core.specimen import (
+    FORM_SIGNS,
+    MAX_FORM,
+    MAX_KEYS,
+    Unfit,
+    described,
+    is_form,
+    specimen,
+    valueless,
+    written_form,
+)
 from lessonbank.learn import shapes, walk
 
 CATALOG = {"status": "ok", "data": {"items": [{"name": "desk lamp", "price": 12.5, "stock": 3, "new": True},
@@ -91,3 +103,44 @@ def test_a_value_below_the_depth_kept_reads_as_cut_never_as_null(monkeypatch: py
                                  ["note", "NoneType"]], "more": False}
     assert shapes.describe(walk.structure(kept)) == ("{'data': {'items': [{'price': {'amount': ..., 'currency': ...}, "
                                                      "'note': NoneType}, ...], 'next': NoneType}}")
+
+
+@pytest.mark.parametrize(("value", "form"), [
+    ("+09:00", "+99:99"), ("-05:30", "-99:99"), ("07:45", "99:99"), ("1h30m", "9a99a"), ("12.5%", "99.9%"),
+    ("EUR 12,50", "A 99,99"), ("2031-07-04", "9999-99-99"), ("2031-07-04T07:45:00Z", "9999-99-99A99:99:99A"),
+    ("PT1H30M", "A9A99A"), ("12 \u20ac", "99 \u20ac"),
+    ("Harbour Road", ""), ("3 buses were delayed", ""), ("", ""),  # no digit; prose with a number; nothing
+    ('9"; drop', ""), ("1\n2", ""), ("1\x002", ""), ("1`2", ""), ("\u0663:\u0663", ""),  # quotes, controls, digits
+    ("9:" * (MAX_FORM // 2 + 1), ""), ("9" * 10_000_000, ""), ("1a" * 1_000_000, ""),  # long, huge
+])
+def test_a_values_written_form_masks_every_digit_and_letter(value: str, form: str) -> None:
+    assert written_form(value) == form
+    assert described(value, whole=False) == ({"~": "str", "like": [form]} if form else "")
+
+
+@given(st.text(max_size=80))
+def test_a_written_form_holds_no_digit_or_letter_of_the_value(value: str) -> None:
+    form = written_form(value)
+    assert form == "" or (is_form(form) and set(form) <= set("9aA") | FORM_SIGNS)
+
+
+@given(st.binary(max_size=60))
+def test_binary_text_has_no_form_or_a_mask(raw: bytes) -> None:
+    form = written_form(raw.decode("latin-1"))
+    assert form == "" or is_form(form)
+
+
+@pytest.mark.parametrize(("values", "kept"), [
+    (["07:45", "18:05"], {"~": "str", "like": ["99:99"]}),
+    (["07:45", "n/a"], ""),  # one value of no form: the first record's form is not the field's
+    (["12", "n/a"], ""),  # nor is its number
+    (["+09:00", "-05:30", "+01:00", "+10:30"], {"~": "str", "like": ["+99:99", "-99:99"]}),
+])
+def test_a_field_of_records_is_described_by_what_all_its_values_are(values: list[str], kept: object) -> None:
+    assert specimen([{"at": value} for value in values]) == [{"at": kept}]
+
+
+def test_a_specimens_structure_alone_leaves_its_forms_out() -> None:
+    kept = specimen({"offset": "+09:00", "rows": [{"at": "07:45", "n": "1,234"}]})
+    assert valueless(kept) == {"offset": "", "rows": [{"at": "", "n": {"~": "str", "number": True, "like": "9,999"}}]}
+    assert valueless(kept) == valueless(specimen({"offset": "UTC", "rows": [{"at": "n/a", "n": "1,234"}]}))

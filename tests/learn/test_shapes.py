@@ -84,7 +84,7 @@ def test_no_shape_is_kept_from_a_hostile_key_an_empty_result_or_no_tool_call(cod
     ('r = search_catalog("lamp")\nprint(r)\nprint(len(r))', repr(CATALOG) + "\n3", "", None, ("data", "items")),
     ('r = search_catalog("lamp")\nprint(r)', repr(CATALOG), "KeyError: 'items'", None, ("data", "items")),
     ('print(search_catalog("lamp"))', repr([{"sku": "A1", "price": "12.50"}, {"sku": "B2", "price": "3.00"}]), "",
-     "[{'sku': str, 'price': str holding a number}, ...]", ()),  # numbers written as text
+     "[{'sku': str written like \"A9\", 'price': str holding a number}, ...]", ()),  # numbers written as text
     ('print(search_catalog("lamp"))', repr(["12", "7", "30"]), "", "[str holding a number, ...]", None),
 ])
 def test_any_printed_result_of_one_tool_leaves_its_structure(code: str, printed: str, error: str,
@@ -229,7 +229,8 @@ def test_numbers_written_as_text_say_their_form_by_a_fixed_example_never_a_value
     result = {"site": "web-a", "days": [{"day": f"2024-01-0{i}", "visits": value} for i, value in enumerate(values)]}
     for shape in (extract(kept(0, "x = 1", [("search_catalog", specimen(result))]))[0],
                   extract(step(0, 'print(search_catalog("web-a"))', repr(result)))[0]):
-        assert shape.shape == f"{{'site': str, 'days': [{{'day': str, 'visits': {described}}}, ...]}}"
+        day = 'str written like "9999-99-99"'
+        assert shape.shape == f"{{'site': str, 'days': [{{'day': {day}, 'visits': {described}}}, ...]}}"
         assert not any(value in shape.text for value in values)
 
 
@@ -337,8 +338,8 @@ def test_a_flag_keeps_its_value_and_the_fact_stays_one_whatever_it_held() -> Non
     (recorded,) = extract(kept(0, "x = 1", [("search_catalog", specimen(TICKETS))]))
     (printed,) = extract(step(0, 'print(search_catalog("P"))', repr(TICKETS)))
     assert recorded.text == printed.text
-    assert recorded.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in every record seen)}, "
-                              "...], 'truncated': bool (true in the one result seen)}")
+    assert recorded.shape == ("{'project': str, 'tickets': [{'id': str written like \"A-9\", 'open': bool (true in "
+                              "every record seen)}, ...], 'truncated': bool (true in the one result seen)}")
     (other,) = extract(kept(0, "x = 1", [("search_catalog", specimen({**TICKETS, "truncated": False}))]))
     assert other.fingerprint == recorded.fingerprint
     assert "'truncated': bool (false in the one result seen)" in other.shape
@@ -358,8 +359,8 @@ def test_the_values_a_flag_held_in_each_step_are_counted_by_result_never_by_reco
              # one result, recorded and printed: counted once
              kept(2, 'r = search_catalog("P")\nprint(r)', [("search_catalog", specimen(many))], printed=repr(many))]
     (shape,) = extract(*steps)
-    assert shape.shape == ("{'project': str, 'tickets': [{'id': str, 'open': bool (true in some records, false in "
-                           "others)}, ...], 'truncated': bool (true in 2 of 3 results seen)}")
+    assert shape.shape == ("{'project': str, 'tickets': [{'id': str written like \"A-9\", 'open': bool (true in some "
+                           "records, false in others)}, ...], 'truncated': bool (true in 2 of 3 results seen)}")
     assert "7" not in shape.text and "4" not in shape.text  # how many records, or how many open: the data's
 
 
