@@ -7,11 +7,11 @@ to take a shape from (``learn.shapes``). What its calls raised is still a fact a
 capitalised`` says how the tool wants its value, whatever the run did next.
 
 The item keeps the failing line with each value its call was passed replaced by its role (``<region>``: the
-keyword it was passed as, or its name as a parameter of the task, ``learn.params``), how each value was written
-(``"a"``: lower case letters; ``"9999-99-99"``), the exception's name and its message quoted as observed: one
-line, capped, the values of the call in it replaced by the same roles, so that no run's value is carried to the
-next. It is data about the tool, never a line to run nor an instruction; the worker puts it
-through the same taint and quarantine as a prose lesson, and ``named_calls`` adds what holds an error text in
+keyword it was passed as, or its name as a parameter of the task, ``learn.params``), how each value the error
+names was written (``"a"``: lower case letters; ``"9999-99-99"``; ``blamed``), the exception's name and its
+message quoted as observed: one line, capped, the values of the call in it replaced by the same roles, so that no
+run's value is carried to the next. It is data about the tool, never a line to run nor an instruction; the worker
+puts it through the same taint and quarantine as a prose lesson, and ``named_calls`` adds what holds an error text in
 particular: a call it names that is neither the failing tool nor the task's nor Python's own.
 
 Read from the normalised run view only: a CodeAgent's failing line (local executor or a remote traceback) or a
@@ -161,11 +161,11 @@ def _worked_later(view: RunView, tool: str, after: int) -> bool:
 
 def blamed(forms: dict[str, str], error: str) -> dict[str, str]:
     """The forms of the values ``error`` names, by their role (``'<date>'``) or the word of their role (``invalid
-    date``), when it names any; all of them otherwise. An error about one argument says nothing about the others,
-    and a lesson blaming them all sends the next run to change what was right."""
-    named = {role: shown for role, shown in forms.items()
-             if f"<{role}>" in error or re.search(rf"(?<![\w<]){re.escape(role)}(?![\w>])", error, re.I)}
-    return named or forms
+    date``); none when it names none (an executor's refusal, a timeout, an interpreter's error). An error about
+    one argument says nothing about the others, nor one about none about any: a lesson blaming a form the error
+    did not name sends the next run to change what was right."""
+    return {role: shown for role, shown in forms.items()
+            if f"<{role}>" in error or re.search(rf"(?<![\w<]){re.escape(role)}(?![\w>])", error, re.I)}
 
 
 def _fingerprint(payload: FailurePayload) -> str:

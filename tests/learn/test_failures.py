@@ -190,10 +190,45 @@ def test_a_values_form_keeps_how_it_is_written_and_nothing_of_it(value: str, for
 
 
 def test_a_failure_tells_the_forms_of_the_arguments_its_error_names_only() -> None:
-    """The error names one argument (by its value or its name): only that argument's form is told; an error naming
-    none leaves every form, since any of them may be at fault."""
+    """The error names one argument (by its value or its name): only that argument's form is told."""
     forms = {"region": "a", "month": "9999-99"}
     assert failures.blamed(forms, "unknown region '<region>'") == {"region": "a"}
     assert failures.blamed(forms, "Month must be written MM/YYYY") == {"month": "9999-99"}
-    assert failures.blamed(forms, "service unavailable") == forms
-    assert failures.blamed(forms, "no data for the regional office") == forms  # a word holding the role's is not it
+    assert failures.blamed(forms, "<region> has no data for <month>") == forms
+
+
+@pytest.mark.parametrize("error", [
+    "Forbidden function evaluation: 'open' is not among the explicitly allowed tools or defined/imported in the "
+    "preceding code",
+    "Reached the max number of operations of 10000000",  # an interpreter's limit
+    "the request timed out after 30 s",
+    "no data for the regional office",  # a word holding a role's is not it
+])
+def test_an_error_naming_no_argument_blames_no_form(error: str) -> None:
+    """What the executor refused, a timeout or a limit says nothing of how the call's values were written: the
+    failure tells what the error says, and no form the next run would change for nothing."""
+    forms = {"path": "a/a.a", "region": "a"}
+    assert failures.blamed(forms, error) == {}
+    payload = FailurePayload(tool="read_note", line="read_note(path=<path>)", forms=failures.blamed(forms, error),
+                             error_type="InterpreterError", error=error)
+    assert render.failed_call(payload) == f'`read_note` raised InterpreterError; its error said: "{error}".'
+
+
+@tool
+def read_note(path: str) -> str:
+    """Return the text of a note.
+
+    Args:
+        path: The note's path, such as "notes/todo.txt".
+    """
+    return f"contents of {path}"
+
+
+def test_an_executor_refusal_on_the_failing_line_blames_none_of_the_tools_arguments(
+        recorder: StepRecorder, redis_client: redis.Redis) -> None:
+    agent = CodeAgent(tools=[read_note], model=ScriptedModel([
+        code_reply('text = read_note(path="notes/todo.txt") + open("notes/todo.txt").read()'), final_code(0)]),
+        step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    (failure,) = failures.extract(recorded(redis_client, recorder, agent, "What is on my todo list?"))
+    assert failure.payload.tool == "read_note" and "Forbidden function evaluation" in failure.payload.error
+    assert failure.payload.forms == {} and "written like" not in failure.text
