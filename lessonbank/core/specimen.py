@@ -251,14 +251,15 @@ def flag(values: list[bool]) -> dict[str, Any]:
 
 def valueless(value: Any, depth: int = 0) -> Any:
     """A specimen's structure alone: each flag back to its type's placeholder (``False``), a string's written forms
-    left out (an offset written ``+`` or ``-`` is no other structure), as a specimen kept before either was kept."""
+    and a field's shared words left out (an offset written ``+`` or ``-``, records that were all ``done`` this time,
+    are no other structure)."""
     if depth > MAX_DEPTH + 1:
         return value
     if isinstance(value, dict):
         if value.get(DESCRIBED) == "bool":
             return False
-        if value.get(DESCRIBED) == "str" and isinstance(value.get("like"), list):
-            rest = {key: inner for key, inner in value.items() if key != "like"}
+        if value.get(DESCRIBED) == "str" and any(isinstance(value.get(key), list) for key in ("like", "values")):
+            rest = {key: inner for key, inner in value.items() if key not in ("like", "values")}
             return rest if len(rest) > 1 else ""
         return {key: valueless(inner, depth + 1) for key, inner in value.items()}
     if isinstance(value, list):

@@ -27,8 +27,9 @@ run's instructions:
   (its flags' values not counted: a shape is not lost for saying them).
 
 Such a fact (origin ``observed``, tag ``shape``) is given from the run that observed it. Its fingerprint is the tool
-and the shape without its flags' values, so every run that sees the same tool's same shape adds evidence to one
-fact, and the values its flags held to its counts (``consolidate.recounted``). A run applied it when
+and the shape without what its values held (its flags' values, its strings' forms, its fields' words), so every run
+that sees the same tool's same shape adds evidence to one fact, the values its flags held to its counts, and its
+forms and words to its own (``consolidate.recounted``, ``walk.merged``). A run applied it when
 its code subscripts the records' path or reads a field it names; a failed run blames it only when one of its
 failing lines does.
 
@@ -102,8 +103,8 @@ class Shape:
 
     @property
     def fingerprint(self) -> str:
-        """The tool, the structure without its flags' values and its strings' written forms (``walk.valueless``),
-        and the path: every result of that form is one fact, whichever values its flags held."""
+        """The tool, the structure without its flags' values, its strings' written forms and its fields' words
+        (``walk.valueless``), and the path: every result of that form is one fact, whatever its values held."""
         form = describe(walk.valueless(self.structure))
         return hashlib.sha256(f"{TAG}|{self.tool}|{form}|{self.path}".encode()).hexdigest()[:32]
 

@@ -98,24 +98,24 @@ def first_json(text: str) -> Any:
         return None
 
 
-def structure(value: Any, depth: int = 0, kept: bool = False) -> Any:
+def structure(value: Any, depth: int = 0, kept: bool = False, records: bool = False) -> Any:
     """``value``'s structure and types as ``ShapePayload.structure`` holds them (its keys, no value, but what a
     string is when that changes its meaning and what a flag held: ``core.specimen``); raises ``Unfit`` for a value
     whose structure is not kept (a key that is not a plain name, an empty list). ``value`` is a tool's result as
     printed, or (``kept``) the recorder's specimen of it, where a bare ``False`` is a placeholder: a flag whose
-    value a recorder kept is a described leaf."""
+    value a recorder kept is a described leaf; ``records``: ``value`` is (in) a list's first element."""
     if depth > MAX_DEPTH:
         return MORE
     if isinstance(value, dict):
         if DESCRIBED in value:
-            return MORE if value[DESCRIBED] == CUT else leaf(value)  # cut by the recorder: there, not null
+            return MORE if value[DESCRIBED] == CUT else leaf(value, records)  # cut by the recorder: there, not null
         if not value:
             raise Unfit("an empty dict")
         fields = []
         for key in list(value)[:MAX_KEYS]:
             if not isinstance(key, str) or not PLAIN_KEY.fullmatch(key):
                 raise Unfit("a key that is not a plain name")
-            fields.append([key, structure(value[key], depth + 1, kept)])
+            fields.append([key, structure(value[key], depth + 1, kept, records)])
         return {"fields": fields, "more": len(value) > MAX_KEYS}
     if isinstance(value, list | tuple):
         if not value:
@@ -124,7 +124,7 @@ def structure(value: Any, depth: int = 0, kept: bool = False) -> Any:
         if isinstance(first, dict) and DESCRIBED not in first and len(value) > 1:
             first = dict(list(first.items())[:MAX_KEYS + 1])
             specimen.describe_fields(first, list(value[:MAX_RECORDS]))
-        return {"items": structure(first, depth + 1, kept)}
+        return {"items": structure(first, depth + 1, kept, records=True)}
     if isinstance(value, str | bool):
         return _scalar(value, depth, kept)
     if value is None or isinstance(value, int | float):
@@ -142,16 +142,19 @@ def _scalar(value: str | bool, depth: int, kept: bool) -> Any:
 _TEXT_FLAGS = ("bom", "decimal_comma")
 
 
-def leaf(described: dict[str, Any]) -> Any:
+def leaf(described: dict[str, Any], records: bool = False) -> Any:
     """A described leaf (``core.specimen``) as a shape keeps it: a string's ``{"type": "str", "number": true}``, with
     ``values`` (a few plain words), ``text`` (a text's form) or ``like`` (its written forms: ``["+99:99"]``); a
     flag's ``{"type": "bool", "true": 1, "false": 0}`` (how many results held each value: ``merged`` adds them up);
-    checked again, since a specimen crossed Redis from
-    the agent's process. Raises ``Unfit`` for anything else."""
+    checked again, since a specimen crossed Redis from the agent's process. Raises ``Unfit`` for anything else.
+    Outside a list's records (not ``records``) a string has no words and a flag one value: what one result held
+    there is its value, not what a field of records shares."""
     if described.get(DESCRIBED) == "bool":
         values = described.get("values")
         if not isinstance(values, list) or not 0 < len(values) <= 2 or not all(isinstance(v, bool) for v in values):
             raise Unfit("a flag without its values")
+        if not records and len(values) > 1:
+            return "bool"  # one result's flag held one value: which, is not known
         return {"type": "bool", "true": int(True in values), "false": int(False in values)}
     if described.get(DESCRIBED) != "str":
         raise Unfit("a described leaf of another type")
@@ -163,7 +166,7 @@ def leaf(described: dict[str, Any]) -> Any:
     elif isinstance(like := described.get("like"), list) and 0 < len(like) <= specimen.MAX_FORMS and all(
             specimen.is_form(form) for form in like):
         out["like"] = sorted(set(like))  # a written form: digits and letters masked, never a value
-    values = described.get("values")
+    values = described.get("values") if records else None
     if isinstance(values, list) and 0 < len(values) <= MAX_WORDS and all(
             isinstance(v, str) and WORD.fullmatch(v) for v in values):
         out["values"] = sorted(values)
@@ -194,49 +197,70 @@ def is_flag(node: Any) -> bool:
     return isinstance(node, dict) and node.get("type") == "bool"
 
 
-def _has_forms(node: Any) -> bool:
-    return isinstance(node, dict) and isinstance(node.get("like"), list)
+VALUED = ("like", "values")  # a string's written forms and shared words: what its values were, not its structure
 
 
-def valueless(structure: Any, depth: int = 0) -> Any:
-    """A structure without its flags' values (each a plain ``bool``) and its strings' written forms (``formless``):
-    what stays the same whatever they held."""
-    if _has_forms(structure):
-        return formless(structure)
-    if is_flag(structure) or depth > MAX_DEPTH + 1:
-        return "bool" if is_flag(structure) else structure
-    if isinstance(structure, dict) and "fields" in structure:
-        return {**structure, "fields": [[key, valueless(inner, depth + 1)] for key, inner in structure["fields"]]}
-    if isinstance(structure, dict) and "items" in structure:
-        return {**structure, "items": valueless(structure["items"], depth + 1)}
-    return structure
+def _without(node: Any, keys: tuple[str, ...]) -> Any:
+    """A string's leaf without its ``keys`` lists ("str" when nothing else is left); any other node as it is."""
+    if not isinstance(node, dict) or node.get("type") != "str" or not any(isinstance(node.get(k), list) for k in keys):
+        return node
+    rest = {key: value for key, value in node.items() if not (key in keys and isinstance(value, list))}
+    return rest if len(rest) > 1 else "str"
 
 
-def formless(structure: Any, depth: int = 0) -> Any:
-    """A structure without its strings' written forms (``leaf``'s ``like`` lists): what a shape too long with them
-    still says."""
-    if _has_forms(structure):
-        rest = {key: value for key, value in structure.items() if key != "like"}
-        return rest if len(rest) > 1 else "str"
+def _each_leaf(structure: Any, change: Any, depth: int = 0) -> Any:
     if depth > MAX_DEPTH + 1:
         return structure
     if isinstance(structure, dict) and "fields" in structure:
-        return {**structure, "fields": [[key, formless(inner, depth + 1)] for key, inner in structure["fields"]]}
+        return {**structure, "fields": [[key, _each_leaf(inner, change, depth + 1)]
+                                        for key, inner in structure["fields"]]}
     if isinstance(structure, dict) and "items" in structure:
-        return {**structure, "items": formless(structure["items"], depth + 1)}
-    return structure
+        return {**structure, "items": _each_leaf(structure["items"], change, depth + 1)}
+    return change(structure)
+
+
+def valueless(structure: Any) -> Any:
+    """A structure without its flags' values (each a plain ``bool``), its strings' written forms and the words a
+    field of records shared (``VALUED``): what stays the same whatever they held."""
+    return _each_leaf(structure, lambda node: "bool" if is_flag(node) else _without(node, VALUED))
+
+
+def formless(structure: Any) -> Any:
+    """A structure without its strings' written forms (``leaf``'s ``like`` lists): what a shape too long with them
+    still says."""
+    return _each_leaf(structure, lambda node: _without(node, ("like",)))
+
+
+def _joined(key: str, old: list[str], new: list[str]) -> list[str] | None:
+    if key == "like":
+        return specimen.fewest({*old, *new})
+    words = sorted({*old, *new})
+    return words if len(words) <= MAX_WORDS else None
+
+
+def _merged_string(old: dict[str, Any], new: Any) -> Any:
+    """A string's leaf seen twice: the forms and words of both, none when one of them had none (a value was seen
+    that fits none) or they are more than are told."""
+    out = dict(old)
+    for key in VALUED:
+        if isinstance(out.get(key), list):
+            theirs = new.get(key) if isinstance(new, dict) else None
+            both = _joined(key, out[key], theirs) if isinstance(theirs, list) else None
+            if both is None:
+                del out[key]
+            else:
+                out[key] = both
+    return out if len(out) > 1 else "str"
 
 
 def merged(old: Any, new: Any, depth: int = 0) -> Any:
     """Two structures of one result's form (the same ``valueless``) as one: each flag's counts added up; a flag
-    whose values one of them did not keep (a plain ``bool``) takes the other's; a string's written forms are those
-    of both (``specimen.fewest``), none when one of them has none: a value was seen that fits none."""
+    whose values one of them did not keep (a plain ``bool``) takes the other's; a string's written forms and a
+    field's words are those of both (``_merged_string``)."""
     if is_flag(old) and is_flag(new):
         return {"type": "bool", "true": old["true"] + new["true"], "false": old["false"] + new["false"]}
-    if _has_forms(old) or _has_forms(new):
-        both = _has_forms(old) and _has_forms(new)
-        forms = specimen.fewest({*old["like"], *new["like"]}) if both else None
-        return {**old, "like": forms} if forms else formless(old)
+    if isinstance(old, dict) and old.get("type") == "str":
+        return _merged_string(old, new)
     if old == "bool" or depth > MAX_DEPTH + 1:
         return new if is_flag(new) else old
     if isinstance(old, dict) and isinstance(new, dict) and "fields" in old and "fields" in new \
