@@ -13,6 +13,11 @@ tool has another signature or description than the one a lesson calling it (a re
 another structure under the same signature is a softer change: the lesson is still given, with a plain warning
 (``warning``), until a run given it ends well with the new structure (``shape_seen``). Prose lessons keep the
 fingerprints of the tools they name, for the record, and are never stale: a sentence is not code to call.
+
+A structure's hash names the rule it was hashed by (``SHAPE_RULE``): what is left out of a structure as no other
+structure has grown (a flag's values, then a string's written forms and a field's words), and a hash of an earlier
+rule says nothing of whether a result hashed now is another structure. A lesson's hash of an earlier rule is not
+compared: the next result its tool returns is its structure.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from lessonbank.learn import needs
 from lessonbank.learn.view import RunView
 
 MAX_SIGNATURE = 300  # characters of a signature kept
+SHAPE_RULE = "s2:"  # the rule ``shapes_of`` hashes by: flags' values, strings' forms and fields' words left out
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SIGNATURE = re.compile(r"(?s)(?P<name>[^(]*)\((?P<args>.*)\) -> (?P<out>[^()]*)")
 
@@ -97,8 +103,13 @@ def shapes_of(view: RunView) -> dict[str, str]:
     shapes: dict[str, str] = {}
     for step in view.actions:
         for returned in step.returned:
-            shapes.setdefault(returned.tool, _digest(specimen.valueless(returned.structure)))
+            shapes.setdefault(returned.tool, SHAPE_RULE + _digest(specimen.valueless(returned.structure)))
     return shapes
+
+
+def comparable(digest: str) -> bool:
+    """Whether a structure's hash was hashed by the current rule (a result hashed now can be compared with it)."""
+    return digest.startswith(SHAPE_RULE)
 
 
 def involved(lesson: Lesson, known: Collection[str]) -> set[str]:
@@ -192,7 +203,9 @@ def shape_seen(lesson: Lesson, shapes: Mapping[str, str], ended_well: bool) -> L
     updated = []
     for learnt in lesson.tool_versions:
         seen = shapes.get(learnt.name)
-        if seen and learnt.shape and seen != learnt.shape:
+        if seen and learnt.shape and not comparable(learnt.shape):  # hashed by an earlier rule: this is its structure
+            learnt = learnt.model_copy(update={"shape": seen, **({"later_shape": ""} if ended_well else {})})
+        elif seen and learnt.shape and seen != learnt.shape:
             learnt = learnt.model_copy(update={"shape": seen, "later_shape": ""} if ended_well
                                        else {"later_shape": seen})
         elif seen and seen == learnt.shape and learnt.later_shape and ended_well:

@@ -128,9 +128,10 @@ def test_a_description_change_alone_makes_a_recipe_stale_and_a_shape_change_only
     reworded = old.model_copy(update={"doc": new.doc})
     assert fingerprint.change(old, reworded) == "get_invoice's description changed"
     assert fingerprint.change(old, old) is None
+    one, two = fingerprint.SHAPE_RULE + "1", fingerprint.SHAPE_RULE + "2"
     lesson = Lesson.new(BANK, "approach", "x = get_invoice(invoice_id='a')").model_copy(
-        update={"tool_versions": [old.model_copy(update={"shape": "s1"})]})
-    seen = fingerprint.shape_seen(lesson, {"get_invoice": "s2"}, ended_well=False)
+        update={"tool_versions": [old.model_copy(update={"shape": one})]})
+    seen = fingerprint.shape_seen(lesson, {"get_invoice": two}, ended_well=False)
     assert seen is not None and "returned a result of another structure" in fingerprint.warning(seen)
-    settled = fingerprint.shape_seen(seen, {"get_invoice": "s2"}, ended_well=True)
-    assert settled is not None and fingerprint.warning(settled) == "" and settled.tool_versions[0].shape == "s2"
+    settled = fingerprint.shape_seen(seen, {"get_invoice": two}, ended_well=True)
+    assert settled is not None and fingerprint.warning(settled) == "" and settled.tool_versions[0].shape == two
