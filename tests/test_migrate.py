@@ -20,7 +20,7 @@ from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.instructions import compose_instructions
-from lessonbank.learn import needs, render
+from lessonbank.learn import needs, render, upgrade
 
 OLD = Path(__file__).resolve().parent / "fixtures" / "store_d7beb7d"
 BANK = "old"
@@ -104,18 +104,29 @@ def check_read(lessons: list[Lesson]) -> None:
             assert lesson.recipe is not None and lesson.recipe.code == item["recipe"]["code"]
 
 
-def check_blocks(store: LessonStoreBase) -> None:
+def check_blocks(store: LessonStoreBase, moved: dict[str, str] | None = None) -> None:
     """The instructions blocks the previous release gave from this store: the same lessons (the words of a fix or a
     recipe given for a task have changed since: values placed by where they flow) or lessons about a tool of the
     agent's, which rank higher now (relevant to any question about it: ``needs.tools_used``), or that release gave
-    for the same task in a larger block (a fix handed to another question is shorter now: a lesson more fits)."""
+    for the same task in a larger block (a fix handed to another question is shorter now: a lesson more fits).
+    ``moved``: the old id of each shape ``lessonbank migrate`` moved, by its new one."""
     for case in BLOCKS:
         block, given = compose_instructions(store, case["task"], BANK, max_chars=case["max_chars"],
                                             tools=case["tools"])
         assert bool(given) >= bool(case["given"]), case["task"]
         larger = {id_ for other in BLOCKS if other["task"] == case["task"] for id_ in other["given"]}
-        added = [lesson for lesson in given if lesson.id not in larger]
+        added = [lesson for lesson in given if (moved or {}).get(lesson.id, lesson.id) not in larger]
         assert all(needs.about_tools(lesson, case["tools"] or []) for lesson in added), case["task"]
+
+
+def moved_back(lessons: list[Lesson]) -> list[Lesson]:
+    """``lessons`` with each shape ``lessonbank migrate`` moved to its current id read as the lesson it was: the
+    same lesson under its old id, and nothing else at its new one."""
+    by_id = {lesson.id: lesson for lesson in lessons}
+    moved = {lesson.superseded_by: lesson for lesson in lessons if lesson.status_reason == upgrade.REKEYED}
+    assert len(moved) == 2 and all(upgrade.shape_id(by_id[now]) == now for now in moved)
+    back = [by_id[now].model_copy(update={"id": old.id}) for now, old in moved.items()]
+    return [lesson for lesson in lessons if lesson.id not in moved and lesson.status_reason != upgrade.REKEYED] + back
 
 
 def raw(store: LessonStoreBase) -> list[dict[str, Any]]:
@@ -128,12 +139,16 @@ def test_a_store_of_the_previous_release_reads_correctly_then_migrates(store: Le
     check_blocks(store)
 
     counts = migrate_bank(store, BANK)
-    assert counts == {"lessons": len(EXPECTED), "completed": 9}  # what fixes changed (keys too), the tools of 3 recipes
+    # what fixes changed (keys too), the tools of 3 recipes; both shapes, keyed by that release's fingerprint
+    assert counts == {"lessons": len(EXPECTED), "completed": 9, "moved": 2}
     stored = raw(store)
     assert {payload["schema_version"] for payload in stored} == {LESSON_SCHEMA_VERSION}
     assert all(payload["fix"]["changed"] is not None for payload in stored if payload.get("fix"))
     assert all(payload["recipe"]["tools"] is not None for payload in stored if payload.get("recipe"))
     assert {payload["status_cause"] for payload in stored} >= {"merged", "contradicted", "retracted", "released"}
-    check_read(store.list(BANK, limit=100, include_inactive=True))
-    check_blocks(store)
-    assert migrate_bank(store, BANK)["completed"] == 0  # once is enough
+    after = store.list(BANK, limit=100, include_inactive=True)
+    check_read(moved_back(after))
+    check_blocks(store, {lesson.superseded_by or "": lesson.id for lesson in after
+                         if lesson.status_reason == upgrade.REKEYED})
+    again = migrate_bank(store, BANK)
+    assert again["completed"] == again["moved"] == 0  # once is enough

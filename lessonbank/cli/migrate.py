@@ -1,7 +1,8 @@
 """``lessonbank migrate``: rewrite the stored lessons of a bank, or of every bank, in the current schema.
 
 Lessons stored by an earlier release are read into the current schema whenever they are read; this writes them
-back that way once, with what only the learning code works out filled in (``lessonbank.learn.upgrade``).
+back that way once, with what only the learning code works out filled in (``lessonbank.learn.upgrade``), and moves
+the observed shapes stored under an earlier fingerprint rule to their current ids (``upgrade.rekeyed``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import click
 
 from lessonbank.cli.context import CliContext, checked_bank, echo_json, json_option, pass_cli
 from lessonbank.cli.store_access import EVERY_LESSON, cli_store
+from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn.upgrade import changed, complete
+from lessonbank.learn.upgrade import REKEYED, changed, complete, rekeyed, shape_id
 
 BATCH = 64
 
@@ -23,7 +25,29 @@ def migrate_bank(store: LessonStoreProtocol, bank: str) -> dict[str, int]:
     done = [complete(lesson) for lesson in lessons]
     for start in range(0, len(done), BATCH):
         store.upsert(done[start:start + BATCH])
-    return {"lessons": len(lessons), "completed": sum(changed(a, b) for a, b in zip(lessons, done, strict=True))}
+    return {"lessons": len(lessons), "completed": sum(changed(a, b) for a, b in zip(lessons, done, strict=True)),
+            "moved": move_shapes(store, bank, done)}
+
+
+def move_shapes(store: LessonStoreProtocol, bank: str, lessons: list[Lesson]) -> int:
+    """Move the observed shapes among ``lessons`` stored under an earlier fingerprint rule to their current ids,
+    joined to what is stored there (superseding them as merged: ``rekeyed``); how many were moved (none the second
+    time: one of another status than what it would join stays where it is)."""
+    by_id = {lesson.id: lesson for lesson in lessons}
+    moving: dict[str, list[Lesson]] = {}
+    for lesson in lessons:
+        if lesson.status != "superseded" and (now := shape_id(lesson)) is not None and now != lesson.id:
+            moving.setdefault(now, []).append(lesson)
+    moved = 0
+    for now, found in moving.items():
+        there = by_id.get(now)
+        joined = rekeyed([*([there] if there is not None and there.status != "superseded" else []), *found], now)
+        taken = [lesson.id for lesson in joined[1] if lesson.id != now] if joined is not None else []
+        if joined is not None and taken:
+            store.upsert([joined[0]])
+            store.set_status(bank, taken, "superseded", superseded_by=now, reason=REKEYED, cause="merged")
+            moved += len(taken)
+    return moved
 
 
 @click.command("migrate")
@@ -43,4 +67,5 @@ def migrate(cli: CliContext, bank: str | None, as_json: bool) -> None:
         click.echo("No banks yet.", err=True)
     for name, counts in done.items():
         click.echo(f"bank {name!r}: {counts['lessons']} lesson(s) rewritten, {counts['completed']} of them "
-                   "completed (what a fix changed, the tools a recipe calls)")
+                   "completed (what a fix changed, the tools a recipe calls)"
+                   + (f", {counts['moved']} shape(s) moved to their current fingerprint" if counts["moved"] else ""))

@@ -109,6 +109,12 @@ class Shape:
         return hashlib.sha256(f"{TAG}|{self.tool}|{form}|{self.path}".encode()).hexdigest()[:32]
 
 
+def fingerprint_of(payload: ShapePayload) -> str:
+    """The fingerprint a stored shape has by the current rule (``Shape.fingerprint``), whichever rule keyed it."""
+    path = tuple(payload.records) if payload.records is not None else None
+    return Shape(payload.tool, payload.structure, path, ()).fingerprint
+
+
 def _text_form(form: dict[str, Any]) -> str:
     if form.get("holds"):
         return f"{form['holds'].upper()} as text"

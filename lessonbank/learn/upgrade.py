@@ -4,12 +4,22 @@ Reading a lesson stored by schema 1 gives it its payloads and status cause (``co
 learning code can work out is left open there: the arguments a fix's correction changed and the tools a recipe
 calls. This fills them in, and renders the text of a lesson whose text is its payload's (unchanged for a lesson
 its own release rendered).
+
+An observed shape's id is its fingerprint's (``shapes.fingerprint_of``), and what the fingerprint leaves out of a
+structure has grown (a flag's values, then a string's written forms and a field's words): a shape stored under an
+earlier rule is moved to its current id (``shape_id``, ``rekeyed``), where the next run observing it finds it,
+and the lesson it was stored as is superseded by it as merged (``lessonbank migrate`` moves every one; a run
+observing one not moved yet moves it first: ``workers.bank_writer``).
 """
 
 from __future__ import annotations
 
-from lessonbank.core.models import LESSON_SCHEMA_VERSION, Lesson
-from lessonbank.learn import fixtext, needs, render
+from lessonbank.core.models import LESSON_SCHEMA_VERSION, Lesson, recipe_id
+from lessonbank.learn import fixtext, needs, render, shapes, walk
+from lessonbank.learn.provenance import capped
+
+# The reason a shape stored under an earlier fingerprint rule is superseded with (its cause is ``merged``).
+REKEYED = "kept under its shape's current fingerprint"
 
 
 def complete(lesson: Lesson) -> Lesson:
@@ -26,3 +36,56 @@ def complete(lesson: Lesson) -> Lesson:
 def changed(before: Lesson, after: Lesson) -> bool:
     """Whether completing ``before`` changed anything that is stored."""
     return before.model_dump(mode="json") != after.model_dump(mode="json")
+
+
+def shape_id(lesson: Lesson) -> str | None:
+    """The id an observed shape has by the current fingerprint rule; None for any other lesson, and for a shape
+    whose stored structure is not one (a store may hold anything: it stays where it is)."""
+    if lesson.origin != "observed" or lesson.shape is None:
+        return None
+    try:
+        return recipe_id(lesson.bank, shapes.fingerprint_of(lesson.shape), kind=shapes.TAG)
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError):
+        return None
+
+
+def _order(lesson: Lesson) -> tuple[bool, int, float]:
+    return lesson.status != "active", -lesson.evidence, lesson.first_seen
+
+
+def _joined(into: Lesson, other: Lesson) -> Lesson:
+    """``into`` with the runs of ``other`` (the same shape, stored under another id) it does not list, their
+    evidence, failures and credit, and the values its results held."""
+    runs = [run for run in other.source_run_ids if run not in into.source_run_ids]
+    if into.shape is not None and other.shape is not None:
+        both = walk.merged(into.shape.structure, other.shape.structure)
+        into = into.model_copy(update={"shape": into.shape.model_copy(update={"structure": both})})
+    listed = {entry.run_id for entry in into.provenance}
+    unlisted = max(other.evidence - len(other.source_run_ids), 0)  # past its provenance cap: counted, not listed
+    return capped(into.model_copy(update={
+        "evidence": into.evidence + len(runs) + unlisted,
+        "source_run_ids": [*into.source_run_ids, *runs],
+        "provenance": [*into.provenance, *(entry for entry in other.provenance if entry.run_id not in listed)],
+        "provenance_dropped": into.provenance_dropped + other.provenance_dropped,
+        "failed_runs": into.failed_runs + sum(entry.failed is True for entry in other.provenance
+                                               if entry.run_id in runs),
+        "verified": into.verified or other.verified,
+        "given": into.given + other.given, "applied": into.applied + other.applied,
+        "helpful": into.helpful + other.helpful, "harmful": into.harmful + other.harmful,
+        "first_seen": min(into.first_seen, other.first_seen), "last_seen": max(into.last_seen, other.last_seen),
+    }))
+
+
+def rekeyed(found: list[Lesson], new_id: str) -> tuple[Lesson, list[Lesson]] | None:
+    """What shapes stored under other ids (``found``: those whose ``shape_id`` is ``new_id``, none superseded) are
+    under ``new_id``: the active one with the most evidence (else the one with the most), with the runs, counts and
+    values of the others of its status joined to it (``_joined``), its text rendered again; and the lessons it
+    takes in. One of another status (a variant a user forgot, or outcomes retired) stays as it is. None for none."""
+    if not found:
+        return None
+    first, *others = sorted(found, key=_order)
+    taken = [first, *(other for other in others if other.status == first.status)]
+    lesson = first.model_copy(update={"id": new_id})
+    for other in taken[1:]:
+        lesson = _joined(lesson, other)
+    return lesson.model_copy(update={"text": render.text(lesson)}), taken

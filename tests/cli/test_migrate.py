@@ -16,9 +16,11 @@ def test_lessonbank_migrate_rewrites_every_bank(tmp_path: Path, env: dict[str, s
     result = CliRunner().invoke(cli, ["migrate"], env=env)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == (f"bank 'old': {len(EXPECTED)} lesson(s) rewritten, 9 of them completed "
-                                     "(what a fix changed, the tools a recipe calls)")
+                                     "(what a fix changed, the tools a recipe calls), 2 shape(s) moved to their "
+                                     "current fingerprint")
     again = CliRunner().invoke(cli, ["migrate", "--bank", BANK, "--json"], env=env)
-    assert again.exit_code == 0 and json.loads(again.output) == {BANK: {"lessons": len(EXPECTED), "completed": 0}}
+    assert again.exit_code == 0
+    assert json.loads(again.output) == {BANK: {"lessons": len(EXPECTED) + 2, "completed": 0, "moved": 0}}
     listed = CliRunner().invoke(cli, ["lessons", "list", "--bank", BANK, "--all"], env=env)
     assert listed.exit_code == 0
     assert all(" ".join(item["text"].split())[:80] in listed.output for item in EXPECTED)
