@@ -124,7 +124,7 @@ def moved_back(lessons: list[Lesson]) -> list[Lesson]:
     same lesson under its old id, and nothing else at its new one."""
     by_id = {lesson.id: lesson for lesson in lessons}
     moved = {lesson.superseded_by: lesson for lesson in lessons if lesson.status_reason == upgrade.REKEYED}
-    assert len(moved) == 2 and all(upgrade.shape_id(by_id[now]) == now for now in moved)
+    assert len(moved) == 2 and all(upgrade.observed_id(by_id[now]) == now for now in moved)
     back = [by_id[now].model_copy(update={"id": old.id}) for now, old in moved.items()]
     return [lesson for lesson in lessons if lesson.id not in moved and lesson.status_reason != upgrade.REKEYED] + back
 

@@ -2,7 +2,7 @@
 
 Lessons stored by an earlier release are read into the current schema whenever they are read; this writes them
 back that way once, with what only the learning code works out filled in (``lessonbank.learn.upgrade``), and moves
-the observed shapes stored under an earlier fingerprint rule to their current ids (``upgrade.rekeyed``).
+the observed shapes and failures stored under an earlier fingerprint rule to their current ids (``upgrade.rekeyed``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from lessonbank.cli.context import CliContext, checked_bank, echo_json, json_opt
 from lessonbank.cli.store_access import EVERY_LESSON, cli_store
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
-from lessonbank.learn.upgrade import REKEYED, changed, complete, rekeyed, shape_id
+from lessonbank.learn.upgrade import REKEYED, changed, complete, observed_id, rekeyed
 
 BATCH = 64
 
@@ -26,17 +26,17 @@ def migrate_bank(store: LessonStoreProtocol, bank: str) -> dict[str, int]:
     for start in range(0, len(done), BATCH):
         store.upsert(done[start:start + BATCH])
     return {"lessons": len(lessons), "completed": sum(changed(a, b) for a, b in zip(lessons, done, strict=True)),
-            "moved": move_shapes(store, bank, done)}
+            "moved": move_observed(store, bank, done)}
 
 
-def move_shapes(store: LessonStoreProtocol, bank: str, lessons: list[Lesson]) -> int:
-    """Move the observed shapes among ``lessons`` stored under an earlier fingerprint rule to their current ids,
-    joined to what is stored there (superseding them as merged: ``rekeyed``); how many were moved (none the second
-    time: one of another status than what it would join stays where it is)."""
+def move_observed(store: LessonStoreProtocol, bank: str, lessons: list[Lesson]) -> int:
+    """Move the observed shapes and failures among ``lessons`` stored under an earlier fingerprint rule to their
+    current ids, joined to what is stored there (superseding them as merged: ``rekeyed``); how many were moved (none
+    the second time: one of another status than what it would join stays where it is)."""
     by_id = {lesson.id: lesson for lesson in lessons}
     moving: dict[str, list[Lesson]] = {}
     for lesson in lessons:
-        if lesson.status != "superseded" and (now := shape_id(lesson)) is not None and now != lesson.id:
+        if lesson.status != "superseded" and (now := observed_id(lesson)) is not None and now != lesson.id:
             moving.setdefault(now, []).append(lesson)
     moved = 0
     for now, found in moving.items():
@@ -68,4 +68,5 @@ def migrate(cli: CliContext, bank: str | None, as_json: bool) -> None:
     for name, counts in done.items():
         click.echo(f"bank {name!r}: {counts['lessons']} lesson(s) rewritten, {counts['completed']} of them "
                    "completed (what a fix changed, the tools a recipe calls)"
-                   + (f", {counts['moved']} shape(s) moved to their current fingerprint" if counts["moved"] else ""))
+                   + (f", {counts['moved']} observed fact(s) moved to their current fingerprint"
+                      if counts["moved"] else ""))

@@ -168,7 +168,12 @@ def blamed(forms: dict[str, str], error: str) -> dict[str, str]:
             if f"<{role}>" in error or re.search(rf"(?<![\w<]){re.escape(role)}(?![\w>])", error, re.I)}
 
 
-def _fingerprint(payload: FailurePayload) -> str:
+def kept_now(payload: FailurePayload) -> FailurePayload:
+    """A stored failure as the current rule keeps it: only the forms its error names (``blamed``)."""
+    return payload.model_copy(update={"forms": blamed(dict(payload.forms), payload.error)})
+
+
+def fingerprint_of(payload: FailurePayload) -> str:
     """The tool, the roles and forms of what it was passed, the exception and its message without digits."""
     roles = re.findall(r"<(\w+)>", payload.line)
     key = [payload.tool, sorted(set(roles)), sorted(payload.forms.items()), payload.error_type,
@@ -195,7 +200,7 @@ def extract(view: RunView) -> list[Failure]:
         forms = blamed({role: shown for value, role in passed.items() if (shown := form(value))}, error[1])
         payload = FailurePayload(tool=call.tool, line=_line_with_roles(line, call, roles), forms=forms,
                                  error_type=error[0], error=error[1])
-        fingerprint = _fingerprint(payload)
+        fingerprint = fingerprint_of(payload)
         found.setdefault(fingerprint, Failure(payload, step.seq, fingerprint))
         if len(found) >= MAX_FAILURES:
             break

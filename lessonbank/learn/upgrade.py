@@ -5,21 +5,21 @@ learning code can work out is left open there: the arguments a fix's correction 
 calls. This fills them in, and renders the text of a lesson whose text is its payload's (unchanged for a lesson
 its own release rendered).
 
-An observed shape's id is its fingerprint's (``shapes.fingerprint_of``), and what the fingerprint leaves out of a
-structure has grown (a flag's values, then a string's written forms and a field's words): a shape stored under an
-earlier rule is moved to its current id (``shape_id``, ``rekeyed``), where the next run observing it finds it,
-and the lesson it was stored as is superseded by it as merged (``lessonbank migrate`` moves every one; a run
-observing one not moved yet moves it first: ``workers.bank_writer``).
+An observed shape's or failure's id is its fingerprint's, and what the fingerprint leaves out has grown (a shape's
+flags' values, then its strings' written forms and its fields' words; a failure's forms its error does not name): one
+stored under an earlier rule is moved to its current id (``observed_id``, ``rekeyed``), where the next run observing
+it finds it, and the lesson it was stored as is superseded by it as merged (``lessonbank migrate`` moves every one;
+a run observing one not moved yet moves it first: ``workers.bank_writer``).
 """
 
 from __future__ import annotations
 
 from lessonbank.core.models import LESSON_SCHEMA_VERSION, Lesson, recipe_id
-from lessonbank.learn import fixtext, needs, render, shapes, walk
+from lessonbank.learn import failures, fixtext, needs, render, shapes, walk
 from lessonbank.learn.provenance import capped
 
-# The reason a shape stored under an earlier fingerprint rule is superseded with (its cause is ``merged``).
-REKEYED = "kept under its shape's current fingerprint"
+# The reason an observed fact stored under an earlier fingerprint rule is superseded with (its cause is ``merged``).
+REKEYED = "kept under its current fingerprint"
 
 
 def complete(lesson: Lesson) -> Lesson:
@@ -38,15 +38,27 @@ def changed(before: Lesson, after: Lesson) -> bool:
     return before.model_dump(mode="json") != after.model_dump(mode="json")
 
 
-def shape_id(lesson: Lesson) -> str | None:
-    """The id an observed shape has by the current fingerprint rule; None for any other lesson, and for a shape
-    whose stored structure is not one (a store may hold anything: it stays where it is)."""
-    if lesson.origin != "observed" or lesson.shape is None:
+def kept_now(lesson: Lesson) -> Lesson:
+    """An observed fact with its payload as the current rule keeps it (a failure's forms its error names)."""
+    if lesson.origin == "observed" and lesson.failure is not None:
+        return lesson.model_copy(update={"failure": failures.kept_now(lesson.failure)})
+    return lesson
+
+
+def observed_id(lesson: Lesson) -> str | None:
+    """The id an observed shape or failure has by the current fingerprint rule; None for any other lesson, and for
+    one whose stored payload is not one (a store may hold anything: it stays where it is)."""
+    if lesson.origin != "observed":
         return None
     try:
-        return recipe_id(lesson.bank, shapes.fingerprint_of(lesson.shape), kind=shapes.TAG)
+        if lesson.shape is not None:
+            return recipe_id(lesson.bank, shapes.fingerprint_of(lesson.shape), kind=shapes.TAG)
+        if lesson.failure is not None:
+            fingerprint = failures.fingerprint_of(failures.kept_now(lesson.failure))
+            return recipe_id(lesson.bank, fingerprint, kind=failures.TAG)
     except (TypeError, ValueError, KeyError, AttributeError, RecursionError):
         return None
+    return None
 
 
 def _order(lesson: Lesson) -> tuple[bool, int, float]:
@@ -54,8 +66,8 @@ def _order(lesson: Lesson) -> tuple[bool, int, float]:
 
 
 def _joined(into: Lesson, other: Lesson) -> Lesson:
-    """``into`` with the runs of ``other`` (the same shape, stored under another id) it does not list, their
-    evidence, failures and credit, and the values its results held."""
+    """``into`` with the runs of ``other`` (the same fact, stored under another id) it does not list, their
+    evidence, failures and credit, and the values a shape's results held."""
     runs = [run for run in other.source_run_ids if run not in into.source_run_ids]
     if into.shape is not None and other.shape is not None:
         both = walk.merged(into.shape.structure, other.shape.structure)
@@ -77,13 +89,14 @@ def _joined(into: Lesson, other: Lesson) -> Lesson:
 
 
 def rekeyed(found: list[Lesson], new_id: str) -> tuple[Lesson, list[Lesson]] | None:
-    """What shapes stored under other ids (``found``: those whose ``shape_id`` is ``new_id``, none superseded) are
-    under ``new_id``: the active one with the most evidence (else the one with the most), with the runs, counts and
-    values of the others of its status joined to it (``_joined``), its text rendered again; and the lessons it
-    takes in. One of another status (a variant a user forgot, or outcomes retired) stays as it is. None for none."""
+    """What observed facts stored under other ids (``found``: those whose ``observed_id`` is ``new_id``, none
+    superseded) are under ``new_id``, each payload as the current rule keeps it (``kept_now``): the active one with
+    the most evidence (else the one with the most), with the runs, counts and values of the others of its status
+    joined to it (``_joined``), its text rendered again; and the lessons it takes in. One of another status (a
+    variant a user forgot, or outcomes retired) stays as it is. None for none."""
     if not found:
         return None
-    first, *others = sorted(found, key=_order)
+    first, *others = sorted(map(kept_now, found), key=_order)
     taken = [first, *(other for other in others if other.status == first.status)]
     lesson = first.model_copy(update={"id": new_id})
     for other in taken[1:]:

@@ -90,7 +90,7 @@ class BankWriter:
         self.stats = ConsolidationStats()
         self.now = time.time()
         self._planned: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Decision]] = {}
-        self._earlier: list[tuple[Lesson, str]] | None = None  # shapes keyed by an earlier rule, with their ids now
+        self._earlier: list[tuple[Lesson, str]] | None = None  # facts keyed by an earlier rule, their ids now
 
     def _stored(self, lesson_id_: str) -> Lesson | None:
         found = self.store.get(self.bank, [lesson_id_])
@@ -152,7 +152,7 @@ class BankWriter:
         purged it or it is held back). One held (``fact.hold``) is stored quarantined, and never reinforces one
         that runs are given."""
         fid = recipe_id(self.bank, fact.fingerprint, kind=fact.tag)
-        if fact.shape is not None:
+        if fact.shape is not None or fact.failure is not None:
             self._move_earlier(fid)
         if fact.hold:
             if self._tombstoned(fid) or self.store.get(self.bank, [fid]):
@@ -187,15 +187,15 @@ class BankWriter:
         return fid
 
     def _move_earlier(self, fid: str) -> None:
-        """Move the shapes stored under an earlier fingerprint rule whose id is now ``fid`` there (``upgrade``),
-        when nothing is stored there yet: a bank written before the rule changed keeps one lesson per shape. The
-        bank is read for them once per run, and only for a shape not found by its id."""
+        """Move the shapes or failures stored under an earlier fingerprint rule whose id is now ``fid`` there
+        (``upgrade``), when nothing is stored there yet: a bank written before the rule changed keeps one lesson per
+        fact. The bank is read for them once per run, and only for a fact not found by its id."""
         if self.store.get(self.bank, [fid]):
             return
         if self._earlier is None:
             lessons = self.store.list(self.bank, limit=EVERY_LESSON, include_inactive=True)
             self._earlier = [(lesson, now) for lesson in lessons if lesson.status != "superseded"
-                             and (now := upgrade.shape_id(lesson)) is not None and now != lesson.id]
+                             and (now := upgrade.observed_id(lesson)) is not None and now != lesson.id]
         found = upgrade.rekeyed([lesson for lesson, now in self._earlier if now == fid], fid)
         if found is None:
             return
@@ -204,8 +204,8 @@ class BankWriter:
         self.store.set_status(self.bank, [lesson.id for lesson in taken], "superseded", superseded_by=fid,
                               reason=upgrade.REKEYED, cause="merged")
         self._earlier = [(lesson, now) for lesson, now in self._earlier if now != fid]
-        logger.info("bank %s: %d shape(s) stored under an earlier fingerprint moved to %s", self.bank, len(taken),
-                    fid)
+        logger.info("bank %s: %d observed fact(s) stored under an earlier fingerprint moved to %s", self.bank,
+                    len(taken), fid)
 
     def add_recipe(self, recipe: Recipe, steps: list[int], taint: list[Taint] | None = None,
                    hold: str = "") -> str | None:

@@ -16,8 +16,8 @@ def test_lessonbank_migrate_rewrites_every_bank(tmp_path: Path, env: dict[str, s
     result = CliRunner().invoke(cli, ["migrate"], env=env)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == (f"bank 'old': {len(EXPECTED)} lesson(s) rewritten, 9 of them completed "
-                                     "(what a fix changed, the tools a recipe calls), 2 shape(s) moved to their "
-                                     "current fingerprint")
+                                     "(what a fix changed, the tools a recipe calls), 2 observed fact(s) moved to "
+                                     "their current fingerprint")
     again = CliRunner().invoke(cli, ["migrate", "--bank", BANK, "--json"], env=env)
     assert again.exit_code == 0
     assert json.loads(again.output) == {BANK: {"lessons": len(EXPECTED) + 2, "completed": 0, "moved": 0}}

@@ -1,6 +1,7 @@
-"""A bank written before a shape's fingerprint left out the words a field of records shared, on a real embedded
-store: the next run observing the same tool's result joins the lesson stored (one lesson, not two), and the hash of
-the tool's structure the lesson was stamped with gives no "another structure" warning."""
+"""A bank written before a shape's fingerprint left out the words a field of records shared (and a failure's the
+forms its error does not name), on a real embedded store: the next run observing the same tool's result joins the
+lesson stored (one lesson, not two), ``lessonbank migrate`` moves them all once, and the hash of the tool's
+structure the lesson was stamped with gives no "another structure" warning."""
 
 from __future__ import annotations
 
@@ -19,14 +20,22 @@ from smolagents import CodeAgent, tool
 from lessonbank.agent import remember
 from lessonbank.cli.migrate import migrate_bank
 from lessonbank.core.embeddings import FastEmbedEmbedder
-from lessonbank.core.models import Lesson, ShapePayload, StepRecord, ToolFingerprint, ToolResultRecord, recipe_id
+from lessonbank.core.models import (
+    FailurePayload,
+    Lesson,
+    ShapePayload,
+    StepRecord,
+    ToolFingerprint,
+    ToolResultRecord,
+    recipe_id,
+)
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.specimen import specimen
 from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.learn import consolidate, fingerprint, shapes
+from lessonbank.learn import consolidate, failures, fingerprint, shapes
 from lessonbank.learn.view import RunView
 from lessonbank.workers.consolidate import Consolidator, Thresholds
 from lessonbank.workers.deps import Deps
@@ -235,3 +244,43 @@ def test_a_run_given_a_bank_of_the_earlier_rule_leaves_one_lesson_and_no_warning
     (lesson,) = active_shapes(store)  # one lesson, not two
     assert lesson.id != earlier.id and sorted(lesson.source_run_ids) == sorted(["r-old", run_id])
     assert all(fingerprint.warning(item) == "" for item in store.list(BANK, limit=100, include_inactive=True))
+
+
+TIMED_OUT = "the request timed out after 30 s"
+
+
+def failure(forms: dict[str, str]) -> FailurePayload:
+    return FailurePayload(tool="get_sales", line="get_sales(region=<region>)", forms=forms, error_type="TimeoutError",
+                          error=TIMED_OUT)
+
+
+def test_a_failure_that_blamed_a_form_its_error_does_not_name_is_joined_as_the_current_rule_keeps_it(
+        store: LessonStoreBase) -> None:
+    blaming = failure({"region": "a"})  # as the release before kept it: every argument's form
+    fact = consolidate.Observed(failures.TAG, failures.fingerprint_of(blaming), (0,), failure=blaming)
+    earlier = consolidate.observed_lesson(BANK, fact, "r-old", verified=False)
+    store.upsert([earlier])
+    now = failure({})
+    assert add_failure(store, "r-new", now) == recipe_id(BANK, failures.fingerprint_of(now), kind=failures.TAG)
+    (lesson,) = [item for item in store.list(BANK, limit=100) if item.failure is not None]
+    assert lesson.evidence == 2 and lesson.failure == now and "written like" not in lesson.text
+    assert store.get(BANK, [earlier.id])[0].superseded_by == lesson.id
+
+
+def test_lessonbank_migrate_moves_a_failure_of_the_earlier_rule(store: LessonStoreBase) -> None:
+    blaming = failure({"region": "a"})
+    named = failure({"region": "a"}).model_copy(update={"error": "unknown region '<region>'"})
+    for payload in (blaming, named):
+        fact = consolidate.Observed(failures.TAG, failures.fingerprint_of(payload), (0,), failure=payload)
+        store.upsert([consolidate.observed_lesson(BANK, fact, "r-old", verified=False)])
+    assert migrate_bank(store, BANK)["moved"] == 1  # the one its error names keeps its form and its id
+    texts = sorted(item.text for item in store.list(BANK, limit=100))
+    assert texts == ['`get_sales` raised TimeoutError when passed `region` written like "a"; its error said: '
+                     '"unknown region \'<region>\'".',
+                     f'`get_sales` raised TimeoutError; its error said: "{TIMED_OUT}".']
+    assert migrate_bank(store, BANK)["moved"] == 0
+
+
+def add_failure(store: LessonStoreBase, run_id: str, payload: FailurePayload) -> str | None:
+    fact = consolidate.Observed(failures.TAG, failures.fingerprint_of(payload), (0,), failure=payload)
+    return Consolidator(store, BANK, run_id, Thresholds(0.9, 0.6)).add_observed(fact)
