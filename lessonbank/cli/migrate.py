@@ -2,18 +2,21 @@
 
 Lessons stored by an earlier release are read into the current schema whenever they are read; this writes them
 back that way once, with what only the learning code works out filled in (``lessonbank.learn.upgrade``), and moves
-the observed shapes and failures stored under an earlier fingerprint rule to their current ids (``upgrade.rekeyed``).
+the observed shapes and failures stored under an earlier fingerprint rule to their current ids (``upgrade.rekeyed``),
+marking each bank done for the workers (``workers.rekeyed``).
 """
 
 from __future__ import annotations
 
 import click
+import redis
 
 from lessonbank.cli.context import CliContext, checked_bank, echo_json, json_option, pass_cli
 from lessonbank.cli.store_access import EVERY_LESSON, cli_store
 from lessonbank.core.models import Lesson
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.learn.upgrade import REKEYED, changed, complete, observed_id, rekeyed
+from lessonbank.workers.rekeyed import RekeyMarker
 
 BATCH = 64
 
@@ -50,6 +53,17 @@ def move_observed(store: LessonStoreProtocol, bank: str, lessons: list[Lesson]) 
     return moved
 
 
+def mark_done(cli: CliContext, banks: list[str]) -> None:
+    """Mark ``banks`` as holding no observed fact of an earlier rule, so that no worker reads them for one again;
+    without Redis a worker finds that out by reading each bank once more (a warning, not a failure)."""
+    try:
+        client = cli.redis()
+        for bank in banks:
+            RekeyMarker(client, bank).mark()
+    except (click.ClickException, redis.RedisError) as e:
+        click.echo(f"warning: the banks were migrated, but could not be marked so in Redis: {e}", err=True)
+
+
 @click.command("migrate")
 @click.option("--bank", "-b", "bank", default=None, help="Only this bank (default: every bank).")
 @json_option
@@ -60,6 +74,7 @@ def migrate(cli: CliContext, bank: str | None, as_json: bool) -> None:
     with cli_store(cli) as store:
         names = [checked_bank(bank)] if bank is not None else sorted(store.banks())
         done = {name: migrate_bank(store, name) for name in names}
+    mark_done(cli, names)
     if as_json:
         echo_json(done)
         return

@@ -25,6 +25,7 @@ from lessonbank.core.constants import (
     BANK_RUNS_KEY,
     BANK_SUMMARIES_KEY,
     bank_purged_key,
+    bank_rekeyed_key,
     bank_runs_key,
     bank_summaries_key,
 )
@@ -151,6 +152,7 @@ def restore_bank(store: LessonStoreProtocol, client: redis.Redis, backup: BankBa
     for start in range(0, len(backup.lessons), WRITE_BATCH):
         store.upsert(backup.lessons[start:start + WRITE_BATCH])
     pipe = client.pipeline(transaction=True)
+    pipe.delete(bank_rekeyed_key(backup.bank))  # its lessons may be of an earlier fingerprint rule: read it for them
     if backup.runs:
         pipe.zadd(bank_runs_key(backup.bank), backup.runs)
     if backup.summaries:

@@ -27,6 +27,8 @@ Outcomes of distillation
                                            a run found gone mid-distillation was deleted with it, not lost
     ``lessonbank:bank:{bank}:tools``       hash: tool name -> the fingerprint its latest distilled run had
                                            (``lessonbank.workers.versions``): a change marks lessons stale
+    ``lessonbank:bank:{bank}:rekeyed``     string: the fingerprint rule every observed shape and failure of the bank
+                                           is stored under (``lessonbank.workers.rekeyed``): no read for earlier ones
 
 Tasks in hand (``lessonbank.workers.jobs``): a job is one task's work, e.g. ``distill:{run_id}``
     ``lessonbank:job:{job_id}``            hash: task, args (JSON), queue, task_id, retries, holder (the worker
@@ -87,6 +89,7 @@ BANK_SUMMARIES_KEY = PREFIX + ":bank:{bank}:summaries"
 BANK_PURGED_KEY = PREFIX + ":bank:{bank}:purged"
 BANK_DELETED_KEY = PREFIX + ":bank:{bank}:deleted"
 BANK_TOOLS_KEY = PREFIX + ":bank:{bank}:tools"
+BANK_REKEYED_KEY = PREFIX + ":bank:{bank}:rekeyed"
 JOB_KEY = PREFIX + ":job:{job_id}"
 JOBS_DUE_KEY = PREFIX + ":jobs:due"
 STORE_OWNER_KEY = PREFIX + ":store:owner"
@@ -160,6 +163,10 @@ def bank_deleted_key(bank: str) -> str:
 
 def bank_tools_key(bank: str) -> str:
     return BANK_TOOLS_KEY.format(bank=bank)
+
+
+def bank_rekeyed_key(bank: str) -> str:
+    return BANK_REKEYED_KEY.format(bank=bank)
 
 
 def worker_key(name: str) -> str:

@@ -4,10 +4,11 @@
 checkpoint, progress and credit are fields of the hash), their place in the open-runs set, the bank's
 run index and summaries, the dead letters of its runs, the lessons its agents handed in that still
 wait (``pending_lesson_key``), its tasks still waiting in the queue, its tombstones, the versions of its tools
-(``bank_tools_key``). The caller holds the bank's lock meanwhile (``bank_held``), so no worker consolidates into
-the bank while it goes; the lock key goes when the caller lets go of it. It leaves one key: when the bank was deleted
-(``bank_deleted_key``, for ``step_ttl``), so that a worker that finds its run gone mid-distillation knows
-it went with its bank rather than with a Redis that lost its data.
+(``bank_tools_key``), the fingerprint rule its observed facts are under (``bank_rekeyed_key``). The caller holds
+the bank's lock meanwhile (``bank_held``), so no worker consolidates into the bank while it goes; the lock key goes
+when the caller lets go of it. It leaves one key: when the bank was deleted (``bank_deleted_key``, for
+``step_ttl``), so that a worker that finds its run gone mid-distillation knows it went with its bank rather than
+with a Redis that lost its data.
 
 A lesson purged for good leaves a **tombstone**: its id in the set ``bank_purged_key(bank)``, never
 its text. Ids are derived from bank + normalised text (``lesson_id``; a recipe's from bank + code
@@ -42,6 +43,7 @@ from lessonbank.core.constants import (
     bank_deleted_key,
     bank_lock_key,
     bank_purged_key,
+    bank_rekeyed_key,
     bank_runs_key,
     bank_summaries_key,
     bank_tools_key,
@@ -209,7 +211,8 @@ def delete_bank_data(client: redis.Redis, bank: str, queue: str, keep_deleted: i
         pipe.zrem(WAITING_RUNS_KEY, *batch)
     if letters:
         pipe.hdel(DEAD_LETTERS_KEY, *letters)
-    pipe.delete(bank_runs_key(bank), bank_summaries_key(bank), bank_purged_key(bank), bank_tools_key(bank), *pending)
+    pipe.delete(bank_runs_key(bank), bank_summaries_key(bank), bank_purged_key(bank), bank_tools_key(bank),
+                bank_rekeyed_key(bank), *pending)
     pipe.set(bank_deleted_key(bank), repr(time.time()), ex=max(int(keep_deleted), 1))
     pipe.execute()
     logger.info("bank %s: removed %d run(s), %d dead letter(s), %d pending lesson(s), %d queued task(s) from Redis",

@@ -18,6 +18,10 @@ from lessonbank.core.models import LESSON_SCHEMA_VERSION, Lesson, recipe_id
 from lessonbank.learn import failures, fixtext, needs, render, shapes, walk
 from lessonbank.learn.provenance import capped
 
+# The fingerprint rule of observed shapes and failures: raised whenever what their fingerprints leave out changes, so
+# that a bank read for facts of an earlier rule (and found to hold none) is read again (``workers.rekeyed``).
+RULE = "3"
+
 # The reason an observed fact stored under an earlier fingerprint rule is superseded with (its cause is ``merged``).
 REKEYED = "kept under its current fingerprint"
 

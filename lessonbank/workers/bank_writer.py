@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from lessonbank.core.models import Lesson, LessonOrigin, Recipe, Taint, recipe_id
 from lessonbank.core.redact import Redactor
@@ -20,6 +20,9 @@ from lessonbank.learn.consolidate import Observed, Thresholds
 from lessonbank.learn.decide import Decider, Decision
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.learn.trust import Testimony, attested
+
+if TYPE_CHECKING:
+    from lessonbank.workers.rekeyed import RekeyMarker
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +77,10 @@ class BankWriter:
         purged: Callable[[list[str]], set[str]] | None = None,
         failed: bool = False,
         testimony: Testimony | None = None,
+        rekeyed: RekeyMarker | None = None,
     ) -> None:
         self.store = store
+        self.rekeyed = rekeyed
         self.testimony = testimony
         self.failed = failed
         self.purged = purged or (lambda ids: set())
@@ -189,13 +194,14 @@ class BankWriter:
     def _move_earlier(self, fid: str) -> None:
         """Move the shapes or failures stored under an earlier fingerprint rule whose id is now ``fid`` there
         (``upgrade``), when nothing is stored there yet: a bank written before the rule changed keeps one lesson per
-        fact. The bank is read for them once per run, and only for a fact not found by its id."""
+        fact. The bank is read for them at most once per run, only for a fact not found by its id, and not at all
+        once a read found none left (``rekeyed``)."""
+        if self._earlier is not None and not self._earlier:
+            return
         if self.store.get(self.bank, [fid]):
             return
         if self._earlier is None:
-            lessons = self.store.list(self.bank, limit=EVERY_LESSON, include_inactive=True)
-            self._earlier = [(lesson, now) for lesson in lessons if lesson.status != "superseded"
-                             and (now := upgrade.observed_id(lesson)) is not None and now != lesson.id]
+            self._earlier = self._left_to_move()
         found = upgrade.rekeyed([lesson for lesson, now in self._earlier if now == fid], fid)
         if found is None:
             return
@@ -206,6 +212,24 @@ class BankWriter:
         self._earlier = [(lesson, now) for lesson, now in self._earlier if now != fid]
         logger.info("bank %s: %d observed fact(s) stored under an earlier fingerprint moved to %s", self.bank,
                     len(taken), fid)
+        if not self._earlier and self.rekeyed is not None:
+            self.rekeyed.mark()
+
+    def _left_to_move(self) -> list[tuple[Lesson, str]]:
+        """The bank's observed facts stored under an earlier rule, each with its id now, but those whose id now holds
+        a lesson already (what the next run observing them finds there; they stay where they are): none without a
+        read when the bank's marker says so, and the marker set when a read finds none."""
+        if self.rekeyed is not None and self.rekeyed.current():
+            return []
+        lessons = self.store.list(self.bank, limit=EVERY_LESSON, include_inactive=True)
+        earlier = [(lesson, now) for lesson in lessons if lesson.status != "superseded"
+                   and (now := upgrade.observed_id(lesson)) is not None and now != lesson.id]
+        there = {lesson.id for lesson in self.store.get(self.bank, sorted({now for _, now in earlier}))} if earlier \
+            else set()
+        earlier = [(lesson, now) for lesson, now in earlier if now not in there]
+        if not earlier and self.rekeyed is not None:
+            self.rekeyed.mark()
+        return earlier
 
     def add_recipe(self, recipe: Recipe, steps: list[int], taint: list[Taint] | None = None,
                    hold: str = "") -> str | None:

@@ -20,6 +20,7 @@ from lessonbank.workers import contradictions, observe, versions
 from lessonbank.workers.asking import llm_decider
 from lessonbank.workers.consolidate import ConsolidationStats, Consolidator, Thresholds
 from lessonbank.workers.deps import Deps, bank_lock, best_effort, view_of
+from lessonbank.workers.rekeyed import RekeyMarker
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def consolidate(deps: Deps, run: runs.Run, drafts: list[DraftLesson], recipe: Re
     consolidator = Consolidator(deps.store, run.bank, run.run_id, thresholds, decide=llm_decider(deps.llm),
                                 scrubber=deps.scrubber, given=run.given, verified=verified,
                                 purged=lambda ids: purge.purged_ids(deps.redis, run.bank, ids), failed=failed,
-                                testimony=said)
+                                testimony=said, rekeyed=RekeyMarker(deps.redis, run.bank))
     done = runs.load_progress(deps.redis, run.run_id)
     deps.store.warm([draft.text for draft in drafts if not draft.quarantine])  # one batch, one model call
     consolidator.plan(drafts, done)  # the LLM's decision call, before the lock

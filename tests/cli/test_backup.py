@@ -12,9 +12,10 @@ import redis
 from click.testing import CliRunner
 
 from lessonbank.cli.main import cli
-from lessonbank.core.constants import bank_purged_key, bank_runs_key, bank_summaries_key
+from lessonbank.core.constants import bank_purged_key, bank_rekeyed_key, bank_runs_key, bank_summaries_key
 from lessonbank.core.models import RunSummary, ToolStats
 from lessonbank.core.summary import save_summary
+from lessonbank.learn import upgrade
 from tests.test_migrate import BANK, EXPECTED, extract_stores
 
 OTHER = "other bank"
@@ -73,6 +74,7 @@ def test_export_wipe_import_gives_back_the_report_and_every_lesson(
         f"Exported 2 bank(s), {len(EXPECTED) + MOVED + 1} lesson(s) and 4 run summary(ies) to {out}.")
 
     redis_client.flushall()  # the wipe: Redis emptied, the store replaced by an empty one
+    redis_client.set(bank_rekeyed_key(BANK), upgrade.RULE)  # a marker left: what is imported is read again
     env = {**env, "LESSONBANK_QDRANT_PATH": str(tmp_path / "fresh")}
     assert json.loads(invoke(env, "banks", "list", "--json")) == []
 
@@ -80,6 +82,7 @@ def test_export_wipe_import_gives_back_the_report_and_every_lesson(
         f"Imported 2 bank(s), {len(EXPECTED) + MOVED + 1} lesson(s) and 4 run summary(ies) from {out}.")
     after = state(env, redis_client)
     assert after == before, _diff(before, after)
+    assert not redis_client.exists(bank_rekeyed_key(BANK))
 
     again = CliRunner().invoke(cli, ["banks", "import", str(out)], env=env)
     assert again.exit_code != 0 and "hold lessons or runs already; nothing imported" in again.output

@@ -19,6 +19,7 @@ from smolagents import CodeAgent, tool
 
 from lessonbank.agent import remember
 from lessonbank.cli.migrate import migrate_bank
+from lessonbank.core.constants import bank_rekeyed_key
 from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import (
     FailurePayload,
@@ -35,7 +36,7 @@ from lessonbank.core.specimen import specimen
 from lessonbank.core.store.base import LessonStoreBase
 from lessonbank.core.store.edge import EdgeLessonStore
 from lessonbank.core.store.qdrant import LessonStore
-from lessonbank.learn import consolidate, failures, fingerprint, shapes
+from lessonbank.learn import consolidate, failures, fingerprint, shapes, upgrade
 from lessonbank.learn.view import RunView
 from lessonbank.workers.consolidate import Consolidator, Thresholds
 from lessonbank.workers.deps import Deps
@@ -243,6 +244,7 @@ def test_a_run_given_a_bank_of_the_earlier_rule_leaves_one_lesson_and_no_warning
 
     (lesson,) = active_shapes(store)  # one lesson, not two
     assert lesson.id != earlier.id and sorted(lesson.source_run_ids) == sorted(["r-old", run_id])
+    assert redis_client.get(bank_rekeyed_key(BANK)) == upgrade.RULE.encode()  # none left: not read for them again
     assert all(fingerprint.warning(item) == "" for item in store.list(BANK, limit=100, include_inactive=True))
 
 
