@@ -2,8 +2,9 @@
 
 For a CodeAgent run, the code of the steps that did not fail, in order, trimmed to what the answer needs
 (``trim``), answering with the value the run computed rather than a literal the model copied (``answers``); for
-a ToolCallingAgent run, the sequence of tool calls with their arguments. Secrets are redacted, the size capped,
-the code must parse.
+a run of an agent that calls tools by name (a ToolCallingAgent), the sequence of its calls with their arguments,
+the code its interpreter tool ran among them (such an agent can follow only calls). Secrets are redacted, the
+size capped, the code must parse.
 
 The values that came from the task (found by where they flow into the code: ``params``; an account, a region, a
 date, a threshold) are the recipe's parameters: the next run must adapt them. The code must hold every value the
@@ -28,6 +29,7 @@ from lessonbank.core.models import Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.learn import code as pycode
 from lessonbank.learn import fixtext, params
+from lessonbank.learn.adapters import toolcalling
 from lessonbank.learn.adapters.calls import as_line
 from lessonbank.learn.answers import (
     answer_from_variables,
@@ -192,8 +194,9 @@ def _tool_call_recipe(run: RunView, redactor: Redactor) -> Recipe | None:
     code = redactor.redact(json.dumps(calls, ensure_ascii=False))
     if len(code) > MAX_CODE_CHARS:
         return None
-    lines = [as_line(str(c["name"]), c["arguments"]) for c in calls if isinstance(c["arguments"], dict)]
-    trees = [tree for line in lines if (tree := pycode.parse_line(line)) is not None]
+    pieces = [toolcalling.interpreter_code(str(c["name"]), c["arguments"]) or as_line(str(c["name"]), c["arguments"])
+              for c in calls if isinstance(c["arguments"], dict)]  # the interpreter's code is read as code
+    trees = [tree for piece in pieces if (tree := pycode.parse_line(piece)) is not None]
     shape = json.dumps([(c["name"], sorted(c["arguments"]) if isinstance(c["arguments"], dict) else "")
                         for c in calls])
     return Recipe(language="tool_calls", code=code, task=kept_task(task, redactor), params=params_of(trees, task),
@@ -202,8 +205,8 @@ def _tool_call_recipe(run: RunView, redactor: Redactor) -> Recipe | None:
 
 def extract(run: RunView, redactor: Redactor, verified_by: str) -> Recipe | None:
     """The recipe of a run that ended well (``verified_by``: user, check or signals), or None."""
-    has_code = any(step.code.strip() for step in run.actions)
-    if has_code:
+    calls_tools = any(step.requests for step in run.actions)  # a CodeAgent's steps make no call by name
+    if not calls_tools and any(step.code.strip() for step in run.actions):
         recipe = _code_recipe(run, list(run.tools or ()), redactor, verified_by)
     else:
         recipe = _tool_call_recipe(run, redactor)
