@@ -97,7 +97,8 @@ def render(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) 
     escaping; an earlier call as ``functions.<name>:`` and its JSON, any other assistant text as a message)."""
     parts = []
     for message in messages:
-        role, content = message.get("role", "user"), text_of(message.get("content"))
+        role, content = str(getattr(message.get("role"), "value", message.get("role") or "user")), \
+            text_of(message.get("content"))
         if role == "system":
             content += system_text(tools)
         elif role == "assistant":
