@@ -215,9 +215,13 @@ def list_orders(customer: str, limit: int = 3) -> dict:
     return {"orders": [{"amount": amount} for amount in amounts[:limit]], "more": len(amounts) > limit}
 
 
-def interpreted_run(settings: Settings, redis_client: Any) -> Any:
+CODE_C7 = "r = list_orders(customer='C-7', limit=100)\nprint(len([o for o in r['orders'] if o['amount'] > 15]))"
+
+
+def interpreted_run(settings: Settings, redis_client: Any, replies: list[Any] | None = None,
+                    max_steps: int = 20) -> Any:
     """A ToolCallingAgent's run that called a tool, then computed its answer in its interpreter tool (which can
-    call the tool too), as recorded."""
+    call the tool too), as recorded (``replies``: the model's, by default ending with ``final_answer``)."""
     from smolagents.default_tools import PythonInterpreterTool
 
     from lessonbank.learn.adapters import read_run
@@ -227,11 +231,10 @@ def interpreted_run(settings: Settings, redis_client: Any) -> Any:
 
     interpreter = PythonInterpreterTool()
     interpreter.base_python_tools = {**interpreter.base_python_tools, "list_orders": list_orders}
-    code = ("r = list_orders(customer='C-7', limit=100)\n"
-            "print(len([o for o in r['orders'] if o['amount'] > 15]))")
-    agent = ToolCallingAgent(tools=[list_orders, interpreter], model=ScriptedModel([
-        tool_call_reply("list_orders", {"customer": "C-7"}), tool_call_reply("python_interpreter", {"code": code}),
-        final_tool_call("3")]), verbosity_level=-1)
+    replies = replies or [tool_call_reply("list_orders", {"customer": "C-7"}),
+                          tool_call_reply("python_interpreter", {"code": CODE_C7}), final_tool_call("3")]
+    agent = ToolCallingAgent(tools=[list_orders, interpreter], model=ScriptedModel(replies), max_steps=max_steps,
+                             verbosity_level=-1)
     recorder = StepRecorder(bank="orders", settings=settings)
     recorder.attach(agent)
     try:
@@ -265,3 +268,21 @@ def test_a_tool_calling_run_that_computed_in_its_interpreter_leaves_calls_anothe
                                   agent_kind="calls")
     assert given == [lesson] and "an example to adapt" in other and "o['amount'] > <value>" in other
     assert 'list_orders(customer="C-9")' in other and "C-7" not in other and "15" not in other
+
+
+def test_a_tool_calling_run_whose_right_answer_the_step_limit_forced_ends_its_calls_where_a_result_stated_it(
+        settings: Settings, redis_client: Any) -> None:
+    from lessonbank.core.redact import Redactor
+    from lessonbank.learn import recipes
+    from tests.fixtures.scripted_model import tool_call_reply
+
+    run = interpreted_run(settings, redis_client, [
+        tool_call_reply("list_orders", {"customer": "C-7"}), tool_call_reply("python_interpreter", {"code": CODE_C7}),
+        tool_call_reply("list_orders", {"customer": "C-7", "limit": 6}), "3"], max_steps=3)
+    assert run.final_answer == "3" and not any(step.is_final for step in run.actions)
+    recipe = recipes.extract(run, Redactor(), "check")
+    assert recipe is not None and "answer:printed" in recipe.checks
+    assert json.loads(recipe.code) == [{"name": "list_orders", "arguments": {"customer": "C-7"}},
+                                       {"name": "python_interpreter", "arguments": {"code": CODE_C7}},
+                                       {"name": "final_answer", "arguments": {}}]
+    assert recipes.extract(run, Redactor(), "signals") is None  # a right answer only a judge can vouch for
