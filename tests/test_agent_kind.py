@@ -195,3 +195,94 @@ def test_a_calling_agent_given_no_recipe_gets_the_sentence_a_python_recipe_would
         assert rank_lessons(store, "b", GRAZ_TASK, agent_kind="calls") == [worked]
     finally:
         client.close()
+
+
+ORDERS = {"C-7": [12.0, 30.5, 7.25, 18.0, 41.0, 9.5], "C-9": [5.0, 22.0]}
+COUNT_TASK = "How many of customer C-7's orders (list_orders) are over 15 euros? Answer with the number only."
+SUM_TASK = "Using list_orders, what do customer C-9's orders add up to? Answer with the number only."
+OVER_TASK = "How many of customer C-9's orders (list_orders) are over 20 euros? Answer with the number only."
+
+
+@tool
+def list_orders(customer: str, limit: int = 3) -> dict:
+    """Return a customer's orders, newest first.
+
+    Args:
+        customer: Customer id, e.g. "C-1".
+        limit: Most orders to return.
+    """
+    amounts = ORDERS[customer]
+    return {"orders": [{"amount": amount} for amount in amounts[:limit]], "more": len(amounts) > limit}
+
+
+CODE_C7 = "r = list_orders(customer='C-7', limit=100)\nprint(len([o for o in r['orders'] if o['amount'] > 15]))"
+
+
+def interpreted_run(settings: Settings, redis_client: Any, replies: list[Any] | None = None,
+                    max_steps: int = 20) -> Any:
+    """A ToolCallingAgent's run that called a tool, then computed its answer in its interpreter tool (which can
+    call the tool too), as recorded (``replies``: the model's, by default ending with ``final_answer``)."""
+    from smolagents.default_tools import PythonInterpreterTool
+
+    from lessonbank.learn.adapters import read_run
+    from lessonbank.recorder import StepRecorder
+    from tests.fixtures.recorded import run_hash, run_records
+    from tests.fixtures.scripted_model import tool_call_reply
+
+    interpreter = PythonInterpreterTool()
+    interpreter.base_python_tools = {**interpreter.base_python_tools, "list_orders": list_orders}
+    replies = replies or [tool_call_reply("list_orders", {"customer": "C-7"}),
+                          tool_call_reply("python_interpreter", {"code": CODE_C7}), final_tool_call("3")]
+    agent = ToolCallingAgent(tools=[list_orders, interpreter], model=ScriptedModel(replies), max_steps=max_steps,
+                             verbosity_level=-1)
+    recorder = StepRecorder(bank="orders", settings=settings)
+    recorder.attach(agent)
+    try:
+        assert agent.run(COUNT_TASK) == "3"
+        recorder.flush()
+        run_id = recorder.run_id(agent)
+        assert run_id
+        return read_run(run_records(redis_client, run_id), COUNT_TASK,
+                        tools=json.loads(run_hash(redis_client, run_id)["tools"]), run_id=run_id)
+    finally:
+        recorder.close(interrupt_open_runs=False)
+
+
+def test_a_tool_calling_run_that_computed_in_its_interpreter_leaves_calls_another_question_can_adapt(
+        settings: Settings, redis_client: Any) -> None:
+    from lessonbank.core.redact import Redactor
+    from lessonbank.learn import recipes
+
+    recipe = recipes.extract(interpreted_run(settings, redis_client), Redactor(), "check")
+    assert recipe is not None and recipe.language == "tool_calls"  # calls the agent can make, not Python it cannot
+    assert recipe.tools == ["final_answer", "list_orders", "python_interpreter"] and recipe.params == ["C-7", "15"]
+    lesson = Lesson.new("orders", "approach", f"Tool calls for: {COUNT_TASK}").model_copy(
+        update={"verified": True, "origin": "recipe", "recipe": recipe})
+    same, given = format_lessons([lesson], task=OVER_TASK, tools={"list_orders", "python_interpreter"},
+                                 agent_kind="calls")
+    assert given == [lesson] and "with this task's values put in" in same
+    assert ('python_interpreter(code="r = list_orders(customer=\'C-9\', limit=100)\\nprint(len([o for o in '
+            "r['orders'] if o['amount'] > 20]))\")") in same and "C-7" not in same and "15" not in same
+    # another question about the same tool: the calls as an example, the value it cannot place named
+    other, given = format_lessons([lesson], task=SUM_TASK, tools={"list_orders", "python_interpreter"},
+                                  agent_kind="calls")
+    assert given == [lesson] and "an example to adapt" in other and "o['amount'] > <value>" in other
+    assert 'list_orders(customer="C-9")' in other and "C-7" not in other and "15" not in other
+
+
+def test_a_tool_calling_run_whose_right_answer_the_step_limit_forced_ends_its_calls_where_a_result_stated_it(
+        settings: Settings, redis_client: Any) -> None:
+    from lessonbank.core.redact import Redactor
+    from lessonbank.learn import recipes
+    from tests.fixtures.scripted_model import tool_call_reply
+
+    run = interpreted_run(settings, redis_client, [
+        tool_call_reply("list_orders", {"customer": "C-7"}), tool_call_reply("python_interpreter", {"code": CODE_C7}),
+        tool_call_reply("list_orders", {"customer": "C-7", "limit": 6}), "3"], max_steps=3)
+    assert run.final_answer == "3" and not any(step.is_final for step in run.actions)
+    recipe = recipes.extract(run, Redactor(), "check")
+    assert recipe is not None and "answer:printed" in recipe.checks
+    assert json.loads(recipe.code) == [{"name": "list_orders", "arguments": {"customer": "C-7"}},
+                                       {"name": "python_interpreter", "arguments": {"code": CODE_C7}},
+                                       {"name": "final_answer", "arguments": {}}]
+    assert recipes.extract(run, Redactor(), "signals") is None  # a right answer only a judge can vouch for

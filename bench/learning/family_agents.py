@@ -7,8 +7,12 @@ An arm says which agent runs and what lessonbank hears about its outcome:
 - ``memory-nocheck``: ``remember`` without ``check=``: outcomes come from the run's signals and the LLM only;
 - ``memory-late``: no ``check=``; after the run is distilled, ``lessonbank feedback RUN --success/--failure``
   with the true verdict, as a user would later (the harness waits for the run's credit with it);
-- ``tca-none`` / ``tca-memory``: a ToolCallingAgent (the family's tools and smolagents' ``python_interpreter``
-  tool) on the tool-calling server (``tool_server.py``), with ``check=``;
+- ``tca-none`` / ``tca-memory``: a ToolCallingAgent (the family's tools and a ``python_interpreter`` tool) on the
+  tool-calling server (``tool_server.py``), with ``check=``. What it took for a small local model to succeed, the
+  same in both arms: a call at every step (smolagents' default ``tool_choice="required"``, which the server
+  supports), so that an answer goes through ``final_answer``; and an interpreter in which the family's tools are
+  functions too (:class:`ToolsInterpreter`), since smolagents' own sees no earlier result and a question over a
+  few dozen records cannot be answered by copying them into code or by reading them;
 - ``tb-none`` / ``tb-memory``: a CodeAgent whose executor reports errors as a traceback, the way smolagents'
   remote executors do (``kernel.py``), with ``check=``.
 
@@ -97,6 +101,22 @@ class Endpoints:
     seed: int = 1
 
 
+class ToolsInterpreter(PythonInterpreterTool):
+    """smolagents' ``python_interpreter`` in which ``tools`` are functions too: its code gets their results by
+    calling them (no earlier call's result is kept), as a CodeAgent's code does."""
+
+    def __init__(self, tools: list[Any], authorized_imports: list[str]) -> None:
+        super().__init__(authorized_imports=authorized_imports)
+        self.base_python_tools = {**self.base_python_tools, **{tool.name: tool for tool in tools}}
+        names = ", ".join(f"`{tool.name}`" for tool in tools)
+        self.description = (f"Evaluates python code, for calculations over tools' results. The tools {names} are "
+                            "Python functions in it, called with the same arguments; it keeps no variable or "
+                            "result between calls, so call the tools your code needs in it.")
+        self.inputs["code"]["description"] = (
+            "The code to evaluate; it prints what you need to see. It can only import: "
+            f"{', '.join(sorted(self.authorized_imports))}.")
+
+
 class TracebackExecutor(RemotePythonExecutor):
     """A remote-style executor whose kernel is a child process (``kernel.py``) serving one family's tools."""
 
@@ -175,15 +195,13 @@ def read_line(process: subprocess.Popen[str], timeout: float) -> str | None:
 def make_agent(endpoints: Endpoints, arm: FamilyArm, family: Family, variant: FamilyVariant, seed: int) -> Any:
     """The arm's agent on the variant's tools, sampling with ``seed`` (+ n for its n-th model call)."""
     tool_calling = arm.agent == "tca"
-    extra = {"tool_choice": "auto"} if tool_calling else {}
     model = SeededModel(
         model_id=endpoints.model_id, api_base=endpoints.tool_url if tool_calling else endpoints.code_url,
         api_key="local", client_kwargs={"timeout": endpoints.timeout, "max_retries": 0},
-        flatten_messages_as_text=True, temperature=endpoints.temperature, max_tokens=endpoints.max_tokens, seed=seed,
-        **extra)
+        flatten_messages_as_text=True, temperature=endpoints.temperature, max_tokens=endpoints.max_tokens, seed=seed)
     tools = tools_for(family, variant)
-    if tool_calling:
-        return ToolCallingAgent(tools=[*tools, PythonInterpreterTool(authorized_imports=AUTHORIZED_IMPORTS)],
+    if tool_calling:  # smolagents asks for tool_choice="required": a call at every step
+        return ToolCallingAgent(tools=[*tools, ToolsInterpreter(tools, AUTHORIZED_IMPORTS)],
                                 model=model, max_steps=endpoints.max_steps, verbosity_level=-1)
     executor = TracebackExecutor(family.name, variant.world, AUTHORIZED_IMPORTS) if arm.agent == "tb" else None
     return CodeAgent(tools=tools, model=model, max_steps=endpoints.max_steps, verbosity_level=-1,

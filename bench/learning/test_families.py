@@ -266,8 +266,11 @@ def test_each_arm_builds_its_agent() -> None:
     variant = family.variant(0, 1)
     endpoints = Endpoints("http://127.0.0.1:9/v1", "http://127.0.0.1:8/v1", "m")
     tca = make_agent(endpoints, ARMS["tca-memory"], family, variant, 7)
-    assert isinstance(tca, ToolCallingAgent) and tca.model.kwargs["tool_choice"] == "auto"
+    assert isinstance(tca, ToolCallingAgent) and "tool_choice" not in tca.model.kwargs  # smolagents': "required"
     assert {"search_tickets", "get_project", "python_interpreter"} <= set(tca.tools)
+    found = tca.tools["python_interpreter"](code=f"r = search_tickets(project={variant.fields['a']!r}, limit=100)\n"
+                                                 "print(r['returned'])")
+    assert found.startswith(f"Stdout:\n{len(variant.world['projects'][variant.fields['a']]['tickets'])}\n")
     assert tca.model.client_kwargs["base_url"] == endpoints.tool_url
     tb = make_agent(endpoints, ARMS["tb-memory"], family, variant, 7)
     assert isinstance(tb, CodeAgent) and isinstance(tb.python_executor, TracebackExecutor)
@@ -276,7 +279,48 @@ def test_each_arm_builds_its_agent() -> None:
     assert plain.model.client_kwargs["base_url"] == endpoints.code_url and "tool_choice" not in plain.model.kwargs
 
 
-def test_the_tool_server_runs_the_seeded_function_calling_format(monkeypatch: pytest.MonkeyPatch) -> None:
+SMOLAGENTS_MESSAGES = [
+    {"role": "system", "content": "You are an expert assistant."},
+    {"role": "user", "content": "New task:\nHow many tickets?"},
+    {"role": "assistant", "content": "Calling tools:\n[{'id': 'call_1', 'type': 'function', 'function': {'name': "
+                                     "'search_tickets', 'arguments': {'project': 'DELT', 'limit': 100}}}]"},
+    {"role": "user", "content": "Observation:\n{'project': 'DELT', 'tickets': [{'id': 'DELT-1', 'points': 3}]}"},
+]
+TOOL_SCHEMAS = [{"type": "function", "function": {"name": name, "parameters": {
+    "type": "object", "properties": {key: {"type": "string"}}, "required": [key]}}}
+    for name, key in (("search_tickets", "project"), ("final_answer", "answer"))]
+
+
+def test_the_tool_server_shows_results_unescaped_and_earlier_calls_as_the_model_writes_them() -> None:
+    import tool_server
+
+    prompt = tool_server.render(SMOLAGENTS_MESSAGES, TOOL_SCHEMAS)
+    assert "{'project': 'DELT', 'tickets': [{'id': 'DELT-1', 'points': 3}]}" in prompt and "&#39;" not in prompt
+    assert ('<|im_start|>assistant\nfunctions.search_tickets:\n{"project": "DELT", "limit": 100}<|im_end|>\n'
+            in prompt)
+    assert "\nfunctions.final_answer:\n" in prompt and prompt.endswith("<|im_start|>assistant\n")
+    said = tool_server.render([{"role": "assistant", "content": "Calling tools: maybe"}], TOOL_SCHEMAS)
+    assert said.startswith("<|im_start|>assistant\nmessage:\nCalling tools: maybe<|im_end|>")
+
+
+class FakeLlama:
+    """Answers ``create_completion`` with the given texts in turn, and keeps what it was asked."""
+
+    verbose = False
+
+    def __init__(self, *texts: str) -> None:
+        self.texts, self.asked, self.seeds = list(texts), [], []  # type: ignore[var-annotated]
+
+    def set_seed(self, seed: int) -> None:
+        self.seeds.append(seed)
+
+    def create_completion(self, **kwargs: Any) -> dict[str, Any]:
+        self.asked.append(kwargs)
+        return {"id": f"c{len(self.asked)}", "created": 0, "model": "m", "usage": {"prompt_tokens": 1},
+                "choices": [{"text": self.texts.pop(0), "logprobs": None}]}
+
+
+def test_the_tool_server_answers_a_required_call_with_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
     import tool_server
     from llama_cpp import llama_chat_format as formats
 
@@ -284,17 +328,27 @@ def test_the_tool_server_runs_the_seeded_function_calling_format(monkeypatch: py
     command = server.command()
     assert command[1].endswith("tool_server.py") and "llama_cpp.server" not in command
     assert command[-2:] == ["--chat_format", tool_server.CHAT_FORMAT] and "--model_alias" in command
-    seen: list[Any] = []
-
-    class Llama:
-        def set_seed(self, seed: int) -> None:
-            seen.append(("seed", seed))
-
-    monkeypatch.setattr(formats, "chatml_function_calling", lambda **kw: seen.append(("call", kw["seed"])) or "ok")
     tool_server.register()
     handler = formats.get_chat_completion_handler(tool_server.CHAT_FORMAT)
-    assert handler(llama=Llama(), messages=[], seed=42) == "ok"
-    assert seen == [("seed", 42), ("call", 42)]
+    llama = FakeLlama("final_answer", '{"answer": "7"}')
+    response = handler(llama=llama, messages=SMOLAGENTS_MESSAGES, tools=TOOL_SCHEMAS, tool_choice="required",
+                       seed=42, temperature=0.7, max_tokens=600)
+    (call,) = response["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "final_answer", "arguments": '{"answer": "7"}'} and llama.seeds == [42]
+    choose, arguments = llama.asked
+    assert choose["temperature"] == 0 and choose["prompt"].endswith("<|im_start|>assistant\nfunctions.")
+    assert '"search_tickets:"' in choose["grammar"]._grammar and '"final_answer:"' in choose["grammar"]._grammar
+    assert arguments["prompt"] == choose["prompt"] + "final_answer:\n" and arguments["temperature"] == 0.7
+    assert '"\\"answer\\""' in arguments["grammar"]._grammar and arguments["max_tokens"] == 600
+    named = FakeLlama('{"project": "DELT"}')  # a named function: no choice to make
+    response = handler(llama=named, messages=SMOLAGENTS_MESSAGES, tools=TOOL_SCHEMAS,
+                       tool_choice={"type": "function", "function": {"name": "search_tickets"}})
+    assert response["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "search_tickets"
+    assert len(named.asked) == 1 and named.asked[0]["prompt"].endswith("functions.search_tickets:\n")
+    seen: list[Any] = []  # any other choice: llama-cpp-python's own format, seeded
+    monkeypatch.setattr(formats, "chatml_function_calling", lambda **kw: seen.append(kw["tool_choice"]) or "ok")
+    assert handler(llama=FakeLlama(), messages=[], tools=TOOL_SCHEMAS, tool_choice="auto", seed=1) == "ok"
+    assert seen == ["auto"]
 
 
 # -- figures ---------------------------------------------------------------------------------------------------------

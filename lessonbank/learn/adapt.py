@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from lessonbank.core.models import FixPayload, Recipe
 from lessonbank.learn import code as pycode
 from lessonbank.learn import params
+from lessonbank.learn.adapters import toolcalling
 from lessonbank.learn.adapters.calls import as_line
 
 FUNCTION = "solve"
@@ -144,18 +145,28 @@ def recipe_example(recipe: Recipe, task: str) -> Example | None:
 
 
 def _calls_example(recipe: Recipe, task: str) -> Example | None:
-    """A ToolCallingAgent's recipe as its calls, one a line, with this task's values or their names."""
+    """A ToolCallingAgent's recipe as its calls, one a line, with this task's values or their names, in its
+    arguments and in the code its interpreter tool ran."""
     try:
         calls = json.loads(recipe.code)
     except (ValueError, RecursionError):
         return None
     if not isinstance(calls, list):
         return None
-    lines = [as_line(str(call.get("name", "")), call.get("arguments") or {}) for call in calls
-             if isinstance(call, dict) and isinstance(call.get("arguments") or {}, dict)]
-    found = params.for_task(lines, recipe.task, task)
-    if found is None or not all(pycode.parse_line(line) for line in lines):
+    kept = [(str(call.get("name", "")), call.get("arguments") or {}) for call in calls
+            if isinstance(call, dict) and isinstance(call.get("arguments") or {}, dict)]
+    pieces = [toolcalling.interpreter_code(name, arguments) or as_line(name, arguments) for name, arguments in kept]
+    trees = [pycode.parse_line(piece) for piece in pieces]
+    if not all(trees):
         return None
-    written, values, names = found
-    flows = params.flows([tree for line in lines if (tree := pycode.parse_line(line)) is not None], recipe.task)
-    return Example("\n".join(written), "tool_calls", not names, values, names, named_task(recipe.task, flows))
+    found = params.flows([tree for tree in trees if tree is not None], recipe.task)
+    values = params.place(found, recipe.task, task) if task else {}
+    names = {param.value: param.name for param in found if param.value not in values}
+    written = []
+    for (name, arguments), piece in zip(kept, pieces, strict=True):
+        put = params.put(piece, values, names)
+        if put is None:
+            return None
+        written.append(as_line(name, toolcalling.with_code(name, arguments, put)) if put != piece
+                       and toolcalling.interpreter_code(name, arguments) else put)
+    return Example("\n".join(written), "tool_calls", not names, values, names, named_task(recipe.task, found))

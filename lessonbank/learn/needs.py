@@ -25,18 +25,26 @@ from collections.abc import Collection, Mapping
 from lessonbank.core.models import Lesson, Recipe
 from lessonbank.core.tokens import tokens
 from lessonbank.learn import code
+from lessonbank.learn.adapters import toolcalling
 
 
 def called_tools(recipe: Recipe) -> list[str]:
     """The tools a recipe calls, sorted: for code, the names it calls without defining them that are not Python's
-    builtins; for tool calls, their names. Code that does not parse names none."""
+    builtins; for tool calls, their names and those the code its interpreter tool ran calls. Code that does not
+    parse names none."""
     if recipe.language != "python":
         try:
             calls = json.loads(recipe.code)
         except (ValueError, RecursionError):
             return []
-        names = {call.get("name") for call in calls if isinstance(call, dict)} if isinstance(calls, list) else set()
-        return sorted(name for name in names if isinstance(name, str))
+        names: set[str] = set()
+        for call in calls if isinstance(calls, list) else ():
+            name, arguments = (call.get("name"), call.get("arguments")) if isinstance(call, dict) else (None, None)
+            if isinstance(name, str):
+                names.add(name)
+                names |= code.called(toolcalling.interpreter_code(name, arguments)) or set() \
+                    if isinstance(arguments, dict) else set()
+        return sorted(names)
     return sorted(code.called(recipe.code) or ())
 
 
@@ -68,7 +76,8 @@ def usable(lesson: Lesson, tools: Collection[str] | None) -> bool:
 
 
 _NAMED = re.compile(r"[A-Za-z_][A-Za-z0-9_]{1,60}")
-NOT_TOOLS = frozenset({"final_answer"})
+# Called by a lesson but about no task's data: the answer, and the code interpreter a ToolCallingAgent computes in.
+NOT_TOOLS = frozenset({"final_answer", toolcalling.CODE_TOOL})
 
 
 # Words of a tool's name or description that say nothing of what it is about (besides ``core.tokens``' stopwords).

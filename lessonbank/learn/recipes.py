@@ -2,15 +2,17 @@
 
 For a CodeAgent run, the code of the steps that did not fail, in order, trimmed to what the answer needs
 (``trim``), answering with the value the run computed rather than a literal the model copied (``answers``); for
-a ToolCallingAgent run, the sequence of tool calls with their arguments. Secrets are redacted, the size capped,
-the code must parse.
+a run of an agent that calls tools by name (a ToolCallingAgent), the sequence of its calls with their arguments,
+the code its interpreter tool ran among them (such an agent can follow only calls). Secrets are redacted, the
+size capped, the code must parse.
 
 The values that came from the task (found by where they flow into the code: ``params``; an account, a region, a
 date, a threshold) are the recipe's parameters: the next run must adapt them. The code must hold every value the
 task gives (``ignored_values``): a right answer without one is chance. The fingerprint hashes the code with its
 local names renamed in order of first use and its parameters replaced (``code.Normaliser``), so the same code
 from several runs of similar tasks is one recipe. A ToolCallingAgent's recipe keeps its calls, not the answer it
-gave (its ``final_answer`` call's arguments are left out: they are this run's answer).
+gave (its ``final_answer`` call's arguments are left out: they are this run's answer); when the step limit forced
+its answer, a right one, its calls end at the one whose result stated it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from lessonbank.core.models import Recipe
 from lessonbank.core.redact import Redactor
 from lessonbank.learn import code as pycode
 from lessonbank.learn import fixtext, params
+from lessonbank.learn.adapters import toolcalling
 from lessonbank.learn.adapters.calls import as_line
 from lessonbank.learn.answers import (
     answer_from_variables,
+    answer_literal,
     answer_where_printed,
     computes_answer,
     is_param,
@@ -174,9 +178,27 @@ def _code_recipe(run: RunView, tools: list[str], redactor: Redactor, verified_by
                   checks=["syntax", *checks], fingerprint=fingerprint(tree, tools, params))
 
 
-def _tool_call_recipe(run: RunView, redactor: Redactor) -> Recipe | None:
+def _states(step: Step, literal: str) -> bool:
+    """Whether what ``step``'s call returned states ``literal``: the whole of it, or what its interpreter tool's code
+    printed on a line of its own or ended with."""
+    printed, last = toolcalling.interpreter_output(step.observation)
+    return literal in {step.observation.strip(), last, *(line.strip() for line in printed.splitlines())}
+
+
+def _answered(calls: list[tuple[dict[str, object], Step]], answer: str, task: str,
+              verified_by: str) -> list[dict[str, object]] | None:
+    """The calls up to the one whose result first stated the run's answer, then ``final_answer``, for a run a user
+    or a check judged right whose answer no ``final_answer`` call gave (smolagents forced it after the step limit);
+    None when none stated it."""
+    literal = answer_literal(answer, task) if verified_by in JUDGES else None
+    at = next((index for index, (_, step) in enumerate(calls) if literal is not None and _states(step, literal)),
+              None)
+    return None if at is None else [call for call, _ in calls[:at + 1]] + [{"name": "final_answer", "arguments": {}}]
+
+
+def _tool_call_recipe(run: RunView, redactor: Redactor, verified_by: str) -> Recipe | None:
     task = run.task
-    calls: list[dict[str, object]] = []
+    made: list[tuple[dict[str, object], Step]] = []
     for step in run.actions:
         if step.failed:
             continue
@@ -185,28 +207,34 @@ def _tool_call_recipe(run: RunView, redactor: Redactor) -> Recipe | None:
                 arguments = json.loads(call.arguments) if call.arguments else {}
             except ValueError:
                 arguments = call.arguments
-            calls.append({"name": call.name, "arguments": arguments})
+            made.append(({"name": call.name, "arguments": arguments}, step))
+    calls: list[dict[str, object]] | None = [call for call, _ in made]
+    checks = ["json"]
+    if made and made[-1][0]["name"] != "final_answer":
+        calls = _answered(made, run.final_answer, task, verified_by)
+        checks.append("answer:printed")
     if not calls or calls[-1]["name"] != "final_answer":
         return None
     calls[-1] = {"name": "final_answer", "arguments": {}}  # the answer is this run's, not the recipe's
     code = redactor.redact(json.dumps(calls, ensure_ascii=False))
     if len(code) > MAX_CODE_CHARS:
         return None
-    lines = [as_line(str(c["name"]), c["arguments"]) for c in calls if isinstance(c["arguments"], dict)]
-    trees = [tree for line in lines if (tree := pycode.parse_line(line)) is not None]
+    pieces = [toolcalling.interpreter_code(str(c["name"]), c["arguments"]) or as_line(str(c["name"]), c["arguments"])
+              for c in calls if isinstance(c["arguments"], dict)]  # the interpreter's code is read as code
+    trees = [tree for piece in pieces if (tree := pycode.parse_line(piece)) is not None]
     shape = json.dumps([(c["name"], sorted(c["arguments"]) if isinstance(c["arguments"], dict) else "")
                         for c in calls])
     return Recipe(language="tool_calls", code=code, task=kept_task(task, redactor), params=params_of(trees, task),
-                  checks=["json"], fingerprint=hashlib.sha256(shape.encode()).hexdigest()[:32])
+                  checks=checks, fingerprint=hashlib.sha256(shape.encode()).hexdigest()[:32])
 
 
 def extract(run: RunView, redactor: Redactor, verified_by: str) -> Recipe | None:
     """The recipe of a run that ended well (``verified_by``: user, check or signals), or None."""
-    has_code = any(step.code.strip() for step in run.actions)
-    if has_code:
+    calls_tools = any(step.requests for step in run.actions)  # a CodeAgent's steps make no call by name
+    if not calls_tools and any(step.code.strip() for step in run.actions):
         recipe = _code_recipe(run, list(run.tools or ()), redactor, verified_by)
     else:
-        recipe = _tool_call_recipe(run, redactor)
+        recipe = _tool_call_recipe(run, redactor, verified_by)
     if recipe is not None:
         recipe.checks.append(f"outcome:{verified_by}")
         recipe.tools = called_tools(recipe)

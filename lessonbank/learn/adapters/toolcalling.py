@@ -91,6 +91,12 @@ def interpreter_code(name: str, arguments: dict[str, Any]) -> str:
     return code if isinstance(code, str) else ""
 
 
+def with_code(name: str, arguments: dict[str, Any], code: str) -> dict[str, Any]:
+    """``arguments`` of a call of the code interpreter tool with ``code`` in place of the code it ran (any other
+    call's unchanged)."""
+    return {**arguments, "code": code} if interpreter_code(name, arguments) else arguments
+
+
 def interpreter_output(observation: str) -> tuple[str, str]:
     """(what the code printed, the value it ended with) from the interpreter tool's ``Stdout: ... Output: ...``."""
     if not observation.startswith(STDOUT) or OUTPUT not in observation:
