@@ -115,3 +115,21 @@ def test_recall_leaves_out_a_malformed_lesson_and_gives_the_others(
     stored_earlier(store, "r1", "yes", ["late", "ok"])
     said = recall(query="check_loan late loans")
     assert "1. [facts] `check_loan(...)` returns" in said and "2." not in said
+
+
+def test_a_run_observing_a_fact_stored_malformed_leaves_it_and_goes_on(
+        store: LessonStoreBase, caplog: pytest.LogCaptureFixture) -> None:
+    """Its structure has as many fields as the result's, one without its value: the run's values cannot be added to
+    it (``walk.merged``); it stays as it was, and the run's other facts are kept."""
+    _, shape = observed("no", ["ok"])
+    fid = recipe_id(BANK, shape.fingerprint, kind=shapes.TAG)
+    structure = {"fields": [["approved"], ["loans", {"items": {"fields": [["state", "str"]], "more": False}}]],
+                 "more": False}
+    broken = stored_malformed(store).model_copy(update={
+        "id": fid, "shape": ShapePayload(tool=TOOL, structure=structure, records=["loans"])})
+    store.upsert([broken])
+    with caplog.at_level(logging.WARNING, logger="lessonbank.workers.bank_writer"):
+        assert add(store, "r2", shape) is None
+    (kept,) = store.get(BANK, [fid])
+    assert kept.model_dump(mode="json") == broken.model_dump(mode="json")
+    assert any(fid in record.getMessage() for record in caplog.records)
