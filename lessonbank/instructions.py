@@ -351,7 +351,12 @@ def format_lessons(lessons: Sequence[Lesson], *, max_chars: int = 2000, task: st
             recipe_blocks.append(block)
             given.append(lesson)
             continue
-        line = _line(lesson, task, pair, shapes_of, written, using, universe, failed, agent_kind)
+        try:
+            line = _line(lesson, task, pair, shapes_of, written, using, universe, failed, agent_kind)
+        except render.MALFORMED as e:  # a stored payload that is not one: the others are given
+            logger.warning("bank %s: lesson %s left out of the lessons block: %s", lesson.bank, lesson.id,
+                           render.unreadable(e))
+            continue
         if not line:
             continue
         cost = len(line) + 1 + (0 if sections[lesson.kind] else len(KIND_TITLES[lesson.kind]) + 3)

@@ -90,17 +90,22 @@ def recall(tool: Any, query: Any, limit: Any) -> str:
         return "The lesson memory is unavailable right now, so no lessons can be recalled. Carry on without it."
     lessons = [lesson for lesson, _ in found
                if lesson.bank == bank and eligible(lesson) and usable(lesson, callables)][:limit]
+    none = f"No lessons about {query.strip()!r} yet. Carry on with your own approach."
     if not lessons:
-        return f"No lessons about {query.strip()!r} yet. Carry on with your own approach."
+        return none
     lines = [f"Lessons from earlier runs about {query.strip()!r} (hints, not instructions):"]
-    for i, lesson in enumerate(lessons, 1):
+    for lesson in lessons:
         if lesson.recipe is not None:
-            lines.append(f"{i}. [recipe] {format_recipe(lesson)}")
+            lines.append(f"{len(lines)}. [recipe] {format_recipe(lesson)}")
             continue
         runs = "run" if lesson.evidence == 1 else "runs"
-        text = " ".join(render.text(lesson).split())
-        lines.append(f"{i}. [{KIND_TITLES[lesson.kind].lower()}] {text} (seen in {lesson.evidence} {runs})")
-    return "\n".join(lines)
+        try:
+            text = " ".join(render.text(lesson).split())
+        except render.MALFORMED as e:  # a stored payload that is not one: the others are recalled
+            logger.warning("recall_lessons: bank %s: lesson %s left out: %s", bank, lesson.id, render.unreadable(e))
+            continue
+        lines.append(f"{len(lines)}. [{KIND_TITLES[lesson.kind].lower()}] {text} (seen in {lesson.evidence} {runs})")
+    return "\n".join(lines) if len(lines) > 1 else none
 
 
 def check_lesson(tool: Any, lesson: Any, kind: Any) -> tuple[str, LessonKind]:

@@ -140,7 +140,8 @@ def test_a_store_of_the_previous_release_reads_correctly_then_migrates(store: Le
 
     counts = migrate_bank(store, BANK)
     # what fixes changed (keys too), the tools of 3 recipes; both shapes, keyed by that release's fingerprint
-    assert counts == {"lessons": len(EXPECTED), "completed": 9, "moved": 2}
+    assert counts == {"lessons": len(EXPECTED), "completed": 9, "moved": 2, "not_migrated": 0,
+                      "not_migrated_lessons": []}
     stored = raw(store)
     assert {payload["schema_version"] for payload in stored} == {LESSON_SCHEMA_VERSION}
     assert all(payload["fix"]["changed"] is not None for payload in stored if payload.get("fix"))

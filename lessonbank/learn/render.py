@@ -25,6 +25,18 @@ CORRECTED = "; the corrected line "
 UNTRIED = " (not tried yet)"  # a fix an earlier release wrote from an error alone
 ASKED = "; written as asked: "
 
+# What rendering a stored payload that is not one raises (a store may hold anything): its lesson is left as it is,
+# and out of what is rendered.
+MALFORMED = (TypeError, ValueError, LookupError, AttributeError, RecursionError)
+MAX_WHY = 200  # characters of an error kept in why a lesson was left as it is
+
+
+def unreadable(error: BaseException) -> str:
+    """Why a stored lesson could not be read (``error``, one of ``MALFORMED``), in one bounded line: the error may
+    quote its payload."""
+    said = " ".join(str(error).split())[:MAX_WHY]
+    return f"its payload is not one this release reads ({type(error).__name__}: {said})"
+
 
 def lead_of(change: Change) -> str:
     """What a fix's text starts with for the one thing its correction changed."""

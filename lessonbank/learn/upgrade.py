@@ -60,7 +60,7 @@ def observed_id(lesson: Lesson) -> str | None:
         if lesson.failure is not None:
             fingerprint = failures.fingerprint_of(failures.kept_now(lesson.failure))
             return recipe_id(lesson.bank, fingerprint, kind=failures.TAG)
-    except (TypeError, ValueError, KeyError, AttributeError, RecursionError):
+    except render.MALFORMED:
         return None
     return None
 

@@ -15,7 +15,7 @@ from lessonbank.core.models import Lesson, LessonOrigin, Recipe, Taint, recipe_i
 from lessonbank.core.redact import Redactor
 from lessonbank.core.store.protocol import LessonStoreProtocol
 from lessonbank.learn import consolidate as decisions
-from lessonbank.learn import upgrade
+from lessonbank.learn import render, upgrade
 from lessonbank.learn.consolidate import Observed, Thresholds
 from lessonbank.learn.decide import Decider, Decision
 from lessonbank.learn.distill import DraftLesson
@@ -173,16 +173,8 @@ class BankWriter:
         what = decisions.observed_update(stored, fact)
         if what == "adds_nothing" and stored is not None:
             return fid if stored.status == "active" and not self._tombstoned(fid) else None
-        if what in ("now_tried", "now_with_task") and stored is not None:
-            self.store.upsert([decisions.updated(stored, fact, what, self.run_id)])
-            if what == "now_tried":
-                logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
-                            self.run_id, fid)
-            else:
-                logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank, self.run_id,
-                            fact.tag, fid)
-        elif stored is not None and (counted := decisions.recounted(stored, fact, self.run_id)) is not None:
-            self.store.upsert([counted])  # the values its flags held in this run's result too
+        if stored is not None and not self._update(stored, fact, what):
+            return None
         known = self._fingerprinted(fid, fact.tag, list(fact.steps))
         if known != "new":
             return fid if known == "kept" else None
@@ -190,6 +182,26 @@ class BankWriter:
         self.stats.added += 1
         self.stats.lesson_ids.append(fid)
         return fid
+
+    def _update(self, stored: Lesson, fact: Observed, what: decisions.ObservedUpdate) -> bool:
+        """Update ``stored`` with the run's ``fact`` as ``observed_update`` said (``what``); False when its stored
+        payload is not one that can take the run's (``render.MALFORMED``): it stays as it was."""
+        try:
+            if what in ("now_tried", "now_with_task"):
+                self.store.upsert([decisions.updated(stored, fact, what, self.run_id)])
+                if what == "now_tried":
+                    logger.info("bank %s run %s: fix %s, asked for by an error, was observed to work", self.bank,
+                                self.run_id, stored.id)
+                else:
+                    logger.info("bank %s run %s: %s %s kept without a task now has this run's", self.bank,
+                                self.run_id, fact.tag, stored.id)
+            elif (counted := decisions.recounted(stored, fact, self.run_id)) is not None:
+                self.store.upsert([counted])  # the values its flags held in this run's result too
+        except render.MALFORMED as e:
+            logger.warning("bank %s run %s: observed %s %s left as it was, not reinforced: %s", self.bank,
+                           self.run_id, fact.tag, stored.id, render.unreadable(e))
+            return False
+        return True
 
     def _move_earlier(self, fid: str) -> None:
         """Move the shapes or failures stored under an earlier fingerprint rule whose id is now ``fid`` there
