@@ -22,6 +22,8 @@ from lessonbank.core.settings import Settings
 F = TypeVar("F", bound=Callable[..., Any])
 
 # scheme://anything-up-to-whitespace-or-quote: every URL an error message may carry (linear).
+UNREADABLE_CHARS = 400  # a line naming a lesson that could not be read: its bank, id and why (``render.unreadable``)
+
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s'\"<>]+")
 
 
@@ -141,3 +143,14 @@ def resolve_ids(wanted: Sequence[str], known: Iterable[str], what: str, where: s
         if matches[0] not in found:
             found.append(matches[0])
     return found
+
+
+def name_unreadable(bank: str, whys: dict[str, str], shown: str) -> None:
+    """One line on stderr per lesson of ``bank`` whose stored payload could not be read (id -> why), then exit 1:
+    every other one was ``shown`` ("listed", "reported")."""
+    from lessonbank.cli.provenance import one_line
+
+    for lesson_id, why in whys.items():
+        click.echo(one_line(f"bank {bank!r}: lesson {lesson_id} could not be read: {why}", UNREADABLE_CHARS), err=True)
+    if whys:
+        raise fail(f"{len(whys)} lesson(s) could not be read; every other one is {shown}")

@@ -87,7 +87,11 @@ def _show_lessons(lessons: list[Lesson]) -> None:
             click.echo(f"  [recipe] {counts}, status {lesson.status}: the code of a run that ended well")
             click.echo(textwrap.indent(lesson.recipe.code, "    │ ", predicate=lambda line: True))
             continue
-        text = textwrap.fill(render.text(lesson), 72, initial_indent="    ", subsequent_indent="    ")
+        said, unreadable = render.readable(lesson)
+        if unreadable:
+            click.echo(f"  [{lesson.kind}] lesson {lesson.id} could not be read: {unreadable}")
+            continue
+        text = textwrap.fill(said, 72, initial_indent="    ", subsequent_indent="    ")
         click.echo(f"  [{lesson.kind}] {counts}, status {lesson.status}\n{text}")
 
 

@@ -18,6 +18,7 @@ from lessonbank.cli.context import (
     echo_json,
     fail,
     json_option,
+    name_unreadable,
     pass_cli,
     redis_errors,
 )
@@ -50,7 +51,7 @@ def _line(lesson: Lesson, score: float | None = None) -> str:
     status = "" if lesson.status == "active" else f" [{lesson.status}{why}]"
     if lesson.status == "active" and not trust.eligible(lesson):
         status = " [not given yet: waiting for a user, a check or a second run that agrees]"
-    text = one_line(render.text(lesson), TEXT_CHARS)
+    text = one_line(render.shown(lesson), TEXT_CHARS)
     failed = f" (failed {lesson.failed_runs})" if lesson.failed_runs else ""
     # what it did for the runs that were handed it: a recipe that runs reuse stays at evidence 1
     outcomes = (f" given={lesson.given} applied={lesson.applied} helped={lesson.helpful} harmed={lesson.harmful}"
@@ -66,17 +67,22 @@ def _observed_at(lesson: Lesson) -> str:
     return f"; observed by run {one_line(mark.run_id, RUN_ID_CHARS)} at step {mark.step}" if mark else ""
 
 
-def _print_lessons(lessons: list[Lesson], as_json: bool, scores: list[float] | None = None) -> None:
+def _print_lessons(bank: str, lessons: list[Lesson], as_json: bool, scores: list[float] | None = None) -> None:
+    """The lessons, one line each or as JSON (a lesson whose stored payload could not be read with why, under
+    ``unreadable``); then each such lesson named on stderr, exit 1."""
+    whys = {lesson.id: why for lesson in lessons if (why := render.readable(lesson)[1])}
     if as_json:
-        items = [lesson.model_dump(mode="json") for lesson in lessons]
+        items = [lesson.model_dump(mode="json") | ({"unreadable": whys[lesson.id]} if lesson.id in whys else {})
+                 for lesson in lessons]
         for item, score in zip(items, scores or [], strict=False):
             item["score"] = score
         echo_json(items)
-        return
-    if not lessons:
-        click.echo("No lessons.", err=True)
-    for i, lesson in enumerate(lessons):
-        click.echo(_line(lesson, scores[i] if scores is not None else None))
+    else:
+        if not lessons:
+            click.echo("No lessons.", err=True)
+        for i, lesson in enumerate(lessons):
+            click.echo(_line(lesson, scores[i] if scores is not None else None))
+    name_unreadable(bank, whys, "listed")
 
 
 @click.group("lessons")
@@ -99,7 +105,7 @@ def list_cmd(cli: CliContext, bank: str, limit: int, include_inactive: bool, sta
     """The lessons of a bank, most recently seen first (active ones unless --all or --status)."""
     with bank_errors():
         found = Bank.of_cli(cli, bank).list(limit, include_inactive=include_inactive, statuses=statuses)
-    _print_lessons(found, as_json)
+    _print_lessons(bank, found, as_json)
 
 
 @lessons.command("search")
@@ -114,7 +120,7 @@ def search_cmd(cli: CliContext, bank: str, query: str, limit: int, as_json: bool
         raise fail("QUERY must not be empty")
     with bank_errors():
         found = Bank.of_cli(cli, bank).search(query, limit=limit)
-    _print_lessons([lesson for lesson, _ in found], as_json, [score for _, score in found])
+    _print_lessons(bank, [lesson for lesson, _ in found], as_json, [score for _, score in found])
 
 
 @lessons.command("show")
@@ -130,12 +136,15 @@ def show_cmd(cli: CliContext, bank: str, lesson_ids: tuple[str, ...], as_json: b
     with cli_store(cli) as store:
         found, _ = find_lessons(store, bank, lesson_ids)
     sources = lesson_sources(cli, found)
+    whys = {lesson.id: why for lesson in found if (why := render.readable(lesson)[1])}
     if as_json:
-        echo_json([lesson.model_dump(mode="json") | {"sources": sources[lesson.id]} for lesson in found])
-        return
-    for lesson in found:
-        print_lesson(lesson, sources[lesson.id])
-        click.echo("")
+        echo_json([lesson.model_dump(mode="json") | {"sources": sources[lesson.id]}
+                   | ({"unreadable": whys[lesson.id]} if lesson.id in whys else {}) for lesson in found])
+    else:
+        for lesson in found:
+            print_lesson(lesson, sources[lesson.id])
+            click.echo("")
+    name_unreadable(bank, whys, "shown")
 
 
 def _intake(cli: CliContext, bank: str, origin: LessonOrigin) -> Intake:

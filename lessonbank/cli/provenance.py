@@ -165,12 +165,16 @@ def print_taint(mark: Taint) -> None:
 
 
 def print_lesson(lesson: Lesson, sources: dict[str, Any]) -> None:
-    """The lesson's fields (times readable), its source runs with step excerpts, and its recipe."""
+    """The lesson's fields (times readable; a payload that could not be read said so, with why), its source runs
+    with step excerpts, and its recipe."""
+    said, unreadable = render.readable(lesson)
     for name, value in lesson.model_dump(mode="json").items():
         if name in SECTION_FIELDS:
             continue
-        shown = render.text(lesson) if name == "text" else human_time(value) if name in TIME_FIELDS else value
+        shown = said if name == "text" else human_time(value) if name in TIME_FIELDS else value
         click.echo(f"{name}: {clean(shown) if isinstance(shown, str) else shown}")
+        if name == "text" and unreadable:
+            click.echo(f"unreadable: {clean(unreadable)} (the text above is as stored)")
     click.echo(f"utility: {lesson.utility:.3f}")
     click.echo(f"given to runs: {given_to_runs(lesson)}")
     for mark in lesson.taint:

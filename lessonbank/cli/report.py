@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import redis
 
-from lessonbank.cli.context import CliContext, fail, pass_cli, redis_errors
+from lessonbank.cli.context import CliContext, fail, name_unreadable, pass_cli, redis_errors
 from lessonbank.cli.lessons import bank_option, json_option
 from lessonbank.cli.store_access import cli_store
 from lessonbank.core.models import RunSummary
@@ -94,7 +94,8 @@ def warn_unknown_bank(cli: CliContext, bank: str, with_lessons: set[str]) -> Non
 def report(cli: CliContext, bank: str | None, since: str | None, out: Path | None, window: int,
            as_json: bool) -> None:
     """What the lessons of a bank did: runs given lessons against control runs (success rate with 95 %
-    intervals, steps, tokens, wall time, errors), the lessons and their counts, tool statistics, plots."""
+    intervals, steps, tokens, wall time, errors), the lessons and their counts, tool statistics, plots. A lesson
+    whose stored payload cannot be read is reported as such and named, one line each; the command then exits 1."""
     from lessonbank.report import build_report, render_plots, render_text, report_tables, write_report
     from lessonbank.report.plots import INSTALL_HINT, plots_available
 
@@ -124,3 +125,4 @@ def report(cli: CliContext, bank: str | None, since: str | None, out: Path | Non
         since_text = f" since {document['since']}" if since_ts else ""
         header = f"lessonbank report: bank {bank!r}, {document['runs']} runs{since_text}"
         click.echo(render_text(tables, header, hint), nl=False)
+    name_unreadable(bank, {item["id"]: item["why"] for item in document["unreadable"]}, "reported")

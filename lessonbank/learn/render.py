@@ -113,6 +113,21 @@ def text(lesson: Lesson) -> str:
     return lesson.text
 
 
+def readable(lesson: Lesson) -> tuple[str, str]:
+    """What a lesson says (``text``) and "", or, when its stored payload is not one this release reads, its text as
+    stored and why (``unreadable``): a command showing a bank shows the others and names it."""
+    try:
+        return text(lesson), ""
+    except MALFORMED as e:
+        return lesson.text, unreadable(e)
+
+
+def shown(lesson: Lesson) -> str:
+    """What a lesson says, or that its stored payload could not be read and why (``readable``)."""
+    said, why = readable(lesson)
+    return f"(could not be read: {why})" if why else said
+
+
 def shape(payload: ShapePayload, with_call: bool = True) -> str:
     """The text of a shape (``shapes.text``)."""
     from lessonbank.learn import shapes

@@ -32,7 +32,7 @@ def _side(runs: int, known: int, successes: int, tokens: float | None) -> dict[s
 
 
 def _row(lesson_id: str, found: CausalEstimate, lesson: Lesson | None) -> dict[str, Any]:
-    text = " ".join(render.text(lesson).split()) if lesson is not None else "(no longer in the bank)"
+    text = " ".join(render.shown(lesson).split()) if lesson is not None else "(no longer in the bank)"
     return {
         "id": lesson_id,
         "text": text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…",

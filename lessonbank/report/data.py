@@ -172,8 +172,10 @@ def timeline(lessons: Sequence[Lesson], start: float, end: float) -> list[dict[s
 
 
 def lesson_row(lesson: Lesson) -> dict[str, Any]:
-    text = " ".join(render.text(lesson).split())
-    return {
+    """A lesson in the report (one whose stored payload could not be read says so, and why, under ``unreadable``)."""
+    text = " ".join(render.shown(lesson).split())
+    unreadable = render.readable(lesson)[1]
+    row = {
         "id": lesson.id,
         "kind": lesson.kind,
         "status": lesson.status,
@@ -195,6 +197,7 @@ def lesson_row(lesson: Lesson) -> dict[str, Any]:
         "status_changed_at": human_time(lesson.status_changed_at),
         "given_to_runs": trust.eligible(lesson),
     }
+    return row | ({"unreadable": unreadable} if unreadable else {})
 
 
 def held_row(lesson: Lesson) -> dict[str, Any]:
@@ -253,6 +256,8 @@ def build_report(
         "by_status": {status: sum(1 for lesson in lessons if lesson.status == status) for status in STATUSES},
     }
     document["lessons"] = [lesson_row(lesson) for lesson in sorted(lessons, key=_lesson_order)]
+    document["unreadable"] = [{"id": row["id"], "why": row["unreadable"]} for row in document["lessons"]
+                              if "unreadable" in row]
     document["held"] = [held_row(lesson) for lesson in sorted(lessons, key=_lesson_order)
                         if lesson.status == "quarantined"]
     document["tools"] = [row.to_dict() for row in tool_table(summaries)]
