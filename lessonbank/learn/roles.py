@@ -3,9 +3,9 @@
 A number's role is its kind (a rounding precision: "Round to 2 decimals"; a year: "opened in 2023"; a bound:
 "more than 10", "under 26"; else a plain number: a count, an amount, a rank) and the words around it, the nearest
 weighing most ("more than 10 *items*"). A number of another task takes a recipe's number's place only when it is
-of the same kind and shares words around it; among several of one kind, the one whose words fit best, or, when the
-words do not tell them apart, the one at the same place in order. A number that nothing fits is left unplaced: the
-caller names it.
+of the same kind and shares words around it (a rounding precision: of the same kind is enough); among several of
+one kind, the one whose words fit best, or, when the words do not tell them apart, the one at the same place in
+order. A number that nothing fits is left unplaced: the caller names it.
 
 Every pattern here reads a task's words, never a lesson's text.
 """
@@ -85,7 +85,10 @@ def _since_number(lowered: list[str], at: int) -> list[str]:
 
 
 def _fit(theirs: Role, mine: Role) -> float:
-    return sum(min(weight, mine.words[word]) for word, weight in theirs.words.items() if word in mine.words)
+    """How well ``mine`` fits ``theirs``: the words they share, by nearness; a rounding precision is one by its kind
+    alone ("to 1 decimal place" for "Round to 2 decimals")."""
+    alone = 0.01 if theirs.kind == mine.kind == "precision" else 0.0
+    return alone + sum(min(weight, mine.words[word]) for word, weight in theirs.words.items() if word in mine.words)
 
 
 def match(sources: Sequence[str], solved: Sequence[str], task: Sequence[str]) -> dict[str, str]:

@@ -129,6 +129,8 @@ def test_a_number_is_placed_only_by_one_of_the_same_role_never_by_another_number
     assert placed(rated, precision, "Average rating of the films of director Ozu, rounded to 1 decimal?") == {
         "Varda": "Ozu", "2": "1"}
     assert placed(rated, precision, "How many films of director Ozu are rated above 8?") == {"Varda": "Ozu"}
+    assert placed(rated, precision, "Mean rating of director Ozu's films? Give it to 1 decimal place.") == {
+        "Varda": "Ozu", "2": "1"}  # a rounding precision is one whatever the words
 
 
 def test_numbers_of_one_kind_are_placed_by_the_words_around_them_whatever_their_order() -> None:
