@@ -9,10 +9,12 @@ the code only compares with is one only when the task names it as its own, capit
 "North"``; not ``j["state"] == "cancelled"`` for "... cancelled jobs"). Each gets a name
 for an example (the keyword it is passed as, else the task's word before it: "region", "account").
 
-``place`` finds each one's value in another task: the same value when that task holds it; else the new value of
-the same form, when the two tasks hold as many new values of that form (``USR-5571`` and ``USR-7083`` for
-``USR-1234`` and ``USR-9142``, in order); for a plain word, the word after the same word of the task ("region
-North" -> "region South"), with the same capitals. A value written another way is written the same way again.
+``place`` finds each one's value in another task: a plain number by its role there (``roles``: its kind, a bound,
+a rounding precision, a year, and the words around it; never another number of the task just for its form); else
+the same value when that task holds it; else the new value of the same form, when the two tasks hold as many new
+values of that form (``USR-5571`` and ``USR-7083`` for ``USR-1234`` and ``USR-9142``, in order); for a plain word,
+the word after the same word of the task ("region North" -> "region South"), with the same capitals. A value
+written another way is written the same way again.
 What cannot be placed is left out: the caller shows the parameter's name, never another task's value.
 """
 
@@ -24,17 +26,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lessonbank.learn import fixtext
+from lessonbank.learn import fixtext, roles
 from lessonbank.learn.adapters.calls import occurs
 
 MAX_PARAMS = 8
 MAX_TASK = 4000
 _TOKEN = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?")
-_STOPWORDS = frozenset({"the", "and", "for", "from", "with", "than", "that", "what", "which", "how", "many", "much",
-                        "more", "less", "its", "has", "have", "was", "were", "are", "did", "does", "over", "into",
-                        "per", "all", "any", "each", "one", "between", "using", "use", "about", "after", "before",
-                        "get", "got", "gets", "give", "gave", "take", "took", "make", "made", "show", "list", "find",
-                        "is", "be", "do", "not", "only", "number", "answer", "total"})
+_STOPWORDS = roles.STOPWORDS
 
 
 @dataclass(frozen=True)
@@ -207,9 +205,12 @@ def place(params: Sequence[Param], solved: str, task: str) -> dict[str, str]:
     mine, theirs = _tokens(task), _tokens(solved)
     lowered_theirs = {token.lower() for token in theirs}
     fresh = list(dict.fromkeys(token for token in mine if token.lower() not in lowered_theirs))
-    placed: dict[str, str] = {}
+    numbers = [param.source for param in params if roles.numeric(param.source)]
+    placed = roles.match(numbers, theirs, mine)  # a number by its role: its form says nothing of it
     by_form: dict[str, list[Param]] = {}
     for param in params:
+        if roles.numeric(param.source):
+            continue
         same = next((token for token in mine if token.lower() == param.source.lower()), None)
         if same is not None:
             placed[param.source] = same

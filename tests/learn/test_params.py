@@ -96,3 +96,85 @@ def test_a_recipe_with_such_a_date_is_an_example_to_adapt() -> None:
     assert 'final_answer(solve(city="Lyon", date=<date>))' in example.code
     placed = adapt.recipe_example(recipe, "Highest temperature in Lyon on 25/08/2024?")
     assert placed is not None and placed.placed and "'2024-08-25'" in placed.code
+
+
+def placed(code: str, solved: str, task: str) -> dict[str, str]:
+    return params.place(params.flows([ast.parse(code)], solved), solved, task)
+
+
+BOOKS = "How many books by author 'Tolkien' have more than 300 pages?"
+BOOKS_CODE = "final_answer(len([b for b in books(author='Tolkien') if b['pages'] > 300]))"
+
+
+def test_a_number_is_placed_only_by_one_of_the_same_role_never_by_another_number_of_the_task() -> None:
+    """A number's form says nothing of its role: another task's number takes its place only when it is of the same
+    kind (a bound, a rounding precision, a year, a count) and has the same words around it; else it is named."""
+    rounding = "What is the average page count of the books by author 'Tolkien'? Round to 2 decimals."
+    assert placed(BOOKS_CODE, BOOKS, rounding) == {"Tolkien": "Tolkien"}  # not 300 -> 2
+    assert placed(BOOKS_CODE, BOOKS.replace("300", "2"), rounding) == {"Tolkien": "Tolkien"}  # nor 2 -> 2
+    assert placed(BOOKS_CODE, BOOKS, "How many books did author 'Tolkien' publish in 1954?") == {"Tolkien": "Tolkien"}
+    year = "How many books did author 'Tolkien' publish in 1954?"
+    year_code = "final_answer(len([b for b in books(author='Tolkien') if b['year'] == 1954]))"
+    assert placed(year_code, year, BOOKS.replace("Tolkien", "Atwood")) == {"Tolkien": "Atwood"}  # a bound is no year
+    assert placed(year_code, year, "How many books did author 'Atwood' publish in 1969?") == {
+        "Tolkien": "Atwood", "1954": "1969"}
+    # a number of no such role: the three largest are a count, not a bound of the amount
+    invoices = "How many invoices of client ACME exceed 500 euros?"
+    code = "final_answer(len([i for i in invoices(client='ACME') if i['amount'] > 500]))"
+    assert placed(code, invoices, "What are the 3 largest invoices of client ACME?") == {"ACME": "ACME"}
+    assert placed(code, invoices, "How many invoices of client ACME are above 750 euros?") == {
+        "ACME": "ACME", "500": "750"}  # other words, the same role
+    precision = "Average rating of the films of director Varda, rounded to 2 decimals?"
+    rated = "final_answer(round(mean(f['rating'] for f in films(director='Varda')), 2))"
+    assert placed(rated, precision, "Average rating of the films of director Ozu, rounded to 1 decimal?") == {
+        "Varda": "Ozu", "2": "1"}
+    assert placed(rated, precision, "How many films of director Ozu are rated above 8?") == {"Varda": "Ozu"}
+    assert placed(rated, precision, "Mean rating of director Ozu's films? Give it to 1 decimal place.") == {
+        "Varda": "Ozu", "2": "1"}  # a rounding precision is one whatever the words
+
+
+def test_numbers_of_one_kind_are_placed_by_the_words_around_them_whatever_their_order() -> None:
+    hikes = "How many hikes are longer than 12 km and climb more than 800 metres?"
+    code = "final_answer(len([h for h in hikes() if h['km'] > 12 and h['climb'] > 800]))"
+    assert placed(code, hikes, "How many hikes climb more than 600 metres and are longer than 9 km?") == {
+        "12": "9", "800": "600"}
+    # a number both tasks hold takes the place of the one whose words it has, not its own value's place
+    assert placed(code, hikes, "How many hikes are longer than 800 km and climb more than 12 metres?") == {
+        "12": "800", "800": "12"}
+    between = "How many parcels weigh between 2 and 5 kg?"
+    weighed = "final_answer(len([p for p in parcels() if 2 <= p['kg'] <= 5]))"
+    assert placed(weighed, between, "How many parcels weigh between 3 and 7 kg?") == {"2": "3", "5": "7"}  # in order
+
+
+def test_a_recurring_question_with_other_values_has_every_value_placed() -> None:
+    solved = "In 2023, what share of the hikes of region Tyrol were longer than 12 km? Round to 1 decimal."
+    code = ("rows = hikes(region='Tyrol', year=2023)\n"
+            "final_answer(round(100 * len([h for h in rows if h['km'] > 12]) / len(rows), 1))")
+    task = "In 2021, what share of the hikes of region Valais were longer than 8 km? Round to 2 decimals."
+    assert placed(code, solved, task) == {"Tyrol": "Valais", "2023": "2021", "12": "8", "1": "2"}
+    lines, values, names = params.for_task(code.splitlines(), solved, task) or ([], {}, {})
+    assert not names and "round(100 * len([h for h in rows if h['km'] > 8]) / len(rows), 2)" in lines[1]
+
+
+def test_a_recipe_whose_number_has_no_counterpart_names_it_and_does_not_claim_this_tasks_values() -> None:
+    """Both agent kinds: a number of the task in another role is not put in, the block names the parameter and
+    does not say the values are this task's."""
+    import json
+
+    from lessonbank.core.models import Lesson, Recipe
+    from lessonbank.instructions import format_lessons
+
+    solved, task = "How many orders of shop 'north' have more than 10 items?", "Average basket of shop 'south'? " \
+        "Round to 2 decimals."
+    code = Recipe(code="rows = list_orders(shop='north')\nfinal_answer(len([r for r in rows if r['items'] > 10]))",
+                  language="python", task=solved, checks=["syntax"], fingerprint="f")
+    calls = Recipe(language="tool_calls", task=solved, checks=["json"], fingerprint="t", code=json.dumps([
+        {"name": "list_orders", "arguments": {"shop": "north", "min_items": 10}},
+        {"name": "final_answer", "arguments": {}}]))
+    for recipe, line in ((code, '# for this task: final_answer(solve(shop="south", value=<value>))'),
+                         (calls, 'list_orders(shop="south", min_items=<min_items>)')):
+        lesson = Lesson.new("b", "approach", "Working code for a task like it").model_copy(
+            update={"verified": True, "recipe": recipe, "origin": "recipe"})
+        text, _ = format_lessons([lesson], task=task)
+        assert line in text and "this task's values put in" not in text and "an example to adapt" in text
+        assert "> 2" not in text and "=2" not in text and "10" not in text
