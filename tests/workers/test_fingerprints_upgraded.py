@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import redis
-from qdrant_client import QdrantClient
 from smolagents import CodeAgent, tool
 
 from lessonbank.agent import remember
 from lessonbank.cli.migrate import migrate_bank
 from lessonbank.core.constants import bank_rekeyed_key
-from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import (
     FailurePayload,
     Lesson,
@@ -34,8 +30,6 @@ from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.core.specimen import specimen
 from lessonbank.core.store.base import LessonStoreBase
-from lessonbank.core.store.edge import EdgeLessonStore
-from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.learn import consolidate, failures, fingerprint, shapes, upgrade
 from lessonbank.learn.view import RunView
 from lessonbank.workers.consolidate import Consolidator, Thresholds
@@ -51,18 +45,9 @@ TOOL = "check_loan"
 SIGNATURE = "check_loan(reader: string) -> object"
 
 
-@pytest.fixture(params=["edge", "qdrant_local"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, embedder: FastEmbedEmbedder) -> Iterator[LessonStoreBase]:
-    if request.param == "edge":
-        edge = EdgeLessonStore(tmp_path / "edge", embedder)
-        edge.open()
-        yield edge
-        edge.close()
-    else:
-        local = LessonStore(QdrantClient(path=str(tmp_path / "qdrant_local")), embedder)
-        local.ensure_collection()
-        yield local
-        local.close()
+@pytest.fixture
+def store(embedded_store: LessonStoreBase) -> LessonStoreBase:
+    return embedded_store
 
 
 def _leaf(words: list[str]) -> dict[str, Any]:

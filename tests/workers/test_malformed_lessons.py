@@ -6,20 +6,14 @@ it would not join stays where it is, in migrate as in a run's writes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from qdrant_client import QdrantClient
 
 from lessonbank.block import lessons_block
 from lessonbank.cli.migrate import migrate_bank
-from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import Lesson, ShapePayload, recipe_id
 from lessonbank.core.settings import Settings
 from lessonbank.core.store.base import LessonStoreBase
-from lessonbank.core.store.edge import EdgeLessonStore
-from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.instructions import compose_instructions
 from lessonbank.learn import consolidate, shapes
 from lessonbank.tools import RecallLessonsTool
@@ -28,18 +22,9 @@ from tests.workers.test_fingerprints_upgraded import BANK, TOOL, active_shapes, 
 TASK = "Which loans of reader R-7 are late? Use check_loan."
 
 
-@pytest.fixture(params=["edge", "qdrant_local"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, embedder: FastEmbedEmbedder) -> Iterator[LessonStoreBase]:
-    if request.param == "edge":
-        edge = EdgeLessonStore(tmp_path / "edge", embedder)
-        edge.open()
-        yield edge
-        edge.close()
-    else:
-        local = LessonStore(QdrantClient(path=str(tmp_path / "qdrant_local")), embedder)
-        local.ensure_collection()
-        yield local
-        local.close()
+@pytest.fixture
+def store(embedded_store: LessonStoreBase) -> LessonStoreBase:
+    return embedded_store
 
 
 def stored_malformed(store: LessonStoreBase) -> Lesson:

@@ -4,22 +4,17 @@ one holding one is still upgraded, and a marker of an earlier rule reads the ban
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
-from qdrant_client import QdrantClient
 
 from lessonbank.cli.migrate import migrate_bank
 from lessonbank.core import purge
 from lessonbank.core.constants import DEFAULT_QUEUE, bank_rekeyed_key
-from lessonbank.core.embeddings import FastEmbedEmbedder
 from lessonbank.core.models import FailurePayload, recipe_id
 from lessonbank.core.store.base import LessonStoreBase
-from lessonbank.core.store.edge import EdgeLessonStore
-from lessonbank.core.store.qdrant import LessonStore
 from lessonbank.learn import consolidate, failures, shapes, upgrade
 from lessonbank.workers.bank_writer import EVERY_LESSON
 from lessonbank.workers.consolidate import Consolidator, Thresholds
@@ -27,18 +22,9 @@ from lessonbank.workers.rekeyed import RekeyMarker
 from tests.workers.test_fingerprints_upgraded import BANK, active_shapes, observed, stored_earlier
 
 
-@pytest.fixture(params=["edge", "qdrant_local"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, embedder: FastEmbedEmbedder) -> Iterator[LessonStoreBase]:
-    if request.param == "edge":
-        edge = EdgeLessonStore(tmp_path / "edge", embedder)
-        edge.open()
-        yield edge
-        edge.close()
-    else:
-        local = LessonStore(QdrantClient(path=str(tmp_path / "qdrant_local")), embedder)
-        local.ensure_collection()
-        yield local
-        local.close()
+@pytest.fixture
+def store(embedded_store: LessonStoreBase) -> LessonStoreBase:
+    return embedded_store
 
 
 @pytest.fixture
