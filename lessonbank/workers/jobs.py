@@ -212,14 +212,25 @@ class Lease:
 
 
 def new_token() -> str:
-    """Who holds a lease: ``host:pid:nonce``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """Who holds a lease: ``host:pid:started_nonce``, ``started`` the process's start time (``_stat``), so that a
+    later process given the same pid is not taken for the holder."""
+    started = (_stat(os.getpid()) or ("", ""))[1]
+    return f"{socket.gethostname()}:{os.getpid()}:{started}_{uuid.uuid4().hex[:8]}"
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """A process's state and start time (clock ticks since boot) from ``/proc/<pid>/stat``; None if unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
+    except (OSError, IndexError):
+        return None
 
 
 def holder_gone(holder: str) -> bool:
     """True when ``holder`` was a process of this host that no longer runs (or this very process, between tasks)."""
     try:
-        host, pid_text, _ = holder.rsplit(":", 2)
+        host, pid_text, nonce = holder.rsplit(":", 2)
         pid = int(pid_text)
     except ValueError:
         return False
@@ -232,13 +243,14 @@ def holder_gone(holder: str) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
+    except PermissionError:  # another user's process: the holder's, or one given its pid since
+        pass
+    stat = _stat(pid)
+    if stat is None:
         return False
-    try:  # a killed process its parent has not reaped yet
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state in ("Z", "X")
+    started = nonce.split("_", 1)[0] if "_" in nonce else ""
+    # a killed process its parent has not reaped yet, or another process given the holder's pid since
+    return stat[0] in ("Z", "X") or bool(started) and started != stat[1]
 
 
 def acquire(client: redis.Redis, job: Job, seconds: float, retries: int,

@@ -103,6 +103,21 @@ def test_a_holder_that_died_on_this_host_is_taken_over_at_once(redis_client: red
     assert lease.finish()
 
 
+def test_a_holder_whose_pid_another_process_was_given_is_gone() -> None:
+    """A busy host hands a dead holder's pid to a new process: the start time in the token tells them apart."""
+    host = jobs.socket.gethostname()
+    with subprocess.Popen(["sleep", "60"]) as other:
+        try:
+            started = jobs._stat(other.pid)
+            assert started is not None
+            assert not jobs.holder_gone(f"{host}:{other.pid}:{started[1]}_beef0001")  # the holder itself, alive
+            assert jobs.holder_gone(f"{host}:{other.pid}:{int(started[1]) + 1}_beef0001")  # its pid, reused
+            assert not jobs.holder_gone(f"{host}:{other.pid}:beef0001")  # a token without a start time
+        finally:
+            other.kill()
+    assert jobs.new_token().split(":")[2].split("_")[0] == jobs._stat(jobs.os.getpid())[1]  # type: ignore[index]
+
+
 def test_a_foreign_holder_is_waited_out_then_taken_over(redis_client: redis.Redis) -> None:
     abroad, _ = jobs.acquire(redis_client, job(), 0.3, 0, token="another-host:77:beef0001")
     assert abroad is not None
