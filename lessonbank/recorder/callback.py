@@ -26,6 +26,7 @@ from lessonbank.core.models import RunOutcome
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.recorder import results, snapshot
+from lessonbank.recorder.logs import warn_with_traceback
 from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import RunInfo, Snapshot
 from lessonbank.recorder.spool import Spool
@@ -273,7 +274,7 @@ class StepRecorder:
     def _log_failure(self, what: str) -> None:
         if not self._failure_logged:
             self._failure_logged = True
-            logger.warning("%s (logged once)", what, exc_info=True)
+            warn_with_traceback(logger, "%s (logged once)", what)
 
 
 def _keep_result(recorder_ref: weakref.ref[StepRecorder], agent_ref: weakref.ref[Any], name: str,

@@ -32,6 +32,7 @@ import redis
 from lessonbank.core import runs
 from lessonbank.core.connections import address, checked, exchange
 from lessonbank.core.constants import STEP_TTL
+from lessonbank.recorder.logs import warn_with_traceback
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.spool import Spool
 
@@ -296,8 +297,8 @@ class Transport:
         except (OSError, ValueError):  # the disk refused, or (a bug) text that cannot be written
             if not self._spool_error_logged:
                 self._spool_error_logged = True
-                logger.exception("could not write the spool in %s; step records are lost until it can",
-                                 self.spool.directory)
+                warn_with_traceback(logger, "could not write the spool in %s; step records are lost until it can",
+                                    self.spool.directory)
             return False
         if counted:
             self.spooled += len(ops)
@@ -309,9 +310,9 @@ class Transport:
         self._script_ready = False  # a restarted Redis has no scripts
         if not self._outage_logged:
             self._outage_logged = True
-            logger.warning(
-                "Redis did not take step records (%s: %s); spooling to %s, retrying every %.1fs",
-                type(error).__name__, error, self.spool.directory, self.breaker.cooldown, exc_info=True,
+            warn_with_traceback(
+                logger, "Redis did not take step records (%s: %s); spooling to %s, retrying every %.1fs",
+                type(error).__name__, error, self.spool.directory, self.breaker.cooldown,
             )
 
     def _recovered(self) -> None:

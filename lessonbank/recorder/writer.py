@@ -32,6 +32,7 @@ import weakref
 from collections import deque
 
 from lessonbank.core.models import StepRecord
+from lessonbank.recorder.logs import warn_with_traceback
 from lessonbank.recorder.ops import Op
 from lessonbank.recorder.serialize import StepSerializer
 from lessonbank.recorder.snapshot import Snapshot
@@ -275,7 +276,7 @@ class Writer:
     def _log_failure(self, what: str) -> None:
         if not self._failure_logged:
             self._failure_logged = True
-            logger.warning("%s (logged once)", what, exc_info=True)
+            warn_with_traceback(logger, "%s (logged once)", what)
 
     def _after_fork(self) -> None:
         self._reset()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -180,16 +181,29 @@ def test_dockerfile_lints_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _redis_service(config: dict, tmp_path: Path, port: int, template: Path) -> tuple[list[str], dict[str, str]]:
+STEP_DOWN = "su-exec redis "  # the image's own way from root to its redis user
+
+
+def _redis_service(config: dict, tmp_path: Path, port: int, template: Path,
+                   user: str | None = None) -> tuple[list[str], dict[str, str]]:
     """Compose's own command of the redis service (its shell script, run by the image's busybox sh when there is
-    one) and environment, with the container's paths and port moved to this machine's."""
+    one) and environment, with the container's paths and port moved to this machine's. The server steps down to
+    ``user`` (with this machine's ``setpriv``, as su-exec does in the image), or stays the current user."""
     service = config["services"]["redis"]
     [mount], [tmpfs] = service["configs"], service["tmpfs"]
     assert config["configs"][mount["source"]]["file"] == str(ROOT / "deploy" / "redis" / "users.acl.template")
     shell, flag, script = service["command"]
     script = script.replace("$$", "$")  # ``config`` escapes the ``$`` compose hands the container as it is
-    script = script.replace(mount["target"], str(template)).replace(tmpfs, str(tmp_path / "run")).replace(
-        "exec redis-server", f"exec redis-server --port {port} --bind 127.0.0.1 --dir {tmp_path} --save ''")
+    owner = user or pwd.getpwuid(os.geteuid()).pw_name
+    step_down = f"setpriv --reuid {user} --regid {user} --init-groups " if user else ""
+    moves = {mount["target"]: str(template), tmpfs: str(tmp_path / "run"), " /data ": f" {tmp_path} ",
+             "chown -R redis ": f"chown -R {owner} ", "-user redis -exec chown redis ": f"-user {owner} -exec chown "
+             f"{owner} ", STEP_DOWN: step_down,
+             "redis-server --aclfile": f"redis-server --port {port} --bind 127.0.0.1 --dir {tmp_path} --save '' "
+             "--aclfile"}
+    for container, here in moves.items():
+        assert container in script, container
+        script = script.replace(container, here)
     (tmp_path / "run").mkdir()
     env = {"PATH": os.environ["PATH"], **environment(service)}
     return [*(["busybox"] if shutil.which("busybox") else []), shell, flag, script], env

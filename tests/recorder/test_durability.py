@@ -309,12 +309,21 @@ def test_while_redis_does_not_answer_records_reach_the_spool_before_its_timeout(
     recorder.close()
 
 
-def test_records_of_a_recorder_dropped_while_redis_is_away_reach_redis_while_the_process_lives_on(own_redis, tmp_path):
+@pytest.mark.parametrize("late_writer", [False, True], ids=["writer-first", "late-writer"])
+def test_records_of_a_recorder_dropped_while_redis_is_away_reach_redis_while_the_process_lives_on(
+        own_redis, tmp_path, monkeypatch, caplog, late_writer):
     """One agent and one recorder per request, the recorder garbage-collected while Redis is away: its spool is
-    replayed when Redis is back, by the process itself, without ``lessonbank spool replay``."""
+    replayed when Redis is back, by the process itself, without ``lessonbank spool replay``. A writer thread that
+    gets the CPU late (a loaded machine) leaves the first failed delivery, and its warning, to the agent's thread:
+    the warning, kept by the log capture, keeps no frame of the recorder alive."""
     import gc
     import weakref
 
+    from lessonbank.recorder import writer
+
+    if late_writer:
+        wait = writer.Writer._wait
+        monkeypatch.setattr(writer.Writer, "_wait", lambda self, me: (time.sleep(0.5), wait(self, me))[1])
     settings = Settings(_env_file=None, redis_url=own_redis.url, data_dir=tmp_path / "data", breaker_cooldown=0.2)
 
     def request(task: str) -> tuple[str, weakref.ref]:
@@ -334,3 +343,4 @@ def test_records_of_a_recorder_dropped_while_redis_is_away_reach_redis_while_the
         assert [r.kind for r in run_records(client, run_id)] == ["action", "action", "final", "run_end"]
     assert sorted(args[1] for args in distill_args(client, settings.queue)) == sorted(run_id for run_id, _ in dropped)
     wait_until(lambda: spool_files(settings.resolved_spool_dir) == [], 60, "the spool files delivered and gone")
+    assert any("Redis did not take step records" in record.getMessage() for record in caplog.records)
