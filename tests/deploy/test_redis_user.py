@@ -7,16 +7,13 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.e2e.test_deploy import REQUIRED_ENV, ROOT, STEP_DOWN, _redis_service, compose
+from tests.e2e.test_deploy import REQUIRED_ENV, ROOT, STEP_DOWN, _redis_service, compose, started_redis
 from tests.fixtures.redis_server import free_port
 
 
@@ -61,19 +58,8 @@ def test_compose_redis_command_serves_as_the_redis_user(config: dict, open_dir: 
     (open_dir / "left-by-root").write_text("")
     port = free_port()
     command, env = _redis_service(config, open_dir, port, ROOT / "deploy" / "redis" / "users.acl.template", "redis")
-    log = open_dir / "redis.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    process, admin = started_redis(command, env, open_dir / "redis.log", port)
     try:
-        admin = redis.Redis(port=port, username="admin", password=REQUIRED_ENV["REDIS_ADMIN_PASSWORD"])
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                assert admin.ping()
-                break
-            except redis.ConnectionError:
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
         status = (Path("/proc") / str(process.pid) / "status").read_text()  # sh exec'd setpriv, setpriv the server
         uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
         assert uids == [str(redis_user.pw_uid)] * 4, status

@@ -209,26 +209,34 @@ def _redis_service(config: dict, tmp_path: Path, port: int, template: Path,
     return [*(["busybox"] if shutil.which("busybox") else []), shell, flag, script], env
 
 
+def started_redis(command: list[str], env: dict[str, str], log: Path, port: int
+                  ) -> tuple[subprocess.Popen[bytes], redis.Redis]:
+    """Compose's Redis command started here, once its admin user can log in: (the process, an admin client)."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    admin = redis.Redis(port=port, username="admin", password=REQUIRED_ENV["REDIS_ADMIN_PASSWORD"])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert admin.ping()
+            return process, admin
+        except redis.AuthenticationError:
+            process.terminate()
+            raise
+        except redis.ConnectionError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.terminate()
+                raise AssertionError(log.read_text()) from None
+            time.sleep(0.1)
+
+
 def test_redis_loads_the_users_of_the_acl_template(config: dict, tmp_path: Path) -> None:
     """Compose's Redis command run for real: the users of deploy/redis/users.acl.template with their passwords, no
     default user; the health check logs in as admin, the worker services as worker, an agent cannot flush."""
     port = free_port()
     command, env = _redis_service(config, tmp_path, port, ROOT / "deploy" / "redis" / "users.acl.template")
-    log = tmp_path / "redis.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    process, admin = started_redis(command, env, tmp_path / "redis.log", port)
     try:
-        admin = redis.Redis(port=port, username="admin", password=REQUIRED_ENV["REDIS_ADMIN_PASSWORD"])
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                assert admin.ping()
-                break
-            except redis.AuthenticationError:
-                raise
-            except redis.ConnectionError:
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
         rendered = tmp_path / "run" / "users.acl"
         assert rendered.stat().st_mode & 0o077 == 0  # readable by Redis alone
         assert {line.split()[1] for line in rendered.read_text().splitlines()} == {"agent", "worker", "admin",
