@@ -208,6 +208,8 @@ class BankWriter:
         (``upgrade``), when nothing is stored there yet: a bank written before the rule changed keeps one lesson per
         fact. The bank is read for them at most once per run, only for a fact not found by its id, and not at all
         once a read found none left (``rekeyed``)."""
+        if self._earlier is None and self.rekeyed is not None and self.rekeyed.current():
+            self._earlier = []  # the bank's marker: nothing left to move, no read of the store for it
         if self._earlier is not None and not self._earlier:
             return
         if self.store.get(self.bank, [fid]):
@@ -229,10 +231,8 @@ class BankWriter:
 
     def _left_to_move(self) -> list[tuple[Lesson, str]]:
         """The bank's observed facts stored under an earlier rule, each with its id now, but those whose id now holds
-        a lesson already (what the next run observing them finds there; they stay where they are): none without a
-        read when the bank's marker says so, and the marker set when a read finds none."""
-        if self.rekeyed is not None and self.rekeyed.current():
-            return []
+        a lesson already (what the next run observing them finds there; they stay where they are); the bank's marker
+        set when a read finds none."""
         lessons = self.store.list(self.bank, limit=EVERY_LESSON, include_inactive=True)
         earlier = [(lesson, now) for lesson in lessons if lesson.status != "superseded"
                    and (now := upgrade.observed_id(lesson)) is not None and now != lesson.id]
