@@ -151,12 +151,12 @@ def resend_waiting(client: redis.Redis, settings: Settings, now: float | None = 
         if state not in (RUN_CLOSED, RUN_DISTILLED) or (state == RUN_DISTILLED and not followup) or dead:
             client.zrem(WAITING_RUNS_KEY, run_id)  # finished, gone, or dead-lettered: it waits for nothing
             continue
-        if job or run_id in queued:
-            client.zadd(WAITING_RUNS_KEY, {run_id: now})  # in hand, due for a retry, or queued: look again later
+        if job or run_id in queued:  # in hand, due for a retry, or queued: look again later; XX: a run that was
+            client.zadd(WAITING_RUNS_KEY, {run_id: now}, xx=True)  # finished since it was read is not put back
             continue
         pipe = client.pipeline(transaction=True)
-        publish(pipe, settings.queue, DISTILL_TASK, [redis_text(bank), run_id])
-        pipe.zadd(WAITING_RUNS_KEY, {run_id: now})
+        publish(pipe, settings.queue, DISTILL_TASK, [redis_text(bank), run_id])  # finished meanwhile: dropped
+        pipe.zadd(WAITING_RUNS_KEY, {run_id: now}, xx=True)
         pipe.execute()
         resent += 1
         logger.warning("run %s of bank %s waited %ds for distillation with its task nowhere (lost while Redis "

@@ -127,6 +127,30 @@ def test_a_run_whose_task_was_lost_is_sent_again_and_only_that_one(redis_client:
     assert sweep(redis_client, settings, now=later + 1).resent == 0  # not again before resend_after
 
 
+def test_a_run_distilled_while_the_sweeper_looks_is_not_put_back_to_wait(redis_client: redis.Redis,
+                                                                         settings: Settings) -> None:
+    """The sweeper reads a waiting run's state (closed, its job in a worker's hands) and the worker finishes it
+    before the sweeper notes "look again later": the distilled run does not go back to the waiting set, where
+    ``lessonbank status`` would count it as waiting."""
+    from lessonbank.core.constants import WAITING_RUNS_KEY, job_key
+
+    ref = runs.RunRef("b", "run-racing", "agent", "task")
+    record = StepRecord(id=f"{ref.run_id}:0", bank="b", run_id=ref.run_id, kind="run_end", seq=0).to_json()
+    runs.close_run(redis_client, ref, 0, record, "success", time.time(), settings.queue)
+    redis_client.hset(job_key(jobs.job_id("distill", ref.run_id)), "task", DISTILL_TASK)
+
+    class Racing(redis.Redis):
+        def zadd(self, name, mapping, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+            runs.mark_distilled(redis_client, ref.run_id, 60, {})  # the worker finishes in between
+            return super().zadd(name, mapping, *args, **kwargs)
+
+    racing = Racing(connection_pool=redis_client.connection_pool)
+    later = redis_client.time()[0] + settings.resend_after + 1
+    assert sweep(racing, settings, now=later).resent == 0
+    assert redis_client.zscore(WAITING_RUNS_KEY, ref.run_id) is None
+    assert run_state(redis_client, ref.run_id)["state"] == "distilled"
+
+
 def test_worker_with_embedded_beat_distills_an_abandoned_run(tmp_path: Path, embed_model_path: Path,
                                                              openai_server: FakeOpenAI) -> None:
     """`celery -A lessonbank.workers worker -B` on one node: the beat's sweeper finds the run, the pool distills it."""
