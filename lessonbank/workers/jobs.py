@@ -61,7 +61,8 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
 # KEYS: job hash, due set. ARGV: job id, token, lease seconds, task, args JSON, queue, task id, retries,
-# holder to take over ('' for none). Returns {1, retries} when taken, {0, holder} when another holds it.
+# holder to take over ('' for none). Returns {1, retries, holder} when taken (holder: the one it was taken from,
+# '' for none), {0, holder} when another holds it.
 _TAKE = _NOW + """
 local holder = redis.call('HGET', KEYS[1], 'holder')
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -78,7 +79,7 @@ redis.call('HSET', KEYS[1], 'task', ARGV[4], 'args', ARGV[5], 'queue', ARGV[6], 
            'retries', retries, 'holder', ARGV[2])
 redis.call('HDEL', KEYS[1], 'released', 'again', 'rerun')
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
-return {1, retries}
+return {1, retries, holder or ''}
 """
 
 # KEYS: job hash, due set. ARGV: job id, token, lease seconds. Returns 1 (renewed), 2 (the lease had lapsed and
@@ -261,14 +262,17 @@ def acquire(client: redis.Redis, job: Job, seconds: float, retries: int,
     token = token or new_token()
     steal = ""
     for _ in range(2):
-        taken, value = client.eval(_TAKE, 2, job_key(job.id), JOBS_DUE_KEY, job.id, token, seconds, job.task,
-                                   json.dumps(list(job.args)), job.queue, job.task_id, retries, steal,
-                                   "1" if job.again_if_held else "")
+        taken, value, *previous = client.eval(_TAKE, 2, job_key(job.id), JOBS_DUE_KEY, job.id, token, seconds,
+                                              job.task, json.dumps(list(job.args)), job.queue, job.task_id, retries,
+                                              steal, "1" if job.again_if_held else "")
         if int(taken):
+            lapsed = redis_text(previous[0]) if previous else ""
+            if lapsed and lapsed != steal:  # taken from a holder whose lease lapsed before any keeper sent it again
+                logger.warning("job %s: the lease of %s lapsed; taken over (retry %d)", job.id, lapsed, int(value))
             with _held_lock:
                 _held_here.add(token)
             return Lease(client, job, token, seconds, int(value)), ""
-        holder = value.decode() if isinstance(value, bytes) else str(value)
+        holder = redis_text(value)
         if steal or not holder_gone(holder):
             return None, holder
         logger.info("job %s: its holder %s is gone; taking it over", job.id, holder)

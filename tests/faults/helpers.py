@@ -297,14 +297,18 @@ def deliveries(client: redis.Redis, run_id: str) -> int:
     return int(client.hget(run_key(run_id), "deliveries") or 0)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05,
+               seen: Callable[[], object] | None = None) -> Any:
+    """``condition()`` once it is true; after ``timeout`` seconds an AssertionError naming ``what`` it waited for
+    and, with ``seen``, what ``seen()`` found then."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            found = f"; saw {seen()}" if seen is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{found}")
         time.sleep(interval)
 
 

@@ -81,6 +81,18 @@ def decide_requests(svc: Service) -> int:
     return sum(1 for r in svc.llm.chat_requests() if DECIDE_MARKER in r["messages"][0]["content"])
 
 
+def job_seen(svc: Service, run_id: str) -> str:
+    """What a failed wait for the run's takeover saw: its deliveries, its job, and the worker's log lines about it."""
+    job = f"distill:{run_id}"
+    fields = {k.decode(): v.decode() for k, v in svc.client.hgetall(job_key(job)).items()}
+    fields.pop("args", None)
+    log = svc.worker.log() if svc.worker is not None else ""
+    lines = [line for line in log.splitlines() if run_id in line or "WorkerLost" in line or "exited" in line]
+    return (f"deliveries={deliveries(svc.client, run_id)} job={fields} due={svc.client.zscore(JOBS_DUE_KEY, job)} "
+            f"redis_time={svc.client.time()[0]} queued={svc.client.llen(QUEUE)}; worker log about it:\n"
+            + "\n".join(lines[-20:]))
+
+
 @pytest.mark.parametrize("kill", ["pool child", "whole worker"])
 def test_killed_mid_consolidation_counts_once(svc: Service, kill: str, report: Report) -> None:
     bank = f"killed-{kill.replace(' ', '-')}"
@@ -102,7 +114,8 @@ def test_killed_mid_consolidation_counts_once(svc: Service, kill: str, report: R
     killed_at = time.monotonic()
     if kill == "pool child":
         # The main process requeues the message, whose next delivery takes the dead process's job over at once;
-        # or, should it come late, the job's lease lapses first and a keeper sends the run again.
+        # or, should it come late (a busy host), the job's lease lapses first: a keeper sends the run again, or
+        # the requeued delivery takes the lapsed lease over itself. Each of the three says so in the log.
         os.kill(children[0], signal.SIGKILL)
         taken_over: tuple[str, ...] = ("is gone; taking it over", "lapsed")
     else:
@@ -112,10 +125,12 @@ def test_killed_mid_consolidation_counts_once(svc: Service, kill: str, report: R
         worker.process = None
         svc.start_worker()  # as a supervisor would; the message itself stays with the dead worker for an hour
         taken_over = ("lapsed",)
-    wait_until(lambda: deliveries(svc.client, run_id) >= 2, 60, "the run's next delivery", interval=0.02)
+    wait_until(lambda: deliveries(svc.client, run_id) >= 2, 60, "the run's next delivery", interval=0.02,
+               seen=lambda: job_seen(svc, run_id))
     redelivered = time.monotonic() - killed_at
     assert svc.worker is not None
-    wait_until(lambda: any(line in svc.worker.log() for line in taken_over), 60, f"one of {taken_over} in the log")
+    wait_until(lambda: any(line in svc.worker.log() for line in taken_over), 60, f"one of {taken_over} in the log",
+               seen=lambda: job_seen(svc, run_id))
     llm.release.set()
 
     state = svc.wait(run_id)

@@ -103,6 +103,26 @@ def test_a_holder_that_died_on_this_host_is_taken_over_at_once(redis_client: red
     assert lease.finish()
 
 
+def test_a_dead_holder_whose_lease_lapsed_before_its_next_delivery_is_taken_over_in_the_log(
+        redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """On a busy host the requeued delivery of a killed pool process's task can come after the lease lapsed but
+    before any keeper sent the job again: it takes the job at once, and the log says whose lease it took over."""
+    gone = f"{jobs.socket.gethostname()}:{dead_pid()}:dead0002"
+    first, _ = jobs.acquire(redis_client, job(), 60, 0, token=gone)
+    assert first is not None
+    redis_client.zadd(JOBS_DUE_KEY, {job().id: 0})  # the lease lapsed; no keeper has looked yet
+    with caplog.at_level("INFO", logger=jobs.__name__):
+        lease, holder = jobs.acquire(redis_client, job(), 60, 0)
+    assert lease is not None and holder == "" and lease.retries == 1
+    assert [r.getMessage() for r in caplog.records] == [f"job {job().id}: the lease of {gone} lapsed; taken over "
+                                                        "(retry 1)"]
+    assert publish(redis_client) == 0 and lease.finish()
+    caplog.clear()
+    with caplog.at_level("INFO", logger=jobs.__name__):  # a job nobody held: taken without a word
+        fresh, _ = jobs.acquire(redis_client, job(), 60, 0)
+    assert fresh is not None and caplog.records == [] and fresh.finish()
+
+
 def test_a_holder_whose_pid_another_process_was_given_is_gone() -> None:
     """A busy host hands a dead holder's pid to a new process: the start time in the token tells them apart."""
     host = jobs.socket.gethostname()
@@ -118,13 +138,16 @@ def test_a_holder_whose_pid_another_process_was_given_is_gone() -> None:
     assert jobs.new_token().split(":")[2].split("_")[0] == jobs._stat(jobs.os.getpid())[1]  # type: ignore[index]
 
 
-def test_a_foreign_holder_is_waited_out_then_taken_over(redis_client: redis.Redis) -> None:
+def test_a_foreign_holder_is_waited_out_then_taken_over(redis_client: redis.Redis,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
     abroad, _ = jobs.acquire(redis_client, job(), 0.3, 0, token="another-host:77:beef0001")
     assert abroad is not None
     assert jobs.acquire(redis_client, job(), 60, 0)[0] is None  # alive as far as anyone here can tell
     time.sleep(0.4)  # the lease lapses: nobody renewed it
-    lease, _ = jobs.acquire(redis_client, job(), 60, 0)
+    with caplog.at_level("WARNING", logger=jobs.__name__):
+        lease, _ = jobs.acquire(redis_client, job(), 60, 0)
     assert lease is not None and lease.retries == 1
+    assert "the lease of another-host:77:beef0001 lapsed; taken over" in caplog.text
     assert abroad.renew() == 0  # the old holder learns it lost the job
 
 
