@@ -50,6 +50,16 @@ logger = logging.getLogger(__name__)
 SCAN_BATCH = 500
 MAX_EXPIRE_SCAN = 10_000
 
+# KEYS: run hash, waiting-runs zset, dead letters. ARGV: run id. Takes a run the sweeper read as finished off the
+# waiting runs, unless it waits again by now (a follow-up of late steps queued, a dead letter retried): 1 if taken.
+_SETTLED = """
+local state, followup = unpack(redis.call('HMGET', KEYS[1], 'state', 'followup'))
+if (state == 'closed' or (state == 'distilled' and followup)) and redis.call('HEXISTS', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+return redis.call('ZREM', KEYS[2], ARGV[1])
+"""
+
 
 @dataclass
 class SweepReport:
@@ -149,7 +159,8 @@ def resend_waiting(client: redis.Redis, settings: Settings, now: float | None = 
         (state, bank, followup), job, dead = pipe.execute()
         state = redis_text(state)
         if state not in (RUN_CLOSED, RUN_DISTILLED) or (state == RUN_DISTILLED and not followup) or dead:
-            client.zrem(WAITING_RUNS_KEY, run_id)  # finished, gone, or dead-lettered: it waits for nothing
+            # finished, gone, or dead-lettered: it waits for nothing, unless it was queued again since it was read
+            client.eval(_SETTLED, 3, run_key(run_id), WAITING_RUNS_KEY, DEAD_LETTERS_KEY, run_id)
             continue
         if job or run_id in queued:  # in hand, due for a retry, or queued: look again later; XX: a run that was
             client.zadd(WAITING_RUNS_KEY, {run_id: now}, xx=True)  # finished since it was read is not put back

@@ -151,6 +151,53 @@ def test_a_run_distilled_while_the_sweeper_looks_is_not_put_back_to_wait(redis_c
     assert run_state(redis_client, ref.run_id)["state"] == "distilled"
 
 
+def test_a_run_queued_again_while_the_sweeper_looks_stays_among_the_waiting_runs(redis_client: redis.Redis,
+                                                                                settings: Settings) -> None:
+    """The sweeper lists a waiting run, the worker distills it, the sweeper reads it distilled, and a late step
+    queues its follow-up distillation before the sweeper drops it from the waiting runs: the follow-up stays
+    waiting, so that the sweeper can send it again should its task be lost."""
+    from lessonbank.core.constants import WAITING_RUNS_KEY
+
+    ref = runs.RunRef("b", "run-followed-up", "agent", "task")
+
+    def record(seq: int, kind: str) -> str:
+        return StepRecord(id=f"{ref.run_id}:{seq}", bank="b", run_id=ref.run_id, kind=kind, seq=seq).to_json()
+
+    runs.close_run(redis_client, ref, 0, record(0, "run_end"), "success", time.time(), settings.queue)
+    redis_client.delete(settings.queue)
+    late: list[int] = []
+
+    class Racing(redis.Redis):
+        def zrangebyscore(self, name, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+            listed = super().zrangebyscore(name, *args, **kwargs)
+            if name == WAITING_RUNS_KEY and listed:
+                runs.mark_distilled(redis_client, ref.run_id, 60, {})  # the worker finishes after the listing
+            return listed
+
+        def late_step(self) -> None:
+            if not late:  # the recorder's late step, after the sweeper read the run's state
+                late.append(runs.record_step(redis_client, ref, 1, record(1, "action"), time.time(),
+                                            settings.queue))
+
+        def zrem(self, name, *values):  # type: ignore[no-untyped-def, override]
+            self.late_step()
+            return super().zrem(name, *values)
+
+        def eval(self, script, numkeys, *keys_and_args):  # type: ignore[no-untyped-def, override]
+            self.late_step()
+            return super().eval(script, numkeys, *keys_and_args)
+
+    racing = Racing(connection_pool=redis_client.connection_pool)
+    later = redis_client.time()[0] + settings.resend_after + 1
+    assert sweep(racing, settings, now=later).resent == 0
+    assert late == [2]  # the follow-up was queued
+    assert redis_client.zscore(WAITING_RUNS_KEY, ref.run_id) is not None
+    assert sent(redis_client, settings) == [("b", ref.run_id)]
+    redis_client.delete(settings.queue)  # its task is lost: the sweeper sends it again
+    assert sweep(redis_client, settings, now=redis_client.time()[0] + settings.resend_after + 1).resent == 1
+    assert sent(redis_client, settings) == [("b", ref.run_id)]
+
+
 def test_worker_with_embedded_beat_distills_an_abandoned_run(tmp_path: Path, embed_model_path: Path,
                                                              openai_server: FakeOpenAI) -> None:
     """`celery -A lessonbank.workers worker -B` on one node: the beat's sweeper finds the run, the pool distills it."""
