@@ -139,6 +139,36 @@ def test_two_workers_serving_an_embedded_store_over_one_redis_say_so(
     assert "LESSONBANK_QDRANT_URL" in said[0] and redis_client.get(STORE_OWNER_KEY) == b"w2@host-b"
 
 
+def test_a_stopping_owner_leaves_the_key_of_the_worker_that_serves_the_store_since(
+        settings: Settings, redis_client: redis.Redis) -> None:
+    """A worker stops as its successor starts serving the store: the successor's beat lands between the stopping
+    worker's read of the owner's key and its delete. The key keeps naming the successor."""
+    successor = observe.Heartbeat(settings, "w2@host", client=redis_client, serves_store=lambda: True)
+    stopping: list[bool] = []
+
+    class Racing(redis.Redis):
+        def get(self, name):  # type: ignore[no-untyped-def, override]
+            seen = super().get(name)
+            if stopping and name == STORE_OWNER_KEY:
+                successor.beat()  # the successor's beat, after the read
+            return seen
+
+        def eval(self, script, numkeys, *keys_and_args):  # type: ignore[no-untyped-def, override]
+            if stopping:
+                successor.beat()  # ... or just before the delete
+            return super().eval(script, numkeys, *keys_and_args)
+
+    leaving = observe.Heartbeat(settings, "w1@host", client=Racing(connection_pool=redis_client.connection_pool),
+                                serves_store=lambda: True)
+    leaving.beat()
+    assert redis_client.get(STORE_OWNER_KEY) == b"w1@host"
+    stopping.append(True)
+    leaving.stop()
+    assert redis_client.get(STORE_OWNER_KEY) == b"w2@host" and redis_client.get(worker_key("w1@host")) is None
+    successor.stop()
+    assert redis_client.get(STORE_OWNER_KEY) is None
+
+
 def test_heartbeat_says_which_llm_and_whether_it_answered(settings: Settings, redis_client: redis.Redis,
                                                           openai_server: FakeOpenAI) -> None:
     answering = settings.model_copy(update={"openai_base_url": openai_server.url, "distill_model": "m1"})

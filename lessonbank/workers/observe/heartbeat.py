@@ -35,6 +35,13 @@ FORGET_AFTER = 86400  # a worker not seen for a day leaves the list ``lessonbank
 PROBE_TIMEOUT = 10.0
 LLM_PROBE_INTERVAL = 60.0  # seconds between probes of the LLM (`lessonbank status --check` reads the last one)
 
+# KEYS: the store owner's key. ARGV: this worker's name. Deletes the key if it still names this worker (another
+# worker that serves the store now keeps its own).
+_LET_GO = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def probe_llm(settings: Settings) -> dict[str, Any]:
     """Whether the LLM endpoint answers (``GET /models``): reachable, the HTTP status, one line of detail."""
@@ -141,7 +148,6 @@ class Heartbeat:
             self._thread.join(5)
         try:
             self.redis.delete(worker_key(self.name))
-            if self.redis.get(STORE_OWNER_KEY) in (self.name, self.name.encode()):
-                self.redis.delete(STORE_OWNER_KEY)
+            self.redis.eval(_LET_GO, 1, STORE_OWNER_KEY, self.name)
         except redis.RedisError as e:
             logger.warning("heartbeat not cleared: %s", e)
