@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,13 +147,20 @@ def occupied(store: LessonStoreProtocol, client: redis.Redis, bank: str) -> bool
         bank_runs_key(bank), bank_summaries_key(bank), bank_purged_key(bank)))
 
 
+def unread_marker() -> str:
+    """A bank's fingerprint marker that says "read it": no rule's name, and no value a reader saw before."""
+    return f"unread:{uuid.uuid4().hex}"
+
+
 def restore_bank(store: LessonStoreProtocol, client: redis.Redis, backup: BankBackup) -> None:
     """Write a bank's backup back as it was: lessons through the store (vectors computed again), the rest to Redis
     in one transaction."""
     for start in range(0, len(backup.lessons), WRITE_BATCH):
         store.upsert(backup.lessons[start:start + WRITE_BATCH])
     pipe = client.pipeline(transaction=True)
-    pipe.delete(bank_rekeyed_key(backup.bank))  # its lessons may be of an earlier fingerprint rule: read it for them
+    # its lessons may be of an earlier fingerprint rule: read it for them (a value no read saw, so a read of the bank
+    # begun before the restore does not mark it, ``workers.rekeyed``)
+    pipe.set(bank_rekeyed_key(backup.bank), unread_marker())
     if backup.runs:
         pipe.zadd(bank_runs_key(backup.bank), backup.runs)
     if backup.summaries:

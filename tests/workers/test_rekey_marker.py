@@ -12,6 +12,7 @@ import redis
 
 from lessonbank.cli.migrate import migrate_bank
 from lessonbank.core import purge
+from lessonbank.core.backup import BankBackup, restore_bank
 from lessonbank.core.constants import DEFAULT_QUEUE, bank_rekeyed_key
 from lessonbank.core.models import FailurePayload, recipe_id
 from lessonbank.core.store.base import LessonStoreBase
@@ -119,3 +120,24 @@ def test_deleting_the_bank_removes_its_marker(redis_client: redis.Redis) -> None
     assert RekeyMarker(redis_client, BANK).current()
     purge.delete_bank_data(redis_client, BANK, DEFAULT_QUEUE)
     assert not redis_client.exists(bank_rekeyed_key(BANK))
+
+
+def test_a_read_of_the_bank_begun_before_a_restore_does_not_mark_it(store: LessonStoreBase,
+                                                                   redis_client: redis.Redis) -> None:
+    """A run reads its bank for facts of an earlier rule and finds none; the bank is restored from a backup holding
+    one before the run sets the marker: the marker is not set, and the next run finds the restored fact and moves
+    it."""
+    earlier = stored_earlier(store, "r-old", "yes", ["late", "ok"])
+    store.delete(BANK, [earlier.id])  # kept in the backup only
+    marker = RekeyMarker(redis_client, BANK)
+    assert not marker.current()  # the run looks, then reads the bank: nothing to move
+    restore_bank(store, redis_client, BankBackup(BANK, lessons=[earlier]))  # meanwhile
+    assert not marker.mark()  # the run's word comes after the restore: not taken
+    assert not RekeyMarker(redis_client, BANK).current()
+    fact = shaped("no", ["ok", "ok"])
+    run(store, redis_client, "r-after", fact)  # the next run reads the bank and moves the restored fact
+    (lesson,) = active_shapes(store)
+    assert store.get(BANK, [earlier.id])[0].superseded_by == lesson.id
+    assert redis_client.get(bank_rekeyed_key(BANK)) == upgrade.RULE.encode()
+    fresh = RekeyMarker(redis_client, BANK)
+    assert fresh.current() and fresh.mark()  # a read that saw the marker as it is sets it
