@@ -31,7 +31,6 @@ from lessonbank.core.constants import (
     OPEN_RUNS_KEY,
     PREFIX,
     RUN_CLOSED,
-    RUN_DEAD,
     RUN_DISTILLED,
     UNACKED_KEY,
     WAITING_RUNS_KEY,
@@ -49,6 +48,28 @@ logger = logging.getLogger(__name__)
 
 SCAN_BATCH = 500
 MAX_EXPIRE_SCAN = 10_000
+
+# KEYS: open-runs zset, run hash. ARGV: run id, idle cutoff, TTL. Drops an idle open run read as having neither bank
+# nor step records, unless a step came since (its score) or its bank is known now: 1 if dropped.
+_DROP_EMPTY = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if (not score) or tonumber(score) > tonumber(ARGV[2]) or redis.call('HEXISTS', KEYS[2], 'bank') == 1 then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: steps hash, run hash. ARGV: TTL. Gives a finished (distilled or dead) run's data its TTL if it has none: not
+# to a dead run sent to the workers again since it was found, whose data waits for them. 1 if given.
+_EXPIRE_FINISHED = """
+local state = redis.call('HGET', KEYS[2], 'state')
+if (state ~= 'distilled' and state ~= 'dead') or redis.call('TTL', KEYS[1]) ~= -1 then return 0 end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return 1
+"""
 
 # KEYS: run hash, waiting-runs zset, dead letters. ARGV: run id. Takes a run the sweeper read as finished off the
 # waiting runs, unless it waits again by now (a follow-up of late steps queued, a dead letter retried): 1 if taken.
@@ -91,9 +112,8 @@ def close_abandoned(client: redis.Redis, settings: Settings, now: float | None =
         run_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
         bank = _bank_of(client, run_id)
         if bank is None:
-            logger.warning("abandoned run %s has no bank and no step records; dropped", run_id)
-            client.zrem(OPEN_RUNS_KEY, run_id)
-            client.expire(run_key(run_id), settings.step_ttl)
+            if client.eval(_DROP_EMPTY, 2, OPEN_RUNS_KEY, run_key(run_id), run_id, cutoff, settings.step_ttl):
+                logger.warning("abandoned run %s has no bank and no step records; dropped", run_id)
             continue
         if not runs.close_abandoned(client, bank, run_id, now, cutoff, settings.queue):
             continue
@@ -111,16 +131,8 @@ def expire_finished(client: redis.Redis, settings: Settings) -> int:
             break
         name = key.decode() if isinstance(key, bytes) else str(key)
         run_id = name[len(PREFIX + ":run:") : -len(":steps")]
-        if client.ttl(name) != -1:
-            continue
-        state = client.hget(run_key(run_id), "state")
-        state = state.decode() if isinstance(state, bytes) else state
-        if state in (RUN_DISTILLED, RUN_DEAD):
-            pipe = client.pipeline(transaction=False)
-            pipe.expire(name, settings.step_ttl)
-            pipe.expire(run_key(run_id), settings.step_ttl)
-            pipe.execute()
-            expired += 1
+        if client.ttl(name) == -1:  # the script looks again: the run may have been sent to the workers since
+            expired += int(client.eval(_EXPIRE_FINISHED, 2, name, run_key(run_id), settings.step_ttl))
     return expired
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from lessonbank.core import runs
 from lessonbank.core.constants import DISTILL_TASK, OPEN_RUNS_KEY, run_key, run_steps_key
 from lessonbank.core.models import StepRecord
 from lessonbank.core.settings import Settings
-from lessonbank.workers import jobs
-from lessonbank.workers.sweeper import sweep
+from lessonbank.workers import deadletters, jobs
+from lessonbank.workers.sweeper import close_abandoned, expire_finished, sweep
 from tests.fixtures.celery_worker import CeleryWorker, worker_env
 from tests.fixtures.openai_server import FakeOpenAI, Reply, lessons_json
 from tests.fixtures.recorded import distill_args
@@ -82,6 +83,64 @@ def test_finished_runs_get_a_ttl(redis_client: redis.Redis, settings: Settings) 
         assert 0 < redis_client.ttl(run_steps_key(run_id)) <= settings.step_ttl
         assert 0 < redis_client.ttl(run_key(run_id)) <= settings.step_ttl
     assert redis_client.ttl(run_steps_key(closed)) == -1
+
+
+class Interleaved(redis.Redis):
+    """A client on which ``between()`` (another process's write) runs once, just before the sweeper's first write
+    after the read it interleaves with: a pipeline's or a script's."""
+
+    between: Callable[[], object] = staticmethod(lambda: None)
+    done = False
+
+    def _interleave(self) -> None:
+        if not self.done:
+            self.done = True
+            self.between()
+
+    def pipeline(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._interleave()
+        return super().pipeline(*args, **kwargs)
+
+    def zrem(self, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        self._interleave()
+        return super().zrem(*args, **kwargs)
+
+    def eval(self, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        self._interleave()
+        return super().eval(*args, **kwargs)
+
+
+def interleaved(client: redis.Redis, between: Callable[[], object]) -> Interleaved:
+    racing = Interleaved(connection_pool=client.connection_pool)
+    racing.between = between  # type: ignore[method-assign]
+    return racing
+
+
+def test_a_dead_run_sent_again_while_the_sweeper_looks_gets_no_ttl(redis_client: redis.Redis,
+                                                                    settings: Settings) -> None:
+    """The sweeper reads a run as dead and without a TTL; a user retries its dead letter before the sweeper gives
+    its data the TTL: the data of the run now waiting for the workers keeps no expiry."""
+    run_id = write_run(redis_client, "b", state="dead")
+    deadletters.add(redis_client, run_id, "b", "boom", 1)
+    racing = interleaved(redis_client, lambda: deadletters.retry(redis_client, run_id, settings.queue))
+    assert expire_finished(racing, settings) == 0 and racing.done
+    assert run_state(redis_client, run_id)["state"] == "closed"
+    assert redis_client.ttl(run_steps_key(run_id)) == -1 and redis_client.ttl(run_key(run_id)) == -1
+
+
+def test_an_empty_open_run_given_a_step_while_the_sweeper_looks_stays_open(redis_client: redis.Redis,
+                                                                           settings: Settings) -> None:
+    """The sweeper finds an idle open run with neither bank nor step records; its recorder's next step lands
+    before the sweeper drops it: the run stays among the open runs, without a TTL."""
+    ref = runs.RunRef("b", "run-woken", "agent", "task")
+    redis_client.zadd(OPEN_RUNS_KEY, {ref.run_id: 1.0})
+    record = StepRecord(id=f"{ref.run_id}:0", bank="b", run_id=ref.run_id, kind="action", seq=0).to_json()
+    racing = interleaved(redis_client, lambda: runs.record_step(redis_client, ref, 0, record, time.time()))
+    assert close_abandoned(racing, settings) == 0 and racing.done
+    assert (redis_client.zscore(OPEN_RUNS_KEY, ref.run_id) or 0) > 1.0
+    assert run_state(redis_client, ref.run_id)["state"] == "open" and redis_client.ttl(run_key(ref.run_id)) == -1
+    redis_client.zadd(OPEN_RUNS_KEY, {"run-empty": 1.0})  # one that stays empty is dropped
+    assert close_abandoned(redis_client, settings) == 0 and redis_client.zscore(OPEN_RUNS_KEY, "run-empty") is None
 
 
 def test_due_jobs_are_sent_again(redis_client: redis.Redis, settings: Settings) -> None:
@@ -180,11 +239,13 @@ def test_a_run_queued_again_while_the_sweeper_looks_stays_among_the_waiting_runs
                                             settings.queue))
 
         def zrem(self, name, *values):  # type: ignore[no-untyped-def, override]
-            self.late_step()
+            if name == WAITING_RUNS_KEY:
+                self.late_step()
             return super().zrem(name, *values)
 
         def eval(self, script, numkeys, *keys_and_args):  # type: ignore[no-untyped-def, override]
-            self.late_step()
+            if WAITING_RUNS_KEY in keys_and_args[:numkeys]:
+                self.late_step()
             return super().eval(script, numkeys, *keys_and_args)
 
     racing = Racing(connection_pool=redis_client.connection_pool)
