@@ -37,19 +37,21 @@ from redis.exceptions import NoScriptError
 
 from lessonbank.core.constants import (
     CREDIT_TASK,
+    DEAD_LETTERS_KEY,
     DEFAULT_QUEUE,
     DISTILL_TASK,
+    JOBS_DUE_KEY,
     OPEN_RUNS_KEY,
-    RUN_CLOSED,
     RUN_DEAD,
     RUN_DISTILLED,
     RUN_FORGOTTEN,
     STEP_TTL,
     WAITING_RUNS_KEY,
+    job_key,
     run_key,
     run_steps_key,
 )
-from lessonbank.core.publish import publish, task_message
+from lessonbank.core.publish import task_message
 from lessonbank.core.run_progress import (
     CHECKPOINT_FIELD,
     PROGRESS_FIELD,
@@ -372,22 +374,30 @@ def mark_dead(client: redis.Redis, run_id: str, ttl: int) -> None:
     _finish(client, run_id, ttl, {"state": RUN_DEAD, "updated_at": now})
 
 
-def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, also: Any = None) -> bool:
-    """Make a dead run distillable again (state closed, no expiry) and queue its distillation, in one
-    transaction; ``also(pipe)`` may add commands to it. False if its steps are gone."""
-    if not client.exists(run_steps_key(run_id)):
-        return False
-    seconds, _ = client.time()
-    now = int(seconds)  # on Redis's clock, as the scripts that queue a run write it
-    pipe = client.pipeline(transaction=True)
-    pipe.hset(run_key(run_id), mapping={"state": RUN_CLOSED, "updated_at": time.time()})
-    pipe.persist(run_key(run_id))
-    pipe.persist(run_steps_key(run_id))
-    publish(pipe, queue, DISTILL_TASK, [bank, run_id])
-    pipe.zadd(WAITING_RUNS_KEY, {run_id: now})
-    if also is not None:
-        also(pipe)
-    pipe.execute()
-    return True
+# KEYS: run hash, steps, queue, waiting runs, dead letters, job hash, jobs due. ARGV: run id, message, now, job id.
+# A retry that read the dead letter before another retry took it (the run maybe distilled since) reopens nothing.
+_REOPEN = """
+if redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then return 'no-letter' end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 'no-steps' end
+redis.call('HSET', KEYS[1], 'state', 'closed', 'updated_at', ARGV[3])
+redis.call('PERSIST', KEYS[1])
+redis.call('PERSIST', KEYS[2])
+redis.call('LPUSH', KEYS[3], ARGV[2])
+redis.call('ZADD', KEYS[4], redis.call('TIME')[1], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+redis.call('DEL', KEYS[6])
+redis.call('ZREM', KEYS[7], ARGV[4])
+return 'reopened'
+"""
+
+
+def reopen_for_retry(client: redis.Redis, run_id: str, bank: str, queue: str, job: str) -> str:
+    """Make a dead-lettered run distillable again (closed, no expiry, queued and waiting; its dead letter and job
+    ``job`` dropped) in one script: ``reopened``, else ``no-letter`` / ``no-steps`` and nothing written."""
+    keys = [run_key(run_id), run_steps_key(run_id), queue, WAITING_RUNS_KEY, DEAD_LETTERS_KEY, job_key(job),
+            JOBS_DUE_KEY]
+    message = task_message(DISTILL_TASK, [bank, run_id], queue)
+    outcome = client.eval(_REOPEN, len(keys), *keys, run_id, message, repr(time.time()), job)
+    return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
 
 

@@ -60,19 +60,18 @@ class StepsExpired(NotFound):
 
 def retry(client: redis.Redis, run_id: str, queue: str) -> DeadLetter:
     """Send a dead-lettered run to the workers again (reopen, queue, drop the letter and whatever is left of its
-    job, so that it gets every retry again: one transaction).
+    job, so that it gets every retry again: one script, which finds the letter still there first).
 
-    Raises NotFound if the run has no dead letter, StepsExpired if its steps are gone, redis errors as
-    they come (the dead letter then stays).
+    Raises NotFound if the run has no dead letter (or another retry took it meanwhile), StepsExpired if its steps
+    are gone, redis errors as they come (the dead letter then stays).
     """
     letter = get(client, run_id)
     if letter is None:
         raise NotFound(f"run {run_id} has no dead letter")
-    def also(pipe: redis.client.Pipeline) -> None:
-        pipe.hdel(DEAD_LETTERS_KEY, run_id)
-        jobs.forget(pipe, jobs.job_id("distill", run_id))
-
-    if not reopen_for_retry(client, run_id, letter.bank, queue, also=also):
+    outcome = reopen_for_retry(client, run_id, letter.bank, queue, jobs.job_id("distill", run_id))
+    if outcome == "no-letter":
+        raise NotFound(f"run {run_id} has no dead letter (another retry took it)")
+    if outcome == "no-steps":
         raise StepsExpired(run_id)
     logger.info("run %s of bank %s sent to the workers again", run_id, letter.bank)
     return letter

@@ -160,12 +160,6 @@ def job_id(kind: str, key: str) -> str:
     return f"{kind}:{key}"
 
 
-def forget(pipe: redis.client.Pipeline, job: str) -> None:
-    """Add to ``pipe`` what deletes job ``job`` (its count of retries included): its next delivery starts afresh."""
-    pipe.delete(job_key(job))
-    pipe.zrem(JOBS_DUE_KEY, job)
-
-
 _held_here: set[str] = set()  # tokens of the leases this process holds now
 _held_lock = threading.Lock()
 

@@ -8,7 +8,15 @@ import pytest
 import redis
 
 from lessonbank.core import runs
-from lessonbank.core.constants import OPEN_RUNS_KEY, RUN_CLOSED, RUN_DEAD, RUN_DISTILLED, run_key, run_steps_key
+from lessonbank.core.constants import (
+    DEAD_LETTERS_KEY,
+    OPEN_RUNS_KEY,
+    RUN_CLOSED,
+    RUN_DEAD,
+    RUN_DISTILLED,
+    run_key,
+    run_steps_key,
+)
 from lessonbank.core.models import StepRecord
 from tests.fixtures.recorded import distill_args
 from tests.fixtures.runs import run_state
@@ -76,13 +84,19 @@ def test_distilled_dead_and_retry(redis_client: redis.Redis) -> None:
     runs.mark_dead(redis_client, "run-1", ttl=60)
     assert run_state(redis_client, "run-1")["state"] == RUN_DEAD and 0 < redis_client.ttl(run_key("run-1")) <= 60
     assert runs.load_checkpoint(redis_client, "run-1") is None
-    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q") is True
+    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q", "distill:run-1") == "no-letter"
+    redis_client.hset(DEAD_LETTERS_KEY, "run-1", "{}")
+    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q", "distill:run-1") == "reopened"
+    assert not redis_client.hexists(DEAD_LETTERS_KEY, "run-1")
     assert run_state(redis_client, "run-1")["state"] == RUN_CLOSED and redis_client.ttl(run_key("run-1")) == -1
     assert distill_args(redis_client, "q") == [["bank", "run-1"], ["bank", "run-1"]]
     runs.mark_distilled(redis_client, "run-1", ttl=60, stats={"added": 2})
     assert run_state(redis_client, "run-1")["state"] == RUN_DISTILLED
     redis_client.delete(run_steps_key("run-1"))
-    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q") is False
+    redis_client.hset(DEAD_LETTERS_KEY, "run-1", "{}")
+    assert runs.reopen_for_retry(redis_client, "run-1", "bank", "q", "distill:run-1") == "no-steps"
+    assert run_state(redis_client, "run-1")["state"] == RUN_DISTILLED
+    assert redis_client.hexists(DEAD_LETTERS_KEY, "run-1")
 
 
 def test_load_run_skips_malformed_and_foreign_records(redis_client: redis.Redis) -> None:
