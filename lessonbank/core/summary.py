@@ -18,6 +18,7 @@ import redis
 from pydantic import ValidationError
 
 from lessonbank.core.constants import bank_runs_key, bank_summaries_key, run_key
+from lessonbank.core.exceptions import ServiceUnavailable
 from lessonbank.core.models import RunSummary, Verdict, VerdictSource
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 MAX_SUMMARIES = 10_000
 # Most trusted first: a verdict is only replaced by one from a source at least as trusted.
 VERDICT_TRUST: dict[str, int] = {"user": 4, "check": 3, "signals": 2, "llm": 1, "none": 0}
+VERDICT_TRIES = 5  # reads of a summary that keeps changing under a verdict's write
 
 
 # KEYS: runs zset, summaries hash, the run's hash. ARGV: run id, started_at, summary JSON, how many to keep. A run
@@ -86,25 +88,31 @@ def remove_summary(client: redis.Redis, bank: str, run_id: str) -> bool:
     return bool(removed)
 
 
-def update_verdict(client: redis.Redis, bank: str, run_id: str, verdict: Verdict, source: VerdictSource) -> bool:
-    """Set a stored summary's verdict, unless it came from a more trusted source. True if it was written."""
-    key = bank_summaries_key(bank)
-    written: list[bool] = []
+# KEYS: summaries hash. ARGV: run id, the summary as read, the summary to write: written only over what was read.
+_REPLACE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
 
-    def apply(pipe: Any) -> None:  # retried by redis-py if the summary changes meanwhile (WATCH)
-        written.clear()
-        raw = pipe.hget(key, run_id)
+
+def update_verdict(client: redis.Redis, bank: str, run_id: str, verdict: Verdict, source: VerdictSource) -> bool:
+    """Set a stored summary's verdict, unless it came from a more trusted source. True if it was written.
+
+    A summary changed between the read and the write is read again, ``VERDICT_TRIES`` times at most (then
+    ServiceUnavailable); a Redis error is raised as it comes, the write never sent again here."""
+    key = bank_summaries_key(bank)
+    for _ in range(VERDICT_TRIES):
+        raw = client.hget(key, run_id)
         if raw is None:
-            return
+            return False
         summary = RunSummary.from_json(raw)
         if VERDICT_TRUST[source] < VERDICT_TRUST[summary.verdict_source]:
-            return
-        pipe.multi()
-        pipe.hset(key, run_id, summary.model_copy(update={"verdict": verdict, "verdict_source": source}).to_json())
-        written.append(True)
-
-    client.transaction(apply, key)
-    return bool(written)
+            return False
+        updated = summary.model_copy(update={"verdict": verdict, "verdict_source": source}).to_json()
+        if client.eval(_REPLACE, 1, key, run_id, raw, updated):
+            return True
+    raise ServiceUnavailable(f"the summary of run {run_id} of bank {bank} kept changing; its verdict is not written")
 
 
 @dataclass
