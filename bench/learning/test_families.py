@@ -336,7 +336,9 @@ def test_the_tool_server_answers_a_required_call_with_a_call(monkeypatch: pytest
     (call,) = response["choices"][0]["message"]["tool_calls"]
     assert call["function"] == {"name": "final_answer", "arguments": '{"answer": "7"}'} and llama.seeds == [42]
     choose, arguments = llama.asked
-    assert choose["temperature"] == 0 and choose["prompt"].endswith("<|im_start|>assistant\nfunctions.")
+    # the tool is chosen as the arguments are written: sampled at the agent's temperature, not greedily
+    assert choose["temperature"] == 0.7 and choose["prompt"].endswith("<|im_start|>assistant\nfunctions.")
+    assert choose["max_tokens"] is None and choose["stop"] == [":"]
     assert '"search_tickets:"' in choose["grammar"]._grammar and '"final_answer:"' in choose["grammar"]._grammar
     assert arguments["prompt"] == choose["prompt"] + "final_answer:\n" and arguments["temperature"] == 0.7
     assert '"\\"answer\\""' in arguments["grammar"]._grammar and arguments["max_tokens"] == 600
