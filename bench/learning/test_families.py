@@ -271,6 +271,9 @@ def test_each_arm_builds_its_agent() -> None:
     found = tca.tools["python_interpreter"](code=f"r = search_tickets(project={variant.fields['a']!r}, limit=100)\n"
                                                  "print(r['returned'])")
     assert found.startswith(f"Stdout:\n{len(variant.world['projects'][variant.fields['a']]['tickets'])}\n")
+    named = tca.tools["python_interpreter"](code=f"r = functions.search_tickets(project={variant.fields['a']!r}, "
+                                                 "limit=100)\nprint(r['returned'])")  # as the format names it
+    assert named == found
     assert tca.model.client_kwargs["base_url"] == endpoints.tool_url
     tb = make_agent(endpoints, ARMS["tb-memory"], family, variant, 7)
     assert isinstance(tb, CodeAgent) and isinstance(tb.python_executor, TracebackExecutor)
