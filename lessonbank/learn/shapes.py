@@ -33,6 +33,9 @@ forms and words to its own (``consolidate.recounted``, ``walk.merged``). A run a
 its code subscripts the records' path or reads a field it names; a failed run blames it only when one of its
 failing lines does.
 
+With each tool's shape goes what the fields beside its records held after each call of it, the call's numbers
+kept (``said``: ``search(query=..., limit=10)`` -> ``truncated: true``): which arguments got which answer.
+
 The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
 every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
 ``limit=50``): the builder gives it with the next task's values, its settings as they were. A number the run

@@ -109,6 +109,7 @@ def test_what_other_runs_said_is_kept_beside_the_counts_of_the_stored_shape() ->
     assert [s.call for s in again.shape.said] == ["search_tickets(project=..., limit=10)",
                                                   "search_tickets(project=..., limit=100)"]
     assert "with `limit=100` instead of `limit=10`, `truncated` was false" in calls.shape(again.shape)
+    assert Lesson.model_validate_json(again.model_dump_json()) == again  # kept through the store's JSON
     # what the next run's block says, for either kind of agent
     other = "How many of project ORIO's open tickets have more than 5 story points?"
     for kind in ("calls", "code"):
