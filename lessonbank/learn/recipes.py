@@ -47,6 +47,7 @@ from lessonbank.learn.trim import (
     calls_final_answer,
     prune,
     ran_before_failure,
+    tried_again,
 )
 from lessonbank.learn.view import RunView, Step
 
@@ -197,14 +198,14 @@ def _answered(calls: list[tuple[dict[str, object], Step]], answer: str, task: st
 
 
 def _superseded(call: dict[str, object], later: dict[str, object]) -> bool:
-    """Whether ``later`` is ``call`` tried again: the same tool (not the interpreter or ``final_answer``), the same
-    arguments but one, changed or added. The first try's result was not what the run went on with; handed over,
-    it is a call the next run makes for nothing, with the setting that was changed."""
+    """Whether ``later`` is ``call`` tried again (``trim.tried_again``; not the interpreter or ``final_answer``):
+    the first try's result was not what the run went on with; handed over, it is a call the next run makes for
+    nothing, with the setting that was changed (a code recipe drops it alike: ``trim.prune``)."""
     before, after = call["arguments"], later["arguments"]
-    if call["name"] != later["name"] or call["name"] in (toolcalling.CODE_TOOL, "final_answer") or not (
-            isinstance(before, dict) and isinstance(after, dict)) or not set(before) <= set(after):
+    if call["name"] in (toolcalling.CODE_TOOL, "final_answer") or not (isinstance(before, dict)
+                                                                       and isinstance(after, dict)):
         return False
-    return sum(before.get(key) != value for key, value in after.items()) == 1
+    return tried_again((str(call["name"]), before), (str(later["name"]), after))
 
 
 def _tool_call_recipe(run: RunView, redactor: Redactor, verified_by: str) -> Recipe | None:

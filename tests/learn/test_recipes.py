@@ -117,6 +117,22 @@ def test_a_call_tried_again_with_one_argument_changed_or_added_is_left_out_of_a_
         ("get_owner", {"project": "DELT"}), ("get_owner", {"team": "x"}), ("final_answer", {})]
 
 
+def test_a_code_recipe_drops_a_call_tried_again_with_one_argument_changed_or_added_alike() -> None:
+    task = "How many of project DELT's open tickets have more than 10 story points?"
+    steps = [step(0, 'r = search_tickets(project="DELT")\nprint(r["truncated"])'),
+             step(1, 'r = search_tickets(project="DELT", limit=100)\n'
+                     'final_answer(sum(1 for t in r["tickets"] if t["points"] > 10))')]
+    recipe = extract(steps, task, ["search_tickets"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[0] == "r = search_tickets(project='DELT', limit=100)"
+    assert recipe.code.count("search_tickets(") == 1
+    # a first call whose result the code read before the second one stays
+    read = [step(0, 'r = search_tickets(project="DELT")\nn = len(r["tickets"])'),
+            step(1, 'r = search_tickets(project="DELT", limit=100)\n'
+                    'final_answer(n + sum(1 for t in r["tickets"] if t["points"] > 10))')]
+    kept = extract(read, task, ["search_tickets"], Redactor(), "check")
+    assert kept is not None and kept.code.count("search_tickets(") == 2
+
+
 def test_prune_keeps_what_the_answer_needs() -> None:
     body = ast.parse("import os\nimport csv\nx = 1\ny = 2\nprint(y)\nrows = csv.reader(open('f'))\nz = x\n"
                      "final_answer(z)").body
