@@ -10,9 +10,10 @@ An arm says which agent runs and what lessonbank hears about its outcome:
 - ``tca-none`` / ``tca-memory``: a ToolCallingAgent (the family's tools and a ``python_interpreter`` tool) on the
   tool-calling server (``tool_server.py``), with ``check=``. What it took for a small local model to succeed, the
   same in both arms: a call at every step (smolagents' default ``tool_choice="required"``, which the server
-  supports), so that an answer goes through ``final_answer``; and an interpreter in which the family's tools are
-  functions too (:class:`ToolsInterpreter`), since smolagents' own sees no earlier result and a question over a
-  few dozen records cannot be answered by copying them into code or by reading them;
+  supports, the tool sampled at the agent's temperature), so that an answer goes through ``final_answer``; and an
+  interpreter in which the family's tools are functions too, also under the format's ``functions.`` prefix
+  (:class:`ToolsInterpreter`), since smolagents' own sees no earlier result and a question over a few dozen
+  records cannot be answered by copying them into code or by reading them;
 - ``tb-none`` / ``tb-memory``: a CodeAgent whose executor reports errors as a traceback, the way smolagents'
   remote executors do (``kernel.py``), with ``check=``.
 
@@ -29,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import httpx
@@ -103,11 +105,14 @@ class Endpoints:
 
 class ToolsInterpreter(PythonInterpreterTool):
     """smolagents' ``python_interpreter`` in which ``tools`` are functions too: its code gets their results by
-    calling them (no earlier call's result is kept), as a CodeAgent's code does."""
+    calling them (no earlier call's result is kept), as a CodeAgent's code does. They are also there as the
+    tool-calling format names them to the model (``functions.<name>``, ``tool_server.py``): code that calls
+    ``functions.search(...)`` calls the tool rather than failing on an unknown name."""
 
     def __init__(self, tools: list[Any], authorized_imports: list[str]) -> None:
         super().__init__(authorized_imports=authorized_imports)
-        self.base_python_tools = {**self.base_python_tools, **{tool.name: tool for tool in tools}}
+        by_name = {tool.name: tool for tool in tools}
+        self.base_python_tools = {**self.base_python_tools, **by_name, "functions": SimpleNamespace(**by_name)}
         names = ", ".join(f"`{tool.name}`" for tool in tools)
         self.description = (f"Evaluates python code, for calculations over tools' results. The tools {names} are "
                             "Python functions in it, called with the same arguments; it keeps no variable or "

@@ -271,6 +271,9 @@ def test_each_arm_builds_its_agent() -> None:
     found = tca.tools["python_interpreter"](code=f"r = search_tickets(project={variant.fields['a']!r}, limit=100)\n"
                                                  "print(r['returned'])")
     assert found.startswith(f"Stdout:\n{len(variant.world['projects'][variant.fields['a']]['tickets'])}\n")
+    named = tca.tools["python_interpreter"](code=f"r = functions.search_tickets(project={variant.fields['a']!r}, "
+                                                 "limit=100)\nprint(r['returned'])")  # as the format names it
+    assert named == found
     assert tca.model.client_kwargs["base_url"] == endpoints.tool_url
     tb = make_agent(endpoints, ARMS["tb-memory"], family, variant, 7)
     assert isinstance(tb, CodeAgent) and isinstance(tb.python_executor, TracebackExecutor)
@@ -336,7 +339,9 @@ def test_the_tool_server_answers_a_required_call_with_a_call(monkeypatch: pytest
     (call,) = response["choices"][0]["message"]["tool_calls"]
     assert call["function"] == {"name": "final_answer", "arguments": '{"answer": "7"}'} and llama.seeds == [42]
     choose, arguments = llama.asked
-    assert choose["temperature"] == 0 and choose["prompt"].endswith("<|im_start|>assistant\nfunctions.")
+    # the tool is chosen as the arguments are written: sampled at the agent's temperature, not greedily
+    assert choose["temperature"] == 0.7 and choose["prompt"].endswith("<|im_start|>assistant\nfunctions.")
+    assert choose["max_tokens"] is None and choose["stop"] == [":"]
     assert '"search_tickets:"' in choose["grammar"]._grammar and '"final_answer:"' in choose["grammar"]._grammar
     assert arguments["prompt"] == choose["prompt"] + "final_answer:\n" and arguments["temperature"] == 0.7
     assert '"\\"answer\\""' in arguments["grammar"]._grammar and arguments["max_tokens"] == 600

@@ -12,8 +12,11 @@ format, for the agent to get calls it can act on at every step (the format regis
   goes through ``final_answer``). llama-cpp-python's format accepts only ``"auto"`` or a named function; under
   ``"auto"`` a model that chooses to answer with a message gets a message whose grammar admits nothing but
   ``functions.<name>:`` or an empty text, which the agent cannot parse, so the step fails. Here ``"required"``
-  (and a named function) picks the function under a grammar of the tools' names, at temperature 0 as the
-  format's own choice does, then samples its arguments under the grammar of its JSON schema.
+  (and a named function) picks the function under a grammar of the tools' names, then samples its arguments
+  under the grammar of its JSON schema, both with the request's sampling settings (its temperature, as the
+  agent asked). The format's own choice is greedy (temperature 0): a small model that chose a call that failed
+  chose the same tool again at every later step, however its prompt had changed, and with the same tool it
+  mostly wrote the same arguments.
 - The prompt without HTML escaping: the format's template escapes every message, so the model read tool
   results as ``{&#39;tickets&#39;: ...}`` and wrote answers in that form.
 - The agent's earlier calls shown as the model writes them (``functions.<name>:`` and JSON): smolagents sends
@@ -119,17 +122,18 @@ def alternatives(names: Sequence[str]) -> str:
 def required_call(llama: Any, *, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
                   tool_choice: Any, **kwargs: Any) -> dict[str, Any]:
     """One call of one of ``tools`` (``tool_choice``: ``"required"``, or the function it names): the function
-    chosen under a grammar of their names at temperature 0, its arguments sampled under its JSON schema."""
+    chosen under a grammar of their names, its arguments under its JSON schema, both sampled as the request asks."""
     from llama_cpp import llama_chat_format as formats
     from llama_cpp import llama_grammar
 
     prompt = render(messages, tools) + "functions."
     named = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
     by_name = {tool["function"]["name"]: tool for tool in tools}
+    sampling = {key: kwargs[key] for key in SAMPLING if kwargs.get(key) is not None}
     if named not in by_name:
         names = llama_grammar.LlamaGrammar.from_string(alternatives(list(by_name)), verbose=llama.verbose)
-        chosen = llama.create_completion(prompt=prompt, temperature=0, max_tokens=None, stream=False, stop=[":"],
-                                         grammar=names)
+        choosing = {**sampling, "max_tokens": None}
+        chosen = llama.create_completion(prompt=prompt, stream=False, stop=[":"], grammar=names, **choosing)
         named = chosen["choices"][0]["text"].strip()
     prompt += f"{named}:\n"
     try:
@@ -137,7 +141,6 @@ def required_call(llama: Any, *, messages: Sequence[dict[str, Any]], tools: Sequ
                                                            verbose=llama.verbose)
     except Exception:  # a schema the converter does not handle: any JSON object
         grammar = llama_grammar.LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=llama.verbose)
-    sampling = {key: kwargs[key] for key in SAMPLING if kwargs.get(key) is not None}
     completion = llama.create_completion(prompt=prompt, stream=False, stop=["<|im_end|>"], grammar=grammar,
                                          **sampling)
     response: dict[str, Any] = formats._convert_completion_to_chat_function(named, completion, False)

@@ -88,7 +88,7 @@ def read_shape(text: str) -> dict[str, Any] | None:
         call = rest[len(_CAME):-2]
         if "`" in call or "\n" in call:
             return None
-    return {"tool": tool, "structure": structure, "records": records, "call": call}
+    return {"tool": tool, "structure": structure, "records": records, "call": call, "said": []}
 
 
 def _path(text: str, at: int) -> tuple[list[str], int]:

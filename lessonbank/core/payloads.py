@@ -85,6 +85,15 @@ class FixPayload(BaseModel):
                                           "step ran (none is written now).")
 
 
+class SaidPayload(BaseModel):
+    """What the scalar fields beside a tool's records held after one call of it (``lessonbank.learn.said``): the
+    call with its own settings and the task's values masked, and each field as ``true``, ``false``, ``null`` or its
+    type's name."""
+
+    call: str = Field(description="The call: ``search(query=..., limit=10)``.")
+    fields: dict[str, str] = Field(default_factory=dict, description="``{'truncated': 'true', 'next': 'null'}``.")
+
+
 class ShapePayload(BaseModel):
     """What a tool returned, without any value: its structure and types, and where its records are.
 
@@ -103,6 +112,8 @@ class ShapePayload(BaseModel):
     records: list[str] | None = Field(None, description="The keys from the result to its list of records ([]: the "
                                                         "result is one; None: it holds none).")
     call: str = Field("", description="The line that got the result, passing only values of the task.")
+    said: list[SaidPayload] = Field(default_factory=list, description="What the fields beside the records held, "
+                                                                      "call by call (``learn.said``).")
 
 
 class FailurePayload(BaseModel):

@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import Literal
 
 from lessonbank.core.models import FailurePayload, FixPayload, Lesson, Recipe, ShapePayload
-from lessonbank.learn import fixtext, handover, render, shapes
+from lessonbank.learn import fixtext, handover, render, said, shapes
 
 AgentKind = Literal["code", "calls"]
 AGENT_KINDS: tuple[AgentKind, ...] = ("code", "calls")
@@ -48,7 +48,7 @@ def shape(payload: ShapePayload) -> str:
     fields = ", ".join(f"`{key}`" for key in shapes.beside(payload))
     read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
         if fields else ""
-    return f"{head}: its records are {where(payload.records)}: use all of them.{read}"
+    return f"{head}: its records are {where(payload.records)}: use all of them.{read}{said.text(payload.said)}"
 
 
 def _key(payload: FixPayload) -> str:

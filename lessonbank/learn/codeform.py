@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from lessonbank.core.models import FixPayload, ShapePayload
-from lessonbank.learn import handover, shapes
+from lessonbank.learn import handover, said, shapes
 
 
 def shape(payload: ShapePayload) -> str:
@@ -19,7 +19,7 @@ def shape(payload: ShapePayload) -> str:
     fields = ", ".join(f"`{key}`" for key in shapes.beside(payload))
     read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
         if fields else ""
-    return f"{shapes.text(payload, with_call=False)[:-1]}: use all of them (`{loop}`).{read}"
+    return f"{shapes.text(payload, with_call=False)[:-1]}: use all of them (`{loop}`).{read}{said.text(payload.said)}"
 
 
 def assigned_call(line: str) -> tuple[str, str] | None:

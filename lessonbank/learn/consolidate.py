@@ -52,7 +52,7 @@ from lessonbank.core.models import (
     lesson_id,
     recipe_id,
 )
-from lessonbank.learn import render, walk
+from lessonbank.learn import render, said, walk
 from lessonbank.learn.decide import Decision
 from lessonbank.learn.distill import DraftLesson
 from lessonbank.learn.provenance import capped
@@ -339,7 +339,7 @@ def updated(stored: Lesson, fact: Observed, what: ObservedUpdate, run_id: str = 
     if shape is not None and stored.shape is not None:
         counted = run_id in stored.source_run_ids  # this run's values are in the stored counts already
         shape = shape.model_copy(update={"structure": stored.shape.structure if counted else walk.merged(
-            stored.shape.structure, shape.structure)})
+            stored.shape.structure, shape.structure), "said": said.merged(stored.shape.said, shape.said)})
     text = render.shape(shape) if shape is not None else fact.text
     return stored.model_copy(update={"text": text, "fix": fact.fix, "shape": shape, "task": task,
                                      "failure": fact.failure})
@@ -352,9 +352,10 @@ def recounted(stored: Lesson, fact: Observed, run_id: str) -> Lesson | None:
     if stored.shape is None or fact.shape is None or stored.status != "active" or run_id in stored.source_run_ids:
         return None
     both = walk.merged(stored.shape.structure, fact.shape.structure)
-    if both == stored.shape.structure:
+    told = said.merged(stored.shape.said, fact.shape.said)
+    if both == stored.shape.structure and told == stored.shape.said:
         return None
-    shape = stored.shape.model_copy(update={"structure": both})
+    shape = stored.shape.model_copy(update={"structure": both, "said": told})
     return stored.model_copy(update={"shape": shape, "text": render.shape(shape)})
 
 

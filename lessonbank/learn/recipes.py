@@ -47,6 +47,7 @@ from lessonbank.learn.trim import (
     calls_final_answer,
     prune,
     ran_before_failure,
+    tried_again,
 )
 from lessonbank.learn.view import RunView, Step
 
@@ -196,6 +197,17 @@ def _answered(calls: list[tuple[dict[str, object], Step]], answer: str, task: st
     return None if at is None else [call for call, _ in calls[:at + 1]] + [{"name": "final_answer", "arguments": {}}]
 
 
+def _superseded(call: dict[str, object], later: dict[str, object]) -> bool:
+    """Whether ``later`` is ``call`` tried again (``trim.tried_again``; not the interpreter or ``final_answer``):
+    the first try's result was not what the run went on with; handed over, it is a call the next run makes for
+    nothing, with the setting that was changed (a code recipe drops it alike: ``trim.prune``)."""
+    before, after = call["arguments"], later["arguments"]
+    if call["name"] in (toolcalling.CODE_TOOL, "final_answer") or not (isinstance(before, dict)
+                                                                       and isinstance(after, dict)):
+        return False
+    return tried_again((str(call["name"]), before), (str(later["name"]), after))
+
+
 def _tool_call_recipe(run: RunView, redactor: Redactor, verified_by: str) -> Recipe | None:
     task = run.task
     made: list[tuple[dict[str, object], Step]] = []
@@ -215,6 +227,7 @@ def _tool_call_recipe(run: RunView, redactor: Redactor, verified_by: str) -> Rec
         checks.append("answer:printed")
     if not calls or calls[-1]["name"] != "final_answer":
         return None
+    calls = [call for at, call in enumerate(calls) if not any(_superseded(call, later) for later in calls[at + 1:])]
     calls[-1] = {"name": "final_answer", "arguments": {}}  # the answer is this run's, not the recipe's
     code = redactor.redact(json.dumps(calls, ensure_ascii=False))
     if len(code) > MAX_CODE_CHARS:

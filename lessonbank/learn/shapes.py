@@ -33,6 +33,9 @@ forms and words to its own (``consolidate.recounted``, ``walk.merged``). A run a
 its code subscripts the records' path or reads a field it names; a failed run blames it only when one of its
 failing lines does.
 
+With each tool's shape goes what the fields beside its records held after each call of it, the call's numbers
+kept (``said``: ``search(query=..., limit=10)`` -> ``truncated: true``): which arguments got which answer.
+
 The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
 every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
 ``limit=50``): the builder gives it with the next task's values, its settings as they were. A number the run
@@ -52,7 +55,8 @@ from typing import Any
 
 from lessonbank.core import specimen
 from lessonbank.core.models import ShapePayload
-from lessonbank.learn import params, walk
+from lessonbank.core.payloads import SaidPayload
+from lessonbank.learn import params, said, walk
 from lessonbank.learn.printed import SKIPPED, printed_tool
 from lessonbank.learn.view import Returned, RunView, Step
 
@@ -86,6 +90,7 @@ class Shape:
     path: tuple[str, ...] | None
     steps: tuple[int, ...]
     call: str = ""
+    said: tuple[SaidPayload, ...] = ()
 
     @property
     def shape(self) -> str:
@@ -95,7 +100,8 @@ class Shape:
     @property
     def payload(self) -> ShapePayload:
         return ShapePayload(tool=self.tool, structure=self.structure,
-                            records=list(self.path) if self.path is not None else None, call=self.call)
+                            records=list(self.path) if self.path is not None else None, call=self.call,
+                            said=list(self.said))
 
     @property
     def text(self) -> str:
@@ -320,6 +326,7 @@ def extract(run: RunView, task: str) -> list[Shape]:
     (``call_line``)."""
     known = set(run.tools or ())
     found: list[Shape] = []
+    seen: list[tuple[int, str, Any, tuple[str, ...] | None]] = []  # every result read, for ``said``
     for step in run.actions:
         shapes = [_kept_shape(step, result, known) for result in step.returned]
         if step.code.strip():
@@ -328,6 +335,7 @@ def extract(run: RunView, task: str) -> list[Shape]:
         for shape in shapes:
             if shape is not None:
                 mine.setdefault(shape.fingerprint, shape)
+        seen += [(step.seq, shape.tool, shape.structure, shape.path) for shape in mine.values()]
         calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
         for shape in mine.values():
             same = next((at for at, other in enumerate(found) if other.fingerprint == shape.fingerprint), None)
@@ -341,4 +349,5 @@ def extract(run: RunView, task: str) -> list[Shape]:
             both = walk.merged(found[same].structure, shape.structure)
             found[same] = replace(shape, structure=both, call=calls[shape.tool]) \
                 if not found[same].call and calls.get(shape.tool) else replace(found[same], structure=both)
-    return found
+    by_tool = said.of_run(run, seen)
+    return [replace(shape, said=tuple(by_tool.get(shape.tool, ()))) for shape in found]

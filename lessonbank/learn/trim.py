@@ -1,10 +1,11 @@
 """What a recipe keeps of a run's code: the steps that did not fail, less what can be dropped safely.
 
 Dropped: ``print``/``display`` calls and bare inspection expressions, assignments nobody reads whose value is
-computed without a call, with pure builtins only (``len(...)``) or repeats the same call later, and imports
-nothing uses (``prune``). What a failed step ran before its error is kept where later code needs it
-(``ran_before_failure``). The step that gave the answer is kept as it ran: a ``try`` that reached
-``final_answer`` loses its print-only handlers, and nothing after the answer is kept (``answering_path``).
+computed without a call, with pure builtins only (``len(...)``), or repeats the same call later or tries it
+again with one argument changed or added (``tried_again``), and imports nothing uses (``prune``). What a failed
+step ran before its error is kept where later code needs it (``ran_before_failure``). The step that gave the
+answer is kept as it ran: a ``try`` that reached ``final_answer`` loses its print-only handlers, and nothing
+after the answer is kept (``answering_path``).
 """
 
 from __future__ import annotations
@@ -53,9 +54,36 @@ def calls_final_answer(stmt: ast.stmt) -> bool:
     return bool(answer_calls([stmt]))
 
 
-def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str]) -> bool:
+def tried_again(before: tuple[str, dict[str, object]], after: tuple[str, dict[str, object]]) -> bool:
+    """Whether the call ``after`` (a name and its arguments by keyword, ``#N`` by position) is ``before`` tried
+    again: the same function, the same arguments but one, changed or added (``limit=100`` after none)."""
+    (name, old), (again, new) = before, after
+    if name != again or not set(old) <= set(new):
+        return False
+    return sum(old.get(key) != value for key, value in new.items()) == 1
+
+
+def _signature(call: ast.Call) -> tuple[str, dict[str, object]] | None:
+    if not isinstance(call.func, ast.Name) or any(keyword.arg is None for keyword in call.keywords):
+        return None
+    arguments: dict[str, object] = {f"#{at}": ast.dump(arg) for at, arg in enumerate(call.args, start=1)}
+    arguments.update({str(keyword.arg): ast.dump(keyword.value) for keyword in call.keywords})
+    return call.func.id, arguments
+
+
+def _repeated(call: ast.Call, later_calls: set[str], later: list[tuple[str, dict[str, object]]]) -> bool:
+    """The same call made later, or the same call tried again later with one argument changed or added."""
+    if ast.dump(call) in later_calls:
+        return True
+    mine = _signature(call)
+    return mine is not None and any(tried_again(mine, other) for other in later)
+
+
+def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str],
+                          later: list[tuple[str, dict[str, object]]]) -> bool:
     """An assignment to names nobody reads later, whose value has no call, or only pure ones (``len(...)``),
-    or repeats a later call."""
+    or repeats a later call, or one tried again later with one argument changed or added (its result was not
+    what the run went on with)."""
     if not isinstance(stmt, ast.Assign | ast.AnnAssign):
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -63,7 +91,7 @@ def _droppable_assignment(stmt: ast.stmt, live: set[str], later_calls: set[str])
         return False
     if stmt.value is None or pycode.reads(stmt.value) is not None:
         return True
-    return all(call in later_calls for call in _calls(stmt.value))
+    return all(_repeated(call, later_calls, later) for call in ast.walk(stmt.value) if isinstance(call, ast.Call))
 
 
 def _needed(stmt: ast.stmt, live: set[str]) -> bool:
@@ -87,18 +115,20 @@ def prune(statements: list[ast.stmt], optional: frozenset[int] = frozenset()) ->
     kept: list[ast.stmt] = []
     live: set[str] = set()
     later_calls: set[str] = set()
+    later: list[tuple[str, dict[str, object]]] = []
     for stmt in reversed(statements):
         if isinstance(stmt, ast.Import | ast.ImportFrom):
             kept.append(stmt)
             continue
         if id(stmt) in optional and not _needed(stmt, live):
             continue
-        if not calls_final_answer(stmt) and _droppable_assignment(stmt, live, later_calls):
+        if not calls_final_answer(stmt) and _droppable_assignment(stmt, live, later_calls, later):
             continue
         kept.append(stmt)
         live -= pycode.names(stmt, ast.Store) if isinstance(stmt, ast.Assign | ast.AnnAssign) else set()
         live |= pycode.names(stmt, ast.Load)
         later_calls.update(_calls(stmt))
+        later += [found for node in ast.walk(stmt) if isinstance(node, ast.Call) and (found := _signature(node))]
     kept.reverse()
     used = set().union(*(pycode.names(s, ast.Load) for s in kept)) if kept else set()
     return _imported_once([s for s in kept if not isinstance(s, ast.Import | ast.ImportFrom) or _import_used(s, used)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 
 from lessonbank.core.models import Recipe, StepRecord, ToolCallRecord
 from lessonbank.core.redact import Redactor
@@ -95,6 +96,41 @@ def test_tool_calling_runs_give_the_call_sequence() -> None:
     recipe = extract(steps, "EUR/USD on 05/03/2024", [], Redactor(), "check")
     assert recipe is not None and recipe.language == "tool_calls"
     assert '"2024-03-05"' not in recipe.code and '"05/03/2024"' in recipe.code and recipe.params == ["05/03/2024"]
+
+
+def test_a_call_tried_again_with_one_argument_changed_or_added_is_left_out_of_a_tool_call_recipe() -> None:
+    def calling(seq: int, name: str, arguments: dict[str, object]) -> StepRecord:
+        return step(seq, tool_calls=[ToolCallRecord(name=name, arguments=json.dumps(arguments))])
+
+    task = "How many of project DELT's open tickets have more than 10 story points?"
+    steps = [calling(0, "search_tickets", {"project": "DELT"}),
+             calling(1, "search_tickets", {"project": "DELT", "page_size": 100}),  # added
+             calling(2, "get_project", {"project": "DELT", "fields": "a"}),
+             calling(3, "get_project", {"project": "DELT", "fields": "b"}),  # changed
+             calling(4, "get_owner", {"project": "DELT"}),
+             calling(5, "get_owner", {"team": "x"}),  # another call, not a retry of the one before
+             calling(6, "final_answer", {"answer": "7"})]
+    recipe = extract(steps, task, [], Redactor(), "check")
+    assert recipe is not None
+    assert [(c["name"], c["arguments"]) for c in json.loads(recipe.code)] == [
+        ("search_tickets", {"project": "DELT", "page_size": 100}), ("get_project", {"project": "DELT", "fields": "b"}),
+        ("get_owner", {"project": "DELT"}), ("get_owner", {"team": "x"}), ("final_answer", {})]
+
+
+def test_a_code_recipe_drops_a_call_tried_again_with_one_argument_changed_or_added_alike() -> None:
+    task = "How many of project DELT's open tickets have more than 10 story points?"
+    steps = [step(0, 'r = search_tickets(project="DELT")\nprint(r["truncated"])'),
+             step(1, 'r = search_tickets(project="DELT", limit=100)\n'
+                     'final_answer(sum(1 for t in r["tickets"] if t["points"] > 10))')]
+    recipe = extract(steps, task, ["search_tickets"], Redactor(), "check")
+    assert recipe is not None and recipe.code.splitlines()[0] == "r = search_tickets(project='DELT', limit=100)"
+    assert recipe.code.count("search_tickets(") == 1
+    # a first call whose result the code read before the second one stays
+    read = [step(0, 'r = search_tickets(project="DELT")\nn = len(r["tickets"])'),
+            step(1, 'r = search_tickets(project="DELT", limit=100)\n'
+                    'final_answer(n + sum(1 for t in r["tickets"] if t["points"] > 10))')]
+    kept = extract(read, task, ["search_tickets"], Redactor(), "check")
+    assert kept is not None and kept.code.count("search_tickets(") == 2
 
 
 def test_prune_keeps_what_the_answer_needs() -> None:
