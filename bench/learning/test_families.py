@@ -324,8 +324,9 @@ class FakeLlama:
 
 
 def test_the_tool_server_answers_a_required_call_with_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    formats = pytest.importorskip("llama_cpp.llama_chat_format",
+                                  reason="the local model's extra (lessonbank llm setup)")
     import tool_server
-    from llama_cpp import llama_chat_format as formats
 
     server = tool_server.ToolServer(Path("model.gguf"), 1234, alias="m")
     command = server.command()
