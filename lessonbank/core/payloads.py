@@ -87,11 +87,12 @@ class FixPayload(BaseModel):
 
 class SaidPayload(BaseModel):
     """What the scalar fields beside a tool's records held after one call of it (``lessonbank.learn.said``): the
-    call with its own settings and the task's values masked, and each field as ``true``, ``false``, ``null`` or its
-    type's name."""
+    call with its own settings and the task's values masked, each field as ``true``, ``false``, ``null`` or its
+    type's name, and how many records it got."""
 
     call: str = Field(description="The call: ``search(query=..., limit=10)``.")
     fields: dict[str, str] = Field(default_factory=dict, description="``{'truncated': 'true', 'next': 'null'}``.")
+    records: int | None = Field(None, description="How many records the result held (None: not known).")
 
 
 class ShapePayload(BaseModel):

@@ -4,9 +4,10 @@ A small agent that loops over ``list_users("ops")`` gets the dict's keys, not th
 without ever printing the result; the next run needs to know where the records are. The recorder keeps,
 per step and tool, a *specimen* of the first result that fits: the value with every leaf replaced by a
 placeholder of its type (``""``, ``0``, ``0.0``, ``None``; a flag keeps its value), every list cut to its first
-element, at most ``MAX_KEYS + 1`` keys per dict (one more than a shape shows, so a reader knows there were
-more) and ``MAX_DEPTH`` levels (a value below them is ``CUT``, ``{"~": "cut"}``: there, its structure not kept,
-which no reader can take for a null). Only keys and type names leave the agent, and three things about strings that
+element (a list of records then ends with ``{"~": "count", "n": 10}``: how many records it held, ``counted``), at
+most ``MAX_KEYS + 1`` keys per dict (one more than a shape shows, so a reader knows there were more) and
+``MAX_DEPTH`` levels (a value below them is ``CUT``, ``{"~": "cut"}``: there, its structure not kept, which no
+reader can take for a null). Only keys and type names leave the agent, and three things about strings that
 change what the numbers beside them mean (``described``), each a leaf ``{"~": "str", ...}`` (``~`` is no plain
 name, so no record's key can be taken for it):
 
@@ -20,6 +21,9 @@ name, so no record's key can be taken for it):
 - a string with another fixed written form (a time, a UTC offset, a date, a duration, a percentage, an amount with
   its currency): ``{"~": "str", "like": ["+99:99"]}``, its digits and letters masked (``written_form``), for a
   field of records only when all its values are written in at most ``MAX_FORMS`` forms (``field_forms``).
+
+A list of records says how many it held (``{"~": "count", "n": 10}`` after its first record): a count is no value,
+and ten records back from a call that asked for ten say that there may be more (``lessonbank.learn.said``).
 
 A flag keeps its value, which carries no data and may be the fact that matters (``truncated: true``: the result
 is only part of it): ``{"~": "bool", "values": [true]}``, for a field of a list's records the values its records
@@ -51,6 +55,7 @@ PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\- ]{0,19}")
 DESCRIBED = "~"
 CUT = "cut"  # what ``DESCRIBED`` says of a value below ``MAX_DEPTH``
+COUNT = "count"  # what ``DESCRIBED`` says of the element a list of records ends with: how many records it held
 NUMBER = re.compile(r"[-+]?(?:[0-9]{1,3}(?:[,. '][0-9]{3})+|[0-9]+)(?:[.,][0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"-?[0-9]+,[0-9]{1,4}")
 _SEPARATORS = (";", "\t", "|", ",")
@@ -240,8 +245,19 @@ def _walk(value: Any, depth: int, budget: list[int]) -> Any:
         first = _walk(value[0], depth + 1, budget)
         if isinstance(first, dict) and isinstance(value[0], dict):
             describe_fields(first, list(islice(value, MAX_RECORDS)))
+            return [first, {DESCRIBED: COUNT, "n": len(value)}]
         return [first]
     return _placeholder(value, depth == 0)
+
+
+def counted(items: list[Any] | tuple[Any, ...]) -> tuple[list[Any], int | None]:
+    """A specimen's list without the count a list of records ends with, and that count (None when it has none: a
+    list of scalars, a value as printed, a specimen kept before counts were)."""
+    last = items[-1] if items else None
+    if isinstance(last, dict) and last.get(DESCRIBED) == COUNT:
+        n = last.get("n")
+        return list(items[:-1]), n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return list(items), None
 
 
 def flag(values: list[bool]) -> dict[str, Any]:
@@ -252,7 +268,7 @@ def flag(values: list[bool]) -> dict[str, Any]:
 def valueless(value: Any, depth: int = 0) -> Any:
     """A specimen's structure alone: each flag back to its type's placeholder (``False``), a string's written forms
     and a field's shared words left out (an offset written ``+`` or ``-``, records that were all ``done`` this time,
-    are no other structure)."""
+    are no other structure, nor is how many records a list held)."""
     if depth > MAX_DEPTH + 1:
         return value
     if isinstance(value, dict):
@@ -263,7 +279,7 @@ def valueless(value: Any, depth: int = 0) -> Any:
             return rest if len(rest) > 1 else ""
         return {key: valueless(inner, depth + 1) for key, inner in value.items()}
     if isinstance(value, list):
-        return [valueless(inner, depth + 1) for inner in value]
+        return [valueless(inner, depth + 1) for inner in counted(value)[0]]
     return value
 
 

@@ -18,7 +18,8 @@ with other values. ``text`` says a fix from a run not judged right is an example
 was not verified), and so is one of a question that used tools this task will not (``own_tools``).
 
 The call that got a shape's result (``call_line``) follows the same rules: given as ``result = <the call>`` with this
-task's values, only for a tool this task will use, and as an example to adapt when its question used other tools.
+task's values, only for a tool this task will use, and as an example to adapt when its question used other tools,
+without an argument its result's records may have been cut at (``said.uncut``: ``limit=10`` that got 10 records).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from lessonbank.core.models import FailurePayload, FixPayload, Lesson
-from lessonbank.learn import adapt, code, failures, fixtext, needs, params, render, shapes
+from lessonbank.learn import adapt, code, failures, fixtext, needs, params, render, said, shapes
 
 RESULT = "result"
 RECORD = "record"
@@ -297,13 +298,13 @@ def text(fix: FixPayload, solved: str, task: str, *, for_task: bool, verified: b
 def placed_call(lesson: Lesson, task: str, using: set[str]) -> str:
     """An observed shape fact's call with ``task``'s values put in ("" when the fact names no call, its tool is not
     one the task will use, a value cannot be placed, or the call was kept under an older rule of what a setting is:
-    it may pass a number of its own task)."""
+    it may pass a number of its own task), without an argument its records may have been cut at (``said.uncut``)."""
     shape = lesson.shape if lesson.origin == "observed" else None
     if shape is None or not (shape.call and task and lesson.task and shape.tool in using):
         return ""
     if shapes.call_line(shape.call, shape.tool, lesson.task) != shape.call:
         return ""
-    return adapt.call_for(shape.call, lesson.task, task) or ""
+    return adapt.call_for(said.uncut(shape.call, shape.said), lesson.task, task) or ""
 
 
 def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[str],

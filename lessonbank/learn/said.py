@@ -12,16 +12,24 @@ keeps the call with its own settings and masks the rest, and each scalar field b
     `search_tickets(project=..., limit=10)` -> `truncated: true`; `search_tickets(project=..., limit=100)` ->
     `truncated: false`: with `limit=100` instead of `limit=10`, `truncated` was false instead of true.
 
+A call that passed a number (``limit=10``, ``page_size=50``, ``10`` by position) and got exactly that many records
+back may have been cut at it, whatever the fields beside them say, or with none beside a bare list::
+
+    `search_tickets(project=..., limit=10)` returned 10 records, as many as `limit=10` asked for: there may be
+    more than it returned.
+
 Nothing here knows a field's or an argument's name: any flag beside records, any field that was null after one call
-and not after another, any argument whose value differed between two calls of the tool. What is kept is structure
+and not after another, any argument whose value differed between two calls of the tool, any number equal to how
+many records came back. What is kept is structure
 the numbers the calls passed; a word, a text or a computed value is ``...``.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from lessonbank.core.payloads import SaidPayload
 from lessonbank.learn import walk
@@ -89,29 +97,106 @@ def beside(structure: Any, records: Sequence[str] | None) -> dict[str, str]:
     return found
 
 
-def of_run(run: RunView, shaped: Iterable[tuple[int, str, Any, Sequence[str] | None]]) -> dict[str, list[SaidPayload]]:
-    """{tool: what each of its calls said} from ``shaped``: (step seq, tool, the result's structure, the path to
-    its records) of each result a shape was read from, paired with the step's one call of that tool; a tool whose
-    calls said nothing worth saying (no flag, no field that changed) is left out."""
+class Seen(NamedTuple):
+    """A result a shape was read from: its step, its tool, its structure, the path to its records (None: none) and
+    how many records it held (None: not known)."""
+
+    seq: int
+    tool: str
+    structure: Any
+    records: Sequence[str] | None
+    held: int | None = None
+
+
+def of_run(run: RunView, shaped: Iterable[Seen]) -> dict[str, list[SaidPayload]]:
+    """{tool: what each of its calls said} from ``shaped``, each result paired with its step's one call of that
+    tool; a tool whose calls said nothing worth saying (no flag, no field that changed, no call that got as many
+    records as a number it passed) is left out."""
     steps = {step.seq: step for step in run.actions}
     found: dict[str, list[SaidPayload]] = {}
-    for seq, tool, structure, records in shaped:
-        step = steps.get(seq)
-        calls = {call_text(call) for call in step.calls if call.tool == tool and not call.failed} if step else set()
-        fields = beside(structure, records)
-        if len(calls) != 1 or not fields or "" in calls:
+    for seen in shaped:
+        step = steps.get(seen.seq)
+        calls = {call_text(call) for call in step.calls if call.tool == seen.tool and not call.failed} if step \
+            else set()
+        if len(calls) != 1 or "" in calls:
             continue
-        found[tool] = merged(found.get(tool, []), [SaidPayload(call=calls.pop(), fields=fields)])
-    return {tool: kept for tool, kept in found.items() if _shown(kept)}  # nothing worth saying: nothing kept
+        entry = SaidPayload(call=calls.pop(), fields=beside(seen.structure, seen.records), records=seen.held)
+        if entry.fields or cut_at(entry):
+            found[seen.tool] = merged(found.get(seen.tool, []), [entry])
+    return {tool: kept for tool, kept in found.items() if _shown(kept) or any(map(cut_at, kept))}
+
+
+def _key(said: SaidPayload) -> tuple[str, str, tuple[str, ...]]:
+    return said.call, repr(sorted(said.fields.items())), tuple(cut_at(said))
 
 
 def merged(old: Sequence[SaidPayload], new: Sequence[SaidPayload]) -> list[SaidPayload]:
-    """``old`` and then ``new``, each (call, fields) once, at most ``MAX_SAID``: the first kept, then the latest."""
+    """``old`` and then ``new``, each (call, fields, the numbers it got as many records as: ``cut_at``) once, at most
+    ``MAX_SAID``: the first kept, then the latest."""
     out: list[SaidPayload] = []
+    keys: set[tuple[str, str, tuple[str, ...]]] = set()
     for said in [*old, *new]:
-        if said not in out:
+        if _key(said) not in keys:
+            keys.add(_key(said))
             out.append(said)
     return out if len(out) <= MAX_SAID else [out[0], *out[len(out) - MAX_SAID + 1:]]
+
+
+def _passed(call: str) -> list[tuple[str, str]]:
+    """(name, value) of each argument of a call as kept (``call_text``), "" as the name of one passed by position."""
+    inner = call[call.find("(") + 1:-1]
+    return [(name, value) if value else ("", name) for part in inner.split(", ") if part
+            for name, _, value in [part.partition("=")]]
+
+
+def cut_at(said: SaidPayload) -> list[str]:
+    """The numbers the call passed (each a whole number of at least 2) that its result held as many records as, as
+    they read: ``limit=10``, or ``10`` for one passed by position; [] when the count is not known or none."""
+    count = said.records
+    if count is None or count < 2:
+        return []
+    return [f"{name}={value}" if name else value for name, value in _passed(said.call)
+            if _NUMBER.fullmatch(value) and float(value) == count]
+
+
+def cut_arguments(said: Sequence[SaidPayload]) -> dict[str, str]:
+    """{keyword: value} of the arguments passed by keyword that a call's records may have been cut at
+    (``cut_at``)."""
+    return {name: value for entry in said for found in cut_at(entry) for name, _, value in [found.partition("=")]
+            if value}
+
+
+def uncut(line: str, said: Sequence[SaidPayload]) -> str:
+    """``line`` (one call, alone or assigned to one name) without the keyword arguments its tool's records may have
+    been cut at (``cut_arguments``): handed to another task with them, the call would look right as it is; ``line``
+    as it is when it passes none of them or is no such line."""
+    cut = cut_arguments(said)
+    try:
+        body = ast.parse(line).body if cut else []
+    except (SyntaxError, ValueError, RecursionError):
+        return line
+    node = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr | ast.Assign) else None
+    if not isinstance(node, ast.Call) or node.end_col_offset is None or "\n" in line:
+        return line
+    kept = [ast.get_source_segment(line, part) or "" for part in (*node.args, *node.keywords)
+            if not (isinstance(part, ast.keyword) and part.arg in cut and isinstance(part.value, ast.Constant)
+                    and str(part.value.value) == cut[part.arg])]
+    if len(kept) == len(node.args) + len(node.keywords) or "" in kept:
+        return line
+    head, raw = ast.get_source_segment(line, node.func) or "", line.encode()  # offsets count UTF-8 bytes
+    return f"{raw[:node.col_offset].decode()}{head}({', '.join(kept)}){raw[node.end_col_offset:].decode()}"
+
+
+def _asked(found: str) -> str:
+    return f"`{found}`" if "=" in found else f"the `{found}` it passed"
+
+
+def _cut(said: Sequence[SaidPayload]) -> str:
+    """`` `search(q=..., limit=10)` returned 10 records, as many as `limit=10` asked for: there may be more than it
+    returned.`` for each call that did ("" when none did)."""
+    told = dict.fromkeys(f" `{entry.call}` returned {entry.records} records, as many as {' or '.join(map(_asked, at))}"
+                         " asked for: there may be more than it returned." for entry in said if (at := cut_at(entry)))
+    return "".join(list(told)[:2])
 
 
 def _shown(said: Sequence[SaidPayload]) -> list[str]:
@@ -144,12 +229,15 @@ def _change(before: SaidPayload, after: SaidPayload, keys: Sequence[str]) -> str
 
 
 def text(said: Sequence[SaidPayload]) -> str:
-    """What the calls said, in one sentence for any agent ("" when no field is worth saying)."""
+    """What the calls said, in a sentence or two for any agent ("" when nothing is worth saying): the fields beside
+    the records, by call, and the calls that got as many records as a number they passed (``cut_at``)."""
     keys = _shown(said)
     if not keys:
-        return ""
-    told = "; ".join(f"`{entry.call}` -> " + ", ".join(f"`{key}: {entry.fields[key]}`" for key in keys
-                                                      if key in entry.fields) for entry in said)
+        return _cut(said)
+    told = "; ".join(dict.fromkeys(
+        f"`{entry.call}` -> " + ", ".join(f"`{key}: {entry.fields[key]}`" for key in keys if key in entry.fields)
+        for entry in said if any(key in entry.fields for key in keys)))
     changes = [found for at, entry in enumerate(said) for other in said[at + 1:]
                if (found := _change(entry, other, keys))]
-    return f" Beside the records, by call: {told}" + (f": {'; '.join(changes[:2])}." if changes else ".")
+    return f" Beside the records, by call: {told}" + (f": {'; '.join(changes[:2])}." if changes else ".") \
+        + _cut(said)

@@ -34,7 +34,8 @@ its code subscripts the records' path or reads a field it names; a failed run bl
 failing lines does.
 
 With each tool's shape goes what the fields beside its records held after each call of it, the call's numbers
-kept (``said``: ``search(query=..., limit=10)`` -> ``truncated: true``): which arguments got which answer.
+kept (``said``: ``search(query=..., limit=10)`` -> ``truncated: true``): which arguments got which answer, and
+how many records each call got (``walk.count_at``): as many as a number it passed asked for, there may be more.
 
 The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
 every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
@@ -91,6 +92,7 @@ class Shape:
     steps: tuple[int, ...]
     call: str = ""
     said: tuple[SaidPayload, ...] = ()
+    count: int | None = None  # how many records the result held (None: not known)
 
     @property
     def shape(self) -> str:
@@ -316,7 +318,9 @@ def _shape(tool: str, value: Any, seq: int, kept: bool = False) -> Shape | None:
     if structure in ("str", "NoneType") or len(describe(walk.valueless(structure))) > MAX_SHAPE:
         return None  # a bare string or nothing says nothing of what the next run should do with it
     paths = walk.record_paths(value) if not isinstance(value, str) else []
-    return Shape(tool, structure, paths[0] if len(paths) == 1 else None, (seq,))
+    records = paths[0] if len(paths) == 1 else None
+    count = walk.count_at(value, records, kept) if records is not None else None
+    return Shape(tool, structure, records, (seq,), count=count)
 
 
 def extract(run: RunView, task: str) -> list[Shape]:
@@ -326,7 +330,7 @@ def extract(run: RunView, task: str) -> list[Shape]:
     (``call_line``)."""
     known = set(run.tools or ())
     found: list[Shape] = []
-    seen: list[tuple[int, str, Any, tuple[str, ...] | None]] = []  # every result read, for ``said``
+    seen: list[said.Seen] = []  # every result read, for ``said``
     for step in run.actions:
         shapes = [_kept_shape(step, result, known) for result in step.returned]
         if step.code.strip():
@@ -335,7 +339,7 @@ def extract(run: RunView, task: str) -> list[Shape]:
         for shape in shapes:
             if shape is not None:
                 mine.setdefault(shape.fingerprint, shape)
-        seen += [(step.seq, shape.tool, shape.structure, shape.path) for shape in mine.values()]
+        seen += [said.Seen(step.seq, shape.tool, shape.structure, shape.path, shape.count) for shape in mine.values()]
         calls: dict[str, str] = {}  # tool -> its call line in this step: the code parsed once per tool
         for shape in mine.values():
             same = next((at for at, other in enumerate(found) if other.fingerprint == shape.fingerprint), None)

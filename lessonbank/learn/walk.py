@@ -118,6 +118,7 @@ def structure(value: Any, depth: int = 0, kept: bool = False, records: bool = Fa
             fields.append([key, structure(value[key], depth + 1, kept, records)])
         return {"fields": fields, "more": len(value) > MAX_KEYS}
     if isinstance(value, list | tuple):
+        value = specimen.counted(value)[0]  # a specimen's count of the records: not structure
         if not value:
             raise Unfit("an empty list")
         first = value[0]
@@ -279,6 +280,17 @@ def record_paths(value: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]
     if isinstance(value, list | tuple) and value and isinstance(value[0], dict) and DESCRIBED not in value[0]:
         return [path]
     return []
+
+
+def count_at(value: Any, path: tuple[str, ...], kept: bool = False) -> int | None:
+    """How many records the list at ``path`` (``record_paths``) of a printed value, or (``kept``) of the recorder's
+    specimen, held (None when not known: a specimen kept before counts were)."""
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if not isinstance(value, list | tuple):
+        return None
+    items, count = specimen.counted(value)
+    return count if kept or count is not None else len(items)
 
 
 def outline(value: Any, depth: int = 0) -> str:

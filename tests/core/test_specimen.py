@@ -14,6 +14,7 @@ from lessonbank.core.specimen import (
     MAX_FORM,
     MAX_KEYS,
     Unfit,
+    counted,
     described,
     is_form,
     specimen,
@@ -30,7 +31,8 @@ CATALOG = {"status": "ok", "data": {"items": [{"name": "desk lamp", "price": 12.
 def test_only_keys_and_the_types_of_values_are_kept() -> None:
     kept = specimen(CATALOG)
     assert kept == {"status": "", "data": {"items": [{"name": "", "price": 0.0, "stock": 0,
-                                                      "new": {"~": "bool", "values": [False, True]}}],
+                                                      "new": {"~": "bool", "values": [False, True]}},
+                                                     {"~": "count", "n": 2}],
                                            "total": 0, "next": None}, "took_ms": 0}
     assert valueless(kept)["data"]["items"][0]["new"] is False  # the structure alone, as before flags kept values
     text = json.dumps(kept)
@@ -42,7 +44,7 @@ def test_tuples_are_lists_and_subclasses_keep_their_base_type() -> None:
     class Name(str):
         pass
 
-    assert specimen(({"a": Name("x"), "b": (1, 2)},)) == [{"a": "", "b": [0]}]
+    assert specimen(({"a": Name("x"), "b": (1, 2)},)) == [{"a": "", "b": [0]}, {"~": "count", "n": 1}]
 
 
 @pytest.mark.parametrize("value", [
@@ -78,10 +80,12 @@ def test_wide_deep_huge_and_self_containing_values_are_cut_in_bounded_time() -> 
 
 
 @pytest.mark.parametrize(("value", "kept"), [
-    ({"rows": [{"id": 1}], "truncated": True}, {"rows": [{"id": 0}], "truncated": {"~": "bool", "values": [True]}}),
-    ({"rows": [{"id": 1}], "truncated": False}, {"rows": [{"id": 0}], "truncated": {"~": "bool", "values": [False]}}),
-    ([{"paid": True}, {"paid": True}], [{"paid": {"~": "bool", "values": [True]}}]),  # every record's, no count
-    ([{"paid": True}, {"paid": None}], [{"paid": {"~": "bool", "values": [True]}}]),  # not all flags: the first's
+    ({"rows": [{"id": 1}], "truncated": True}, {"rows": [{"id": 0}, {"~": "count", "n": 1}],
+                                                "truncated": {"~": "bool", "values": [True]}}),
+    ({"rows": [{"id": 1}], "truncated": False}, {"rows": [{"id": 0}, {"~": "count", "n": 1}],
+                                                 "truncated": {"~": "bool", "values": [False]}}),
+    ([{"paid": True}, {"paid": True}], [{"paid": {"~": "bool", "values": [True]}}, {"~": "count", "n": 2}]),  # one
+    ([{"paid": True}, {"paid": None}], [{"paid": {"~": "bool", "values": [True]}}, {"~": "count", "n": 2}]),  # first
     (True, {"~": "bool", "values": [True]}),
 ])
 def test_a_flag_keeps_its_value_and_nothing_else_does(value: object, kept: object) -> None:
@@ -137,10 +141,31 @@ def test_binary_text_has_no_form_or_a_mask(raw: bytes) -> None:
     (["+09:00", "-05:30", "+01:00", "+10:30"], {"~": "str", "like": ["+99:99", "-99:99"]}),
 ])
 def test_a_field_of_records_is_described_by_what_all_its_values_are(values: list[str], kept: object) -> None:
-    assert specimen([{"at": value} for value in values]) == [{"at": kept}]
+    assert specimen([{"at": value} for value in values]) == [{"at": kept}, {"~": "count", "n": len(values)}]
 
 
 def test_a_specimens_structure_alone_leaves_its_forms_out() -> None:
     kept = specimen({"offset": "+09:00", "rows": [{"at": "07:45", "n": "1,234"}]})
     assert valueless(kept) == {"offset": "", "rows": [{"at": "", "n": {"~": "str", "number": True, "like": "9,999"}}]}
     assert valueless(kept) == valueless(specimen({"offset": "UTC", "rows": [{"at": "n/a", "n": "1,234"}]}))
+
+
+def test_a_list_of_records_says_how_many_it_held_and_every_reader_reads_it_with_or_without() -> None:
+    """A count is kept for a list of records only, bounded whatever the list, under a key no record's key can be;
+    the structure read from a specimen, its fingerprint's structure (``valueless``) and its records' paths are the
+    same with the count as without it (a specimen kept before counts were)."""
+    page = {"tickets": [{"id": 4711, "owner": "ada@example.com"}] * 3_000_000, "ids": [1, 2, 3], "truncated": True}
+    started = time.perf_counter()
+    kept = specimen(page)
+    assert time.perf_counter() - started < 0.5
+    assert kept["tickets"][-1] == {"~": "count", "n": 3_000_000} and kept["ids"] == [0]  # scalars: no count
+    assert "4711" not in json.dumps(kept) and "ada" not in json.dumps(kept)
+    old = {**kept, "tickets": kept["tickets"][:1]}
+    assert counted(kept["tickets"]) == ([kept["tickets"][0]], 3_000_000) and counted(old["tickets"])[1] is None
+    assert walk.structure(kept, kept=True) == walk.structure(old, kept=True)
+    assert valueless(kept) == valueless(old) and walk.record_paths(kept) == walk.record_paths(old) == [("tickets",)]
+    assert walk.count_at(kept, ("tickets",), kept=True) == 3_000_000
+    assert walk.count_at(old, ("tickets",), kept=True) is None  # an old specimen's one record is no count
+    assert walk.count_at(page, ("tickets",)) == 3_000_000  # a printed value: its own length
+    forged = [{"id": 1}, {"~": "count", "n": True}]  # a count crossed Redis: checked again
+    assert counted(forged) == ([{"id": 1}], None)

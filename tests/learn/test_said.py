@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lessonbank.core.models import Lesson, StepRecord, ToolCallRecord, ToolResultRecord
 from lessonbank.core.specimen import specimen
 from lessonbank.instructions import format_lessons
@@ -52,7 +54,9 @@ def test_a_calling_agents_calls_are_tied_to_what_the_result_said_and_the_change_
     told = said.text(shape.payload.said)
     assert told == (" Beside the records, by call: `search_tickets(project=..., limit=10)` -> `truncated: true`; "
                     "`search_tickets(project=..., limit=100)` -> `truncated: false`: with `limit=100` instead of "
-                    "`limit=10`, `truncated` was false instead of true.")
+                    "`limit=10`, `truncated` was false instead of true. `search_tickets(project=..., limit=10)` "
+                    "returned 10 records, as many as `limit=10` asked for: there may be more than it returned.")
+    assert [s.records for s in shape.said] == [10, 25]
     assert "DELT" not in told  # the task's values are masked; the agent's own settings are kept
     # the same words for both kinds of agent, after what each is told of the shape
     assert calls.shape(shape.payload).endswith(told) and codeform.shape(shape.payload).endswith(told)
@@ -79,7 +83,8 @@ def test_it_is_keyed_to_no_field_or_argument_name() -> None:
     assert told == (" Beside the records, by call: `list_files(bucket=..., page_size=20)` -> `has_more: true`, "
                     "`next_cursor: str`; `list_files(bucket=..., page_size=200)` -> `has_more: false`, "
                     "`next_cursor: null`: with `page_size=200` instead of `page_size=20`, `has_more` was false "
-                    "instead of true, `next_cursor` was null instead of str.")
+                    "instead of true, `next_cursor` was null instead of str. `list_files(bucket=..., page_size=20)` "
+                    "returned 20 records, as many as `page_size=20` asked for: there may be more than it returned.")
 
 
 def test_nothing_is_said_without_a_call_to_tie_it_to_or_a_field_worth_saying() -> None:
@@ -120,3 +125,96 @@ def test_what_other_runs_said_is_kept_beside_the_counts_of_the_stored_shape() ->
     many = [said.SaidPayload(call=f"t(n={n})", fields={"f": "true"}) for n in range(9)]
     kept = said.merged(many[:3], many[3:])
     assert len(kept) == said.MAX_SAID and kept[0] == many[0] and kept[-1] == many[-1]
+
+
+CUT = " `{call}` returned {n} records, as many as `{arg}` asked for: there may be more than it returned."
+
+
+def bare(n: int, total: int) -> list[dict[str, object]]:
+    """A bare list of records: nothing beside them says whether they are all."""
+    return [{"ref": f"R{i}", "amount": i} for i in range(min(n, total))]
+
+
+@pytest.mark.parametrize("name", ["limit", "page_size", "n", "top", "max_results"])
+def test_a_call_that_got_as_many_records_as_a_number_it_passed_says_so_with_nothing_beside_them(name: str) -> None:
+    """A list of records alone, the call's setting under any name: as many records came back as it asked for."""
+    task = "What is the largest payment of account 4411?"
+    run = view([called(0, "list_payments", {"account": "A-4411", name: 5}, bare(5, 12))], task, ["list_payments"])
+    (shape,) = shapes.extract(run, task)
+    assert [(s.call, s.fields, s.records) for s in shape.said] == [(f"list_payments(account=..., {name}=5)", {}, 5)]
+    assert said.text(shape.payload.said) == CUT.format(call=f"list_payments(account=..., {name}=5)", n=5,
+                                                        arg=f"{name}=5")
+    assert calls.shape(shape.payload).endswith(said.text(shape.payload.said))
+    assert codeform.shape(shape.payload).endswith(said.text(shape.payload.said))
+
+
+@pytest.mark.parametrize(("arguments", "got"), [
+    ({"account": "A-4411", "limit": 50}, 12),  # fewer than asked for: all of them
+    ({"account": "A-4411", "limit": 5, "offset": 10}, 2),  # no number it passed is the count
+    ({"account": "A-4411", "limit": 1}, 1),  # one record asked for and got: a lookup, not a cut
+    ({"account": "A-4411"}, 7),  # no number passed: the tool's own default is no argument
+])
+def test_no_cut_is_said_when_the_count_matches_no_number_the_call_passed(arguments: dict[str, object],
+                                                                         got: int) -> None:
+    task = "What is the largest payment of account 4411?"
+    run = view([called(0, "list_payments", arguments, bare(got, got))], task, ["list_payments"])
+    (shape,) = shapes.extract(run, task)
+    assert shape.said == () and said.text(shape.payload.said) == ""
+
+
+def test_a_code_agents_positional_number_and_a_printed_result_say_it_too() -> None:
+    task = "What is the largest payment of account 4411?"
+    printed = StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0,
+                         code='r = list_payments("A-4411", 8)\nprint(r)',
+                         observations="Execution logs:\n" + json.dumps(bare(8, 30)) + "\nLast output from code "
+                                      "snippet:\nNone")
+    (shape,) = shapes.extract(view([printed], task, ["list_payments"]), task)
+    assert said.text(shape.payload.said) == (" `list_payments(..., 8)` returned 8 records, as many as the `8` it "
+                                             "passed asked for: there may be more than it returned.")
+
+
+def test_equal_entries_are_kept_once_and_a_stored_entry_without_a_count_still_reads() -> None:
+    old = said.SaidPayload.model_validate({"call": "s(q=..., limit=10)", "fields": {"truncated": "true"}})
+    assert old.records is None and said.cut_at(old) == []
+    cut = old.model_copy(update={"records": 10})
+    fewer = [old.model_copy(update={"records": n}) for n in (3, 4, 7)]
+    kept = said.merged([old], [cut, *fewer, cut])
+    assert kept == [old, cut]  # the counts that say nothing new are one entry; the one that got as many is kept
+    assert said.text(kept).count("returned 10 records") == 1
+    assert said.text(kept).startswith(" Beside the records, by call: `s(q=..., limit=10)` -> `truncated: true`.")
+
+
+def test_the_example_call_is_handed_over_without_the_number_that_may_have_cut_its_records() -> None:
+    entry = said.SaidPayload(call="search_tickets(project=..., limit=10)", fields={}, records=10)
+    line = 'result = search_tickets(project="LUME", limit=10)'
+    assert said.uncut(line, [entry]) == 'result = search_tickets(project="LUME")'
+    assert said.uncut('search_tickets("LUME", limit=10, sort="new")', [entry]) == 'search_tickets("LUME", sort="new")'
+    assert said.uncut('search_tickets(project="LUME", limit=100)', [entry]) == \
+        'search_tickets(project="LUME", limit=100)'  # another value: kept as it is
+    quiet = entry.model_copy(update={"records": 7})
+    assert said.uncut(line, [quiet]) == line  # the records were not as many as it asked for
+
+
+def test_the_next_task_is_not_handed_the_number_its_records_may_have_been_cut_at() -> None:
+    run = view([coded(0, 'r = search_tickets(project="DELT", limit=10)\nprint(len(r["tickets"]))', "search_tickets",
+                      tickets(10, 25))], TASK, TOOLS)
+    (shape,) = shapes.extract(run, TASK)
+    assert shape.call == 'r = search_tickets(project="DELT", limit=10)'
+    stored = Lesson.new("b", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
+                        shape=shape.payload).model_copy(update={"task": TASK})
+    other = "How many of project ORIO's open tickets have more than 5 story points? Answer with the number only."
+    tools = {"search_tickets": "Open tickets.", "get_project": "A project."}
+    code_block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="code")
+    calls_block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="calls")
+    assert 'write `result = search_tickets(project="ORIO")`' in code_block
+    assert 'call `search_tickets(project="ORIO")`' in calls_block
+    for block in (code_block, calls_block):
+        assert "returned 10 records, as many as `limit=10` asked for" in block
+    # a call that got fewer records than it asked for is handed over as it was
+    whole = view([coded(0, 'r = search_tickets(project="DELT", limit=50)\nprint(len(r["tickets"]))',
+                        "search_tickets", tickets(50, 25))], TASK, TOOLS)
+    (kept,) = shapes.extract(whole, TASK)
+    lesson = Lesson.new("b", "fact", kept.text, tags=["shape"], run_id="r1", origin="observed",
+                        shape=kept.payload).model_copy(update={"task": TASK})
+    block, _ = format_lessons([lesson], task=other, tools=tools, agent_kind="code")
+    assert 'write `result = search_tickets(project="ORIO", limit=50)`' in block

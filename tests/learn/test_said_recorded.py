@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from smolagents import CodeAgent, ToolCallingAgent, tool
 
 from lessonbank.core.redact import Redactor
@@ -74,3 +75,86 @@ def test_a_code_agents_run_says_the_same(settings: Settings, redis_client: Any) 
     (shape,) = shapes.extract(run, TASK)
     assert said.text(shape.payload.said) == WITH_MORE
     assert codeform.shape(shape.payload).endswith(WITH_MORE)
+
+
+LEDGER = [{"amount": amount} for amount in (40, 15, 90, 5, 60, 25, 70, 10, 55, 30)]
+PAY_TASK = "What is the largest payment of account 4411? Answer with the number only."
+CUT = " `{tool}(account=..., {name}=5)` returned 5 records, as many as `{name}=5` asked for: there may be " \
+      "more than it returned."
+
+
+@tool
+def list_payments(account: str, limit: int = 3) -> list:
+    """Return an account's payments, newest first: a bare list of records, cut at ``limit``.
+
+    Args:
+        account: Account id, e.g. "A-1".
+        limit: Most payments to return.
+    """
+    return [dict(row) for row in LEDGER[:limit]]
+
+
+@tool
+def top_payments(account: str, top: int = 3) -> list:
+    """Return an account's payments, newest first, under another setting's name.
+
+    Args:
+        account: Account id, e.g. "A-1".
+        top: Most payments to return.
+    """
+    return [dict(row) for row in LEDGER[:top]]
+
+
+TOOLS_BY_SETTING = {"limit": list_payments, "top": top_payments}
+
+
+def run_of(settings: Settings, redis_client: Any, agent: Any, task: str, answer: Any, late: Any = None) -> RunView:
+    """``agent``'s run recorded by the real recorder; ``late``: a tool given the agent after the recorder attached,
+    which the recorder does not watch (what a step printed of its result is all the run has of it)."""
+    recorder = StepRecorder(bank="pay", settings=settings)
+    recorder.attach(agent)
+    if late is not None:
+        agent.tools[late.name] = late
+    try:
+        assert agent.run(task) == answer
+        recorder.flush()
+        run_id = recorder.run_id(agent)
+        assert run_id
+        return read_run(run_records(redis_client, run_id), task,
+                        tools=json.loads(run_hash(redis_client, run_id)["tools"]), run_id=run_id)
+    finally:
+        recorder.close(interrupt_open_runs=False)
+
+
+@pytest.mark.parametrize("name", ["limit", "top"])
+def test_both_kinds_of_agent_say_a_call_got_as_many_records_as_it_asked_for(settings: Settings, redis_client: Any,
+                                                                            name: str) -> None:
+    listing = TOOLS_BY_SETTING[name]
+    calling = ToolCallingAgent(tools=[listing], verbosity_level=-1, model=ScriptedModel([
+        tool_call_reply(listing.name, {"account": "A-4411", name: 5}), final_tool_call(90)]))
+    kept = run_of(settings, redis_client, calling, PAY_TASK, 90)
+    coding = CodeAgent(tools=[listing], verbosity_level=-1, model=ScriptedModel([
+        code_reply(f'r = {listing.name}(account="A-4411", {name}=5)\nprint(max(p["amount"] for p in r))'),
+        final_code(90)]))
+    also_kept = run_of(settings, redis_client, coding, PAY_TASK, 90)
+    assert kept.actions[0].returned and also_kept.actions[0].returned  # the recorder's specimens
+    for run, render in ((kept, calls.shape), (also_kept, codeform.shape)):
+        (shape,) = shapes.extract(run, PAY_TASK)
+        assert said.text(shape.payload.said) == CUT.format(tool=listing.name, name=name)
+        assert render(shape.payload).endswith(CUT.format(tool=listing.name, name=name))
+
+
+def test_a_printed_result_says_it_too_and_a_count_below_the_setting_says_nothing(settings: Settings,
+                                                                                 redis_client: Any) -> None:
+    listing = list_payments
+    coding = CodeAgent(tools=[], verbosity_level=-1, model=ScriptedModel([
+        code_reply('r = list_payments(account="A-4411", limit=5)\nprint(r)'), final_code(90)]))
+    printed = run_of(settings, redis_client, coding, PAY_TASK, 90, late=listing)
+    assert not printed.actions[0].returned  # not watched: nothing kept but what the step printed
+    (shape,) = shapes.extract(printed, PAY_TASK)
+    assert said.text(shape.payload.said) == CUT.format(tool="list_payments", name="limit")
+    whole = CodeAgent(tools=[listing], verbosity_level=-1, model=ScriptedModel([
+        code_reply('r = list_payments(account="A-4411", limit=50)\nprint(max(p["amount"] for p in r))'),
+        final_code(90)]))
+    (shape,) = shapes.extract(run_of(settings, redis_client, whole, PAY_TASK, 90), PAY_TASK)
+    assert shape.said == () and said.text(shape.payload.said) == ""  # 10 records for 50 asked for: all of them

@@ -684,7 +684,8 @@ def test_a_tool_result_the_code_never_printed_leaves_its_structure_in_the_step(r
     looped, boom, counted = records[:3]
     assert "string indices must be integers" in looped.error_message and "lamp small" not in looped.observations
     assert [(r.name, r.specimen) for r in looped.tool_results] == [
-        ("search_catalog", {"status": "", "data": {"items": [{"name": "", "price": 0.0}], "total": 0}, "took_ms": 0})]
+        ("search_catalog", {"status": "", "data": {"items": [{"name": "", "price": 0.0}, {"~": "count", "n": 2}],
+                                                   "total": 0}, "took_ms": 0})]
     assert "catalog is down" in boom.error_message and boom.tool_results == []  # the tool's error passes through
     assert [r.name for r in counted.tool_results] == ["search_catalog"]  # once per tool and step; the token key
     raw = redis_client.hget(f"lessonbank:run:{recorder.run_id(agent)}:steps", "0").decode()  # ... never leaves
