@@ -60,7 +60,7 @@ def test_a_calling_agents_block_says_where_the_records_are_in_words_and_gives_ca
     assert ('- For this task: Call `get_weather(city="Graz", date="16.10.2024")`: pass `date` like "16.10.2024"; '
             "written any other way it failed with ValueError. (seen in 1 run)") in block
     assert ("`get_weather(...)` returns {'city': str, 'records': [{'station': str, 'max_c': float}, ...]}: its records "
-            "are the list under `records`: read every one, not only the first.") in block
+            "are the list under `records`: read every one.") in block
     assert "Tool calls that solved a similar task before" in block and 'get_weather(city="Graz"' in block
     code, _ = format_lessons(lessons, task=GRAZ_TASK)  # a CodeAgent's block, as before
     assert "```python" in code and "Write `weather_data = get_weather(" in code
@@ -74,7 +74,7 @@ def test_a_shapes_call_and_the_fields_beside_its_records_are_said_without_code()
     assert ('- For this task: call `search_catalog(query="chair")`; its records are the list under `data` > `items`. '
             "(seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': {'items': [{'name': str, "
             "'price': float}, ...], 'total': int}, 'took_ms': int}: its records are the list under `data` > `items`: "
-            "read every one, not only the first. The fields beside them (`total`) say about them (how many, "
+            "read every one. The fields beside them (`total`) say about them (how many, "
             "whether there are more): "
             "read them. (seen in 1 run)") in block
     assert "result" not in block and CODE not in block and "mug" not in block

@@ -205,7 +205,7 @@ def test_the_shape_call_probe_gives_the_call_with_this_tasks_word_only_in_its_ca
     blocks = snippet_json(script)
     assert '- For this task: write `result = search_catalog(query="mug")`, then use its records' in blocks["call"]
     assert "lamp" not in blocks["call"] and "search_catalog(query=" not in blocks["shape"]
-    assert all("its records are `result['data']['items']`: read every one, not only the first" in block
+    assert all("its records are `result['data']['items']`: read every one" in block
                for block in blocks.values())
 
 

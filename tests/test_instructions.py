@@ -427,7 +427,7 @@ def test_a_shape_naming_the_call_that_got_its_records_gives_that_call_with_this_
     assert ('- For this task: write `result = search_catalog(query="chair")`, then use its records: `for record in '
             "result['data']['items']:`. (seen in 1 run)\n- `search_catalog(...)` returns {'status': str, 'data': "
             "{'items': [{'name': str, 'price': float}, ...], 'total': int}, 'took_ms': int}: its records are "
-            "`result['data']['items']`: read every one, not only the first (`for record in "
+            "`result['data']['items']`: read every one (`for record in "
             "result['data']['items']:`). The fields beside "
             "them (`total`) say about them (how many, whether there are more): read them. (seen in 1 run)") in block
     assert "mug" not in block and "Records came back" not in block
@@ -464,13 +464,13 @@ def test_an_observed_shape_is_given_with_the_loop_over_every_record() -> None:
     block, given = format_lessons([shape], task="Using get_invoice, what is the total of INV-1?")
     assert given == [shape]
     assert ("- `get_invoice(...)` returns {'invoice': str, 'lines': [{'qty': int, 'unit_price_cents': int}, ...]}: "
-            "its records are `result['lines']`: read every one, not only the first (`for record in "
+            "its records are `result['lines']`: read every one (`for record in "
             "result['lines']:`). (seen in 1 run)") in block
     # the same words from the distiller, or any other observed text, are given as they are
     said = make("b", "fact", text)
     assert f"- {text} (seen in 1 run)" in format_lessons([said])[0]
     odd = make("b", "fact", text.replace("its records are", "the records are"), origin="observed")
-    assert "read every one, not only the first" not in format_lessons([odd])[0]
+    assert "read every one" not in format_lessons([odd])[0]
 
 
 def test_a_lesson_learnt_on_a_tool_reads_as_any_other_until_the_tool_changes() -> None:

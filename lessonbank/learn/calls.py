@@ -48,8 +48,7 @@ def shape(payload: ShapePayload) -> str:
     fields = ", ".join(f"`{key}`" for key in shapes.beside(payload))
     read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
         if fields else ""
-    every = "read every one, not only the first"
-    return f"{head}: its records are {where(payload.records)}: {every}.{read}{said.text(payload.said)}"
+    return f"{head}: its records are {where(payload.records)}: read every one.{read}{said.text(payload.said)}"
 
 
 def _key(payload: FixPayload) -> str:

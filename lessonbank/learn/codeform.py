@@ -19,8 +19,7 @@ def shape(payload: ShapePayload) -> str:
     fields = ", ".join(f"`{key}`" for key in shapes.beside(payload))
     read = f" The fields beside them ({fields}) say about them (how many, whether there are more): read them." \
         if fields else ""
-    every = f"read every one, not only the first (`{loop}`)"
-    return f"{shapes.text(payload, with_call=False)[:-1]}: {every}.{read}{said.text(payload.said)}"
+    return f"{shapes.text(payload, with_call=False)[:-1]}: read every one (`{loop}`).{read}{said.text(payload.said)}"
 
 
 def assigned_call(line: str) -> tuple[str, str] | None:

@@ -980,7 +980,7 @@ def test_a_printed_result_leaves_its_shape_for_the_next_run(deps: Deps, openai_s
     text, _ = compose_instructions(store, "Using search_catalog, how many 'mug' products cost less than 9 euros?",
                                    "b")
     # given with the loop over every record: told only where they are, 1.5B runs summed the first one alone
-    assert ("its records are `result['data']['items']`: read every one, not only the first (`for record in "
+    assert ("its records are `result['data']['items']`: read every one (`for record in "
             "result['data']['items']:`). The fields beside them (`total`) say about them") in text
 
     applied = catalog_run(deps.settings, "mug", ['items = search_catalog("mug")["data"]["items"]\n'
