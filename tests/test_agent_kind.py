@@ -225,9 +225,7 @@ def interpreted_run(settings: Settings, redis_client: Any, replies: list[Any] | 
     call the tool too), as recorded (``replies``: the model's, by default ending with ``final_answer``)."""
     from smolagents.default_tools import PythonInterpreterTool
 
-    from lessonbank.learn.adapters import read_run
-    from lessonbank.recorder import StepRecorder
-    from tests.fixtures.recorded import run_hash, run_records
+    from tests.fixtures.recorded import recorded_run
     from tests.fixtures.scripted_model import tool_call_reply
 
     interpreter = PythonInterpreterTool()
@@ -236,17 +234,7 @@ def interpreted_run(settings: Settings, redis_client: Any, replies: list[Any] | 
                           tool_call_reply("python_interpreter", {"code": CODE_C7}), final_tool_call("3")]
     agent = ToolCallingAgent(tools=[list_orders, interpreter], model=ScriptedModel(replies), max_steps=max_steps,
                              verbosity_level=-1)
-    recorder = StepRecorder(bank="orders", settings=settings)
-    recorder.attach(agent)
-    try:
-        assert agent.run(COUNT_TASK) == "3"
-        recorder.flush()
-        run_id = recorder.run_id(agent)
-        assert run_id
-        return read_run(run_records(redis_client, run_id), COUNT_TASK,
-                        tools=json.loads(run_hash(redis_client, run_id)["tools"]), run_id=run_id)
-    finally:
-        recorder.close(interrupt_open_runs=False)
+    return recorded_run(settings, redis_client, agent, COUNT_TASK, "3", bank="orders")
 
 
 def test_a_tool_calling_run_that_computed_in_its_interpreter_leaves_calls_another_question_can_adapt(

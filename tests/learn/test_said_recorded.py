@@ -12,10 +12,8 @@ from smolagents import CodeAgent, ToolCallingAgent, tool
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
 from lessonbank.learn import calls, codeform, recipes, said, shapes
-from lessonbank.learn.adapters import read_run
 from lessonbank.learn.view import RunView
-from lessonbank.recorder import StepRecorder
-from tests.fixtures.recorded import run_hash, run_records
+from tests.fixtures.recorded import recorded_run
 from tests.fixtures.scripted_model import ScriptedModel, code_reply, final_code, final_tool_call, tool_call_reply
 
 FILES = {"logs": [3, 9, 1, 12, 7, 4, 15]}
@@ -38,17 +36,7 @@ def list_files(bucket: str, page_size: int = 4) -> dict:
 
 
 def recorded(settings: Settings, redis_client: Any, agent: Any) -> RunView:
-    recorder = StepRecorder(bank="files", settings=settings)
-    recorder.attach(agent)
-    try:
-        assert agent.run(TASK) == 3
-        recorder.flush()
-        run_id = recorder.run_id(agent)
-        assert run_id
-        return read_run(run_records(redis_client, run_id), TASK,
-                        tools=json.loads(run_hash(redis_client, run_id)["tools"]), run_id=run_id)
-    finally:
-        recorder.close(interrupt_open_runs=False)
+    return recorded_run(settings, redis_client, agent, TASK, 3, bank="files")
 
 
 def test_a_tool_calling_agents_calls_say_which_setting_got_the_whole_list(settings: Settings,
@@ -109,21 +97,7 @@ TOOLS_BY_SETTING = {"limit": list_payments, "top": top_payments}
 
 
 def run_of(settings: Settings, redis_client: Any, agent: Any, task: str, answer: Any, late: Any = None) -> RunView:
-    """``agent``'s run recorded by the real recorder; ``late``: a tool given the agent after the recorder attached,
-    which the recorder does not watch (what a step printed of its result is all the run has of it)."""
-    recorder = StepRecorder(bank="pay", settings=settings)
-    recorder.attach(agent)
-    if late is not None:
-        agent.tools[late.name] = late
-    try:
-        assert agent.run(task) == answer
-        recorder.flush()
-        run_id = recorder.run_id(agent)
-        assert run_id
-        return read_run(run_records(redis_client, run_id), task,
-                        tools=json.loads(run_hash(redis_client, run_id)["tools"]), run_id=run_id)
-    finally:
-        recorder.close(interrupt_open_runs=False)
+    return recorded_run(settings, redis_client, agent, task, answer, bank="pay", late=late)
 
 
 @pytest.mark.parametrize("name", ["limit", "top"])
