@@ -20,8 +20,8 @@ back may have been cut at it, whatever the fields beside them say, or with none 
 
 Nothing here knows a field's or an argument's name: any flag beside records, any field that was null after one call
 and not after another, any argument whose value differed between two calls of the tool, any number equal to how
-many records came back. What is kept is structure
-the numbers the calls passed; a word, a text or a computed value is ``...``.
+many records came back. What is kept is the structure, the numbers the calls passed and how many records came
+back; a word, a text or a computed value is ``...``.
 """
 
 from __future__ import annotations
