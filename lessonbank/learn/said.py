@@ -136,8 +136,9 @@ def merged(old: Sequence[SaidPayload], new: Sequence[SaidPayload]) -> list[SaidP
     out: list[SaidPayload] = []
     keys: set[tuple[str, str, tuple[str, ...]]] = set()
     for said in [*old, *new]:
-        if _key(said) not in keys:
-            keys.add(_key(said))
+        key = _key(said)
+        if key not in keys:
+            keys.add(key)
             out.append(said)
     return out if len(out) <= MAX_SAID else [out[0], *out[len(out) - MAX_SAID + 1:]]
 
@@ -149,21 +150,25 @@ def _passed(call: str) -> list[tuple[str, str]]:
             for name, _, value in [part.partition("=")]]
 
 
-def cut_at(said: SaidPayload) -> list[str]:
-    """The numbers the call passed (each a whole number of at least 2) that its result held as many records as, as
-    they read: ``limit=10``, or ``10`` for one passed by position; [] when the count is not known or none."""
+def _cut_pairs(said: SaidPayload) -> list[tuple[str, str]]:
+    """(name, value) of the numbers the call passed (each a whole number of at least 2) that its result held as
+    many records as ("" as the name of one passed by position); [] when the count is not known or none."""
     count = said.records
     if count is None or count < 2:
         return []
-    return [f"{name}={value}" if name else value for name, value in _passed(said.call)
-            if _NUMBER.fullmatch(value) and float(value) == count]
+    return [(name, value) for name, value in _passed(said.call) if _NUMBER.fullmatch(value) and float(value) == count]
+
+
+def cut_at(said: SaidPayload) -> list[str]:
+    """The numbers the call's records may have been cut at (``_cut_pairs``), as they read: ``limit=10``, or ``10``
+    for one passed by position."""
+    return [f"{name}={value}" if name else value for name, value in _cut_pairs(said)]
 
 
 def cut_arguments(said: Sequence[SaidPayload]) -> dict[str, str]:
     """{keyword: value} of the arguments passed by keyword that a call's records may have been cut at
-    (``cut_at``)."""
-    return {name: value for entry in said for found in cut_at(entry) for name, _, value in [found.partition("=")]
-            if value}
+    (``_cut_pairs``)."""
+    return {name: value for entry in said for name, value in _cut_pairs(entry) if name}
 
 
 def uncut(line: str, said: Sequence[SaidPayload]) -> str:
@@ -207,9 +212,8 @@ def _shown(said: Sequence[SaidPayload]) -> list[str]:
 
 
 def _arguments(call: str) -> dict[str, str]:
-    inner = call[call.find("(") + 1:-1]
-    pairs = [part.split("=", 1) for part in inner.split(", ") if "=" in part]
-    return {name: value for name, value in pairs}
+    """{keyword: value} of the arguments a call as kept passed by keyword (``_passed``)."""
+    return {name: value for name, value in _passed(call) if name}
 
 
 def _change(before: SaidPayload, after: SaidPayload, keys: Sequence[str]) -> str:
