@@ -211,27 +211,33 @@ def _seen(lesson: Lesson) -> str:
 def format_recipe(lesson: Lesson, task: str = "") -> str:
     """A recipe as a fenced code block, with the task it solved (its values named): with this task's values put in
     when every one can be placed, else as an example to adapt, its values the arguments of a function
-    (``learn.adapt``)."""
+    (``learn.adapt``); of another question, only how it got and read its data (``learn.reads``)."""
     recipe = lesson.recipe
     assert recipe is not None
     verified = trust.voucher(lesson)
-    example = adapt.recipe_example(recipe, task)
+    other = bool(task) and not handover.same_question(recipe.task, task)
+    example = adapt.recipe_example(recipe, task, reads_only=other)
     language = "python" if recipe.language == "python" else "text"
+    lead = f"{'Code' if recipe.language == 'python' else 'Tool calls'} that solved a similar task before"
     if example is None:  # code that no longer parses: shown as it is, its values to adapt
         code, solved, note = recipe.code.strip(), recipe.task, "; adapt its values to this task"
     else:
         code, solved = example.code, example.task
         calls = "tool calls" if recipe.language != "python" else "code"
+        if example.reads_only:
+            lead = "How code of another question got its data and read it" if recipe.language == "python" else \
+                "The tool calls another question made for its data"
         if example.placed:
             # never the other question's values: the task above names them, the code holds this task's
             note = ", with this task's values put in" if any(old != new for old, new in example.values.items()) else ""
-            note += "; written for that task: an example to adapt" if not handover.same_question(
-                recipe.task, task) and task else ""
+            note += "; written for that task: an example to adapt" if other and not example.reads_only else ""
         else:
             note = (f"; an example to adapt: its {calls} with this task's values where they are known, "
                     f"{', '.join('<' + name + '>' for name in example.names.values())} where not")
-    what = "Code" if recipe.language == "python" else "Tool calls"
-    head = (f'{what} that solved a similar task before (task: "{_one_line(solved)[:200]}"; '
+        if example.reads_only:
+            note += (f": its calls{' and the values it read' if recipe.language == 'python' else ''}, not what it "
+                     "computed from them (that answered its own question): compute what this task asks")
+    head = (f'{lead} (task: "{_one_line(solved)[:200]}"; '
             f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){note}:")
     fence = _fence(code)
     return f"{head}\n{fence}{language}\n{code}\n{fence}"

@@ -252,11 +252,14 @@ def test_a_tool_calling_run_that_computed_in_its_interpreter_leaves_calls_anothe
     assert given == [lesson] and "with this task's values put in" in same
     assert ('python_interpreter(code="r = list_orders(customer=\'C-9\', limit=100)\\nprint(len([o for o in '
             "r['orders'] if o['amount'] > 20]))\")") in same and "C-7" not in same and "15" not in same
-    # another question about the same tool: the calls as an example, the value it cannot place named
+    # another question about the same tool: its calls and what its interpreter read, not the count it computed
     other, given = format_lessons([lesson], task=SUM_TASK, tools={"list_orders", "python_interpreter"},
                                   agent_kind="calls")
-    assert given == [lesson] and "an example to adapt" in other and "o['amount'] > <value>" in other
+    assert given == [lesson] and "The tool calls another question made for its data" in other
     assert 'list_orders(customer="C-9")' in other and "C-7" not in other and "15" not in other
+    assert ("python_interpreter(code=\"r = list_orders(customer='C-9', limit=100)\\nfor o in r['orders']:\\n    "
+            "amount = o['amount']\")") in other
+    assert "len(" not in other and "> <value>" not in other and "final_answer" not in other.split("```")[1]
 
 
 def test_a_tool_calling_run_whose_right_answer_the_step_limit_forced_ends_its_calls_where_a_result_stated_it(

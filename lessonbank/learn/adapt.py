@@ -7,8 +7,10 @@ cannot be placed is shown by its name (``<account_2>``), never as another task's
 
 A recipe whose every value is placed is given as code to run, with this task's values (``recipe_example``); else
 as an example to adapt: a function whose parameters are those values, called (in a comment) with this task's
-values where known. Its task is shown with its values named (``"... account {account} ..."``), so that no
-value of another question is handed on as this one's.
+values where known. Its task is shown with its values named (``"... account {account} ..."``), so that no value of
+another question is handed on as this one's. A recipe of a question whose computation cannot be this task's (a value
+of it has no counterpart here, or this task names more values) is given as how it got and read its data
+(``learn.reads``): its computation answered its own question.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 from lessonbank.core.models import FixPayload, Recipe
 from lessonbank.learn import code as pycode
-from lessonbank.learn import params
+from lessonbank.learn import params, reads
 from lessonbank.learn.adapters import toolcalling
 from lessonbank.learn.adapters.calls import as_line
 
@@ -39,6 +41,7 @@ class Example:
     values: dict[str, str]
     names: dict[str, str]
     task: str
+    reads_only: bool = False
 
 
 def named_task(task: str, found: list[params.Param]) -> str:
@@ -125,28 +128,53 @@ def _literal(old: str, new: str) -> str:
     return json.dumps(new)
 
 
-def recipe_example(recipe: Recipe, task: str) -> Example | None:
-    """How ``recipe`` is given for ``task`` (see the module); None when its code does not parse."""
+def recipe_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Example | None:
+    """How ``recipe`` is given for ``task`` (see the module); None when its code does not parse. ``reads_only`` (a
+    recipe of another question): only how it got and read its data (``learn.reads``), when anything is left out."""
     if recipe.language != "python":
-        return _calls_example(recipe, task)
+        return _calls_example(recipe, task, reads_only=reads_only)
     try:
         tree = ast.parse(recipe.code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     found = params.flows([tree], recipe.task)
+    named = named_task(recipe.task, found)  # every value of its question named, those the code no longer uses too
     values = params.place(found, recipe.task, task) if task else {}
-    named = named_task(recipe.task, found)
+    reads_only = reads_only and (any(param.value not in values for param in found)
+                                 or params.more_values(found, recipe.task, task))
+    asked = {param.value for param in found} | params.task_values(recipe.task)
+    part = reads.reduced(tree, asked) if reads_only else None
+    if part is not None:
+        tree, found = part, params.flows([part], recipe.task)
+    values = params.place(found, recipe.task, task) if task else {}
     if all(param.value in values for param in found):
         placed = params.put_tree(tree, values, {})
         _renamed(placed, values)
-        return Example(ast.unparse(placed), "python", True, values, {}, named)
+        return Example(ast.unparse(placed), "python", True, values, {}, named, part is not None)
     names = {param.value: param.name for param in found if param.value not in values}
+    if part is not None:  # no function to call: the part gets data, it gives no answer
+        return Example(ast.unparse(params.put_tree(tree, values, names)), "python", False, values, names, named, True)
     return Example(_function(tree, found, values), "python", False, values, names, named)
 
 
-def _calls_example(recipe: Recipe, task: str) -> Example | None:
+def _reading(name: str, arguments: dict[str, object], asked: set[str]) -> dict[str, object] | None:
+    """A call's arguments, the code of the interpreter's cut to how it got and read its data (None: it calls no
+    tool, or does not parse)."""
+    code = toolcalling.interpreter_code(name, arguments)
+    if not code:
+        return arguments
+    tree = pycode.parse_line(code)
+    part = reads.reduced(tree, asked) if tree is not None else None
+    if part is None:
+        return arguments if tree is not None and any(reads._calls_tool(stmt) for stmt in tree.body) else None
+    return toolcalling.with_code(name, arguments, ast.unparse(part))
+
+
+def _calls_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Example | None:
     """A ToolCallingAgent's recipe as its calls, one a line, with this task's values or their names, in its
-    arguments and in the code its interpreter tool ran."""
+    arguments and in the code its interpreter tool ran; ``reads_only``: its calls without ``final_answer``, the code
+    its interpreter ran cut to how it got and read its data (``learn.reads``; left out when that calls no tool),
+    when anything is left out."""
     try:
         calls = json.loads(recipe.code)
     except (ValueError, RecursionError):
@@ -155,6 +183,17 @@ def _calls_example(recipe: Recipe, task: str) -> Example | None:
         return None
     kept = [(str(call.get("name", "")), call.get("arguments") or {}) for call in calls
             if isinstance(call, dict) and isinstance(call.get("arguments") or {}, dict)]
+    whole = [pycode.parse_line(toolcalling.interpreter_code(name, arguments) or as_line(name, arguments))
+             for name, arguments in kept]
+    asked = params.flows([tree for tree in whole if tree is not None], recipe.task)
+    placed = params.place(asked, recipe.task, task) if task else {}
+    if reads_only and (any(param.value not in placed for param in asked)
+                       or params.more_values(asked, recipe.task, task)):
+        mine = {param.value for param in asked} | params.task_values(recipe.task)
+        part = [(name, _reading(name, arguments, mine)) for name, arguments in kept if name != "final_answer"]
+        tools = [(name, arguments) for name, arguments in part if arguments is not None]
+        reads_only = bool(tools) and tools != kept
+        kept = tools if reads_only else kept
     pieces = [toolcalling.interpreter_code(name, arguments) or as_line(name, arguments) for name, arguments in kept]
     trees = [pycode.parse_line(piece) for piece in pieces]
     if not all(trees):
@@ -169,4 +208,5 @@ def _calls_example(recipe: Recipe, task: str) -> Example | None:
             return None
         written.append(as_line(name, toolcalling.with_code(name, arguments, put)) if put != piece
                        and toolcalling.interpreter_code(name, arguments) else put)
-    return Example("\n".join(written), "tool_calls", not names, values, names, named_task(recipe.task, found))
+    return Example("\n".join(written), "tool_calls", not names, values, names, named_task(recipe.task, asked),
+                   reads_only)

@@ -118,6 +118,6 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     if not line or shape_of is None:
         return ""
     lead = "For this task" if handover.own_tools(lesson, using, universe) else render.ADAPT_OTHER
-    told = handover.form_change(line, failed)
+    told = "; ".join(filter(None, [handover.form_change(line, failed), handover.widened_note(lesson)]))
     records = f"; its records are {where(shape_of.records)}" if shape_of.records is not None else ""
     return f"{lead}: call `{line}`{f' ({told})' if told else ''}{records}."

@@ -19,7 +19,8 @@ was not verified), and so is one of a question that used tools this task will no
 
 The call that got a shape's result (``call_line``) follows the same rules: given as ``result = <the call>`` with this
 task's values, only for a tool this task will use, and as an example to adapt when its question used other tools,
-without an argument its result's records may have been cut at (``said.uncut``: ``limit=10`` that got 10 records).
+with a larger value of an argument its result's records may have been cut at (``said.widened``: ``limit=10`` that
+got 10 records), and why.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ CONVERSIONS = frozenset({
 })
 MAKERS = frozenset({"strptime", "fromisoformat", "loads", "to_numeric"})  # called on a module or class, kept
 _NAMED = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")  # a value left to the model, as ``params.put`` names it
-_TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|[^\W_](?:[\w.\-/:@]*[^\W_])?")
 
 
 @dataclass(frozen=True)
@@ -244,18 +244,11 @@ def bound(found: Handover, solved: str, task: str) -> tuple[Handover, bool] | No
     return Handover(found.kind, call, loop, failed, fixed), not placed[2]
 
 
-def _is_value(token: str, at: int) -> bool:
-    """Whether a word of a task is one of its values: quoted, with a digit, an id (``eu-west``, ``USR-7``) or a
-    capitalised name (but the first word)."""
-    return token[:1] in "'\"" or any(ch.isdigit() for ch in token) or any(ch in "-./:@" for ch in token) \
-        or bool(at and token[:1].isupper())
-
-
 def same_question(solved: str, task: str) -> bool:
     """Whether ``task`` asks what ``solved`` asked, in the same words, but for its values."""
-    theirs, mine = (_TOKEN.findall(text[:params.MAX_TASK]) for text in (solved, task))
+    theirs, mine = params.words(solved), params.words(task)
     return bool(theirs) and len(theirs) == len(mine) and all(
-        a.lower() == b.lower() or (_is_value(a, at) and _is_value(b, at))
+        a.lower() == b.lower() or (params.is_value(a, at) and params.is_value(b, at))
         for at, (a, b) in enumerate(zip(theirs, mine, strict=True)))
 
 
@@ -298,13 +291,20 @@ def text(fix: FixPayload, solved: str, task: str, *, for_task: bool, verified: b
 def placed_call(lesson: Lesson, task: str, using: set[str]) -> str:
     """An observed shape fact's call with ``task``'s values put in ("" when the fact names no call, its tool is not
     one the task will use, a value cannot be placed, or the call was kept under an older rule of what a setting is:
-    it may pass a number of its own task), without an argument its records may have been cut at (``said.uncut``)."""
+    it may pass a number of its own task), with a larger value of an argument its records may have been cut at
+    (``said.widened``; ``widened_note`` says why)."""
     shape = lesson.shape if lesson.origin == "observed" else None
     if shape is None or not (shape.call and task and lesson.task and shape.tool in using):
         return ""
     if shapes.call_line(shape.call, shape.tool, lesson.task) != shape.call:
         return ""
-    return adapt.call_for(said.uncut(shape.call, shape.said), lesson.task, task) or ""
+    return adapt.call_for(said.widened(shape.call, shape.said).line, lesson.task, task) or ""
+
+
+def widened_note(lesson: Lesson) -> str:
+    """Why ``placed_call`` passes a larger value than the observed call did ("" when it does not)."""
+    shape = lesson.shape if lesson.origin == "observed" else None
+    return said.widened(shape.call, shape.said).told if shape is not None and shape.call else ""
 
 
 def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[str],
@@ -323,7 +323,7 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
     then = f", then use its records: `for {RECORD} in {RESULT}{shapes.path(shape.records)}:`" \
         if shape.records is not None else ""
     lead = "For this task" if own_tools(lesson, using, universe) else render.ADAPT_OTHER
-    told = form_change(line, failed)
+    told = "; ".join(filter(None, [form_change(line, failed), widened_note(lesson)]))
     return f"{lead}: write `{line}`{f' ({told})' if told else ''}{then}."
 
 

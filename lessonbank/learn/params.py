@@ -32,6 +32,7 @@ from lessonbank.learn.adapters.calls import occurs
 MAX_PARAMS = 8
 MAX_TASK = 4000
 _TOKEN = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?")
+_WORD = re.compile(r"'[^']*'|\"[^\"]*\"|[^\W_](?:[\w.\-/:@]*[^\W_])?")  # a quoted text is one word
 _STOPWORDS = roles.STOPWORDS
 
 
@@ -136,6 +137,34 @@ def _name(role: str, source: str, task: str, taken: set[str]) -> str:
     while name in taken:
         name, number = f"{base}_{number}", number + 1
     return name
+
+
+def words(task: str) -> list[str]:
+    """The words of a task, a quoted text one word."""
+    return _WORD.findall(task[:MAX_TASK])
+
+
+def is_value(word: str, at: int) -> bool:
+    """Whether a word of a task (``words``) is one of its values: quoted, with a digit, an id (``eu-west``,
+    ``USR-7``) or a capitalised name (but the first word)."""
+    return word[:1] in "'\"" or any(ch.isdigit() for ch in word) or any(ch in "-./:@" for ch in word) \
+        or bool(at and word[:1].isupper())
+
+
+def task_values(task: str) -> set[str]:
+    """The values of a task (``is_value``), a quoted one without its quotes."""
+    return {word.strip("'\"") for at, word in enumerate(words(task)) if is_value(word, at)}
+
+
+def more_values(params: Sequence[Param], solved: str, task: str) -> bool:
+    """Whether ``task`` names more values than code written for ``solved`` (its parameters ``params``) has places
+    for: more of its values are new (no word of ``solved``) than the parameters have values it does not repeat
+    ("how many more points has FJOR than BORE" for code that read one project's)."""
+    theirs = {word.lower() for word in words(solved)}
+    mine = words(task)
+    new = {word.lower() for at, word in enumerate(mine) if is_value(word, at) and word.lower() not in theirs}
+    repeated = {word.strip("'\"").lower() for word in mine}
+    return len(new) > len({param.source.lower() for param in params if param.source.lower() not in repeated})
 
 
 def _tokens(task: str) -> list[str]:

@@ -171,25 +171,61 @@ def cut_arguments(said: Sequence[SaidPayload]) -> dict[str, str]:
     return {name: value for entry in said for name, value in _cut_pairs(entry) if name}
 
 
-def uncut(line: str, said: Sequence[SaidPayload]) -> str:
-    """``line`` (one call, alone or assigned to one name) without the keyword arguments its tool's records may have
-    been cut at (``cut_arguments``): handed to another task with them, the call would look right as it is; ``line``
-    as it is when it passes none of them or is no such line."""
+WIDER = 10  # how many times more a call that may have been cut asks for, when no wider call was seen
+
+
+class Widened(NamedTuple):
+    """A call line with each number its records may have been cut at made larger, and what says why: the larger
+    value a call was seen to get fewer records than it asked for with, or ``WIDER`` times it, not tried yet."""
+
+    line: str
+    told: str
+
+
+def _whole(said: Sequence[SaidPayload], name: str, below: float) -> tuple[str, int] | None:
+    """(the largest value above ``below`` a call passed as ``name`` and got fewer records than: all there were, how
+    many it got); None when no call did."""
+    seen = [(float(value), value, entry.records) for entry in said for passed, value in _passed(entry.call)
+            if passed == name and _NUMBER.fullmatch(value) and entry.records is not None
+            and below < float(value) and entry.records < float(value)]
+    if not seen:
+        return None
+    _, value, records = max(seen)
+    return value, records
+
+
+def widened(line: str, said: Sequence[SaidPayload]) -> Widened:
+    """``line`` (one call, alone or assigned to one name) with each keyword argument its tool's records may have
+    been cut at (``cut_arguments``) made larger (see ``Widened``): handed on as it was, or without it (a tool's
+    default may cut the same way), the call would look right; ``line`` as it is, ``told`` "", when it passes none
+    of them or is no such line."""
     cut = cut_arguments(said)
     try:
         body = ast.parse(line).body if cut else []
     except (SyntaxError, ValueError, RecursionError):
-        return line
+        return Widened(line, "")
     node = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr | ast.Assign) else None
-    if not isinstance(node, ast.Call) or node.end_col_offset is None or "\n" in line:
-        return line
-    kept = [ast.get_source_segment(line, part) or "" for part in (*node.args, *node.keywords)
-            if not (isinstance(part, ast.keyword) and part.arg in cut and isinstance(part.value, ast.Constant)
-                    and str(part.value.value) == cut[part.arg])]
-    if len(kept) == len(node.args) + len(node.keywords) or "" in kept:
-        return line
-    head, raw = ast.get_source_segment(line, node.func) or "", line.encode()  # offsets count UTF-8 bytes
-    return f"{raw[:node.col_offset].decode()}{head}({', '.join(kept)}){raw[node.end_col_offset:].decode()}"
+    if not isinstance(node, ast.Call) or "\n" in line:
+        return Widened(line, "")
+    edits: list[tuple[int, int, str]] = []
+    told = []
+    for keyword in node.keywords:
+        value = keyword.value
+        if keyword.arg not in cut or not isinstance(value, ast.Constant) or str(value.value) != cut[keyword.arg] \
+                or isinstance(value.value, bool) or not isinstance(value.value, int) or value.end_col_offset is None:
+            continue
+        old, whole = value.value, _whole(said, keyword.arg, float(value.value))
+        new = whole[0] if whole is not None else str(old * WIDER)
+        edits.append((value.col_offset, value.end_col_offset, new))
+        asked = f"`{keyword.arg}={old}` returned {old} records, as many as it asked for"
+        if whole is not None:
+            told.append(f"{asked}; `{keyword.arg}={new}` returned {whole[1]}, fewer: all there were")
+        else:
+            told.append(f"`{keyword.arg}={new}` not tried yet: {asked}, so there may be more")
+    raw = line.encode()  # offsets count UTF-8 bytes
+    for start, end, text in sorted(edits, reverse=True):
+        raw = raw[:start] + text.encode() + raw[end:]
+    return Widened(raw.decode(), "; ".join(told))
 
 
 def _asked(found: str) -> str:

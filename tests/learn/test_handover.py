@@ -241,6 +241,13 @@ def test_a_recipe_of_a_question_that_used_another_tool_is_not_given() -> None:
     reworded = "Over the last seven days (get_daily_stats), by how much did web-ash beat its weekly goal (get_site)?"
     block, given = format_lessons([recipe], task=reworded, tools=TOOLS)
     assert given == [recipe] and "with this task's values put in; written for that task: an example to adapt" in block
+    # a question with one more value of its kind: its computation cannot be this one's, only how it read its data
+    two = "By how much did web-ash and web-oak together beat their weekly goal (get_site, get_daily_stats)?"
+    block, given = format_lessons([recipe], task=two, tools=TOOLS)
+    assert given == [recipe] and "How code of another question got its data and read it" in block
+    assert ("result = get_daily_stats(site=<site>)\nweekly_goal = get_site(site=<site>)['weekly_goal']\n"
+            "for record in result:\n    visits = int(record['visits'].replace(',', ''))\n```") in block
+    assert "final_answer" not in block and "sum(" not in block and "total_visits" not in block
 
 
 RAIN = "Using get_rainfall, how much rain fell in {} in {}? Answer with the number only."

@@ -171,10 +171,13 @@ def test_a_recipe_whose_number_has_no_counterpart_names_it_and_does_not_claim_th
     calls = Recipe(language="tool_calls", task=solved, checks=["json"], fingerprint="t", code=json.dumps([
         {"name": "list_orders", "arguments": {"shop": "north", "min_items": 10}},
         {"name": "final_answer", "arguments": {}}]))
-    for recipe, line in ((code, '# for this task: final_answer(solve(shop="south", value=<value>))'),
-                         (calls, 'list_orders(shop="south", min_items=<min_items>)')):
+    read = "```python\nrows = list_orders(shop='south')\nfor r in rows:\n    items = r['items']\n```"
+    for recipe, line in ((code, read),
+                         (calls, '```text\nlist_orders(shop="south", min_items=<min_items>)\n```')):
         lesson = Lesson.new("b", "approach", "Working code for a task like it").model_copy(
             update={"verified": True, "recipe": recipe, "origin": "recipe"})
         text, _ = format_lessons([lesson], task=task)
-        assert line in text and "this task's values put in" not in text and "an example to adapt" in text
-        assert "> 2" not in text and "=2" not in text and "10" not in text
+        # its count cannot be this task's average: only how it got and read its data, which holds no value to adapt
+        assert line in text and "another question" in text
+        assert ("this task's values put in" in text) is (recipe is code)
+        assert "> 2" not in text and "=2" not in text and "10" not in text and "len(" not in text

@@ -184,15 +184,29 @@ def test_equal_entries_are_kept_once_and_a_stored_entry_without_a_count_still_re
     assert said.text(kept).startswith(" Beside the records, by call: `s(q=..., limit=10)` -> `truncated: true`.")
 
 
-def test_the_example_call_is_handed_over_without_the_number_that_may_have_cut_its_records() -> None:
+def test_the_example_call_is_handed_over_with_a_larger_number_than_the_one_that_may_have_cut_its_records() -> None:
     entry = said.SaidPayload(call="search_tickets(project=..., limit=10)", fields={}, records=10)
     line = 'result = search_tickets(project="LUME", limit=10)'
-    assert said.uncut(line, [entry]) == 'result = search_tickets(project="LUME")'
-    assert said.uncut('search_tickets("LUME", limit=10, sort="new")', [entry]) == 'search_tickets("LUME", sort="new")'
-    assert said.uncut('search_tickets(project="LUME", limit=100)', [entry]) == \
-        'search_tickets(project="LUME", limit=100)'  # another value: kept as it is
+    untried = said.widened(line, [entry])
+    assert untried.line == f'result = search_tickets(project="LUME", limit={10 * said.WIDER})'
+    assert untried.told == (f"`limit={10 * said.WIDER}` not tried yet: `limit=10` returned 10 records, as many as it "
+                            "asked for, so there may be more")
+    assert said.widened('search_tickets("LUME", limit=10, sort="new")', [entry]).line == \
+        f'search_tickets("LUME", limit={10 * said.WIDER}, sort="new")'
+    assert said.widened('search_tickets(project="LUME", limit=100)', [entry]) == \
+        ('search_tickets(project="LUME", limit=100)', "")  # another value: kept as it is
     quiet = entry.model_copy(update={"records": 7})
-    assert said.uncut(line, [quiet]) == line  # the records were not as many as it asked for
+    assert said.widened(line, [quiet]) == (line, "")  # the records were not as many as it asked for
+    # a larger value seen to get fewer records than it asked for (all there were) is the one handed on
+    whole = said.SaidPayload(call="search_tickets(project=..., limit=50)", fields={}, records=23)
+    seen = said.widened(line, [entry, whole, quiet])
+    assert seen.line == 'result = search_tickets(project="LUME", limit=50)'
+    assert seen.told == "`limit=10` returned 10 records, as many as it asked for; `limit=50` returned 23, fewer: " \
+        "all there were"
+    # keyed to no name: any keyword whose number the records were as many as
+    pages = said.SaidPayload(call="list_files(folder=..., page_size=25)", fields={}, records=25)
+    assert said.widened('list_files(folder="a", page_size=25)', [pages]).line == \
+        f'list_files(folder="a", page_size={25 * said.WIDER})'
 
 
 def test_the_next_task_is_not_handed_the_number_its_records_may_have_been_cut_at() -> None:
@@ -206,8 +220,9 @@ def test_the_next_task_is_not_handed_the_number_its_records_may_have_been_cut_at
     tools = {"search_tickets": "Open tickets.", "get_project": "A project."}
     code_block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="code")
     calls_block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="calls")
-    assert 'write `result = search_tickets(project="ORIO")`' in code_block
-    assert 'call `search_tickets(project="ORIO")`' in calls_block
+    larger = f'search_tickets(project="ORIO", limit={10 * said.WIDER})'
+    assert f"write `result = {larger}` (`limit={10 * said.WIDER}` not tried yet: `limit=10` returned 10" in code_block
+    assert f"call `{larger}` (`limit={10 * said.WIDER}` not tried yet: `limit=10` returned 10" in calls_block
     for block in (code_block, calls_block):
         assert "returned 10 records, as many as `limit=10` asked for" in block
     # a call that got fewer records than it asked for is handed over as it was

@@ -1,0 +1,99 @@
+"""What a recipe of another question hands over (``learn.reads``): how it got its data and read it, not what it
+computed from it; and when a recipe is given that way (``adapt.recipe_example``, ``params.more_values``)."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from lessonbank.core.models import Lesson, Recipe
+from lessonbank.instructions import format_lessons
+from lessonbank.learn import adapt, params, reads
+
+MAXIMUM = "What is the highest number of story points of any open ticket of project FJOR? search_tickets finds them."
+DIFFERENCE = "How many more open story points does project LUME have than project BORE? search_tickets finds them."
+MAX_CODE = ("result = search_tickets(project='FJOR', limit=100)\nif result['tickets']:\n"
+            "    max_points = max((record['points'] for record in result['tickets']))\n    final_answer(max_points)\n"
+            "else:\n    print('No open tickets found.')")
+
+
+def part(code: str, values: set[str] | None = None) -> str | None:
+    found = reads.reduced(ast.parse(code), values or set())
+    return ast.unparse(found) if found is not None else None
+
+
+def test_the_calls_and_the_values_read_are_kept_and_the_computation_is_not() -> None:
+    assert part(MAX_CODE) == ("result = search_tickets(project='FJOR', limit=100)\n"
+                              "for record in result['tickets']:\n    points = record['points']")
+
+
+def test_a_call_inside_an_expression_is_taken_out_and_a_conversion_stays_with_the_value_it_made_usable() -> None:
+    code = ("final_answer(sum(float(r['amount'].replace(',', '.')) for r in get_sales(region='North')['rows'] "
+            "if r['currency'] == 'EUR' and r['amount'] != '10'))")
+    # the filter on the currency says which records count; the one on the question's threshold is its own
+    assert part(code, {"North", "10"}) == (
+        "result = get_sales(region='North')\nfor r in result['rows']:\n    if r['currency'] == 'EUR':\n"
+        "        amount = float(r['amount'].replace(',', '.'))")
+
+
+def test_a_paging_loop_is_kept_whole_with_what_it_needs_and_the_sum_after_it_is_not() -> None:
+    code = ("items = []\npage = 1\nwhile True:\n    data = list_orders(page=page)\n    items += data['orders']\n"
+            "    if not data['next']:\n        break\n    page += 1\ntotal = 0\nfor o in items:\n"
+            "    if o['status'] == 'paid':\n        total += int(o['cents']) / 100\nfinal_answer(total)")
+    found = part(code)
+    assert found is not None and found.startswith("items = []\npage = 1\nwhile True:\n")
+    assert found.endswith("for o in items:\n    if o['status'] == 'paid':\n        cents = int(o['cents']) / 100")
+    assert "total" not in found and "final_answer" not in found
+
+
+def test_a_path_read_from_a_call_is_kept_as_it_is_and_no_name_is_shared() -> None:
+    code = ("result = get_daily_stats(site='web-ember')\ngoal = int(get_site(site='web-ember')['goal'].replace(',', ''))"
+            "\nfinal_answer(sum(int(r['visits']) for r in result) - goal)")
+    assert part(code) == ("result = get_daily_stats(site='web-ember')\n"
+                          "goal = int(get_site(site='web-ember')['goal'].replace(',', ''))\n"
+                          "for r in result:\n    visits = int(r['visits'])")
+    hoisted = part("result = 3\nfinal_answer(len(list_files(folder='a')['files']) + result)")
+    assert hoisted is not None and hoisted.startswith("result_2 = list_files(folder='a')")
+
+
+@pytest.mark.parametrize("code", [
+    "final_answer(42)",  # no tool
+    "result = search_tickets(project='FJOR')",  # nothing to leave out
+    "for t in search_tickets(project='FJOR')['tickets']:\n    print(search_tickets(project=t['id']))",
+])
+def test_code_that_calls_no_tool_or_leaves_nothing_out_is_not_cut(code: str) -> None:
+    assert part(code) is None
+
+
+def test_a_recipe_is_cut_only_where_its_computation_cannot_be_this_tasks() -> None:
+    recipe = Recipe(code=MAX_CODE, task=MAXIMUM)
+    same_kind = adapt.recipe_example(recipe, MAXIMUM.replace("FJOR", "LUME"), reads_only=True)
+    assert same_kind is not None and not same_kind.reads_only and "max(" in same_kind.code  # one value for one
+    more = adapt.recipe_example(recipe, DIFFERENCE, reads_only=True)  # two projects for the code of one
+    assert more is not None and more.reads_only and "max(" not in more.code
+    assert "project=<project>" in more.code  # which of the two it read, the task does not say
+    assert not adapt.recipe_example(recipe, DIFFERENCE).reads_only  # the caller says the question is another
+    found = params.flows([ast.parse(MAX_CODE)], MAXIMUM)
+    assert params.more_values(found, MAXIMUM, DIFFERENCE)
+    assert not params.more_values(found, MAXIMUM, MAXIMUM.replace("FJOR", "LUME"))
+    assert params.more_values(found, MAXIMUM, "How many open tickets of project EMBE have more than 10 points?")
+
+
+def test_the_block_says_what_it_gives_for_both_agent_kinds() -> None:
+    lesson = Lesson.new("b", "approach", "Working code", origin="recipe").model_copy(
+        update={"recipe": Recipe(code=MAX_CODE, task=MAXIMUM), "verified": True})
+    block, given = format_lessons([lesson], task=DIFFERENCE, tools={"search_tickets": "Open tickets."})
+    assert given == [lesson] and "How code of another question got its data and read it (task: " in block
+    assert "not what it computed from them (that answered its own question): compute what this task asks" in block
+    assert "max(" not in block and "final_answer" not in block.split("```")[1] and "FJOR" not in block
+    calls = Recipe(language="tool_calls", task=MAXIMUM, code=json.dumps([
+        {"name": "search_tickets", "arguments": {"project": "FJOR", "limit": 100}},
+        {"name": "python_interpreter", "arguments": {"code": "print(max([3, 4]))"}},
+        {"name": "final_answer", "arguments": {}}]))
+    spoken = lesson.model_copy(update={"recipe": calls})
+    block, given = format_lessons([spoken], task=DIFFERENCE, tools={"search_tickets": "Open tickets."},
+                                  agent_kind="calls")
+    assert given == [spoken] and "The tool calls another question made for its data" in block
+    assert '```text\nsearch_tickets(project=<project>, limit=100)\n```' in block  # its interpreter computed: left out
