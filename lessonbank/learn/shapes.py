@@ -37,7 +37,8 @@ With each tool's shape goes what the fields beside its records held after each c
 kept (``said``: ``search(query=..., limit=10)`` -> ``truncated: true``): which arguments got which answer, and
 how many records each call got (``walk.count_at``): as many as a number it passed asked for, there may be more.
 
-The fact also names the line that got the result (``call_line``) when the step made that one call of the tool and
+The fact also names the line that got the result (``call_line``; a ToolCallingAgent's call as the line that makes
+it) when the step made that one call of the tool and
 every value it passed came from the run's task (``params``) or is a setting of its own (a flag, a small number:
 ``limit=50``): the builder gives it with the next task's values, its settings as they were. A number the run
 worked out from the task is the task's, not a setting, and would hand another question this one's period: a year,
@@ -323,6 +324,13 @@ def _shape(tool: str, value: Any, seq: int, kept: bool = False) -> Shape | None:
     return Shape(tool, structure, records, (seq,), count=count)
 
 
+def _called(step: Step, tool: str) -> str:
+    """A step of tool calls' call of ``tool`` as the line that makes it ("" unless it made one that did not fail):
+    such a step's call is read like a CodeAgent's line."""
+    lines = [call.line for call in step.calls if call.tool == tool and not call.failed]
+    return lines[0] if len(lines) == 1 else ""
+
+
 def extract(run: RunView, task: str) -> list[Shape]:
     """The shapes of tool results the run kept or printed (at most ``MAX_SHAPES``, each fingerprint once: the
     first that names the line that got its result, else the first, with the values its flags held in every step
@@ -346,7 +354,7 @@ def extract(run: RunView, task: str) -> list[Shape]:
             if same is None and len(found) >= MAX_SHAPES:
                 continue
             if shape.tool not in calls and (same is None or not found[same].call):
-                calls[shape.tool] = call_line(step.code, shape.tool, task)
+                calls[shape.tool] = call_line(step.code or _called(step, shape.tool), shape.tool, task)
             if same is None:
                 found.append(replace(shape, call=calls[shape.tool]))
                 continue

@@ -49,8 +49,9 @@ def test_a_paging_loop_is_kept_whole_with_what_it_needs_and_the_sum_after_it_is_
 
 
 def test_a_path_read_from_a_call_is_kept_as_it_is_and_no_name_is_shared() -> None:
-    code = ("result = get_daily_stats(site='web-ember')\ngoal = int(get_site(site='web-ember')['goal'].replace(',', ''))"
-            "\nfinal_answer(sum(int(r['visits']) for r in result) - goal)")
+    code = ("result = get_daily_stats(site='web-ember')\n"
+            "goal = int(get_site(site='web-ember')['goal'].replace(',', ''))\n"
+            "final_answer(sum(int(r['visits']) for r in result) - goal)")
     assert part(code) == ("result = get_daily_stats(site='web-ember')\n"
                           "goal = int(get_site(site='web-ember')['goal'].replace(',', ''))\n"
                           "for r in result:\n    visits = int(r['visits'])")

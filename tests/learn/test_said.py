@@ -233,3 +233,25 @@ def test_the_next_task_is_not_handed_the_number_its_records_may_have_been_cut_at
                         shape=kept.payload).model_copy(update={"task": TASK})
     block, _ = format_lessons([lesson], task=other, tools=tools, agent_kind="code")
     assert 'write `result = search_tickets(project="ORIO", limit=50)`' in block
+
+
+def test_a_calling_agents_call_is_named_by_its_shape_and_handed_on_with_a_larger_number() -> None:
+    """A ToolCallingAgent's call is read like a CodeAgent's line: its shape names it, and the next task of either
+    kind is told to make it with a larger `limit`, seen to get all the records where a call did."""
+    run = view([called(0, "search_tickets", {"project": "DELT", "limit": 10}, tickets(10, 25)),
+                called(1, "search_tickets", {"project": "DELT", "limit": 40}, tickets(40, 25))], TASK, TOOLS)
+    (shape,) = shapes.extract(run, TASK)
+    assert shape.call == 'search_tickets(project="DELT", limit=10)'
+    stored = Lesson.new("b", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
+                        shape=shape.payload).model_copy(update={"task": TASK})
+    other = "How many of project ORIO's open tickets have more than 5 story points? Answer with the number only."
+    tools = {"search_tickets": "Open tickets.", "get_project": "A project."}
+    told = "(`limit=10` returned 10 records, as many as it asked for; `limit=40` returned 25, fewer: all there were)"
+    block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="calls")
+    assert f'For this task: call `search_tickets(project="ORIO", limit=40)` {told}' in block
+    block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="code")
+    assert f'For this task: write `result = search_tickets(project="ORIO", limit=40)` {told}' in block
+    failed = view([StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, error="ValueError: no",
+                              tool_calls=[ToolCallRecord(name="search_tickets", arguments='{"project": "DELT"}')])],
+                  TASK, TOOLS)
+    assert not shapes.extract(failed, TASK)  # a failed call got no result: nothing to name
