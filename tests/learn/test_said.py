@@ -209,48 +209,46 @@ def test_the_example_call_is_handed_over_with_a_larger_number_than_the_one_that_
         f'list_files(folder="a", page_size={25 * said.WIDER})'
 
 
-def test_the_next_task_is_not_handed_the_number_its_records_may_have_been_cut_at() -> None:
-    run = view([coded(0, 'r = search_tickets(project="DELT", limit=10)\nprint(len(r["tickets"]))', "search_tickets",
-                      tickets(10, 25))], TASK, TOOLS)
-    (shape,) = shapes.extract(run, TASK)
-    assert shape.call == 'r = search_tickets(project="DELT", limit=10)'
+OTHER = "How many of project ORIO's open tickets have more than 5 story points? Answer with the number only."
+
+
+def handed(steps: list[StepRecord], call: str) -> tuple[str, str]:
+    """The blocks (a CodeAgent's, a calling agent's) that give ``OTHER`` the shape of the run of ``steps``, whose
+    shape names ``call``."""
+    (shape,) = shapes.extract(view(steps, TASK, TOOLS), TASK)
+    assert shape.call == call
     stored = Lesson.new("b", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
                         shape=shape.payload).model_copy(update={"task": TASK})
-    other = "How many of project ORIO's open tickets have more than 5 story points? Answer with the number only."
     tools = {"search_tickets": "Open tickets.", "get_project": "A project."}
-    code_block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="code")
-    calls_block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="calls")
+    return (format_lessons([stored], task=OTHER, tools=tools, agent_kind="code")[0],
+            format_lessons([stored], task=OTHER, tools=tools, agent_kind="calls")[0])
+
+
+def test_the_next_task_is_not_handed_the_number_its_records_may_have_been_cut_at() -> None:
+    code_block, calls_block = handed(
+        [coded(0, 'r = search_tickets(project="DELT", limit=10)\nprint(len(r["tickets"]))', "search_tickets",
+               tickets(10, 25))], 'r = search_tickets(project="DELT", limit=10)')
     larger = f'search_tickets(project="ORIO", limit={10 * said.WIDER})'
     assert f"write `result = {larger}` (`limit={10 * said.WIDER}` not tried yet: `limit=10` returned 10" in code_block
     assert f"call `{larger}` (`limit={10 * said.WIDER}` not tried yet: `limit=10` returned 10" in calls_block
     for block in (code_block, calls_block):
         assert "returned 10 records, as many as `limit=10` asked for" in block
-    # a call that got fewer records than it asked for is handed over as it was
-    whole = view([coded(0, 'r = search_tickets(project="DELT", limit=50)\nprint(len(r["tickets"]))',
-                        "search_tickets", tickets(50, 25))], TASK, TOOLS)
-    (kept,) = shapes.extract(whole, TASK)
-    lesson = Lesson.new("b", "fact", kept.text, tags=["shape"], run_id="r1", origin="observed",
-                        shape=kept.payload).model_copy(update={"task": TASK})
-    block, _ = format_lessons([lesson], task=other, tools=tools, agent_kind="code")
-    assert 'write `result = search_tickets(project="ORIO", limit=50)`' in block
+    # a call that got fewer records than it asked for is handed over as it was, with nothing to say about it
+    block, _ = handed([coded(0, 'r = search_tickets(project="DELT", limit=50)\nprint(len(r["tickets"]))',
+                             "search_tickets", tickets(50, 25))], 'r = search_tickets(project="DELT", limit=50)')
+    assert 'write `result = search_tickets(project="ORIO", limit=50)`, then use its records' in block
 
 
 def test_a_calling_agents_call_is_named_by_its_shape_and_handed_on_with_a_larger_number() -> None:
     """A ToolCallingAgent's call is read like a CodeAgent's line: its shape names it, and the next task of either
     kind is told to make it with a larger `limit`, seen to get all the records where a call did."""
-    run = view([called(0, "search_tickets", {"project": "DELT", "limit": 10}, tickets(10, 25)),
-                called(1, "search_tickets", {"project": "DELT", "limit": 40}, tickets(40, 25))], TASK, TOOLS)
-    (shape,) = shapes.extract(run, TASK)
-    assert shape.call == 'search_tickets(project="DELT", limit=10)'
-    stored = Lesson.new("b", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
-                        shape=shape.payload).model_copy(update={"task": TASK})
-    other = "How many of project ORIO's open tickets have more than 5 story points? Answer with the number only."
-    tools = {"search_tickets": "Open tickets.", "get_project": "A project."}
+    code_block, calls_block = handed(
+        [called(0, "search_tickets", {"project": "DELT", "limit": 10}, tickets(10, 25)),
+         called(1, "search_tickets", {"project": "DELT", "limit": 40}, tickets(40, 25))],
+        'search_tickets(project="DELT", limit=10)')
     told = "(`limit=10` returned 10 records, as many as it asked for; `limit=40` returned 25, fewer: all there were)"
-    block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="calls")
-    assert f'For this task: call `search_tickets(project="ORIO", limit=40)` {told}' in block
-    block, _ = format_lessons([stored], task=other, tools=tools, agent_kind="code")
-    assert f'For this task: write `result = search_tickets(project="ORIO", limit=40)` {told}' in block
+    assert f'For this task: call `search_tickets(project="ORIO", limit=40)` {told}' in calls_block
+    assert f'For this task: write `result = search_tickets(project="ORIO", limit=40)` {told}' in code_block
     failed = view([StepRecord(id="r:0", bank="b", run_id="r", kind="action", seq=0, error="ValueError: no",
                               tool_calls=[ToolCallRecord(name="search_tickets", arguments='{"project": "DELT"}')])],
                   TASK, TOOLS)
