@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import ast
 import json
+from typing import Any
 
 import pytest
+from smolagents import CodeAgent, tool
 
 from lessonbank.core.models import Lesson, Recipe
+from lessonbank.core.redact import Redactor
+from lessonbank.core.settings import Settings
 from lessonbank.instructions import format_lessons
-from lessonbank.learn import adapt, params, reads
+from lessonbank.learn import adapt, params, reads, recipes
+from tests.fixtures.recorded import recorded_run
+from tests.fixtures.scripted_model import ScriptedModel, code_reply
 
 MAXIMUM = "What is the highest number of story points of any open ticket of project FJOR? search_tickets finds them."
 DIFFERENCE = "How many more open story points does project LUME have than project BORE? search_tickets finds them."
@@ -98,3 +104,35 @@ def test_the_block_says_what_it_gives_for_both_agent_kinds() -> None:
                                   agent_kind="calls")
     assert given == [spoken] and "The tool calls another question made for its data" in block
     assert '```text\nsearch_tickets(project=<project>, limit=100)\n```' in block  # its interpreter computed: left out
+
+
+@tool
+def search_tickets(project: str, limit: int = 10) -> dict:
+    """Open tickets of a project.
+
+    Args:
+        project: Project key, e.g. "ABCD".
+        limit: Most tickets to return.
+    """
+    points = {"FJOR": [3, 8, 5], "LUME": [2, 13], "BORE": [1, 1]}[project]
+    return {"tickets": [{"id": f"{project}-{at}", "points": p} for at, p in enumerate(points[:limit])]}
+
+
+def test_the_recipe_of_a_real_recorded_run_is_given_as_its_reads_to_a_question_with_more_values(
+        settings: Settings, redis_client: Any) -> None:
+    """A CodeAgent's run recorded by the real recorder into a real Redis, its recipe extracted as the worker does:
+    the same question about another project gets its code; a difference of two projects gets its reads only."""
+    agent = CodeAgent(tools=[search_tickets], verbosity_level=-1, model=ScriptedModel([
+        code_reply("result = search_tickets(project='FJOR', limit=100)\n"
+                   "final_answer(max(t['points'] for t in result['tickets']))")]))
+    run = recorded_run(settings, redis_client, agent, MAXIMUM, 8, bank="tickets")
+    recipe = recipes.extract(run, Redactor(), "check")
+    assert recipe is not None and "max(" in recipe.code
+    lesson = Lesson.new("tickets", "approach", "Working code", origin="recipe").model_copy(
+        update={"recipe": recipe, "verified": True, "task": MAXIMUM})
+    tools = {"search_tickets": "Open tickets."}
+    same, _ = format_lessons([lesson], task=MAXIMUM.replace("FJOR", "LUME"), tools=tools)
+    assert "Code that solved a similar task before" in same and "max(" in same and "project='LUME'" in same
+    other, given = format_lessons([lesson], task=DIFFERENCE, tools=tools)
+    assert given == [lesson] and "How code of another question got its data and read it" in other
+    assert "for t in result['tickets']:\n    points = t['points']\n```" in other and "max(" not in other

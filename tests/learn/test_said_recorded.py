@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from smolagents import CodeAgent, ToolCallingAgent, tool
 
+from lessonbank.core.models import Lesson
 from lessonbank.core.redact import Redactor
 from lessonbank.core.settings import Settings
+from lessonbank.instructions import format_lessons
 from lessonbank.learn import calls, codeform, recipes, said, shapes
 from lessonbank.learn.view import RunView
 from tests.fixtures.recorded import recorded_run
@@ -132,3 +134,29 @@ def test_a_printed_result_says_it_too_and_a_count_below_the_setting_says_nothing
         final_code(90)]))
     (shape,) = shapes.extract(run_of(settings, redis_client, whole, PAY_TASK, 90), PAY_TASK)
     assert shape.said == () and said.text(shape.payload.said) == ""  # 10 records for 50 asked for: all of them
+
+
+def test_both_kinds_hand_the_next_task_the_call_with_a_larger_setting(settings: Settings, redis_client: Any) -> None:
+    """A real run of each agent type that got as many payments as its `limit` asked for: its shape names the call
+    (a calling agent's as the line that makes it), and the next question about another account is told to make it
+    with a larger `limit`, not tried yet, whichever kind of agent asks."""
+    task = "What is the largest payment of account A-4411? Answer with the number only."
+    other = "How many payments of account A-2750 are above 50? Answer with the number only."
+    calling = ToolCallingAgent(tools=[list_payments], verbosity_level=-1, model=ScriptedModel([
+        tool_call_reply("list_payments", {"account": "A-4411", "limit": 5}), final_tool_call(90)]))
+    coding = CodeAgent(tools=[list_payments], verbosity_level=-1, model=ScriptedModel([
+        code_reply('r = list_payments(account="A-4411", limit=5)\nprint(max(p["amount"] for p in r))'),
+        final_code(90)]))
+    wider = f'list_payments(account="A-2750", limit={5 * said.WIDER})'
+    told = f"(`limit={5 * said.WIDER}` not tried yet: `limit=5` returned 5 records, as many as it asked for"
+    for agent, line in ((calling, 'list_payments(account="A-4411", limit=5)'),
+                        (coding, 'r = list_payments(account="A-4411", limit=5)')):
+        (shape,) = shapes.extract(run_of(settings, redis_client, agent, task, 90), task)
+        assert shape.call == line
+        lesson = Lesson.new("pay", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
+                            shape=shape.payload).model_copy(update={"task": task})
+        spoken, _ = format_lessons([lesson], task=other, tools={"list_payments": "Payments."}, agent_kind="calls")
+        written, _ = format_lessons([lesson], task=other, tools={"list_payments": "Payments."}, agent_kind="code")
+        assert f"For this task: call `{wider}` {told}" in spoken
+        assert f"For this task: write `result = {wider}` {told}" in written
+        assert "A-4411" not in spoken + written
