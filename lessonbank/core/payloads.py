@@ -127,6 +127,8 @@ class FailurePayload(BaseModel):
                                                                     "``{'day': '9999-99-99'}``.")
     error_type: str = Field(description="The exception's name: ``ValueError``.")
     error: str = Field("", description="Its message as observed: one line, capped, the run's values as roles.")
+    unset: str = Field("", description="A name the code a code tool ran read without setting it, which its error "
+                                       "names (``tickets``): that code sees no result of another call.")
 
 
 class ToolFingerprint(BaseModel):

@@ -15,7 +15,10 @@ puts it through the same taint and quarantine as a prose lesson, and ``named_cal
 particular: a call it names that is neither the failing tool nor the task's nor Python's own.
 
 Read from the normalised run view only: a CodeAgent's failing line (local executor or a remote traceback) or a
-ToolCallingAgent's failed tool call, whatever the tool and the error's wording.
+ToolCallingAgent's failed tool call, whatever the tool and the error's wording. A calling agent's code tool
+(``python_interpreter``) that failed because its code read a name it never set, the name its error names, is kept
+too (``unset``): such a tool runs each code alone, so a result another call got is not in it, and a small agent
+sent it ``max(t["points"] for t in tickets)`` step after step.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from lessonbank.core import specimen
 from lessonbank.core.models import FailurePayload
 from lessonbank.learn import code, effects, params, render
+from lessonbank.learn.adapters import toolcalling
 from lessonbank.learn.view import Call, RunView, Step
 
 TAG = "failure"
@@ -188,7 +192,14 @@ def extract(view: RunView) -> list[Failure]:
     found: dict[str, Failure] = {}
     for step in view.actions:
         call = _failing_call(step, tools) if step.failed else None
-        if call is None or _worked_later(view, call.tool, step.seq):
+        if call is None:
+            alone = _unset(view, step, tools)
+            if alone is not None:
+                found.setdefault(alone.fingerprint, alone)
+            if len(found) >= MAX_FAILURES:
+                break
+            continue
+        if _worked_later(view, call.tool, step.seq):
             continue
         line = call.line or step.failed_line
         node = _call_node(line, call.tool)
@@ -205,6 +216,33 @@ def extract(view: RunView) -> list[Failure]:
         if len(found) >= MAX_FAILURES:
             break
     return list(found.values())
+
+
+def _unset(view: RunView, step: Step, tools: set[str]) -> Failure | None:
+    """The failure of a calling agent's code tool whose code read a name it never set, the one name its error
+    names (see the module); None for any other step, or when a later call of the code tool worked."""
+    if not step.failed or toolcalling.failed_tool(step.error_message) != toolcalling.CODE_TOOL:
+        return None
+    statements = code.parse(step.code)
+    if not statements or any(later.seq > step.seq and not later.failed and later.code.strip()
+                             for later in view.actions):
+        return None
+    tree = ast.Module(body=statements, type_ignores=[])
+    bound = code.names(tree, ast.Store) | {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                                           if isinstance(node, ast.Import | ast.ImportFrom) for alias in node.names}
+    bound |= {arg.arg for node in ast.walk(tree) if isinstance(node, ast.arg) for arg in [node]}
+    read = code.names(tree, ast.Load) - bound - code.BUILTINS - tools
+    named = [name for name in sorted(read) if re.search(rf"[`'\"]{re.escape(name)}[`'\"]", step.error)]
+    roles = _task_values(step, view.task)
+    error = _error(step, roles)
+    if len(named) != 1 or error is None:
+        return None
+    line = step.failed_line if "\n" not in step.failed_line else ""
+    parsed = code.parse_line(line or step.code.strip().splitlines()[0])
+    shown = _unparse(_Roles(roles).visit(parsed)) if parsed is not None else ""
+    payload = FailurePayload(tool=toolcalling.CODE_TOOL, line=shown[:MAX_LINE], error_type=error[0], error=error[1],
+                             unset=named[0])
+    return Failure(payload, step.seq, fingerprint_of(payload))
 
 
 def _code_like(name: str) -> bool:

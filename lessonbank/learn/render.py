@@ -87,11 +87,14 @@ def to_write(payload: FixPayload) -> str:
 def failed_call(payload: FailurePayload) -> str:
     """The text of an observed failure (``learn.failures``): which tool failed, passed what written how, and the
     error it raised, quoted as data: ``` `get_sales` raised ValueError when passed `region` written like "a"; its
-    error said: "unknown region '<region>'".``` The failing line itself is kept on the payload but not shown: a
-    model handed a line copies it, the very call that failed."""
+    error said: "unknown region '<region>'".```; a code tool's code that read a name it never set, what that
+    means. The failing line itself is kept on the payload but not shown: a model handed a line copies it, the very
+    call that failed."""
     forms = " and ".join(f"`{role}` written like {json.dumps(shown)}" for role, shown in payload.forms.items())
     said = f'; its error said: "{payload.error}"' if payload.error else ""
-    return f"`{payload.tool}` raised {payload.error_type}{f' when passed {forms}' if forms else ''}{said}."
+    alone = (f": its code read `{payload.unset}` without setting it. Code it runs sees no result of another call: "
+             "make the call in that same code") if payload.unset else ""
+    return f"`{payload.tool}` raised {payload.error_type}{f' when passed {forms}' if forms else ''}{said}{alone}."
 
 
 def recipe(payload: Recipe) -> str:

@@ -232,3 +232,56 @@ def test_an_executor_refusal_on_the_failing_line_blames_none_of_the_tools_argume
     (failure,) = failures.extract(recorded(redis_client, recorder, agent, "What is on my todo list?"))
     assert failure.payload.tool == "read_note" and "Forbidden function evaluation" in failure.payload.error
     assert failure.payload.forms == {} and "written like" not in failure.text
+
+
+def interpreter_agent(recorder: StepRecorder, replies: list[Any]) -> ToolCallingAgent:
+    """A calling agent with smolagents' own interpreter tool, which can call ``get_sales`` in its code."""
+    from smolagents.default_tools import PythonInterpreterTool
+
+    interpreter = PythonInterpreterTool()
+    interpreter.base_python_tools = {**interpreter.base_python_tools, "get_sales": get_sales}
+    return ToolCallingAgent(tools=[get_sales, interpreter], model=ScriptedModel(replies), max_steps=4,
+                            step_callbacks=recorder.step_callbacks, verbosity_level=0)
+
+
+READS_ROWS = "print(sum(r['revenue'] for r in rows))"
+
+
+def test_a_code_tool_whose_code_read_a_name_it_never_set_says_its_code_sees_no_other_calls_result(
+        recorder: StepRecorder, redis_client: redis.Redis) -> None:
+    """smolagents' interpreter tool runs each code alone: the rows another call got are not in it. The real error
+    of a real run, recorded by the real recorder, is kept as what to avoid, with what it means."""
+    agent = interpreter_agent(recorder, [
+        tool_call_reply("get_sales", {"region": "North"}), tool_call_reply("python_interpreter", {"code": READS_ROWS}),
+        tool_call_reply("python_interpreter", {"code": READS_ROWS}), final_tool_call(0)])
+    view = recorded(redis_client, recorder, agent, "What is the revenue of region North?")
+    (failure,) = failures.extract(view)  # the same failure twice is one
+    assert failure.payload.tool == "python_interpreter" and failure.payload.unset == "rows"
+    assert failure.payload.line == "print(sum((r['revenue'] for r in rows)))" and "rows" in failure.payload.error
+    assert failure.text.endswith(": its code read `rows` without setting it. Code it runs sees no result of another "
+                                 "call: make the call in that same code.")
+    assert failure.text.startswith("`python_interpreter` raised InterpreterError; its error said: ")
+
+
+@pytest.mark.parametrize("code", [
+    "rows = get_sales(region='North')\nprint(sum(r['revenue'] for r in rows))",  # set in its code: it worked
+    "print(1 / 0)",  # an error that names no name it read
+])
+def test_a_code_tool_failing_for_another_reason_or_a_later_call_that_worked_keeps_no_unset_name(
+        recorder: StepRecorder, redis_client: redis.Redis, code: str) -> None:
+    agent = interpreter_agent(recorder, [tool_call_reply("python_interpreter", {"code": code}), final_tool_call(0)])
+    view = recorded(redis_client, recorder, agent, "What is the revenue of region North?")
+    assert not any(failure.payload.unset for failure in failures.extract(view))
+    fixed = interpreter_agent(recorder, [
+        tool_call_reply("python_interpreter", {"code": READS_ROWS}),
+        tool_call_reply("python_interpreter", {"code": f"rows = get_sales(region='North')\n{READS_ROWS}"}),
+        final_tool_call(0)])
+    assert failures.extract(recorded(redis_client, recorder, fixed, "What is the revenue of region North?")) == []
+
+
+def test_a_code_agents_own_name_error_is_no_code_tools_failure(recorder: StepRecorder,
+                                                               redis_client: redis.Redis) -> None:
+    """A CodeAgent's state lasts from step to step: a name it never set is its own slip, not the tool's rule."""
+    agent = CodeAgent(tools=[get_sales], model=ScriptedModel([code_reply(READS_ROWS), final_code(0)]),
+                      step_callbacks=recorder.step_callbacks, verbosity_level=0)
+    assert failures.extract(recorded(redis_client, recorder, agent)) == []
