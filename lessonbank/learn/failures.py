@@ -178,7 +178,11 @@ def kept_now(payload: FailurePayload) -> FailurePayload:
 
 
 def fingerprint_of(payload: FailurePayload) -> str:
-    """The tool, the roles and forms of what it was passed, the exception and its message without digits."""
+    """The tool, the roles and forms of what it was passed, the exception and its message without digits; of a code
+    tool's code that read a name it never set, the tool, that name and the exception (whatever code read it)."""
+    if payload.unset:
+        return hashlib.sha256(json.dumps([payload.tool, "unset", payload.unset, payload.error_type]).encode()
+                              ).hexdigest()[:24]
     roles = re.findall(r"<(\w+)>", payload.line)
     key = [payload.tool, sorted(set(roles)), sorted(payload.forms.items()), payload.error_type,
            _DIGITS.sub("9", payload.error)]

@@ -261,6 +261,11 @@ def test_a_code_tool_whose_code_read_a_name_it_never_set_says_its_code_sees_no_o
     assert failure.text.endswith(": its code read `rows` without setting it. Code it runs sees no result of another "
                                  "call: make the call in that same code.")
     assert failure.text.startswith("`python_interpreter` raised InterpreterError; its error said: ")
+    # other code reading the same name it never set is the same failure: one lesson with more evidence
+    other = failure.payload.model_copy(update={"line": "print(len(rows) > <value>)", "error": "name 'rows' is not "
+                                               "defined."})
+    assert failures.fingerprint_of(other) == failure.fingerprint
+    assert failures.fingerprint_of(other.model_copy(update={"unset": "items"})) != failure.fingerprint
 
 
 @pytest.mark.parametrize("code", [
