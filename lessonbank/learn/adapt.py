@@ -144,9 +144,9 @@ def recipe_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Ex
                                  or params.more_values(found, recipe.task, task))
     asked = {param.value for param in found} | params.task_values(recipe.task)
     part = reads.reduced(tree, asked) if reads_only else None
-    if part is not None:
+    if part is not None:  # its values placed again: the part may no longer use them all
         tree, found = part, params.flows([part], recipe.task)
-    values = params.place(found, recipe.task, task) if task else {}
+        values = params.place(found, recipe.task, task) if task else {}
     if all(param.value in values for param in found):
         placed = params.put_tree(tree, values, {})
         _renamed(placed, values)
@@ -166,7 +166,7 @@ def _reading(name: str, arguments: dict[str, object], asked: set[str]) -> dict[s
     tree = pycode.parse_line(code)
     part = reads.reduced(tree, asked) if tree is not None else None
     if part is None:
-        return arguments if tree is not None and any(reads._calls_tool(stmt) for stmt in tree.body) else None
+        return arguments if tree is not None and any(reads.calls_tool(stmt) for stmt in tree.body) else None
     return toolcalling.with_code(name, arguments, ast.unparse(part))
 
 

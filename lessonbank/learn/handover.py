@@ -92,12 +92,12 @@ def _differing(a: ast.AST, b: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     return _differing(*pairs[0]) if len(pairs) == 1 else (a, b)
 
 
-def _is_tool_call(node: ast.AST) -> bool:
+def is_tool_call(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in code.BUILTINS \
         and node.func.id not in CONVERSIONS
 
 
-def _is_conversion(node: ast.AST) -> bool:
+def is_conversion(node: ast.AST) -> bool:
     if isinstance(node, ast.BinOp):
         return isinstance(node.right, ast.Constant) or isinstance(node.left, ast.Constant)
     if not isinstance(node, ast.Call):
@@ -107,7 +107,7 @@ def _is_conversion(node: ast.AST) -> bool:
         in CONVERSIONS
 
 
-def _parents(tree: ast.AST) -> dict[int, ast.AST]:
+def parents(tree: ast.AST) -> dict[int, ast.AST]:
     return {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
 
@@ -121,15 +121,15 @@ def _operand(node: ast.AST, parent: ast.AST) -> bool:
     return node is receiver or bool(parent.args) and node is parent.args[0]
 
 
-def _widen(node: ast.AST, up: dict[int, ast.AST]) -> ast.AST:
+def widen(node: ast.AST, up: dict[int, ast.AST]) -> ast.AST:
     """``node`` with the conversions around it that convert it (``int(x.replace(...))`` for ``x.replace(...)``)."""
     parent = up.get(id(node))
-    while parent is not None and _is_conversion(parent) and _operand(node, parent):
+    while parent is not None and is_conversion(parent) and _operand(node, parent):
         node, parent = parent, up.get(id(parent))
     return node
 
 
-def _path(node: ast.AST, up: dict[int, ast.AST]) -> ast.AST:
+def read_path(node: ast.AST, up: dict[int, ast.AST]) -> ast.AST:
     """``node`` with the subscripts read from it (``r['data']['items']`` for ``r['data']``)."""
     parent = up.get(id(node))
     while isinstance(parent, ast.Subscript) and parent.value is node:
@@ -143,21 +143,21 @@ def _spot(failed: ast.expr, fixed: ast.expr) -> tuple[str, ast.AST, ast.AST] | N
     if found is None:
         return None
     before, after = found
-    ups = _parents(failed), _parents(fixed)
+    ups = parents(failed), parents(fixed)
     key_of = ups[1].get(id(after))
     if isinstance(key_of, ast.Subscript) and key_of.slice is after and isinstance(after, ast.Constant):
         before, after = ups[0].get(id(before), before), key_of
     if isinstance(after, ast.Subscript):  # the whole path read: ``['data']['items']``, not ``['data']`` alone
-        return "key", _path(before, ups[0]), _path(after, ups[1])
+        return "key", read_path(before, ups[0]), read_path(after, ups[1])
     node: ast.AST | None = after
-    while node is not None and not _is_tool_call(node):
-        if _is_conversion(node):
-            return "conversion", _widen(before, ups[0]), _widen(node, ups[1])
+    while node is not None and not is_tool_call(node):
+        if is_conversion(node):
+            return "conversion", widen(before, ups[0]), widen(node, ups[1])
         node, before = ups[1].get(id(node)), ups[0].get(id(before), before)
-    if node is None or not _is_tool_call(node):
+    if node is None or not is_tool_call(node):
         return None
     before_call: ast.AST | None = before
-    while before_call is not None and not _is_tool_call(before_call):
+    while before_call is not None and not is_tool_call(before_call):
         before_call = ups[0].get(id(before_call))
     return ("call", before_call, node) if before_call is not None else None
 
@@ -172,7 +172,7 @@ class _Neutral(ast.NodeTransformer):
         self.iters, self.source, self.call, self.loop, self.ok = iters, source, "", "", True
 
     def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's naming)
-        if not _is_tool_call(node):  # a conversion or a method: its operands are renamed, not the function
+        if not is_tool_call(node):  # a conversion or a method: its operands are renamed, not the function
             func = node.func
             if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.attr in MAKERS):
                 func.value = self.visit(func.value)

@@ -32,11 +32,11 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _is_tool(node: ast.AST) -> bool:
-    return handover._is_tool_call(node) and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+    return handover.is_tool_call(node) and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
         and node.func.id not in _NOT_TOOLS
 
 
-def _calls_tool(node: ast.AST) -> bool:
+def calls_tool(node: ast.AST) -> bool:
     return any(_is_tool(inner) for inner in ast.walk(node))
 
 
@@ -46,7 +46,7 @@ def _read_of_call(node: ast.AST) -> bool:
     while not _is_tool(node):
         if isinstance(node, ast.Subscript):
             node = node.value
-        elif isinstance(node, ast.Call) and handover._is_conversion(node) and (
+        elif isinstance(node, ast.Call) and handover.is_conversion(node) and (
                 isinstance(node.func, ast.Attribute) or node.args):
             node = node.func.value if isinstance(node.func, ast.Attribute) else node.args[0]
         else:
@@ -62,8 +62,8 @@ def _hoisted(body: list[ast.stmt], bound: set[str]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for stmt in body:
         value = stmt.value if isinstance(stmt, ast.Assign | ast.Expr | ast.AugAssign | ast.Return) else \
-            stmt.iter if isinstance(stmt, ast.For) and not any(map(_calls_tool, stmt.body)) else None
-        if value is None or _read_of_call(value) and isinstance(stmt, ast.Assign) or not _calls_tool(value):
+            stmt.iter if isinstance(stmt, ast.For) and not any(map(calls_tool, stmt.body)) else None
+        if value is None or _read_of_call(value) and isinstance(stmt, ast.Assign) or not calls_tool(value):
             out.append(stmt)
             continue
         found = [node for node in ast.walk(value) if isinstance(node, ast.Call) and _is_tool(node)]
@@ -105,11 +105,11 @@ def _reads(element: str, nodes: list[ast.AST], skip: list[ast.expr]) -> list[ast
     skipped = {id(inner) for test in skip for inner in ast.walk(test)}
     found: dict[str, ast.expr] = {}
     for node in nodes:
-        up = handover._parents(node)
+        up = handover.parents(node)
         for inner in ast.walk(node):
             if isinstance(inner, ast.Name) and inner.id == element and id(inner) not in skipped \
                     and isinstance(up.get(id(inner)), ast.Subscript):
-                widened = _widen(handover._path(inner, up), up)
+                widened = _widen(handover.read_path(inner, up), up)
                 if isinstance(widened, ast.expr):
                     found.setdefault(ast.unparse(widened), widened)
     return [read for text, read in found.items() if not any(text != other and text in other for other in found)][
@@ -117,14 +117,14 @@ def _reads(element: str, nodes: list[ast.AST], skip: list[ast.expr]) -> list[ast
 
 
 def _widen(node: ast.AST, up: dict[int, ast.AST]) -> ast.AST:
-    """``node`` with the conversions around it (``handover._widen``), a method's too (``x.replace(...)``)."""
+    """``node`` with the conversions around it (``handover.widen``), a method's too (``x.replace(...)``)."""
     while True:
         parent = up.get(id(node))
         method = up.get(id(parent)) if isinstance(parent, ast.Attribute) and parent.value is node else None
-        if isinstance(method, ast.Call) and method.func is parent and handover._is_conversion(method):
+        if isinstance(method, ast.Call) and method.func is parent and handover.is_conversion(method):
             node = method
             continue
-        wider = handover._widen(node, up)
+        wider = handover.widen(node, up)
         if wider is node:
             return node
         node = wider
@@ -210,8 +210,8 @@ def reduced(tree: ast.Module, values: Collection[str] = ()) -> ast.Module | None
     module); None when it calls no tool, or when nothing of it is left out (the code is all data)."""
     bound = code.names(tree, ast.Store)
     body = _hoisted(list(tree.body), bound)
-    kept = _with_inputs(body, [isinstance(stmt, ast.Import | ast.ImportFrom) or _calls_tool(stmt) for stmt in body])
-    if not any(_calls_tool(stmt) for stmt in kept):
+    kept = _with_inputs(body, [isinstance(stmt, ast.Import | ast.ImportFrom) or calls_tool(stmt) for stmt in body])
+    if not any(calls_tool(stmt) for stmt in kept):
         return None
     taken = set(bound)
     loops = _loops(ast.Module(body=body, type_ignores=[]), _data_names(kept), values, taken)
