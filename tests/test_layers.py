@@ -74,3 +74,28 @@ def test_the_core_holds_no_learning_logic_and_only_the_adapter_reads_smolagents_
     readers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "lessonbank").rglob("*.py")
                      if any(marker in path.read_text() for marker in SMOLAGENTS_TEXT))
     assert readers and all(reader.startswith(str(ADAPTERS.relative_to(ROOT)) + "/") for reader in readers), readers
+
+
+def test_every_module_of_the_package_imports_first_in_a_fresh_interpreter() -> None:
+    """Whichever module of ``lessonbank`` a user or a worker imports first, it imports: a cycle between two modules
+    that reads a name of the other at import time breaks only the one imported first."""
+    script = ("import importlib, pkgutil, sys\n"
+              "import lessonbank\n"
+              "names = sorted(m.name for m in pkgutil.walk_packages(lessonbank.__path__, 'lessonbank.'))\n"
+              "failed = []\n"
+              "for name in names:\n"
+              "    for loaded in [m for m in sys.modules if m == 'lessonbank' or m.startswith('lessonbank.')]:\n"
+              "        del sys.modules[loaded]\n"
+              "    try:\n"
+              "        importlib.import_module(name)\n"
+              "    except ImportError as e:\n"
+              "        if 'partially initialized' in str(e) or 'circular' in str(e):\n"
+              "            failed.append(f'{name}: {e}')\n"
+              "    except AttributeError as e:\n"
+              "        failed.append(f'{name}: {e}')\n"
+              "print(len(names))\n"
+              "print('\\n'.join(failed))\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    count, *failed = result.stdout.strip().split("\n")
+    assert int(count) > 100 and not [line for line in failed if line], failed

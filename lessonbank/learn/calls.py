@@ -13,9 +13,11 @@ from typing import Literal
 
 from lessonbank.core.models import FailurePayload, FixPayload, Lesson, Recipe, ShapePayload
 from lessonbank.learn import fixtext, handover, render, said, shapes
+from lessonbank.learn.adapters import toolcalling
 
 AgentKind = Literal["code", "calls"]
 AGENT_KINDS: tuple[AgentKind, ...] = ("code", "calls")
+RECORDS = "records"  # the name a code tool's code is handed its result's records under (``in_code``)
 
 
 def follows(recipe: Recipe, kind: AgentKind) -> bool:
@@ -119,5 +121,24 @@ def call_line(lesson: Lesson, task: str, using: set[str], universe: Collection[s
         return ""
     lead = "For this task" if handover.own_tools(lesson, using, universe) else render.ADAPT_OTHER
     told = "; ".join(filter(None, [handover.form_change(line, failed), handover.widened_note(lesson)]))
+    if toolcalling.CODE_TOOL in universe and any(failure.unset and failure.tool == toolcalling.CODE_TOOL
+                                                 for failure in failed):
+        return in_code(line, shape_of, lead, told)
     records = f"; its records are {where(shape_of.records)}" if shape_of.records is not None else ""
     return f"{lead}: call `{line}`{f' ({told})' if told else ''}{records}."
+
+
+def in_code(line: str, shape_of: ShapePayload, lead: str, told: str) -> str:
+    """A shape's call given inside the code tool's code, its records read in that same code: what a calling agent
+    whose code tool read a result it never got (``failures._unset``) is handed in place of the call alone. Given the
+    call and that failure as two lines, a small agent followed one or the other: it made the call with the setting
+    handed on and then sent code that read a name it never set, or made the call in its code with a setting of its
+    own."""
+    code = f"{handover.RESULT} = {line}\n"
+    if shape_of.records is not None:
+        code += f"{RECORDS} = {handover.RESULT}{shapes.path(shape_of.records)}\n"
+    begun = json.dumps({"code": code + "..."})
+    of = f"from every record in `{RECORDS}` " if shape_of.records is not None else ""
+    return (f"{lead}: call `{toolcalling.CODE_TOOL}` with code that makes the call and computes what the task asks "
+            f"{of}in that same code (it sees no result of another call), beginning `{begun}`"
+            f"{f' ({told})' if told else ''}.")

@@ -25,7 +25,6 @@ from collections.abc import Collection
 
 from lessonbank.learn import code, handover
 
-RESULT = handover.RESULT
 _NOT_TOOLS = frozenset({"final_answer", "print"})
 MAX_READS = 6  # values read per loop
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,7 +70,7 @@ def _hoisted(body: list[ast.stmt], bound: set[str]) -> list[ast.stmt]:
         names = {}
         for text in texts:
             name = next(name for at in range(len(bound) + 2)
-                        if (name := RESULT if not at else f"{RESULT}_{at + 1}") not in bound)
+                        if (name := handover.RESULT if not at else f"{handover.RESULT}_{at + 1}") not in bound)
             bound.add(name)
             names[text] = name
             call = next(node for node in found if ast.unparse(node) == text)

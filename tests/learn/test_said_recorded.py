@@ -160,3 +160,54 @@ def test_both_kinds_hand_the_next_task_the_call_with_a_larger_setting(settings: 
         assert f"For this task: call `{wider}` {told}" in spoken
         assert f"For this task: write `result = {wider}` {told}" in written
         assert "A-4411" not in spoken + written
+
+
+def test_a_calling_agent_whose_code_tool_read_a_result_it_never_got_is_handed_the_call_inside_its_code(
+        settings: Settings, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real calling agent got a bucket's files with a setting that cut them, then sent its interpreter code that
+    read `files`, which that code never set. The next question is handed one interpreter call that makes the call,
+    with the larger setting, and reads its records in that same code; run with a computation in place of `...`,
+    that code gets every file of the other bucket."""
+    from smolagents.default_tools import PythonInterpreterTool
+
+    from lessonbank.learn import failures
+    from lessonbank.learn.consolidate import Observed, observed_lesson
+
+    def interpreter() -> PythonInterpreterTool:
+        tool_ = PythonInterpreterTool()
+        tool_.base_python_tools = {**tool_.base_python_tools, "list_files": list_files}
+        return tool_
+
+    reads = "print(len([f for f in files if f['size'] > 5]))"
+    agent = ToolCallingAgent(tools=[list_files, interpreter()], verbosity_level=-1, model=ScriptedModel([
+        tool_call_reply("list_files", {"bucket": "logs", "page_size": 2}),
+        tool_call_reply("python_interpreter", {"code": reads}), final_tool_call(3)]))
+    view = recorded_run(settings, redis_client, agent, TASK, 3, bank="files")
+    (shape,) = shapes.extract(view, TASK)
+    (failure,) = failures.extract(view)
+    assert failure.payload.unset == "files"
+    lessons = [Lesson.new("files", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
+                          shape=shape.payload).model_copy(update={"task": TASK}),
+               observed_lesson("files", Observed(failures.TAG, failure.fingerprint, (1,), failure=failure.payload),
+                               "r1", verified=False)]
+    monkeypatch.setitem(FILES, "media", [8, 2, 6, 30, 1])
+    other = "How many files of bucket media are larger than 5 units? Answer with the number only."
+    tools = {"list_files": "Files.", "python_interpreter": "Runs code."}
+    spoken, _ = format_lessons(lessons, task=other, tools=tools, agent_kind="calls")
+    line = next(line for line in spoken.splitlines() if line.startswith("- For this task:"))
+    assert line.startswith("- For this task: call `python_interpreter` with code that makes the call and computes "
+                           "what the task asks from every record in `records` in that same code"), line
+    begun = json.loads(line.split("beginning `", 1)[1].split("`", 1)[0])["code"]
+    assert begun == (f'result = list_files(bucket="media", page_size={2 * said.WIDER})\n'
+                     "records = result['files']\n...")
+    assert "`page_size=20` not tried yet" in line and "logs" not in spoken.split("What to avoid")[0]
+    assert 'list_files(bucket="' not in spoken.replace(line, "")  # the call is given once, inside the code
+    code = begun.replace("...", "print(len([f for f in records if f['size'] > 5]))")
+    assert interpreter()(code=code).startswith("Stdout:\n3\n")  # every file of media: 8, 6 and 30
+    # without the code tool's failure, or without a code tool, the call alone, as before
+    alone, _ = format_lessons(lessons[:1], task=other, tools=tools, agent_kind="calls")
+    assert f'- For this task: call `list_files(bucket="media", page_size={2 * said.WIDER})`' in alone
+    no_tool, _ = format_lessons(lessons, task=other, tools={"list_files": "Files."}, agent_kind="calls")
+    assert "`python_interpreter` with code" not in no_tool and "call `list_files(bucket=\"media\"" in no_tool
+    written, _ = format_lessons(lessons, task=other, tools=tools, agent_kind="code")
+    assert "`python_interpreter` with code" not in written  # a CodeAgent's code is its own code tool
