@@ -237,8 +237,10 @@ def format_recipe(lesson: Lesson, task: str = "") -> str:
         if example.reads_only:
             note += (f": its calls{' and the values it read' if recipe.language == 'python' else ''}, not what it "
                      "computed from them (that answered its own question): compute what this task asks")
-    head = (f'{lead} (task: "{_one_line(solved)[:200]}"; '
-            f"verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){note}:")
+    # of another question, only its reads: that question's words would name what it computed (its "highest"),
+    # which the block leaves out; a small model given them computed that again
+    asked = "" if example is not None and example.reads_only else f'task: "{_one_line(solved)[:200]}"; '
+    head = f"{lead} ({asked}verified by {verified or 'its outcome'}; {_seen(lesson)[1:-1]}){note}:"
     fence = _fence(code)
     return f"{head}\n{fence}{language}\n{code}\n{fence}"
 

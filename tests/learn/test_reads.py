@@ -92,7 +92,8 @@ def test_the_block_says_what_it_gives_for_both_agent_kinds() -> None:
     lesson = Lesson.new("b", "approach", "Working code", origin="recipe").model_copy(
         update={"recipe": Recipe(code=MAX_CODE, task=MAXIMUM), "verified": True})
     block, given = format_lessons([lesson], task=DIFFERENCE, tools={"search_tickets": "Open tickets."})
-    assert given == [lesson] and "How code of another question got its data and read it (task: " in block
+    assert given == [lesson] and "How code of another question got its data and read it (verified by " in block
+    assert "task:" not in block and "highest" not in block  # what the other question asked, it computed
     assert "not what it computed from them (that answered its own question): compute what this task asks" in block
     assert "max(" not in block and "final_answer" not in block.split("```")[1] and "FJOR" not in block
     calls = Recipe(language="tool_calls", task=MAXIMUM, code=json.dumps([
