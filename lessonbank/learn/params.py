@@ -34,6 +34,7 @@ MAX_TASK = 4000
 _TOKEN = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?")
 _WORD = re.compile(r"'[^']*'|\"[^\"]*\"|[^\W_](?:[\w.\-/:@]*[^\W_])?")  # a quoted text is one word
 _STOPWORDS = roles.STOPWORDS
+_ENDS = frozenset("?!.;:,")  # a mark right after a word that ends its sentence or clause (``_Token``)
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,21 @@ def more_values(params: Sequence[Param], solved: str, task: str) -> bool:
     return len(new) > len({param.source.lower() for param in params if param.source.lower() not in repeated})
 
 
+class _Token(str):
+    """A word of a task that knows whether a mark ending a sentence or a clause follows it ("LUME" in "of LUME?
+    Answer"): a capitalised word across that mark is no part of its name."""
+
+    ends = False
+
+
 def _tokens(task: str) -> list[str]:
-    return _TOKEN.findall(task[:MAX_TASK])
+    found: list[str] = []
+    text = task[:MAX_TASK]
+    for match in _TOKEN.finditer(text):
+        token = _Token(match.group())
+        token.ends = text[match.end():match.end() + 1] in _ENDS
+        found.append(token)
+    return found
 
 
 def _by_context(source: str, solved: list[str], tokens: list[str]) -> str | None:
@@ -197,9 +211,13 @@ def _by_context(source: str, solved: list[str], tokens: list[str]) -> str | None
 
 def _longer_name(tokens: list[str], at: int) -> bool:
     """Whether the capitalised word at ``at`` is part of a longer name ("New York"): placing it alone would cut it."""
-    following = tokens[at + 1] if at + 1 < len(tokens) else ""
-    before = tokens[at - 1] if at > 1 else ""  # the first word is capitalised as the sentence's
+    following = tokens[at + 1] if at + 1 < len(tokens) and not _ended(tokens[at]) else ""
+    before = tokens[at - 1] if at > 1 and not _ended(tokens[at - 1]) else ""  # the first word is the sentence's
     return tokens[at][:1].isupper() and any(word[:1].isupper() and word.isalpha() for word in (following, before))
+
+
+def _ended(token: str) -> bool:
+    return isinstance(token, _Token) and token.ends
 
 
 # A date written day and month first in either order, then the year: "05/03/2024", "5.3.24".

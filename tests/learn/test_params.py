@@ -39,6 +39,10 @@ def test_a_value_is_a_parameter_by_where_it_flows_not_by_how_it_looks() -> None:
     ("What is the revenue of region New York in sales.csv?", {"sales.csv": "sales.csv"}),  # not "New" alone
     ("How much did the north-east sell?", {}),
     ("Revenue for the South region, file sales.csv?", {"North": "South", "sales.csv": "sales.csv"}),  # other side
+    # a capitalised word across a mark ending the sentence or clause is no part of the name
+    ("In sales.csv, what is the revenue of region East? Answer in euros.", {"North": "East", "sales.csv": "sales.csv"}),
+    ("In sales.csv, the revenue of region East, Madam?", {"North": "East", "sales.csv": "sales.csv"}),
+    ("In sales.csv, what is the revenue of region East Anglia? Answer in euros.", {"sales.csv": "sales.csv"}),
 ])
 def test_a_parameter_is_placed_by_the_word_before_it_and_its_form_or_left_out(task: str,
                                                                               placed: dict[str, str]) -> None:
