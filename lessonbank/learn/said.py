@@ -165,10 +165,20 @@ def cut_at(said: SaidPayload) -> list[str]:
     return [f"{name}={value}" if name else value for name, value in _cut_pairs(said)]
 
 
+def _keyed(call: str) -> list[tuple[str, str]]:
+    """(key, value) of each argument of a call as kept: its keyword, or ``#0``, ``#1``... for the first, second...
+    passed by position."""
+    found: list[tuple[str, str]] = []
+    for name, value in _passed(call):
+        found.append((name or f"#{sum(1 for key, _ in found if key.startswith('#'))}", value))
+    return found
+
+
 def cut_arguments(said: Sequence[SaidPayload]) -> dict[str, str]:
-    """{keyword: value} of the arguments passed by keyword that a call's records may have been cut at
-    (``_cut_pairs``)."""
-    return {name: value for entry in said for name, value in _cut_pairs(entry) if name}
+    """{key: value} (``_keyed``: a keyword, or ``#i`` for the i-th passed by position) of the arguments a call's
+    records may have been cut at (``_cut_pairs``)."""
+    return {key: value for entry in said if _cut_pairs(entry) for key, value in _keyed(entry.call)
+            if _NUMBER.fullmatch(value) and float(value) == entry.records}
 
 
 WIDER = 10  # how many times more a call that may have been cut asks for, when no wider call was seen
@@ -185,7 +195,7 @@ class Widened(NamedTuple):
 def _whole(said: Sequence[SaidPayload], name: str, below: float) -> tuple[str, int] | None:
     """(the largest value above ``below`` a call passed as ``name`` and got fewer records than: all there were, how
     many it got); None when no call did."""
-    seen = [(float(value), value, entry.records) for entry in said for passed, value in _passed(entry.call)
+    seen = [(float(value), value, entry.records) for entry in said for passed, value in _keyed(entry.call)
             if passed == name and _NUMBER.fullmatch(value) and entry.records is not None
             and below < float(value) and entry.records < float(value)]
     if not seen:
@@ -195,10 +205,10 @@ def _whole(said: Sequence[SaidPayload], name: str, below: float) -> tuple[str, i
 
 
 def widened(line: str, said: Sequence[SaidPayload]) -> Widened:
-    """``line`` (one call, alone or assigned to one name) with each keyword argument its tool's records may have
-    been cut at (``cut_arguments``) made larger (see ``Widened``): handed on as it was, or without it (a tool's
-    default may cut the same way), the call would look right; ``line`` as it is, ``told`` "", when it passes none
-    of them or is no such line."""
+    """``line`` (one call, alone or assigned to one name) with each argument its tool's records may have been cut at
+    (``cut_arguments``: by keyword, or at the same place by position) made larger (see ``Widened``): handed on as
+    it was, or without it (a tool's default may cut the same way), the call would look right; ``line`` as it is,
+    ``told`` "", when it passes none of them or is no such line."""
     cut = cut_arguments(said)
     try:
         body = ast.parse(line).body if cut else []
@@ -209,19 +219,22 @@ def widened(line: str, said: Sequence[SaidPayload]) -> Widened:
         return Widened(line, "")
     edits: list[tuple[int, int, str]] = []
     told = []
-    for keyword in node.keywords:
-        value = keyword.value
-        if keyword.arg not in cut or not isinstance(value, ast.Constant) or str(value.value) != cut[keyword.arg] \
+    passed = [(keyword.arg or "", keyword.value) for keyword in node.keywords] + [
+        (f"#{at}", value) for at, value in enumerate(node.args)]
+    for key, value in passed:
+        if key not in cut or not isinstance(value, ast.Constant) or str(value.value) != cut[key] \
                 or isinstance(value.value, bool) or not isinstance(value.value, int) or value.end_col_offset is None:
             continue
-        old, whole = value.value, _whole(said, keyword.arg, float(value.value))
+        old, whole = value.value, _whole(said, key, float(value.value))
         new = whole[0] if whole is not None else str(old * WIDER)
         edits.append((value.col_offset, value.end_col_offset, new))
-        asked = f"`{keyword.arg}={old}` returned {old} records, as many as it asked for"
+        was, now = (f"`{key}={old}`", f"`{key}={new}`") if not key.startswith("#") else (
+            f"the `{old}` it passed", f"`{new}` in its place")
+        asked = f"{was} returned {old} records, as many as it asked for"
         if whole is not None:
-            told.append(f"{asked}; `{keyword.arg}={new}` returned {whole[1]}, fewer: all there were")
+            told.append(f"{asked}; {now} returned {whole[1]}, fewer: all there were")
         else:
-            told.append(f"`{keyword.arg}={new}` not tried yet: {asked}, so there may be more")
+            told.append(f"{now} not tried yet: {asked}, so there may be more")
     raw = line.encode()  # offsets count UTF-8 bytes
     for start, end, text in sorted(edits, reverse=True):
         raw = raw[:start] + text.encode() + raw[end:]

@@ -207,6 +207,15 @@ def test_the_example_call_is_handed_over_with_a_larger_number_than_the_one_that_
     pages = said.SaidPayload(call="list_files(folder=..., page_size=25)", fields={}, records=25)
     assert said.widened('list_files(folder="a", page_size=25)', [pages]).line == \
         f'list_files(folder="a", page_size={25 * said.WIDER})'
+    # a number passed by position: at the same place, whatever the parameter's name
+    by_place = said.SaidPayload(call="list_payments(..., 5)", fields={}, records=5)
+    assert said.widened('r = list_payments("A-2750", 5)', [by_place]) == (
+        f'r = list_payments("A-2750", {5 * said.WIDER})', f"`{5 * said.WIDER}` in its place not tried yet: the `5` "
+        "it passed returned 5 records, as many as it asked for, so there may be more")
+    assert said.widened('r = list_payments("A-2750", 5)', [by_place, by_place.model_copy(
+        update={"call": "list_payments(..., 40)", "records": 12})]).line == 'r = list_payments("A-2750", 40)'
+    assert said.widened('r = list_payments(5, "A-2750")', [by_place]).told == ""  # another place
+    assert said.widened('r = list_payments("A-2750", limit=5)', [by_place]).told == ""  # passed by name: unknown
 
 
 OTHER = "How many of project ORIO's open tickets have more than 5 story points? Answer with the number only."

@@ -211,3 +211,19 @@ def test_a_calling_agent_whose_code_tool_read_a_result_it_never_got_is_handed_th
     assert "`python_interpreter` with code" not in no_tool and "call `list_files(bucket=\"media\"" in no_tool
     written, _ = format_lessons(lessons, task=other, tools=tools, agent_kind="code")
     assert "`python_interpreter` with code" not in written  # a CodeAgent's code is its own code tool
+
+
+def test_a_number_passed_by_position_is_handed_on_larger_too(settings: Settings, redis_client: Any) -> None:
+    """A real CodeAgent passed the setting by position and got as many payments as it asked for: the next question
+    is handed the call with a larger number at that place."""
+    task = "What is the largest payment of account A-4411? Answer with the number only."
+    other = "How many payments of account A-2750 are above 50? Answer with the number only."
+    coding = CodeAgent(tools=[list_payments], verbosity_level=-1, model=ScriptedModel([
+        code_reply('r = list_payments("A-4411", 5)\nprint(max(p["amount"] for p in r))'), final_code(90)]))
+    (shape,) = shapes.extract(run_of(settings, redis_client, coding, task, 90), task)
+    assert shape.call == 'r = list_payments("A-4411", 5)'
+    lesson = Lesson.new("pay", "fact", shape.text, tags=["shape"], run_id="r1", origin="observed",
+                        shape=shape.payload).model_copy(update={"task": task})
+    written, _ = format_lessons([lesson], task=other, tools={"list_payments": "Payments."})
+    assert (f'For this task: write `result = list_payments("A-2750", {5 * said.WIDER})` (`{5 * said.WIDER}` in its '
+            "place not tried yet: the `5` it passed returned 5 records") in written, written
