@@ -170,6 +170,25 @@ def _reading(name: str, arguments: dict[str, object], asked: set[str]) -> dict[s
     return toolcalling.with_code(name, arguments, ast.unparse(part))
 
 
+_LEFT = re.compile(r"<[A-Za-z_][A-Za-z0-9_]*>")  # a value left to the model (``params.put``)
+_ONCE_CHARS = 2000
+
+
+def _once(lines: list[str]) -> list[str]:
+    """``lines`` without those made again: the same line, or one that is an earlier line but for values left to the
+    model (``limit=<limit>`` after ``limit=100``: the same call, its value taken for the question's)."""
+    kept: list[str] = []
+    for line in lines:
+        left = _LEFT.findall(line)
+        # two values left at most, in a line of bounded length: the pattern's backtracking stays small
+        pattern = re.compile(_LEFT.sub(r"[^,()]+", re.escape(line))) if 0 < len(left) <= 2 \
+            and len(line) <= _ONCE_CHARS else None
+        if line in kept or (pattern is not None and any(pattern.fullmatch(earlier) for earlier in kept)):
+            continue
+        kept.append(line)
+    return kept
+
+
 def _calls_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Example | None:
     """A ToolCallingAgent's recipe as its calls, one a line, with this task's values or their names, in its
     arguments and in the code its interpreter tool ran; ``reads_only``: its calls without ``final_answer``, the code
@@ -208,5 +227,7 @@ def _calls_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Ex
             return None
         written.append(as_line(name, toolcalling.with_code(name, arguments, put)) if put != piece
                        and toolcalling.interpreter_code(name, arguments) else put)
+    if reads_only:  # the same call made again (a step that failed, tried as it was) says nothing more
+        written = _once(written)
     return Example("\n".join(written), "tool_calls", not names, values, names, named_task(recipe.task, asked),
                    reads_only)

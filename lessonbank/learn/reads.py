@@ -6,7 +6,8 @@ does one project have than another", and answered the maximum. Another question 
 tools needs:
 
 - the statements that call a tool (``result = search_tickets(project="FJOR", limit=100)``; a loop that pages
-  through a tool's results, whole), a call written inside an expression taken out as ``result = <the call>``;
+  through a tool's results, whole), a call written inside an expression taken out as ``result = <the call>``, and
+  those that name a part of what one returned (``records = result["tickets"]``);
 - for each loop over what a call returned (a ``for`` or a comprehension), the loop with the values it read from
   each element, with the conversions that made them usable (``amount = float(row["amount"].replace(",", "."))``),
   and a filter that uses no value of its question (``if row["status"] == "open"``): it says which records count;
@@ -209,7 +210,10 @@ def reduced(tree: ast.Module, values: Collection[str] = ()) -> ast.Module | None
     module); None when it calls no tool, or when nothing of it is left out (the code is all data)."""
     bound = code.names(tree, ast.Store)
     body = _hoisted(list(tree.body), bound)
-    kept = _with_inputs(body, [isinstance(stmt, ast.Import | ast.ImportFrom) or calls_tool(stmt) for stmt in body])
+    keep = [isinstance(stmt, ast.Import | ast.ImportFrom) or calls_tool(stmt) for stmt in body]
+    for at, stmt in enumerate(body):  # in order: an alias of an alias is kept too
+        keep[at] = keep[at] or _alias(stmt, _data_names([s for s, k in zip(body[:at], keep, strict=False) if k]))
+    kept = _with_inputs(body, keep)
     if not any(calls_tool(stmt) for stmt in kept):
         return None
     taken = set(bound)
@@ -219,6 +223,19 @@ def reduced(tree: ast.Module, values: Collection[str] = ()) -> ast.Module | None
         return None
     out = ast.Module(body=[*kept, *[loop for loop in loops if not _inside(loop, done)]], type_ignores=[])
     return ast.fix_missing_locations(out)
+
+
+def _alias(stmt: ast.stmt, data: set[str]) -> bool:
+    """Whether ``stmt`` gives a part of a result a name of its own (``records = result["tickets"]``): what a loop
+    over that name reads is read from the result."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    node: ast.expr = stmt.value
+    if not isinstance(node, ast.Subscript):
+        return False
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in data
 
 
 def _with_inputs(body: list[ast.stmt], keep: list[bool]) -> list[ast.stmt]:

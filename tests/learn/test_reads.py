@@ -137,3 +137,34 @@ def test_the_recipe_of_a_real_recorded_run_is_given_as_its_reads_to_a_question_w
     other, given = format_lessons([lesson], task=DIFFERENCE, tools=tools)
     assert given == [lesson] and "How code of another question got its data and read it" in other
     assert "for t in result['tickets']:\n    points = t['points']\n```" in other and "max(" not in other
+
+
+COUNT_ABOVE = "How many open tickets of project EMBE have more than 10 points? search_tickets finds them."
+IN_CODE = ("result = search_tickets(project='EMBE', limit={limit})\nrecords = result['tickets']\n"
+           "for record in records:\n    if record['points'] > 10:\n        print(record['id'])")
+
+
+def test_a_name_given_to_part_of_a_result_is_kept_and_its_loop_read() -> None:
+    """Code that names the records (as the call handed to a calling agent inside its code tool does) keeps that
+    line and the loop over it; without the name, the loop over ``records`` read nothing of the result."""
+    assert part(IN_CODE.format(limit=100), {"EMBE", "10"}) == (
+        "result = search_tickets(project='EMBE', limit=100)\nrecords = result['tickets']\n"
+        "for record in records:\n    points = record['points']\n    value = record['id']")
+    chained = "r = search(q='a')\nitems = r['data']['items']\nfirst = items[0]\nprint(first['name'], len(items))"
+    assert part(chained, {"a"}) == "r = search(q='a')\nitems = r['data']['items']\nfirst = items[0]"
+
+
+def test_a_calling_agents_calls_made_again_the_same_are_given_once() -> None:
+    """A calling agent's recipe whose interpreter made the same call four times (its later steps failed and tried
+    again) is given to another question with each call once, and with the reads of its code."""
+    calls = [{"name": "python_interpreter", "arguments": {"code": IN_CODE.format(limit=100)}}] + [
+        {"name": "python_interpreter", "arguments": {"code": IN_CODE.format(limit=10)}}] * 3 + [
+        {"name": "final_answer", "arguments": {"answer": 1}}]
+    recipe = Recipe(language="tool_calls", task=COUNT_ABOVE, code=json.dumps(calls))
+    average = "What is the average of the story points of project JUNI's open tickets? search_tickets finds them."
+    example = adapt.recipe_example(recipe, average, reads_only=True)
+    assert example is not None and example.reads_only
+    lines = example.code.splitlines()
+    assert len(lines) == 1, lines  # limit=100; limit=10 (the question's 10, as <limit>) is the same call
+    assert "records = result['tickets']" in lines[0] and "points = record['points']" in lines[0]
+    assert "JUNI" in lines[0] and "EMBE" not in example.code and "> 10" not in example.code
