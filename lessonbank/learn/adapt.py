@@ -206,8 +206,9 @@ def _calls_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Ex
              for name, arguments in kept]
     asked = params.flows([tree for tree in whole if tree is not None], recipe.task)
     placed = params.place(asked, recipe.task, task) if task else {}
-    if reads_only and (any(param.value not in placed for param in asked)
-                       or params.more_values(asked, recipe.task, task)):
+    reads_only = reads_only and (any(param.value not in placed for param in asked)
+                                 or params.more_values(asked, recipe.task, task))
+    if reads_only:
         mine = {param.value for param in asked} | params.task_values(recipe.task)
         part = [(name, _reading(name, arguments, mine)) for name, arguments in kept if name != "final_answer"]
         tools = [(name, arguments) for name, arguments in part if arguments is not None]

@@ -168,3 +168,22 @@ def test_a_calling_agents_calls_made_again_the_same_are_given_once() -> None:
     assert len(lines) == 1, lines  # limit=100; limit=10 (the question's 10, as <limit>) is the same call
     assert "records = result['tickets']" in lines[0] and "points = record['points']" in lines[0]
     assert "JUNI" in lines[0] and "EMBE" not in example.code and "> 10" not in example.code
+
+
+def test_a_calling_agents_recipe_whose_values_all_have_a_place_is_no_reads_only_example() -> None:
+    """A calling agent's recipe of another question whose every value has a place in the task (no more values) is
+    given whole, as an example to adapt, as a CodeAgent's is: said to be its reads only, its computation was shown
+    under a head that said it was left out."""
+    code = ("result = search_tickets(project='JUNI', limit=100)\nrecords = result['tickets']\npoints_sum = 0\n"
+            "for record in records:\n    points_sum += record['points']\nprint(points_sum / len(records))")
+    average = "What is the average of the story points of project JUNI's open tickets? search_tickets finds them."
+    total = "What is the total of the story points of project QUAR's open tickets? search_tickets finds them."
+    recipe = Recipe(language="tool_calls", task=average, code=json.dumps([
+        {"name": "python_interpreter", "arguments": {"code": code}}, {"name": "final_answer", "arguments": {}}]))
+    example = adapt.recipe_example(recipe, total, reads_only=True)
+    assert example is not None and not example.reads_only and "QUAR" in example.code
+    lesson = Lesson.new("b", "approach", "Working code", origin="recipe").model_copy(
+        update={"recipe": recipe, "verified": True})
+    block, _ = format_lessons([lesson], task=total, tools={"search_tickets": "Open tickets."}, agent_kind="calls")
+    assert "Tool calls that solved a similar task before" in block and "not what it computed" not in block
+    assert "written for that task: an example to adapt" in block
