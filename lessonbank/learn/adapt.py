@@ -230,5 +230,7 @@ def _calls_example(recipe: Recipe, task: str, *, reads_only: bool = False) -> Ex
                        and toolcalling.interpreter_code(name, arguments) else put)
     if reads_only:  # the same call made again (a step that failed, tried as it was) says nothing more
         written = _once(written)
+        left = "\n".join(written)  # a value left to the model only in a call left out is no longer asked for
+        names = {value: name for value, name in names.items() if f"<{name}>" in left}
     return Example("\n".join(written), "tool_calls", not names, values, names, named_task(recipe.task, asked),
                    reads_only)

@@ -166,6 +166,7 @@ def test_a_calling_agents_calls_made_again_the_same_are_given_once() -> None:
     assert example is not None and example.reads_only
     lines = example.code.splitlines()
     assert len(lines) == 1, lines  # limit=100; limit=10 (the question's 10, as <limit>) is the same call
+    assert example.names == {} and example.placed  # and the block asks for no <limit> that no line holds
     assert "records = result['tickets']" in lines[0] and "points = record['points']" in lines[0]
     assert "JUNI" in lines[0] and "EMBE" not in example.code and "> 10" not in example.code
 
