@@ -170,7 +170,6 @@ def _reading(name: str, arguments: dict[str, object], asked: set[str]) -> dict[s
     return toolcalling.with_code(name, arguments, ast.unparse(part))
 
 
-_LEFT = re.compile(r"<[A-Za-z_][A-Za-z0-9_]*>")  # a value left to the model (``params.put``)
 _ONCE_CHARS = 2000
 
 
@@ -179,9 +178,9 @@ def _once(lines: list[str]) -> list[str]:
     model (``limit=<limit>`` after ``limit=100``: the same call, its value taken for the question's)."""
     kept: list[str] = []
     for line in lines:
-        left = _LEFT.findall(line)
+        left = params.LEFT.findall(line)
         # two values left at most, in a line of bounded length: the pattern's backtracking stays small
-        pattern = re.compile(_LEFT.sub(r"[^,()]+", re.escape(line))) if 0 < len(left) <= 2 \
+        pattern = re.compile(params.LEFT.sub(r"[^,()]+", re.escape(line))) if 0 < len(left) <= 2 \
             and len(line) <= _ONCE_CHARS else None
         if line in kept or (pattern is not None and any(pattern.fullmatch(earlier) for earlier in kept)):
             continue

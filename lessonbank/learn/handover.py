@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -44,7 +43,6 @@ CONVERSIONS = frozenset({
     "decode", "encode", "split", "join", "round", "abs", "to_numeric", "astype", "fsum",
 })
 MAKERS = frozenset({"strptime", "fromisoformat", "loads", "to_numeric"})  # called on a module or class, kept
-_NAMED = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")  # a value left to the model, as ``params.put`` names it
 
 
 @dataclass(frozen=True)
@@ -262,8 +260,8 @@ def _what(found: Handover, kept: Handover) -> str:
         return f"the key is {json.dumps(one.after)}"
     if one is None or one.kind != "argument" or found.kind != "call":
         return ""
-    mine = fixtext.arguments(_NAMED.sub(r"\1", found.fixed)).get(one.argument)  # ``<city>``: a name, to parse
-    if mine is not None and mine != fixtext.arguments(_NAMED.sub(r"\1", found.failed)).get(one.argument):
+    mine = fixtext.arguments(params.LEFT.sub(r"\1", found.fixed)).get(one.argument)  # ``<city>``: a name, to parse
+    if mine is not None and mine != fixtext.arguments(params.LEFT.sub(r"\1", found.failed)).get(one.argument):
         return f"pass {fixtext.named(one.argument)} like {json.dumps(mine)}"
     after, before = (json.dumps(fixtext.shape(value)) for value in (one.after, one.before))
     return f"pass {fixtext.named(one.argument)} written like {after}, not like {before}"

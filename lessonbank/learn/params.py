@@ -34,6 +34,7 @@ MAX_TASK = 4000
 _TOKEN = re.compile(r"[^\W_](?:[\w.\-/:@]*[^\W_])?")
 _WORD = re.compile(r"'[^']*'|\"[^\"]*\"|[^\W_](?:[\w.\-/:@]*[^\W_])?")  # a quoted text is one word
 _STOPWORDS = roles.STOPWORDS
+LEFT = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")  # a value left to the model, as ``put`` writes it: ``<city>``
 _ENDS = frozenset("?!.;:,")  # a mark right after a word that ends its sentence or clause (``_Token``)
 
 

@@ -210,9 +210,11 @@ def reduced(tree: ast.Module, values: Collection[str] = ()) -> ast.Module | None
     module); None when it calls no tool, or when nothing of it is left out (the code is all data)."""
     bound = code.names(tree, ast.Store)
     body = _hoisted(list(tree.body), bound)
-    keep = [isinstance(stmt, ast.Import | ast.ImportFrom) or calls_tool(stmt) for stmt in body]
-    for at, stmt in enumerate(body):  # in order: an alias of an alias is kept too
-        keep[at] = keep[at] or _alias(stmt, _data_names([s for s, k in zip(body[:at], keep, strict=False) if k]))
+    keep: list[bool] = []
+    data: set[str] = set()  # the names the statements kept so far bind (``_data_names``)
+    for stmt in body:  # in order: an alias of an alias is kept too
+        keep.append(isinstance(stmt, ast.Import | ast.ImportFrom) or calls_tool(stmt) or _alias(stmt, data))
+        data |= code.names(stmt, ast.Store) if keep[-1] else set()
     kept = _with_inputs(body, keep)
     if not any(calls_tool(stmt) for stmt in kept):
         return None

@@ -150,35 +150,36 @@ def _passed(call: str) -> list[tuple[str, str]]:
             for name, _, value in [part.partition("=")]]
 
 
+def _keyed(call: str) -> list[tuple[str, str]]:
+    """(key, value) of each argument of a call as kept: its keyword, or ``#0``, ``#1``... for the first, second...
+    passed by position."""
+    found: list[tuple[str, str]] = []
+    place = 0
+    for name, value in _passed(call):
+        found.append((name or f"#{place}", value))
+        place += not name
+    return found
+
+
 def _cut_pairs(said: SaidPayload) -> list[tuple[str, str]]:
-    """(name, value) of the numbers the call passed (each a whole number of at least 2) that its result held as
-    many records as ("" as the name of one passed by position); [] when the count is not known or none."""
+    """(key (``_keyed``), value) of the numbers the call passed (each a whole number of at least 2) that its result
+    held as many records as; [] when the count is not known or none."""
     count = said.records
     if count is None or count < 2:
         return []
-    return [(name, value) for name, value in _passed(said.call) if _NUMBER.fullmatch(value) and float(value) == count]
+    return [(key, value) for key, value in _keyed(said.call) if _NUMBER.fullmatch(value) and float(value) == count]
 
 
 def cut_at(said: SaidPayload) -> list[str]:
     """The numbers the call's records may have been cut at (``_cut_pairs``), as they read: ``limit=10``, or ``10``
     for one passed by position."""
-    return [f"{name}={value}" if name else value for name, value in _cut_pairs(said)]
-
-
-def _keyed(call: str) -> list[tuple[str, str]]:
-    """(key, value) of each argument of a call as kept: its keyword, or ``#0``, ``#1``... for the first, second...
-    passed by position."""
-    found: list[tuple[str, str]] = []
-    for name, value in _passed(call):
-        found.append((name or f"#{sum(1 for key, _ in found if key.startswith('#'))}", value))
-    return found
+    return [value if key.startswith("#") else f"{key}={value}" for key, value in _cut_pairs(said)]
 
 
 def cut_arguments(said: Sequence[SaidPayload]) -> dict[str, str]:
     """{key: value} (``_keyed``: a keyword, or ``#i`` for the i-th passed by position) of the arguments a call's
     records may have been cut at (``_cut_pairs``)."""
-    return {key: value for entry in said if _cut_pairs(entry) for key, value in _keyed(entry.call)
-            if _NUMBER.fullmatch(value) and float(value) == entry.records}
+    return {key: value for entry in said for key, value in _cut_pairs(entry)}
 
 
 WIDER = 10  # how many times more a call that may have been cut asks for, when no wider call was seen
